@@ -1,0 +1,7 @@
+"""``python -m kvsim`` runs the CLI."""
+
+import sys
+
+from kvsim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,144 @@
+"""The scenario: everything one simulation needs, validated up front.
+
+A scenario names a model, one or more *replica groups* (GPU type, tensor parallelism,
+engine knobs named as vLLM names them, cost model), a router and a workload. Every model
+is frozen and rejects unknown keys; every field carries a description that the CLI's
+``kvsim schema`` and the dashboard render.
+
+    scenario
+    ├── model                  preset name or inline ModelSpec
+    ├── replicas[]             replica groups: count x (gpu, tp, engine, cost_model)
+    ├── router                 how arrivals pick a replica
+    ├── workload               arrivals, lengths, prefix structure
+    ├── slo                    targets for goodput
+    └── sim                    simulator knobs (fast-forward, time limit)
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from kvsim.cost.config import CostModelConfig, RooflineCostConfig, _CostHolder
+from kvsim.specs import GpuSpec, KvDtype, ModelSpec
+from kvsim.workload.config import SyntheticWorkload, WorkloadConfig
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EngineConfig(_Frozen):
+    """Serving-engine knobs of one replica, with vLLM's names and defaults."""
+
+    block_size: int = Field(default=16, ge=1, description="Tokens per KV block (vLLM default 16).")
+    max_num_seqs: int = Field(default=256, ge=1, description="Most requests running in one iteration.")
+    max_num_batched_tokens: int = Field(
+        default=8192,
+        ge=1,
+        description="Token budget of one iteration (prefill chunks + decodes); vLLM's default "
+        "for its OpenAI server on a large GPU.",
+    )
+    enable_chunked_prefill: bool = Field(
+        default=True, description="Split long prompts into chunks that fit the token budget."
+    )
+    long_prefill_token_threshold: int = Field(
+        default=0, ge=0, description="Cap on one request's prefill tokens per iteration (0: no cap)."
+    )
+    enable_prefix_caching: bool = Field(default=True, description="Reuse cached KV blocks of shared prefixes.")
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0, le=1, description="Fraction of GPU memory the engine may use (weights + activations + KV)."
+    )
+    kv_cache_dtype: KvDtype = Field(default="auto", description="KV-cache element type; 'auto' uses the model's dtype.")
+    preemption_mode: Literal["recompute", "swap"] = Field(
+        default="recompute",
+        description="How a preempted request comes back: prefill again, or swap its blocks via host memory.",
+    )
+    scheduling_policy: Literal["fcfs", "priority"] = Field(
+        default="fcfs", description="Order of the waiting queue and choice of preemption victim."
+    )
+    eviction_policy: Literal["lru", "lfu"] = Field(
+        default="lru", description="Which cached-but-free block is reused first."
+    )
+    swap_space_gib: float = Field(
+        default=4.0, ge=0, description="Host memory per GPU for swapped-out blocks, GiB (vLLM's swap_space)."
+    )
+    num_gpu_blocks_override: int | None = Field(
+        default=None, ge=1, description="Use exactly this many KV blocks instead of sizing from memory."
+    )
+    activation_reserve_gib: float | None = Field(
+        default=None, ge=0, description="Memory held for activations per GPU, GiB; None estimates it."
+    )
+    max_model_len: int | None = Field(
+        default=None, ge=1, description="Longest prompt + output accepted; None uses the model's limit."
+    )
+
+
+class ReplicaGroup(_CostHolder):
+    """``count`` identical replicas (one GPU, or one tensor-parallel group, each)."""
+
+    name: str = Field(default="replica", min_length=1, description="Group name; replica ids are NAME-INDEX.")
+    count: int = Field(default=1, ge=1, description="Number of replicas in this group.")
+    gpu: str | GpuSpec = Field(default="h100-sxm", description="GPU preset name or an inline GPU spec.")
+    tp: int = Field(default=1, ge=1, description="Tensor-parallel degree (GPUs per replica).")
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="Engine knobs.")
+    cost_model: CostModelConfig = Field(
+        default_factory=RooflineCostConfig, description="How iteration times are computed."
+    )
+
+
+class RouterConfig(_Frozen):
+    """How an arriving request picks a replica."""
+
+    kind: Literal["round_robin", "least_loaded"] = Field(
+        default="round_robin",
+        description="round_robin: in turn; least_loaded: fewest unfinished requests (ties: lowest index).",
+    )
+
+
+class SloConfig(_Frozen):
+    """Latency targets; a request meeting all of them counts towards goodput."""
+
+    ttft_s: float = Field(default=2.0, gt=0, description="Time-to-first-token target, seconds.")
+    tpot_s: float = Field(default=0.1, gt=0, description="Mean time-per-output-token target, seconds.")
+
+
+class SimConfig(_Frozen):
+    """Simulator knobs that do not change what is simulated, only how."""
+
+    fast_forward: bool = Field(
+        default=True,
+        description="Advance runs of identical decode iterations in one event (results equal step-by-step).",
+    )
+    max_time_s: float | None = Field(
+        default=None, gt=0, description="Stop at this simulated time (unfinished requests are reported)."
+    )
+
+
+class Scenario(_Frozen):
+    """One simulation: model, replicas, router, workload, SLOs and seed."""
+
+    name: str = Field(default="scenario", description="Short name of the scenario.")
+    description: str = Field(default="", description="What the scenario shows.")
+    seed: int = Field(default=0, ge=0, description="Seed of every random draw (same seed, same Result).")
+    model: str | ModelSpec = Field(default="llama-3-8b", description="Model preset name or an inline model spec.")
+    replicas: list[ReplicaGroup] = Field(
+        default_factory=lambda: [ReplicaGroup()], min_length=1, description="Replica groups of the cluster."
+    )
+    router: RouterConfig = Field(default_factory=RouterConfig, description="Request routing.")
+    workload: WorkloadConfig = Field(default_factory=SyntheticWorkload, description="Traffic.")
+    slo: SloConfig = Field(default_factory=SloConfig, description="Latency targets for goodput.")
+    sim: SimConfig = Field(default_factory=SimConfig, description="Simulator knobs.")
+
+    @model_validator(mode="after")
+    def _unique_groups(self) -> Scenario:
+        names = [g.name for g in self.replicas]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"replica group names must be unique; repeated: {', '.join(dup)}")
+        return self
+
+    @property
+    def num_replicas(self) -> int:
+        return sum(g.count for g in self.replicas)

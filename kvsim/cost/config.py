@@ -1,0 +1,91 @@
+"""Scenario configuration of the cost model (how long one engine iteration takes).
+
+A scenario's ``cost_model`` is one of:
+
+- ``roofline`` (or ``{kind: roofline, ...}``): analytic, from the GPU's datasheet figures;
+- ``{kind: constant, step_time_s: ...}``: every iteration takes the same time (tests, theory);
+- ``{profile: NAME_OR_PATH}`` (or ``{kind: profile, ...}``): curves measured by ``calibration/``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RooflineCostConfig(_Frozen):
+    """Analytic roofline: each phase takes max(FLOPs / peak, bytes / bandwidth).
+
+    Defaults: well-tuned LLM kernels reach about 60-70% of tensor-core peak on large
+    GEMMs and 80-90% of HBM bandwidth on streaming reads; see docs/cost-model.md for the
+    sources of these figures.
+    """
+
+    kind: Literal["roofline"] = "roofline"
+    compute_efficiency: float = Field(
+        default=0.6, gt=0, le=1, description="Fraction of dense tensor-core peak achieved by GEMMs and attention."
+    )
+    memory_efficiency: float = Field(
+        default=0.8, gt=0, le=1, description="Fraction of peak HBM bandwidth achieved when streaming weights and KV."
+    )
+    per_layer_overhead_s: float = Field(
+        default=0.0, ge=0, description="Fixed time per transformer layer per iteration (kernel launches), seconds."
+    )
+    per_iteration_overhead_s: float = Field(
+        default=0.0005,
+        ge=0,
+        description="Fixed CPU time per iteration (scheduling, sampling, input preparation), seconds.",
+    )
+    allreduce_latency_s: float | None = Field(
+        default=None, ge=0, description="Latency of one all-reduce; None uses the GPU's interconnect_latency_s."
+    )
+    allreduce_bandwidth_bytes_per_s: float | None = Field(
+        default=None, gt=0, description="All-reduce bus bandwidth; None uses the GPU's interconnect bandwidth."
+    )
+
+
+class ConstantCostConfig(_Frozen):
+    """Every iteration takes ``step_time_s`` whatever it does (for tests and queueing theory)."""
+
+    kind: Literal["constant"] = "constant"
+    step_time_s: float = Field(gt=0, description="Duration of every engine iteration, seconds.")
+
+
+class ProfileCostConfig(_Frozen):
+    """Cost curves measured on a real GPU by ``kvsim calibrate``."""
+
+    kind: Literal["profile"] = "profile"
+    profile: str = Field(description="Name of a shipped profile (see `kvsim profiles`) or a path to one.")
+    per_iteration_overhead_s: float | None = Field(
+        default=None, ge=0, description="CPU time per iteration; None uses the profile's value."
+    )
+
+
+CostModelConfig = Annotated[
+    RooflineCostConfig | ConstantCostConfig | ProfileCostConfig, Field(discriminator="kind")
+]
+
+
+def normalize_cost_model(value: Any) -> Any:
+    """Accept the shorthands ``roofline`` and ``{profile: X}`` before validation."""
+    if isinstance(value, str):
+        return {"kind": value}
+    if isinstance(value, dict) and "kind" not in value and "profile" in value:
+        return {"kind": "profile", **value}
+    return value
+
+
+class _CostHolder(_Frozen):
+    """Mixin for config models holding a ``cost_model`` field (applies the shorthands)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "cost_model" in data:
+            data = {**data, "cost_model": normalize_cost_model(data["cost_model"])}
+        return data

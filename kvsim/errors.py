@@ -1,0 +1,29 @@
+"""Errors users see: each names the file, the field path and the rule broken."""
+
+from __future__ import annotations
+
+
+class KvsimError(Exception):
+    """Base class of kvsim's user-facing errors."""
+
+
+class ScenarioError(KvsimError):
+    """A scenario (file, dict or override) is invalid.
+
+    ``problems`` holds ``(field_path, rule)`` pairs, e.g. ``("replicas.0.tp", "must be >= 1")``.
+    """
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
+        self.source = source
+        self.problems = problems
+        lines = [f"{source}: invalid scenario"]
+        lines += [f"  {path or '<root>'}: {rule}" for path, rule in problems]
+        super().__init__("\n".join(lines))
+
+
+class ProfileError(KvsimError):
+    """A cost profile is missing, malformed, or does not match the scenario."""
+
+
+class TraceError(KvsimError):
+    """A trace file cannot be read; the message names the file and the line."""

@@ -1,0 +1,59 @@
+"""What a request is before it reaches the engine: arrival, prompt content, output length.
+
+Prompts carry no real text. A prompt is a sequence of *segments*, each a run of tokens
+with a content id: two requests whose prompts start with the same segments share those
+tokens, hence their KV blocks. A shared system prompt is one segment reused by many
+requests; a Mooncake trace's 512-token ``hash_ids`` are one segment each.
+
+    request A: [sys:1000][user-a:300]               -> 81 full 16-token blocks + 4 tokens
+    request B: [sys:1000][user-b:120]               -> shares blocks 0..61 (992 tokens) with A
+    token i of a segment with content id c is "(c, i)": equal ids mean equal tokens.
+
+Workload content ids are non-negative. A request's generated tokens form one more
+segment, by default with the content id ``-(request_id + 1)``, so that a later turn of a
+conversation can re-send them as part of its prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+
+class Segment(NamedTuple):
+    """A run of ``num_tokens`` tokens whose content is identified by ``content_id``."""
+
+    content_id: int
+    num_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """One request as a workload produces it (immutable; the engine keeps its own state)."""
+
+    request_id: int
+    arrival_s: float
+    prompt: tuple[Segment, ...]
+    output_tokens: int
+    tenant: str = "default"
+    priority: int = 0
+    output_content_id: int | None = None
+    parent_id: int | None = None
+    think_time_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.output_tokens < 1:
+            raise ValueError(f"request {self.request_id}: output_tokens must be >= 1")
+        if not self.prompt or any(s.num_tokens < 1 for s in self.prompt):
+            raise ValueError(f"request {self.request_id}: prompt segments must hold >= 1 token each")
+        if self.arrival_s < 0:
+            raise ValueError(f"request {self.request_id}: arrival_s must be >= 0")
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(s.num_tokens for s in self.prompt)
+
+    @property
+    def output_segment(self) -> Segment:
+        cid = self.output_content_id if self.output_content_id is not None else -(self.request_id + 1)
+        return Segment(cid, self.output_tokens)

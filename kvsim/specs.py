@@ -1,0 +1,137 @@
+"""Hardware and model descriptions: what a model is and what a GPU can do.
+
+`ModelSpec` and `GpuSpec` are plain, frozen pydantic models. Presets live in
+`kvsim.presets`; a scenario may name a preset or define its own spec inline.
+KV element sizes for each `kv_cache_dtype` are in `KV_DTYPE_BYTES`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+KvDtype = Literal["auto", "fp16", "bf16", "fp8", "int8", "int4"]
+WeightDtype = Literal["fp16", "bf16", "fp8", "int8", "int4"]
+
+#: Bytes per stored element for each KV-cache dtype ("auto" means the model's dtype).
+KV_DTYPE_BYTES: dict[str, float] = {
+    "fp16": 2.0,
+    "bf16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "int4": 0.5,
+}
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ModelSpec(_Frozen):
+    """Shape of a decoder-only transformer, enough to size its KV cache and its FLOPs."""
+
+    name: str = Field(description="Model name, e.g. 'llama-2-70b'.")
+    num_layers: int = Field(gt=0, description="Number of transformer layers.")
+    hidden_size: int = Field(gt=0, description="Model (residual stream) width.")
+    num_attention_heads: int = Field(gt=0, description="Query heads per layer.")
+    num_kv_heads: int = Field(
+        gt=0, description="Key/value heads per layer (== query heads for MHA, 1 for MQA)."
+    )
+    head_dim: int = Field(gt=0, description="Dimension of one attention head.")
+    intermediate_size: int = Field(
+        gt=0, description="MLP inner width (per expert for mixture-of-experts models)."
+    )
+    vocab_size: int = Field(gt=0, description="Vocabulary size (LM head columns).")
+    num_params: float = Field(gt=0, description="Total parameter count.")
+    num_active_params: float | None = Field(
+        default=None,
+        gt=0,
+        description="Parameters used per token (mixture-of-experts); None means num_params.",
+    )
+    weight_dtype: WeightDtype = Field(default="bf16", description="Dtype of the weights.")
+    max_model_len: int = Field(gt=0, description="Maximum context length (positions).")
+    sliding_window: int | None = Field(
+        default=None,
+        gt=0,
+        description="Sliding-window attention span in tokens; KV older than this is dropped.",
+    )
+    kv_lora_rank: int | None = Field(
+        default=None,
+        gt=0,
+        description="MLA: rank of the compressed KV latent stored in the cache (None: not MLA).",
+    )
+    qk_rope_head_dim: int | None = Field(
+        default=None,
+        gt=0,
+        description="MLA: decoupled RoPE key dimension stored beside the latent.",
+    )
+    num_experts: int | None = Field(default=None, gt=0, description="MoE: experts per layer.")
+    num_experts_per_token: int | None = Field(
+        default=None, gt=0, description="MoE: experts routed per token."
+    )
+    source: str = Field(default="", description="Where these numbers come from (model card, config).")
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        if self.num_attention_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_kv_heads ({self.num_kv_heads})"
+            )
+        if (self.kv_lora_rank is None) != (self.qk_rope_head_dim is None):
+            raise ValueError("kv_lora_rank and qk_rope_head_dim must be given together (MLA)")
+        return self
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def active_params(self) -> float:
+        return self.num_active_params if self.num_active_params is not None else self.num_params
+
+    @property
+    def attention_kind(self) -> str:
+        if self.is_mla:
+            return "mla"
+        if self.num_kv_heads == self.num_attention_heads:
+            return "mha"
+        if self.num_kv_heads == 1:
+            return "mqa"
+        return "gqa"
+
+
+class GpuSpec(_Frozen):
+    """Datasheet figures of one accelerator."""
+
+    name: str = Field(description="GPU name, e.g. 'h100-sxm'.")
+    memory_bytes: int = Field(gt=0, description="HBM capacity in bytes.")
+    hbm_bandwidth_bytes_per_s: float = Field(gt=0, description="Peak HBM bandwidth, bytes/s.")
+    bf16_flops: float = Field(gt=0, description="Dense bf16 tensor-core peak, FLOP/s (no sparsity).")
+    fp16_flops: float = Field(gt=0, description="Dense fp16 tensor-core peak, FLOP/s (no sparsity).")
+    fp8_flops: float | None = Field(
+        default=None, gt=0, description="Dense fp8 peak, FLOP/s; None if the GPU has no fp8."
+    )
+    int8_ops: float | None = Field(default=None, gt=0, description="Dense int8 peak, OP/s.")
+    interconnect_bandwidth_bytes_per_s: float = Field(
+        gt=0,
+        description="GPU-to-GPU bandwidth per GPU per direction (NVLink, or PCIe when none), bytes/s.",
+    )
+    interconnect_latency_s: float = Field(
+        default=5e-6, ge=0, description="Latency of one collective step between GPUs, seconds."
+    )
+    pcie_bandwidth_bytes_per_s: float = Field(
+        gt=0, description="Host<->device bandwidth per direction (swap, CPU offload), bytes/s."
+    )
+    source: str = Field(default="", description="Datasheet the figures come from.")
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense tensor-core peak for a compute dtype, falling back to bf16."""
+        if dtype == "fp8" and self.fp8_flops is not None:
+            return self.fp8_flops
+        if dtype == "int8" and self.int8_ops is not None:
+            return self.int8_ops
+        if dtype == "fp16":
+            return self.fp16_flops
+        return self.bf16_flops

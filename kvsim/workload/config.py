@@ -20,13 +20,25 @@ Multi-turn sessions re-send the whole conversation each turn:
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _kind_or(default: str) -> Callable[[Any], str]:
+    """Discriminator that reads ``kind`` and falls back to ``default`` when it is omitted."""
+
+    def kind(value: Any) -> str:
+        if isinstance(value, dict):
+            return str(value.get("kind", default))
+        return str(getattr(value, "kind", default))
+
+    return kind
 
 
 # --------------------------------------------------------------------------- arrivals
@@ -109,8 +121,13 @@ class DiurnalArrivals(_Frozen):
 
 
 ArrivalConfig = Annotated[
-    PoissonArrivals | GammaArrivals | ConstantArrivals | OnOffArrivals | RampArrivals | DiurnalArrivals,
-    Field(discriminator="kind"),
+    Annotated[PoissonArrivals, Tag("poisson")]
+    | Annotated[GammaArrivals, Tag("gamma")]
+    | Annotated[ConstantArrivals, Tag("constant")]
+    | Annotated[OnOffArrivals, Tag("onoff")]
+    | Annotated[RampArrivals, Tag("ramp")]
+    | Annotated[DiurnalArrivals, Tag("diurnal")],
+    Discriminator(_kind_or("poisson")),
 ]
 
 # --------------------------------------------------------------------------- lengths
@@ -342,4 +359,8 @@ class TraceWorkload(_Frozen):
         return self
 
 
-WorkloadConfig = Annotated[SyntheticWorkload | TraceWorkload, Field(discriminator="kind")]
+# ``kind`` may be omitted: a workload without one is synthetic (as in the first schema).
+WorkloadConfig = Annotated[
+    Annotated[SyntheticWorkload, Tag("synthetic")] | Annotated[TraceWorkload, Tag("trace")],
+    Discriminator(_kind_or("synthetic")),
+]

@@ -292,7 +292,7 @@ def _table(points: list[Point], records: dict[str, dict[str, Any]]) -> pd.DataFr
                 row[k] = _flat(v)
         rows.append(row)
     table = pd.DataFrame(rows)
-    for col in table.select_dtypes(include="object").columns:
+    for col in table.select_dtypes(include=["object", "string"]).columns:
         kinds = {
             type(v) for v in table[col] if v is not None and not (isinstance(v, float) and math.isnan(v))
         }

@@ -327,7 +327,11 @@ class UnknownPresetError(KvsimError, LookupError):
 def unknown_name_message(kind: str, name: str, names: Iterable[str]) -> str:
     """ "unknown <kind> preset 'x' (did you mean ...?); available: ..." for users."""
     names = sorted(names)
-    close = difflib.get_close_matches(name.lower(), names, n=3, cutoff=0.6)
+    query = name.strip().lower()
+    # Names the query begins ("h100" -> "h100-sxm") first, then difflib's nearest ones.
+    close = sorted((n for n in names if query and n.startswith(query)), key=len)
+    close += [n for n in difflib.get_close_matches(query, names, n=3, cutoff=0.6) if n not in close]
+    close = close[:3]
     hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
     return f"unknown {kind} preset {name!r}{hint}; available: {', '.join(names)}"
 

@@ -10,9 +10,9 @@ Every preset cites where its figures come from in ``source``: the model's Huggin
 figures are per direction (half the bidirectional totals datasheets print).
 
 GPU memory: datasheets say "80GB", but HBM and GDDR parts are built from binary-sized
-dies, and the CUDA driver reports a total close to 80 GiB, not 80e9 bytes. Presets
-therefore store ``GB x 2**30``; what CUDA reports as usable is slightly lower still
-(driver reservations, ECC on GDDR parts). docs/presets.md has the table.
+dies and CUDA reports a total close to 80 GiB, not 80e9 bytes (an H200, "141GB",
+reports 139.8 GiB). Presets therefore store ``GB x 2**30``; docs/presets.md has the
+measurements and how to match one machine exactly.
 """
 
 from __future__ import annotations
@@ -314,7 +314,7 @@ GPU_PRESETS: dict[str, GpuSpec] = _gpus(
         pcie_bandwidth_bytes_per_s=16e9,
         source="NVIDIA T4 Tensor Core GPU datasheet (nvidia.com, 2019): 16GB GDDR6, 320+ GB/s; "
         "mixed-precision FP16/FP32 65 TFLOPS, INT8 130 TOPS (Turing has no sparsity, no FP8, "
-        "no BF16: bf16_flops holds the FP16 figure, vLLM runs bf16 models in fp16 there); "
+        "no BF16: bf16_flops holds the FP16 figure, bf16 models run in fp16 there); "
         "no NVLink: PCIe Gen3 x16, 32 GB/s total = 16 GB/s per direction.",
     ),
 )

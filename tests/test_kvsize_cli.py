@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +113,10 @@ def test_bad_flags_are_argparse_errors(argv: list[str], capsys: pytest.CaptureFi
     with pytest.raises(SystemExit) as exit_info:
         main(["kv-size", "--model", "llama-3-8b", *argv])
     assert exit_info.value.code == 2
+
+
+def test_docs_show_the_real_output(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["kv-size", "--model", "llama-2-70b", "--kv-dtype", "fp16", "--gpu", "h100-sxm", "--tp", "8"]
+    assert main(argv) == 0
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "presets.md").read_text(encoding="utf-8")
+    assert capsys.readouterr().out.rstrip("\n") in docs

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from kvsim.errors import KvsimError, ScenarioError
 from kvsim.kv_sizing import GIB
@@ -182,4 +184,17 @@ def test_inline_model_and_gpu_in_a_scenario() -> None:
     gpu = GPU_PRESETS["l4"].model_dump() | {"name": "my-gpu", "memory_bytes": 48 * GIB}
     scenario = load_scenario({"model": model, "replicas": [{"gpu": gpu}]})
     assert resolve_model(scenario.model).num_layers == 16
+    assert resolve_gpu(scenario.replicas[0].gpu).memory_bytes == 48 * GIB
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "presets.md"
+
+
+def test_docs_list_every_preset_and_their_yaml_example_loads() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    for name in [*MODEL_PRESETS, *GPU_PRESETS]:
+        assert f"| `{name}` |" in text, name
+    example = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    scenario = load_scenario(yaml.safe_load(example))
+    assert resolve_model(scenario.model).weight_dtype == "fp8"
     assert resolve_gpu(scenario.replicas[0].gpu).memory_bytes == 48 * GIB

@@ -58,10 +58,7 @@ class KVCacheManager:
         num_computed = req.num_computed_tokens + len(new_computed) * bs
         num_required = -(-(num_computed + num_new_tokens) // bs)
         num_new_blocks = num_required - len(req.blocks) - len(new_computed)
-        if new_computed:
-            num_evictable = sum(1 for b in new_computed if b.ref_cnt == 0)
-        else:
-            num_evictable = 0
+        num_evictable = sum(1 for b in new_computed if b.ref_cnt == 0) if new_computed else 0
         if num_new_blocks > pool.num_free_blocks - num_evictable:
             return False
         if new_computed:

@@ -353,7 +353,7 @@ class FakeClock:
 
 def test_progress_bar_waits_a_second_then_throttles_and_wipes() -> None:
     stream, clock = io.StringIO(), FakeClock()
-    bar = ProgressBar(stream, "a.yaml", clock=clock)
+    bar = ProgressBar(stream, "a.yaml", clock=clock, columns=200)
     clock.now = 100.9
     bar(5.0, 10, 100)
     assert stream.getvalue() == ""  # under a second: nothing drawn
@@ -370,6 +370,14 @@ def test_progress_bar_waits_a_second_then_throttles_and_wipes() -> None:
     assert stream.getvalue() == "\r" + line + "\r" + done
     bar.close()
     assert stream.getvalue().endswith("\r" + " " * len(done) + "\r")
+
+
+def test_progress_bar_is_cut_to_the_terminal_width() -> None:
+    stream, clock = io.StringIO(), FakeClock()
+    bar = ProgressBar(stream, "a.yaml", clock=clock, columns=41)
+    clock.now = 102.0
+    bar(1.0, 1, 2)
+    assert stream.getvalue() == "\ra.yaml [" + "#" * 15 + "." * 15 + "] "  # 40 characters
 
 
 def test_progress_bar_never_drawn_leaves_nothing() -> None:

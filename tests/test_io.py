@@ -240,3 +240,16 @@ def test_load_errors_name_the_folder_and_the_problem(tmp_path: Path) -> None:
     (out / "scenario.yaml").write_text("seed: -1\n")
     with pytest.raises(ResultDirError, match=r"scenario\.yaml: invalid scenario\n  seed:"):
         load_result(out)
+
+
+def test_docs_list_every_column_and_summary_key() -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "results.md").read_text()
+    for column in (*REQUEST_COLUMNS, *ITERATION_COLUMNS, *EVENT_COLUMNS):
+        assert f"| `{column}` |" in doc, column
+    for key in small_result().summary:
+        stem, _, stat = key.removesuffix("_s").rpartition("_")
+        is_latency = key.endswith("_s") and stat in ("mean", "p50", "p90", "p99")
+        documented = f"`{stem}_STAT_s`" if is_latency else f"`{key}`"
+        assert documented in doc, key
+    for name in RESULT_FILES:
+        assert f"── {name}" in doc, name

@@ -40,7 +40,8 @@ class ProgressBar:
     """A one-line carriage-return progress bar, drawn only once ``delay_s`` have passed.
 
     Called as ``bar(sim_time_s, num_finished, num_requests)``, the signature of
-    `kvsim.run`'s ``progress`` hook. `close` wipes the line if anything was drawn.
+    `kvsim.run`'s ``progress`` hook. The line is cut to the terminal's width (``columns``,
+    default: measured). `close` wipes the line if anything was drawn.
     """
 
     def __init__(
@@ -51,12 +52,14 @@ class ProgressBar:
         delay_s: float = PROGRESS_DELAY_S,
         interval_s: float = PROGRESS_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
+        columns: int | None = None,
     ) -> None:
         self.stream = stream
         self.label = label
         self.delay_s = delay_s
         self.interval_s = interval_s
         self.clock = clock
+        self.columns = columns
         self.start = clock()
         self.last_draw: float | None = None
         self.line_len = 0
@@ -79,7 +82,8 @@ class ProgressBar:
             return
         self.last_draw = now
         text = self.render(sim_time_s, num_finished, num_requests, now - self.start)
-        text = text[: max(shutil.get_terminal_size((100, 24)).columns - 1, 20)]
+        columns = self.columns or shutil.get_terminal_size((100, 24)).columns
+        text = text[: max(columns - 1, 20)]  # a wrapped line could not be overwritten by \r
         pad = " " * max(self.line_len - len(text), 0)
         self.stream.write(f"\r{text}{pad}")
         self.stream.flush()

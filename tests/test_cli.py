@@ -94,7 +94,7 @@ def fake_engine(monkeypatch: pytest.MonkeyPatch) -> list[tuple[kvsim.Scenario, A
     """Replace `kvsim.run` by `fake_run`; the list records (scenario, progress) per call."""
     calls: list[tuple[kvsim.Scenario, Any]] = []
 
-    def run(scenario: kvsim.Scenario, *, progress: Any = None) -> Result:
+    def run(scenario: kvsim.Scenario, *, base_dir: Path | None = None, progress: Any = None) -> Result:
         calls.append((scenario, progress))
         return fake_run(scenario, progress=progress)
 
@@ -246,7 +246,7 @@ def test_run_without_file_uses_the_embedded_default(
 def test_failed_run_leaves_nothing_half_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def exploding_run(scenario: kvsim.Scenario, *, progress: Any = None) -> Result:
+    def exploding_run(scenario: kvsim.Scenario, **kwargs: Any) -> Result:
         raise RuntimeError("engine exploded")
 
     monkeypatch.setattr(kvsim, "run", exploding_run, raising=False)
@@ -386,3 +386,43 @@ def test_progress_bar_never_drawn_leaves_nothing() -> None:
     bar(1.0, 1, 2)
     bar.close()
     assert stream.getvalue() == ""
+
+
+# --- with the real engine -------------------------------------------------------------
+
+
+def test_default_scenario_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "default"
+    assert main(["run", "--set", "workload.num_requests=50", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("default (seed 0, 1 replica)\n")
+    assert "  requests" in captured.out and "Latency (ms)" in captured.out
+    assert sorted(p.name for p in out.iterdir()) == sorted(RESULT_FILES)
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(REQUIRED_SUMMARY_KEYS) <= summary.keys()
+    assert summary["num_requests"] == 50
+    result = load_result(out)
+    assert len(result.requests) == 50
+    assert result.scenario.workload.num_requests == 50
+    assert result.summary["num_iterations"] == len(result.iterations)
+
+
+def test_same_scenario_twice_prints_the_same_json(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["run", "--set", "workload.num_requests=30", "--set", "seed=5", "--json"]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert main(argv) == 0
+    assert capsys.readouterr().out == first
+    summary = json.loads(first)
+    assert summary["seed"] == 5
+    assert summary["num_requests"] == 30
+
+
+def test_rerun_from_a_saved_scenario_reproduces_the_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert main(["run", "--set", "workload.num_requests=30", "--out", str(first), "--quiet"]) == 0
+    assert main(["run", str(first / "scenario.yaml"), "--out", str(second), "--quiet"]) == 0
+    assert (second / "summary.json").read_text() == (first / "summary.json").read_text()
+    assert capsys.readouterr() == ("", "")

@@ -253,3 +253,22 @@ def test_docs_list_every_column_and_summary_key() -> None:
         assert documented in doc, key
     for name in RESULT_FILES:
         assert f"── {name}" in doc, name
+
+
+def test_round_trip_of_a_simulated_result_with_events(tmp_path: Path) -> None:
+    # A 64-block pool under 40 requests forces evictions and preemptions into the event log.
+    result = kvsim.run(
+        None,
+        overrides=["workload.num_requests=40", "replicas.0.engine.num_gpu_blocks_override=64"],
+    )
+    assert len(result.events) > 0
+    loaded = load_result(save_result(result, tmp_path / "run"))
+    for attr in ("requests", "iterations", "events"):
+        before, after = getattr(result, attr), getattr(loaded, attr)
+        # Text columns may come back as pandas' string dtype instead of object; values are equal.
+        pd.testing.assert_frame_equal(after, before, check_dtype=False)
+        for column in before.columns:
+            if not pd.api.types.is_string_dtype(before[column]):
+                assert after[column].dtype == before[column].dtype, (attr, column)
+    assert loaded.scenario == result.scenario
+    assert json.loads(summary_to_json(loaded.summary)) == json.loads(summary_to_json(result.summary))

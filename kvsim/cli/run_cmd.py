@@ -136,7 +136,9 @@ def _run_one(
     if not (args.quiet or args.no_progress) and sys.stderr.isatty():
         bar = ProgressBar(sys.stderr, Path(label).name if source is not None else scenario.name)
     try:
-        result = kvsim.run(scenario, progress=bar)
+        # Relative paths inside a scenario file (traces) resolve against the file's folder.
+        base_dir = Path(source).resolve().parent if source is not None else None
+        result = kvsim.run(scenario, base_dir=base_dir, progress=bar)
     except KvsimError as exc:
         print(f"kvsim: error: {label}: {exc}", file=sys.stderr)
         return 2, None

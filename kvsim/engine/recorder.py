@@ -136,7 +136,8 @@ class Recorder:
                 "num_bytes": np.asarray([e[5] for e in ev], dtype=np.float64),
             }
         )
-        if len(names) > 1:
-            df = df.sort_values("time_s", kind="stable", ignore_index=True)
+        # Rejections are logged when they happen, a decode run's evictions when it is
+        # committed: order by time (stable, so ties keep the order of recording).
+        df = df.sort_values("time_s", kind="stable", ignore_index=True)
         assert list(df.columns) == list(EVENT_COLUMNS)
         return df

@@ -46,7 +46,9 @@ class RooflineCostModel:
         self._bytes_rate = gpu.hbm_bandwidth_bytes_per_s * cfg.memory_efficiency
         self._fixed_s = model.num_layers * cfg.per_layer_overhead_s + cfg.per_iteration_overhead_s
         if tp > 1:
-            lat = cfg.allreduce_latency_s if cfg.allreduce_latency_s is not None else gpu.interconnect_latency_s
+            lat = (
+                cfg.allreduce_latency_s if cfg.allreduce_latency_s is not None else gpu.interconnect_latency_s
+            )
             bw = cfg.allreduce_bandwidth_bytes_per_s or gpu.interconnect_bandwidth_bytes_per_s
             self._ar_fixed_s = 2 * model.num_layers * lat
             self._ar_s_per_token = 2 * model.num_layers * 2 * (tp - 1) / tp * model.hidden_size * wbytes / bw

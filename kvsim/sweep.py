@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 import kvsim
 from kvsim.config import Scenario
 from kvsim.errors import KvsimError
+from kvsim.io import json_safe, save_result
 from kvsim.scenario_io import apply_overrides, read_yaml, validate
 from kvsim.workload import resolve_workload_paths
 
@@ -142,32 +143,12 @@ def load_sweep(path: str | Path) -> tuple[SweepSpec, list[Point]]:
 
 
 def simulate(scenario: Scenario) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The default runner: ``kvsim.run`` and its summary and resolved scenario as files."""
+    """The default runner: ``kvsim.run``, then the result folder's files as bytes."""
     result = kvsim.run(scenario)
-    summary = dict(result.summary)
     with tempfile.TemporaryDirectory(prefix="kvsim-point-") as tmp:
-        write_summary(summary, scenario, Path(tmp))
-        files = {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
-    return summary, files
-
-
-def write_summary(summary: Mapping[str, Any], scenario: Scenario, out: Path) -> None:
-    """summary.json and scenario.yaml of one run."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2) + "\n", encoding="utf-8")
-    (out / "scenario.yaml").write_text(kvsim.dump_scenario(scenario), encoding="utf-8")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "item"):  # numpy scalars
-        return _jsonable(value.item())
-    return value
+        folder = save_result(result, Path(tmp) / "result")
+        files = {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+    return dict(result.summary), files
 
 
 def run_point(point: Point, runner: Runner) -> PointOutcome:
@@ -209,10 +190,10 @@ def _save(out: Path, point: Point, outcome: PointOutcome) -> dict[str, Any]:
         "status": outcome.status,
         "error": outcome.error,
         "wall_s": outcome.wall_s,
-        "summary": _jsonable(outcome.summary),
+        "summary": json_safe(outcome.summary),
     }
     # point.json is written last: its presence with status ok marks the point done.
-    (d / "point.json").write_text(json.dumps(_jsonable(record), indent=2) + "\n", encoding="utf-8")
+    (d / "point.json").write_text(json.dumps(json_safe(record), indent=2) + "\n", encoding="utf-8")
     return record
 
 
@@ -274,7 +255,7 @@ def _flat(value: Any) -> Any:
     """Table cell: scalars as they are, anything else as JSON text."""
     if value is None or isinstance(value, bool | int | float | str):
         return value
-    return json.dumps(_jsonable(value), sort_keys=True)
+    return json.dumps(json_safe(value), sort_keys=True)
 
 
 def _table(points: list[Point], records: dict[str, dict[str, Any]]) -> pd.DataFrame:

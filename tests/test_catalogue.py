@@ -11,9 +11,9 @@ import pytest
 
 import kvsim
 from kvsim.cache_curve import cache_curve
-from kvsim.scenario_io import read_yaml
 from kvsim.kv_sizing import kv_bytes_for_context, kv_bytes_per_token
 from kvsim.presets import resolve_model
+from kvsim.scenario_io import read_yaml
 from kvsim.sweep import load_sweep
 from kvsim.workload import resolve_workload_paths
 from kvsim.workload.config import TraceWorkload

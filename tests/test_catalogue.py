@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import kvsim
@@ -15,7 +16,7 @@ from kvsim.kv_sizing import kv_bytes_for_context, kv_bytes_per_token
 from kvsim.presets import resolve_model
 from kvsim.scenario_io import read_yaml
 from kvsim.sweep import load_sweep
-from kvsim.workload import resolve_workload_paths
+from kvsim.workload import generate_requests, resolve_workload_paths
 from kvsim.workload.config import TraceWorkload
 from kvsim.workload.traces import replay_trace
 
@@ -47,6 +48,22 @@ HEADLINE = (
 # (file, reduced-form overrides, pinned headline numbers). Regenerate a row by running the
 # scenario with its overrides and copying the summary values; say why in the commit.
 GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    (
+        "chat_sessions.yaml",
+        {"workload.num_requests": 300},
+        {
+            "num_finished": 300,
+            "total_kv_blocks": 28168,
+            "num_preemptions": 0,
+            "num_swaps": 0,
+            "prefix_hit_rate": 0.9063869609059999,
+            "ttft_p50_s": 0.010803339958563862,
+            "ttft_p99_s": 0.052351803420732514,
+            "max_itl_p99_s": 0.05743428294974562,
+            "throughput_tokens_per_s": 361.6301813158552,
+            "kv_usage_peak": 0.061594717409826756,
+        },
+    ),
     (
         "llama2_70b_kv_sizing.yaml",
         {"workload.num_requests": 100},
@@ -455,3 +472,15 @@ def test_timed_hit_rate_stays_below_the_unbounded_cache_curve() -> None:
     (hash_ids,) = cache_curve(reqs, [None], block_size=512)
     assert timed <= unbounded.token_hit_ratio <= hash_ids.token_hit_ratio
     assert hash_ids.token_hit_ratio - timed < 0.005
+
+
+def test_chat_sessions_hit_rate_matches_the_cache_only_replay() -> None:
+    """Same requests, timed vs cache-only (16-token full blocks, outputs cached): the timed
+    rate is at most the cache-only one and within 0.005; without outputs it is far lower."""
+    scenario = kvsim.load_scenario(SCENARIOS / "chat_sessions.yaml", {"workload.num_requests": 300})
+    reqs = generate_requests(scenario.workload, np.random.default_rng(0))
+    timed = kvsim.run(scenario, requests=reqs).summary["prefix_hit_rate"]
+    (with_outputs,) = cache_curve(reqs, [None], block_size=16, partial_blocks=False, cache_outputs=True)
+    (prompts_only,) = cache_curve(reqs, [None], block_size=16, partial_blocks=False)
+    assert timed <= with_outputs.token_hit_ratio < timed + 0.005
+    assert prompts_only.token_hit_ratio < with_outputs.token_hit_ratio - 0.05

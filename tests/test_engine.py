@@ -17,7 +17,9 @@ from kvsim.request import RequestSpec, Segment
 def constant_scenario(step_s: float = 0.01, **engine) -> dict:
     return {
         "model": "llama-3-8b",
-        "replicas": [{"gpu": "h100-sxm", "engine": engine, "cost_model": {"kind": "constant", "step_time_s": step_s}}],
+        "replicas": [
+            {"gpu": "h100-sxm", "engine": engine, "cost_model": {"kind": "constant", "step_time_s": step_s}}
+        ],
     }
 
 
@@ -162,7 +164,9 @@ def test_time_limit_leaves_requests_unfinished_and_reported():
 
 
 def test_rejected_requests_are_logged_and_not_lost():
-    res = kvsim.run(constant_scenario(0.01, max_model_len=64), requests=[spec(0, 60, output=10), spec(1, 10, output=2)])
+    res = kvsim.run(
+        constant_scenario(0.01, max_model_len=64), requests=[spec(0, 60, output=10), spec(1, 10, output=2)]
+    )
     assert list(res.requests.finished) == [False, True]
     assert list(res.events.kind) == ["reject"]
     assert res.summary["num_unfinished"] == 1

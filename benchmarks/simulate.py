@@ -36,8 +36,12 @@ def azure_requests(n: int, rate: float, seed: int) -> list[RequestSpec]:
     idx = rng.integers(0, len(trace), size=n)
     arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n))
     return [
-        RequestSpec(request_id=i, arrival_s=float(arrivals[i]), prompt=(Segment(i, int(prompt[j])),),
-                    output_tokens=int(output[j]))
+        RequestSpec(
+            request_id=i,
+            arrival_s=float(arrivals[i]),
+            prompt=(Segment(i, int(prompt[j])),),
+            output_tokens=int(output[j]),
+        )
         for i, j in enumerate(idx)
     ]
 
@@ -48,8 +52,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--no-fast-forward", action="store_true")
     args = ap.parse_args()
-    scenario = kvsim.load_scenario(HERE / "azure_conv_10k.yaml", [f"workload.num_requests={args.requests}",
-                                   f"sim.fast_forward={'false' if args.no_fast_forward else 'true'}"])
+    scenario = kvsim.load_scenario(
+        HERE / "azure_conv_10k.yaml",
+        [
+            f"workload.num_requests={args.requests}",
+            f"sim.fast_forward={'false' if args.no_fast_forward else 'true'}",
+        ],
+    )
     reqs = azure_requests(args.requests, scenario.workload.arrival.rate_per_s, scenario.seed)
     t1 = time.perf_counter()
     result = kvsim.run(scenario, requests=reqs)

@@ -13,7 +13,9 @@ SHARED = ROOT.parent / "shared"
 TRACES = SHARED / "traces"
 
 
-def spec(rid: int, prompt: int | list[tuple[int, int]], output: int, arrival: float = 0.0, **kw) -> RequestSpec:
+def spec(
+    rid: int, prompt: int | list[tuple[int, int]], output: int, arrival: float = 0.0, **kw
+) -> RequestSpec:
     """A request; ``prompt`` is a token count (unique content) or (content_id, tokens) pairs."""
     segs = [Segment(1000 + rid, prompt)] if isinstance(prompt, int) else [Segment(c, n) for c, n in prompt]
     return RequestSpec(request_id=rid, arrival_s=arrival, prompt=tuple(segs), output_tokens=output, **kw)

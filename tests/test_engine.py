@@ -17,7 +17,9 @@ from kvsim.request import RequestSpec, Segment
 def constant_scenario(step_s: float = 0.01, **engine) -> dict:
     return {
         "model": "llama-3-8b",
-        "replicas": [{"gpu": "h100-sxm", "engine": engine, "cost_model": {"kind": "constant", "step_time_s": step_s}}],
+        "replicas": [
+            {"gpu": "h100-sxm", "engine": engine, "cost_model": {"kind": "constant", "step_time_s": step_s}}
+        ],
     }
 
 
@@ -41,15 +43,18 @@ def test_chunked_prefill_spreads_a_prompt_over_iterations():
 
 def test_lone_request_under_the_roofline_matches_the_hand_computation():
     # Llama-3-8B on one H100-SXM, bf16, default efficiencies (compute 0.6, memory 0.8,
-    # 0.5 ms per iteration). Prompt 1000 tokens, 3 output tokens.
-    params, layers, heads, hd = 8_030_261_248, 32, 32, 128
+    # 0.5 ms per iteration); see kvsim/cost/roofline.py for the formula. Prompt 1000
+    # tokens, 3 output tokens.
+    params, vocab, hidden, layers, heads, hd = 8_030_261_248, 128_256, 4096, 32, 32, 128
+    lm = vocab * hidden  # LM head, run once per sequence; the embedding is not a GEMM
+    p_lin = params - 2 * lm  # 6,979,588,096 parameters in the transformer layers
     kv_per_token = 2 * 32 * 8 * 128 * 2  # 131,072 bytes
     flops_rate, bytes_rate = 989.5e12 * 0.6, 3.35e12 * 0.8
 
     def step(tokens: int, pairs: int, kv_tokens: int) -> float:
-        flops = 2.0 * params * tokens + 4.0 * layers * heads * hd * pairs
-        nbytes = params * 2 + kv_per_token * kv_tokens
-        return max(flops / flops_rate, nbytes / bytes_rate) + 0.0005
+        linear = max((2.0 * p_lin * tokens + 2.0 * lm) / flops_rate, (p_lin + lm) * 2 / bytes_rate)
+        attention = max(4.0 * layers * heads * hd * pairs / flops_rate, kv_per_token * kv_tokens / bytes_rate)
+        return linear + attention + 0.0005
 
     prefill = step(1000, 1000 * 1001 // 2, 1000)
     decode1, decode2 = step(1, 1001, 1001), step(1, 1002, 1002)
@@ -58,9 +63,9 @@ def test_lone_request_under_the_roofline_matches_the_hand_computation():
     r = res.requests.iloc[0]
     assert r.ttft_s == pytest.approx(prefill, rel=1e-12)
     assert r.e2e_s == pytest.approx(prefill + decode1 + decode2, rel=1e-12)
-    prefill_flops = 2.0 * params * 1000 + 4.0 * layers * heads * hd * (1000 * 1001 // 2)
-    assert prefill_flops / flops_rate > (params * 2 + kv_per_token * 1000) / bytes_rate  # compute-bound
-    assert decode1 == pytest.approx(16_060_522_496 / bytes_rate + 1001 * kv_per_token / bytes_rate + 0.0005)
+    # Prefill is compute-bound, a decode step memory-bound (weights + KV over HBM).
+    assert prefill > 0.02
+    assert decode1 == pytest.approx((p_lin + lm) * 2 / bytes_rate + 1001 * kv_per_token / bytes_rate + 0.0005)
 
 
 def test_waiting_time_matches_md1_closed_form():
@@ -162,7 +167,9 @@ def test_time_limit_leaves_requests_unfinished_and_reported():
 
 
 def test_rejected_requests_are_logged_and_not_lost():
-    res = kvsim.run(constant_scenario(0.01, max_model_len=64), requests=[spec(0, 60, output=10), spec(1, 10, output=2)])
+    res = kvsim.run(
+        constant_scenario(0.01, max_model_len=64), requests=[spec(0, 60, output=10), spec(1, 10, output=2)]
+    )
     assert list(res.requests.finished) == [False, True]
     assert list(res.events.kind) == ["reject"]
     assert res.summary["num_unfinished"] == 1

@@ -118,7 +118,9 @@ class SchedulerMachine(RuleBasedStateMachine):
     )
     def arrive(self, prefix, prefix_len, own, out, prio) -> None:
         rid = len(self.reqs)
-        segs = (Segment(prefix, prefix_len), Segment(100 + rid, own)) if prefix else (Segment(100 + rid, own),)
+        segs = (
+            (Segment(prefix, prefix_len), Segment(100 + rid, own)) if prefix else (Segment(100 + rid, own),)
+        )
         spec = RequestSpec(request_id=rid, arrival_s=self.t, prompt=segs, output_tokens=out, priority=prio)
         req = Request(spec)
         self.reqs[rid] = req
@@ -152,7 +154,9 @@ class SchedulerMachine(RuleBasedStateMachine):
             r.request_id for r in self.reqs.values() if r.status is Status.RUNNING
         )
         assert len(s.running) == len({id(r) for r in s.running})
-        assert s.num_waiting == len(waiting) + sum(1 for r in self.reqs.values() if r.status is Status.SWAPPED)
+        assert s.num_waiting == len(waiting) + sum(
+            1 for r in self.reqs.values() if r.status is Status.SWAPPED
+        )
         for r in self.reqs.values():
             if r.status is Status.FINISHED:
                 assert r.num_output_tokens == r.target_output_tokens and not r.blocks

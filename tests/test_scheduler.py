@@ -12,7 +12,9 @@ from kvsim.core.scheduler import Scheduler
 
 def make(num_blocks: int = 10, **engine) -> Scheduler:
     cfg = EngineConfig(block_size=4, **engine)
-    pool = BlockPool(num_blocks, enable_caching=cfg.enable_prefix_caching, eviction_policy=cfg.eviction_policy)
+    pool = BlockPool(
+        num_blocks, enable_caching=cfg.enable_prefix_caching, eviction_policy=cfg.eviction_policy
+    )
     return Scheduler(cfg, pool, num_host_blocks=engine.pop("host", 0) if "host" in engine else 8)
 
 

@@ -67,7 +67,12 @@ class LruFreeQueue:
         block = self._head.next
         if block is self._tail or block is None:
             raise IndexError("no free blocks")
-        self.remove(block)
+        nxt = block.next
+        assert nxt is not None
+        self._head.next = nxt
+        nxt.prev = self._head
+        block.prev = block.next = None
+        self.num_free_blocks -= 1
         return block
 
     def remove(self, block: KVBlock) -> None:
@@ -167,17 +172,42 @@ class BlockPool:
     # -- allocation ----------------------------------------------------------------
     def get_new_blocks(self, n: int) -> list[KVBlock]:
         """Take ``n`` blocks from the head of the free queue, evicting cached ones."""
-        if n > len(self.free_queue):
-            raise ValueError(f"cannot get {n} blocks, only {len(self.free_queue)} free")
+        fq = self.free_queue
+        if n > len(fq):
+            raise ValueError(f"cannot get {n} blocks, only {len(fq)} free")
+        if type(fq) is not LruFreeQueue:
+            out = [fq.popleft() for _ in range(n)]
+            for block in out:
+                if block.block_hash is not None:
+                    self._evict(block)
+                block.ref_cnt = 1
+            return out
+        # Hot path: unlink n blocks from the head of the LRU list in one sweep.
         out = []
-        popleft = self.free_queue.popleft
+        head = fq._head
+        node = head.next
+        cached = self.cached
         for _ in range(n):
-            block = popleft()
-            assert block.ref_cnt == 0
-            if block.block_hash is not None:
-                self._evict(block)
-            block.ref_cnt = 1
-            out.append(block)
+            assert node is not None and node.ref_cnt == 0
+            h = node.block_hash
+            if h is not None:
+                if not self._dupes and cached.get(h) is node:
+                    del cached[h]
+                    node.block_hash = None
+                    node.num_hits = 0
+                    self.num_cached_free -= 1
+                    self.num_evicted += 1
+                else:
+                    self._evict(node)
+            node.ref_cnt = 1
+            out.append(node)
+            nxt = node.next
+            node.prev = node.next = None
+            node = nxt
+        assert node is not None
+        head.next = node
+        node.prev = head
+        fq.num_free_blocks -= n
         return out
 
     def _evict(self, block: KVBlock) -> None:

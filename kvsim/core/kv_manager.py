@@ -76,12 +76,20 @@ class KVCacheManager:
     def cache_full_blocks(self, req: Request, num_full: int) -> None:
         """Register blocks ``num_cached_blocks .. num_full - 1`` of ``req`` in the cache."""
         hashes = req.ensure_hashes(num_full, self.block_size)
-        cache = self.pool.cache_block
         blocks = req.blocks
+        cached = self.pool.cached
+        cache = self.pool.cache_block
         for j in range(req.num_cached_blocks, num_full):
             block = blocks[j]
-            if block is not None:
-                cache(block, hashes[j])
+            if block is None:
+                continue
+            h = hashes[j]
+            if h in cached:
+                cache(block, h)  # a duplicate: the pool keeps both
+            else:
+                assert block.block_hash is None and block.ref_cnt > 0
+                block.block_hash = h
+                cached[h] = block
         req.num_cached_blocks = num_full
 
     def remove_skipped_blocks(self, req: Request) -> None:

@@ -192,10 +192,23 @@ class Scheduler:
         swap_out_before = len(self.events)
 
         # 1. Running requests, in order.
+        bs = self.block_size
+        caching = kv.enable_caching
+        no_window = self.sliding_window is None
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            num_new = self._chunk(req.num_tokens - req.num_computed_tokens, budget)
+            nc = req.num_computed_tokens
+            if no_window and req.num_tokens - nc == 1 and len(req.blocks) * bs > nc:
+                # Hot path (a decode whose slot is already allocated): what allocate_slots
+                # would do, minus the block arithmetic. The token may fill its block.
+                if caching and (nc + 1) % bs == 0 and (nc + 1) // bs > req.num_cached_blocks:
+                    kv.cache_full_blocks(req, (nc + 1) // bs)
+                scheduled[req] = 1
+                budget -= 1
+                i += 1
+                continue
+            num_new = self._chunk(req.num_tokens - nc, budget)
             if self.sliding_window is not None:
                 kv.remove_skipped_blocks(req)
             scheduled_ok = True

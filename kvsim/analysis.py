@@ -42,6 +42,7 @@ def rolling_quantiles(
 ) -> pd.DataFrame:
     """Quantiles of the samples in the window ``(t - window_s, t]`` for t = start + step, + 2 step, ...
 
+    (The first window is closed on the left, so that a sample at ``start_s`` counts.)
     The grid runs until it covers the last sample. Without weights the quantiles
     interpolate linearly (numpy's default, like `kvsim.result.summarize`); with weights
     (e.g. decode tokens per iteration) they are the inverted CDF of the weighted samples.
@@ -67,7 +68,8 @@ def rolling_quantiles(
         n_steps = max(1, int(np.ceil((t[-1] - start_s) / step - 1e-9)))
         for k in range(1, n_steps + 1):
             end = start_s + k * step
-            lo = np.searchsorted(t, end - window_s, side="right")
+            # The first window also holds samples at exactly start_s.
+            lo = 0 if end - window_s <= start_s else np.searchsorted(t, end - window_s, side="right")
             hi = np.searchsorted(t, end, side="right")
             cols["time_s"].append(end)
             cols["count"].append(float(hi - lo))
@@ -314,7 +316,7 @@ def prefix_hit_rate_over_time(
 ) -> pd.DataFrame:
     """Prefix hit rate (hit tokens / prompt tokens) of requests first scheduled in each window.
 
-    Windows as in `rolling_quantiles`. Columns ``time_s``, ``num_requests``, ``hit_rate``
+    Windows as in `rolling_quantiles` (from time 0). Columns ``time_s``, ``num_requests``, ``hit_rate``
     (NaN where no request was admitted).
     """
     adm = requests.dropna(subset=["first_scheduled_s"]).sort_values("first_scheduled_s", kind="stable")
@@ -325,7 +327,7 @@ def prefix_hit_rate_over_time(
     if not len(t):
         return pd.DataFrame(columns=["time_s", "num_requests", "hit_rate"])
     ends = step * np.arange(1, max(1, int(np.ceil(t[-1] / step - 1e-9))) + 1)
-    lo = np.searchsorted(t, ends - window_s, side="right")
+    lo = np.where(ends - window_s <= 0, 0, np.searchsorted(t, ends - window_s, side="right"))
     hi = np.searchsorted(t, ends, side="right")
     q = toks[hi] - toks[lo]
     with np.errstate(invalid="ignore", divide="ignore"):

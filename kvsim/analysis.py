@@ -449,3 +449,15 @@ def compare_summaries(summaries: Mapping[str, Mapping[str, object]], metrics: Se
                     base != 0, 100.0 * (table[n] - base) / base, np.nan
                 )
     return table
+
+
+def nice_window(span_s: float, num_windows: int = 60) -> float:
+    """A round window (1, 2 or 5 times a power of ten) cutting ``span_s`` into about ``num_windows``."""
+    if span_s <= 0:
+        return 1.0
+    raw = span_s / num_windows
+    power = 10 ** np.floor(np.log10(raw))
+    for m in (1, 2, 5, 10):
+        if raw <= m * power:
+            return float(m * power)
+    return float(10 * power)

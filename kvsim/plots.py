@@ -36,8 +36,9 @@ def _finish(fig: go.Figure, title: str, height: int) -> go.Figure:
         title={"text": title, "x": 0.0, "xanchor": "left"},
         template="plotly_white",
         height=height,
-        margin={"l": 70, "r": 30, "t": 90, "b": 50},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0.0},
+        margin={"l": 70, "r": 30, "t": 70, "b": 50},
+        # Legend on the right: a wrapped legend above the plot would run into the titles.
+        legend={"orientation": "v", "yanchor": "top", "y": 1.0, "xanchor": "left", "x": 1.01},
         hovermode="x unified",
     )
     return fig
@@ -278,8 +279,8 @@ def prefix_hit_rate_figure(hit_rate: pd.DataFrame, *, overall: float | None = No
         fig.add_hline(
             y=overall * 100,
             line={"color": "#555555", "dash": "dash"},
-            annotation_text=f"run: {overall * 100:.1f} %",
-            annotation_position="top left",
+            annotation_text=f"whole run: {overall * 100:.1f} %",
+            annotation_position="top right",
         )
     fig.update_yaxes(title_text="prefix hit rate (% of prompt tokens)", range=[0, 105])
     fig.update_xaxes(title_text=TIME_TITLE)

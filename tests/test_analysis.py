@@ -224,3 +224,11 @@ def test_compare_summaries_relative_differences() -> None:
     assert table["b vs a (%)"].iloc[0] == -25.0
     assert math.isnan(table["b vs a (%)"].iloc[1])  # base is 0
     assert math.isnan(table.loc["missing", "a"])
+
+
+def test_nice_window() -> None:
+    assert analysis.nice_window(300.0) == 5.0  # 300 / 60 = 5
+    assert analysis.nice_window(250.0) == 5.0  # 4.17 -> 5
+    assert analysis.nice_window(61.0) == 2.0  # 1.02 -> 2
+    assert analysis.nice_window(3.0) == 0.05
+    assert analysis.nice_window(0.0) == 1.0

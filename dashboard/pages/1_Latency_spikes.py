@@ -24,6 +24,8 @@ SPIKE_COLUMNS = [
     "arrival_rate_per_s",
     "mean_prompt_tokens",
 ]
+#: Spikes listed in words above the table (the worst first).
+MAX_LISTED = 8
 
 
 def main() -> None:
@@ -92,6 +94,12 @@ def main() -> None:
         "Causes are counted over the span the slow requests lived through: from the spike's start "
         "minus its peak latency to its end."
     )
+    # Worst first, by how far each spike exceeds its own threshold (TTFT and ITL differ in scale).
+    over = table["peak_s"] / table["metric"].map({"TTFT": ttft_thr, "ITL": itl_thr}).clip(lower=1e-9)
+    worst = table.assign(over=over).sort_values("over", ascending=False).head(MAX_LISTED)
+    st.markdown("\n".join(f"- {text}" for text in worst["explanation"]))
+    if len(table) > MAX_LISTED:
+        st.caption(f"The {MAX_LISTED} worst of {len(table)} spikes; the table has them all.")
     common.show_table(table[SPIKE_COLUMNS], f"{res.scenario.name}_spikes")
 
 

@@ -1,9 +1,303 @@
-"""CLI commands (being written)."""
+"""CLI commands about cost models: ``kvsim calibrate``, ``kvsim profiles``, ``kvsim predict``.
+
+    kvsim calibrate --model M [--tp N] [--device cuda|cpu] [--quick] [--gpu G] --out PROFILE
+        time the model's kernels with torch (calibration/ harness) and write a profile
+    kvsim calibrate --fit-roofline PROFILE [--gpu G] [--out FIT]
+        fit roofline efficiencies to a kernels profile (carry a GPU's character to other models)
+    kvsim calibrate --fit-measurements CSV --model M --gpu G --out FIT
+        fit roofline parameters to end-to-end measurements of a serving engine
+    kvsim calibrate --compare PROFILE [--gpu G] [--json]
+        roofline vs calibrated vs measured over the profile's grid, with relative errors
+    kvsim profiles [--json]
+        list shipped profiles
+    kvsim predict --cost-model PROFILE|roofline --model M --gpu G --points CSV [--json]
+        predict the time of each point of a measurements CSV
+
+torch is imported only by the harness, and only when ``kvsim calibrate`` measures.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kvsim.cost import compare, fit
+from kvsim.cost.config import ProfileCostConfig, RooflineCostConfig
+from kvsim.cost.factory import build_cost_model
+from kvsim.cost.profile import Profile, load_profile, model_shape, shipped_profiles, write_profile
+from kvsim.errors import KvsimError, ProfileError
+from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
+from kvsim.specs import GpuSpec, ModelSpec
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add this module's commands to the parser."""
+    """Add ``calibrate``, ``profiles`` and ``predict`` to the parser."""
+    p = sub.add_parser(
+        "calibrate",
+        help="measure cost curves with torch, fit the roofline, or compare models",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--fit-roofline", metavar="PROFILE", help="fit roofline efficiencies to a kernels profile"
+    )
+    mode.add_argument(
+        "--fit-measurements", metavar="CSV", help="fit roofline parameters to engine measurements"
+    )
+    mode.add_argument("--compare", metavar="PROFILE", help="compare roofline, calibrated and measured times")
+    p.add_argument("--model", help="model preset name or a YAML/JSON file holding a ModelSpec")
+    p.add_argument("--gpu", help="GPU preset name or a YAML/JSON file holding a GpuSpec")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree to measure (default 1)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="device to measure on")
+    p.add_argument("--quick", action="store_true", help="smaller grids (under 1 minute on an H100/H200)")
+    p.add_argument(
+        "--per-iteration-overhead-s",
+        type=float,
+        default=RooflineCostConfig.model_fields["per_iteration_overhead_s"].default,
+        help="CPU overhead per iteration recorded in a measured profile (kernels cannot measure it)",
+    )
+    p.add_argument(
+        "--per-layer-overhead-s",
+        type=float,
+        default=None,
+        help="--fit-*: hold the per-layer overhead at this value (it cannot be told apart from the "
+        "per-iteration overhead for one model); default: the roofline default",
+    )
+    p.add_argument(
+        "--kv-cache-dtype", default="auto", help="KV dtype for --compare / --fit-roofline (default auto)"
+    )
+    p.add_argument("--json", action="store_true", help="--compare: print JSON rows instead of a table")
+    p.add_argument("--out", help="profile file to write")
+    p.set_defaults(func=_calibrate)
+
+    p = sub.add_parser("profiles", help="list the cost profiles shipped with kvsim")
+    p.add_argument("--json", action="store_true", help="print a JSON list")
+    p.set_defaults(func=_profiles)
+
+    p = sub.add_parser("predict", help="predict iteration times of measurement points with a cost model")
+    p.add_argument("--cost-model", required=True, help="'roofline' or a profile name/path")
+    p.add_argument("--model", required=True, help="model preset name or ModelSpec file")
+    p.add_argument("--gpu", required=True, help="GPU preset name or GpuSpec file")
+    p.add_argument(
+        "--points", required=True, help=f"CSV with columns {','.join(fit.CSV_COLUMNS)} (time_s optional)"
+    )
+    p.add_argument("--kv-cache-dtype", default="auto", help="KV-cache dtype (default auto)")
+    p.add_argument("--json", action="store_true", help="print a JSON list (default: a table)")
+    p.set_defaults(func=_predict)
+
+
+def _load_spec(text: str, presets: dict[str, Any], cls: type, what: str) -> Any:
+    path = Path(text)
+    if path.suffix in (".yaml", ".yml", ".json") and path.is_file():
+        try:
+            return cls(**yaml.safe_load(path.read_text()))
+        except (OSError, yaml.YAMLError, TypeError, ValueError) as exc:
+            raise KvsimError(f"{path}: not a valid {cls.__name__}: {exc}") from exc
+    if text.lower() in presets:
+        return presets[text.lower()]
+    raise KvsimError(
+        f"unknown {what} {text!r} (presets: {', '.join(sorted(presets))}; or a YAML/JSON spec file)"
+    )
+
+
+def _model(text: str | None) -> ModelSpec:
+    if not text:
+        raise KvsimError("--model is required")
+    return _load_spec(text, MODEL_PRESETS, ModelSpec, "model")  # type: ignore[no-any-return]
+
+
+def _gpu(text: str | None, profile: Profile | None = None) -> GpuSpec:
+    text = text or (profile.gpu if profile is not None else None)
+    if not text:
+        raise KvsimError("--gpu is required (the profile names no GPU)")
+    return _load_spec(text, GPU_PRESETS, GpuSpec, "GPU")  # type: ignore[no-any-return]
+
+
+def _command_line() -> str:
+    return "kvsim " + shlex.join(sys.argv[1:]) if sys.argv and sys.argv[0] else ""
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    if args.fit_roofline:
+        return _fit_roofline(args)
+    if args.fit_measurements:
+        return _fit_measurements(args)
+    if args.compare:
+        return _compare(args)
+    return _measure(args)
+
+
+def _measure(args: argparse.Namespace) -> int:
+    if not args.out:
+        raise KvsimError("--out is required: the profile file to write")
+    model = _model(args.model)
+    try:
+        from calibration.harness import run_calibration  # imports torch: only when measuring
+        from calibration.shapes import ModelShape
+    except ImportError as exc:
+        raise KvsimError(
+            f"kvsim calibrate needs torch ({exc}); install it with `pip install kvsim[calibration]`"
+        ) from exc
+    if model.is_mla or model.num_experts:
+        raise KvsimError(f"calibration measures dense attention models; {model.name!r} is MLA or MoE")
+    if model.weight_dtype not in ("fp16", "bf16"):
+        raise KvsimError(f"calibration measures fp16/bf16 models; {model.name!r} is {model.weight_dtype}")
+    shape = ModelShape(**{k: v for k, v in model_shape(model).items()})
+    try:
+        profile = run_calibration(
+            shape,
+            tp=args.tp,
+            device=args.device,
+            quick=args.quick,
+            gpu=args.gpu,
+            per_iteration_overhead_s=args.per_iteration_overhead_s,
+            command=_command_line(),
+        )
+    except (RuntimeError, ValueError) as exc:
+        raise KvsimError(f"calibration failed: {exc}") from exc
+    path = write_profile(profile, args.out)
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _profiles(args: argparse.Namespace) -> int:
+    rows = []
+    for path in shipped_profiles():
+        try:
+            p = load_profile(path)
+        except ProfileError as exc:
+            print(f"kvsim: warning: {exc}", file=sys.stderr)
+            continue
+        rows.append(
+            {
+                "name": p.name,
+                "kind": p.kind,
+                "model": p.model["name"],
+                "gpu": p.gpu or p.data.get("device", {}).get("name", ""),
+                "dtype": p.dtype,
+                "kv_dtypes": ",".join(p.kv_dtypes) or "any",
+                "tp": ",".join(str(t) for t in p.tps),
+                "date": p.created[:10],
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        _print_table(rows)
+    return 0
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        print("(none)")
+        return
+    cols = list(rows[0])
+    cells = [[_fmt(r[c]) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
+def _cost_config(text: str) -> RooflineCostConfig | ProfileCostConfig:
+    return RooflineCostConfig() if text == "roofline" else ProfileCostConfig(profile=text)
+
+
+def _predict(args: argparse.Namespace) -> int:
+    model, gpu = _model(args.model), _gpu(args.gpu)
+    points = fit.read_points(args.points)
+    cfg = _cost_config(args.cost_model)
+    models: dict[int, Any] = {}
+    rows = []
+    for p in points:
+        if p.tp not in models:
+            models[p.tp] = build_cost_model(
+                cfg, model=model, gpu=gpu, tp=p.tp, kv_cache_dtype=args.kv_cache_dtype
+            )
+        predicted = fit.point_time_s(models[p.tp], p)
+        row: dict[str, Any] = p.as_dict()
+        row["predicted_time_s"] = predicted
+        if p.time_s is not None:
+            row["relative_error"] = (predicted - p.time_s) / p.time_s
+        rows.append(row)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        _print_table(rows)
+    return 0
+
+
+def _fit_measurements(args: argparse.Namespace) -> int:
+    if not args.out:
+        raise KvsimError("--out is required: the roofline-fit profile to write")
+    model, gpu = _model(args.model), _gpu(args.gpu)
+    points = fit.read_points(args.fit_measurements)
+    result = fit.fit_roofline(points, model=model, gpu=gpu, per_layer_overhead_s=args.per_layer_overhead_s)
+    data = fit.roofline_fit_profile(result, model=model, gpu=gpu, points=points, command=_command_line())
+    write_profile(data, args.out)
+    _print_fit(result)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def _fit_roofline(args: argparse.Namespace) -> int:
+    profile = load_profile(args.fit_roofline)
+    if profile.kind != "kernels":
+        raise ProfileError(f"{profile.source}: --fit-roofline needs a kernels profile, not {profile.kind!r}")
+    model, gpu = _model(args.model or profile.model["name"]), _gpu(args.gpu, profile)
+    calibrated = build_cost_model(
+        ProfileCostConfig(profile=profile.source),
+        model=model,
+        gpu=gpu,
+        tp=profile.tps[0],
+        kv_cache_dtype=args.kv_cache_dtype,
+    )
+    points = fit.profile_grid_points(profile, calibrated)
+    result = fit.fit_roofline(
+        points,
+        model=model,
+        gpu=gpu,
+        per_layer_overhead_s=args.per_layer_overhead_s,
+        kv_cache_dtype=args.kv_cache_dtype,
+    )
+    _print_fit(result)
+    if args.out:
+        data = fit.roofline_fit_profile(result, model=model, gpu=gpu, points=points, command=_command_line())
+        write_profile(data, args.out)
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def _print_fit(result: fit.FitResult) -> None:
+    print("fitted roofline parameters (scenario: cost_model: {kind: roofline, ...}):")
+    print(yaml.safe_dump(result.config.model_dump(exclude={"kind"}), sort_keys=False).rstrip())
+    print(
+        f"points: {result.num_points}; median |relative error|: prefill "
+        f"{_fmt(result.median_abs_rel_error_prefill)}, decode {_fmt(result.median_abs_rel_error_decode)}"
+    )
+
+
+def _compare(args: argparse.Namespace) -> int:
+    profile = load_profile(args.compare)
+    model = _model(args.model or profile.model["name"])
+    gpu = _gpu(args.gpu, profile)
+    rows = compare.compare_rows(profile, model=model, gpu=gpu, kv_cache_dtype=args.kv_cache_dtype)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        _print_table(rows)
+        print(compare.compare_summary(rows))
+    return 0

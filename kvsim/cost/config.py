@@ -28,13 +28,21 @@ class RooflineCostConfig(_Frozen):
 
     kind: Literal["roofline"] = "roofline"
     compute_efficiency: float = Field(
-        default=0.6, gt=0, le=1, description="Fraction of dense tensor-core peak achieved by GEMMs and attention."
+        default=0.6,
+        gt=0,
+        le=1,
+        description="Fraction of dense tensor-core peak achieved by GEMMs and attention.",
     )
     memory_efficiency: float = Field(
-        default=0.8, gt=0, le=1, description="Fraction of peak HBM bandwidth achieved when streaming weights and KV."
+        default=0.8,
+        gt=0,
+        le=1,
+        description="Fraction of peak HBM bandwidth achieved when streaming weights and KV.",
     )
     per_layer_overhead_s: float = Field(
-        default=0.0, ge=0, description="Fixed time per transformer layer per iteration (kernel launches), seconds."
+        default=0.0,
+        ge=0,
+        description="Fixed time per transformer layer per iteration (kernel launches), seconds.",
     )
     per_iteration_overhead_s: float = Field(
         default=0.0005,
@@ -42,10 +50,14 @@ class RooflineCostConfig(_Frozen):
         description="Fixed CPU time per iteration (scheduling, sampling, input preparation), seconds.",
     )
     allreduce_latency_s: float | None = Field(
-        default=None, ge=0, description="Latency of one all-reduce; None uses the GPU's interconnect_latency_s."
+        default=None,
+        ge=0,
+        description="Latency of one all-reduce; None uses the GPU's interconnect_latency_s.",
     )
     allreduce_bandwidth_bytes_per_s: float | None = Field(
-        default=None, gt=0, description="All-reduce bus bandwidth; None uses the GPU's interconnect bandwidth."
+        default=None,
+        gt=0,
+        description="All-reduce bus bandwidth; None uses the GPU's interconnect bandwidth.",
     )
 
 

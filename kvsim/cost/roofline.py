@@ -1,18 +1,30 @@
-"""Analytic roofline cost model (interim version; tensor parallelism being completed).
+"""Analytic roofline cost model with tensor parallelism.
 
-One iteration takes max(compute time, memory time) plus fixed overheads:
+One iteration on one TP shard (all figures per GPU: weights, heads and KV split over TP)
+is the sum of two roofline terms, the all-reduces and fixed overheads:
 
-    FLOPs  = 2 * active_params / tp * tokens                  (linear layers)
-           + 4 * layers * heads/tp * head_dim * attended pairs  (QK^T and PV)
-    bytes  = weight_bytes / tp + kv_bytes_per_token_shard * (tokens read + written)
-    time   = max(FLOPs / (peak * compute_efficiency), bytes / (bw * memory_efficiency))
-           + layers * per_layer_overhead_s + per_iteration_overhead_s + all-reduces
+    linear   = max((2 * P_lin/tp * tokens + 2 * h * V/tp * seqs) / (peak * compute_eff),
+                   (P_lin + h * V)/tp * bytes_per_weight / (hbm_bw * memory_eff))
+    attention= max(4 * layers * heads/tp * head_dim * pairs / (peak * compute_eff),
+                   kv_bytes_per_token_shard * kv_tokens / (hbm_bw * memory_eff))
+    comm     = 2 * layers * (allreduce_latency + 2 (tp-1)/tp * tokens * h * act_bytes / allreduce_bw)
+               (tp > 1: one all-reduce after attention, one after the MLP, ring algorithm)
+    time     = linear + attention + comm + layers * per_layer_overhead + per_iteration_overhead
 
+P_lin is the parameters of the transformer layers (all params less the embedding and the
+LM head, assumed untied); the LM head runs on one row per sequence (``seqs``: decoding
+requests plus prefill chunks), as engines compute logits only for sampled positions.
 Attended pairs of a prefill chunk of q new tokens after c cached ones: q*c + q(q+1)/2
-(causal); of a decode: its context length.
+(causal); of a decode, its context. KV tokens touched: q + c per chunk (read the cache,
+write the chunk), the context per decode.
+
+`RooflineCostModel.terms` returns these quantities unscaled (FLOPs, bytes, counts) so
+that `kvsim.cost.fit` can fit the parameters without re-deriving the formulas.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,8 +34,26 @@ from kvsim.kv_sizing import kv_bytes_per_token
 from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
 
 
+class RooflineTerms(NamedTuple):
+    """What one iteration does, before any efficiency or rate is applied."""
+
+    linear_flops: float
+    weight_bytes: float
+    attention_flops: float
+    kv_bytes: float
+    num_allreduces: int
+    allreduce_bus_bytes: float
+    num_layers: int
+
+
+def layer_linear_params(model: ModelSpec) -> float:
+    """Parameters used per token by the transformer layers (excludes embedding and LM head)."""
+    embed = model.vocab_size * model.hidden_size
+    return max(model.active_params - 2 * embed, 0.5 * model.active_params)
+
+
 class RooflineCostModel:
-    """Iteration time from datasheet peaks scaled by efficiency factors."""
+    """Iteration time from datasheet peaks scaled by efficiency factors, per TP shard."""
 
     def __init__(
         self,
@@ -34,51 +64,96 @@ class RooflineCostModel:
         tp: int = 1,
         kv_cache_dtype: str = "auto",
     ) -> None:
+        if tp < 1:
+            raise ValueError('"tp" must be >= 1')
         cfg = config or RooflineCostConfig()
         self.model, self.gpu, self.config, self.tp = model, gpu, cfg, tp
         wbytes = KV_DTYPE_BYTES[model.weight_dtype]
-        self._lin_flops_per_token = 2.0 * model.active_params / tp
-        heads = model.num_attention_heads / tp
-        self._attn_flops_per_pair = 4.0 * model.num_layers * heads * model.head_dim
-        self._weight_bytes = model.num_params * wbytes / tp
+        # Activations travel in 16-bit even when weights are quantised.
+        act_bytes = 2.0 if wbytes < 2 else wbytes
+        lin_params = layer_linear_params(model)
+        lm_params = model.hidden_size * model.vocab_size
+        self._linear_flops_per_token = 2.0 * lin_params / tp
+        self._lm_flops_per_seq = 2.0 * lm_params / tp
+        self._attn_flops_per_pair = 4.0 * model.num_layers * (model.num_attention_heads / tp) * model.head_dim
+        self._weight_bytes = (lin_params + lm_params) * wbytes / tp
         self._kv_bytes_per_token = kv_bytes_per_token(model, kv_cache_dtype, tp)
         self._flops_rate = gpu.peak_flops(model.weight_dtype) * cfg.compute_efficiency
         self._bytes_rate = gpu.hbm_bandwidth_bytes_per_s * cfg.memory_efficiency
         self._fixed_s = model.num_layers * cfg.per_layer_overhead_s + cfg.per_iteration_overhead_s
-        if tp > 1:
-            lat = cfg.allreduce_latency_s if cfg.allreduce_latency_s is not None else gpu.interconnect_latency_s
-            bw = cfg.allreduce_bandwidth_bytes_per_s or gpu.interconnect_bandwidth_bytes_per_s
-            self._ar_fixed_s = 2 * model.num_layers * lat
-            self._ar_s_per_token = 2 * model.num_layers * 2 * (tp - 1) / tp * model.hidden_size * wbytes / bw
-        else:
-            self._ar_fixed_s = 0.0
-            self._ar_s_per_token = 0.0
+        self._num_allreduces = 2 * model.num_layers if tp > 1 else 0
+        self._ar_bus_bytes_per_token = (
+            self._num_allreduces * 2.0 * (tp - 1) / tp * model.hidden_size * act_bytes
+        )
+        self.allreduce_latency_s = (
+            cfg.allreduce_latency_s if cfg.allreduce_latency_s is not None else gpu.interconnect_latency_s
+        )
+        self.allreduce_bandwidth_bytes_per_s = (
+            cfg.allreduce_bandwidth_bytes_per_s or gpu.interconnect_bandwidth_bytes_per_s
+        )
+        self._ar_fixed_s = self._num_allreduces * self.allreduce_latency_s
+        self._ar_s_per_token = self._ar_bus_bytes_per_token / self.allreduce_bandwidth_bytes_per_s
         self._host_bw = gpu.pcie_bandwidth_bytes_per_s
 
-    def step_time_s(self, batch: Batch) -> float:
+    def terms(self, batch: Batch) -> RooflineTerms:
+        """The iteration's FLOPs, bytes and all-reduce volume on one shard."""
         pairs = batch.decode_context_tokens
         kv_tokens = batch.decode_context_tokens
         n_tokens = batch.num_decode_seqs
+        n_seqs = batch.num_decode_seqs
         for q, c in batch.prefill_chunks:
             pairs += q * c + q * (q + 1) // 2
             kv_tokens += q + c
             n_tokens += q
+            n_seqs += 1
+        return RooflineTerms(
+            linear_flops=self._linear_flops_per_token * n_tokens + self._lm_flops_per_seq * n_seqs,
+            weight_bytes=self._weight_bytes if n_tokens else 0.0,
+            attention_flops=self._attn_flops_per_pair * pairs,
+            kv_bytes=self._kv_bytes_per_token * kv_tokens,
+            num_allreduces=self._num_allreduces if n_tokens else 0,
+            allreduce_bus_bytes=self._ar_bus_bytes_per_token * n_tokens,
+            num_layers=self.model.num_layers if n_tokens else 0,
+        )
+
+    # Hot path: called once per engine iteration; plain float arithmetic, no numpy.
+    def step_time_s(self, batch: Batch) -> float:
+        pairs = batch.decode_context_tokens
+        kv_tokens = batch.decode_context_tokens
+        n_tokens = batch.num_decode_seqs
+        n_seqs = batch.num_decode_seqs
+        for q, c in batch.prefill_chunks:
+            pairs += q * c + q * (q + 1) // 2
+            kv_tokens += q + c
+            n_tokens += q
+            n_seqs += 1
         if n_tokens == 0:
             return 0.0
-        flops = self._lin_flops_per_token * n_tokens + self._attn_flops_per_pair * pairs
-        nbytes = self._weight_bytes + self._kv_bytes_per_token * kv_tokens
-        t = max(flops / self._flops_rate, nbytes / self._bytes_rate)
-        if self._ar_fixed_s:
-            t += self._ar_fixed_s + self._ar_s_per_token * n_tokens
-        return t + self._fixed_s
+        t = self._linear_s(n_tokens, n_seqs)
+        t += max(
+            self._attn_flops_per_pair * pairs / self._flops_rate,
+            self._kv_bytes_per_token * kv_tokens / self._bytes_rate,
+        )
+        t += self._ar_fixed_s + self._ar_s_per_token * n_tokens
+        t += self._fixed_s
+        return t
+
+    def _linear_s(self, n_tokens: int, n_seqs: int) -> float:
+        flops = self._linear_flops_per_token * n_tokens + self._lm_flops_per_seq * n_seqs
+        return max(flops / self._flops_rate, self._weight_bytes / self._bytes_rate)
 
     def decode_steps_s(self, num_seqs: int, context_tokens: np.ndarray) -> np.ndarray:
+        # Same operations, in the same order, as step_time_s for a pure-decode batch.
         ctx = np.asarray(context_tokens, dtype=np.float64)
-        flops = self._lin_flops_per_token * num_seqs + self._attn_flops_per_pair * ctx
-        nbytes = self._weight_bytes + self._kv_bytes_per_token * ctx
-        t = np.maximum(flops / self._flops_rate, nbytes / self._bytes_rate)
-        if self._ar_fixed_s:
-            t = t + (self._ar_fixed_s + self._ar_s_per_token * num_seqs)
+        if num_seqs == 0:
+            return np.zeros(len(ctx))
+        t_linear = self._linear_s(num_seqs, num_seqs)
+        attn = np.maximum(
+            self._attn_flops_per_pair * ctx / self._flops_rate,
+            self._kv_bytes_per_token * ctx / self._bytes_rate,
+        )
+        t = t_linear + attn
+        t = t + (self._ar_fixed_s + self._ar_s_per_token * num_seqs)
         return t + self._fixed_s
 
     def host_transfer_s(self, num_bytes: float) -> float:

@@ -1,0 +1,337 @@
+"""Fitting the roofline's parameters to measured iteration times, and measurement points.
+
+A measurement point is one row of a CSV with columns
+
+    tp,phase,batch_size,prompt_tokens,context_tokens,time_s
+
+- ``phase=prefill``: one iteration prefilling ``batch_size`` prompts of ``prompt_tokens``
+  new tokens each, after ``context_tokens`` already-cached tokens each (usually 0);
+- ``phase=decode``: one decode step of ``batch_size`` requests, each attending to
+  ``context_tokens`` tokens;
+- ``time_s``: the measured time (may be empty for `kvsim predict`).
+
+`fit_roofline` fits, by Levenberg-Marquardt on log-time residuals (numpy only), the
+roofline parameters of `kvsim.cost.roofline`:
+
+    compute_efficiency, memory_efficiency        always
+    fixed = layers * per_layer_overhead_s + per_iteration_overhead_s
+    allreduce_latency_s, allreduce_bandwidth     when some points have tp > 1
+
+For one model the two fixed overheads add up to one constant per iteration, so the fit
+determines their sum: ``per_layer_overhead_s`` is held at a given value (default: the
+roofline default) and ``per_iteration_overhead_s`` takes the rest (if the rest would be
+negative, the whole constant goes to the per-layer term). Each parameter carries a very
+weak pull towards its starting value (ridge weight ``RIDGE``) so that parameters the
+data cannot determine stay at their defaults instead of drifting.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvsim.cost.base import Batch, CostModel
+from kvsim.cost.config import RooflineCostConfig
+from kvsim.cost.profile import PROFILE_FORMAT, PROFILE_VERSION, Profile, model_shape
+from kvsim.cost.roofline import RooflineCostModel
+from kvsim.errors import KvsimError
+from kvsim.specs import GpuSpec, ModelSpec
+
+CSV_COLUMNS = ("tp", "phase", "batch_size", "prompt_tokens", "context_tokens", "time_s")
+#: Weight of the pull of each log-parameter towards its starting value.
+RIDGE = 1e-6
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured (or to-be-predicted) iteration."""
+
+    tp: int
+    phase: str
+    batch_size: int
+    prompt_tokens: int
+    context_tokens: int
+    time_s: float | None = None
+
+    def batch(self) -> Batch:
+        if self.phase == "prefill":
+            return Batch(prefill_chunks=[(self.prompt_tokens, self.context_tokens)] * self.batch_size)
+        return Batch(
+            num_decode_seqs=self.batch_size, decode_context_tokens=self.batch_size * self.context_tokens
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tp": self.tp,
+            "phase": self.phase,
+            "batch_size": self.batch_size,
+            "prompt_tokens": self.prompt_tokens,
+            "context_tokens": self.context_tokens,
+            "time_s": self.time_s,
+        }
+
+
+def read_points(path: str | Path) -> list[Point]:
+    """Read a measurements CSV; errors name the file, the line and the column."""
+    path = Path(path)
+    try:
+        with path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in CSV_COLUMNS[:-1] if c not in (reader.fieldnames or [])]
+            if missing:
+                raise KvsimError(
+                    f"{path}: missing column(s) {', '.join(missing)} (need {','.join(CSV_COLUMNS)})"
+                )
+            points = [_parse_row(row, f"{path}:{i}") for i, row in enumerate(reader, start=2)]
+    except OSError as exc:
+        raise KvsimError(f"{path}: cannot read: {exc}") from exc
+    if not points:
+        raise KvsimError(f"{path}: no rows")
+    return points
+
+
+def _parse_row(row: dict[str, str], where: str) -> Point:
+    def integer(col: str, minimum: int) -> int:
+        try:
+            v = int(row[col])
+        except (TypeError, ValueError):
+            raise KvsimError(f"{where}: {col}: must be an integer, got {row[col]!r}") from None
+        if v < minimum:
+            raise KvsimError(f"{where}: {col}: must be >= {minimum}, got {v}")
+        return v
+
+    phase = (row["phase"] or "").strip()
+    if phase not in ("prefill", "decode"):
+        raise KvsimError(f"{where}: phase: must be 'prefill' or 'decode', got {phase!r}")
+    time_text = (row.get("time_s") or "").strip()
+    time_s = None
+    if time_text:
+        try:
+            time_s = float(time_text)
+        except ValueError:
+            raise KvsimError(f"{where}: time_s: must be a number, got {time_text!r}") from None
+        if not math.isfinite(time_s) or time_s <= 0:
+            raise KvsimError(f"{where}: time_s: must be > 0, got {time_text}")
+    point = Point(
+        tp=integer("tp", 1),
+        phase=phase,
+        batch_size=integer("batch_size", 1),
+        prompt_tokens=integer("prompt_tokens", 0),
+        context_tokens=integer("context_tokens", 0),
+        time_s=time_s,
+    )
+    if phase == "prefill" and point.prompt_tokens < 1:
+        raise KvsimError(f"{where}: prompt_tokens: a prefill needs >= 1 prompt token")
+    if phase == "decode" and point.context_tokens < 1:
+        raise KvsimError(f"{where}: context_tokens: a decode step attends to >= 1 token")
+    return point
+
+
+def point_time_s(cost_model: CostModel, point: Point) -> float:
+    """Predicted time of one measurement point."""
+    return cost_model.step_time_s(point.batch())
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """Fitted roofline parameters and how well they reproduce the points."""
+
+    config: RooflineCostConfig
+    num_points: int
+    fitted: tuple[str, ...]
+    median_abs_rel_error_prefill: float | None
+    median_abs_rel_error_decode: float | None
+    fixed_s: float = field(default=0.0)
+
+
+_NAMES = (
+    "compute_efficiency",
+    "memory_efficiency",
+    "fixed_s",
+    "allreduce_latency_s",
+    "allreduce_bandwidth_bytes_per_s",
+)
+_LOWER = np.log([1e-3, 1e-3, 1e-9, 1e-9, 1e6])
+_UPPER = np.log([1.0, 1.0, 10.0, 1e-1, 1e15])
+
+
+class _Features:
+    """Per-point roofline terms as arrays; ``predict`` prices them for a parameter vector."""
+
+    def __init__(self, points: list[Point], model: ModelSpec, gpu: GpuSpec, kv_cache_dtype: str) -> None:
+        rows = []
+        for tp in sorted({p.tp for p in points}):
+            rm = RooflineCostModel(model, gpu, RooflineCostConfig(), tp=tp, kv_cache_dtype=kv_cache_dtype)
+            rows += [(i, rm.terms(p.batch())) for i, p in enumerate(points) if p.tp == tp]
+        rows.sort(key=lambda r: r[0])
+        terms = np.array([list(t) for _, t in rows], dtype=np.float64)
+        self.lin_flops, self.weight_bytes, self.attn_flops, self.kv_bytes = (
+            terms[:, 0],
+            terms[:, 1],
+            terms[:, 2],
+            terms[:, 3],
+        )
+        self.num_allreduces, self.ar_bytes = terms[:, 4], terms[:, 5]
+        self.peak = gpu.peak_flops(model.weight_dtype)
+        self.hbm = gpu.hbm_bandwidth_bytes_per_s
+
+    def predict(self, theta: np.ndarray) -> np.ndarray:
+        ce, me, fixed, lat, bw = np.exp(theta)
+        rate_f, rate_b = self.peak * ce, self.hbm * me
+        return (
+            np.maximum(self.lin_flops / rate_f, self.weight_bytes / rate_b)
+            + np.maximum(self.attn_flops / rate_f, self.kv_bytes / rate_b)
+            + self.num_allreduces * lat
+            + self.ar_bytes / bw
+            + fixed
+        )
+
+
+def _levenberg_marquardt(
+    residual: Any, theta0: np.ndarray, free: np.ndarray, *, max_iter: int = 200
+) -> tuple[np.ndarray, float]:
+    theta = theta0.copy()
+    r = residual(theta)
+    cost = float(r @ r)
+    mu = 1e-3
+    idx = np.flatnonzero(free)
+    for _ in range(max_iter):
+        jac = np.empty((len(r), len(idx)))
+        for k, j in enumerate(idx):
+            h = 1e-6
+            tp_, tm_ = theta.copy(), theta.copy()
+            tp_[j] += h
+            tm_[j] -= h
+            jac[:, k] = (residual(tp_) - residual(tm_)) / (2 * h)
+        jtj, jtr = jac.T @ jac, jac.T @ r
+        improved = False
+        while mu < 1e12:
+            step = np.linalg.solve(jtj + mu * np.diag(np.diag(jtj) + 1e-12), -jtr)
+            cand = theta.copy()
+            cand[idx] = np.clip(theta[idx] + step, _LOWER[idx], _UPPER[idx])
+            rc = residual(cand)
+            cand_cost = float(rc @ rc)
+            if cand_cost < cost:
+                converged = (
+                    cost - cand_cost < 1e-16 * max(cost, 1e-30) or np.max(np.abs(cand - theta)) < 1e-12
+                )
+                theta, r, cost, mu = cand, rc, cand_cost, max(mu / 3, 1e-12)
+                improved = True
+                break
+            mu *= 4
+        if not improved or converged:
+            break
+    return theta, cost
+
+
+def fit_roofline(
+    points: list[Point],
+    *,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    per_layer_overhead_s: float | None = None,
+    kv_cache_dtype: str = "auto",
+    initial: RooflineCostConfig | None = None,
+) -> FitResult:
+    """Fit roofline parameters to measured points (see the module docstring)."""
+    measured = [p for p in points if p.time_s is not None]
+    if len(measured) < 3:
+        raise KvsimError(f"fitting needs at least 3 points with time_s, got {len(measured)}")
+    init = initial or RooflineCostConfig()
+    plo = per_layer_overhead_s if per_layer_overhead_s is not None else init.per_layer_overhead_s
+    if plo < 0:
+        raise KvsimError('"per_layer_overhead_s" must be >= 0')
+    feats = _Features(measured, model, gpu, kv_cache_dtype)
+    log_t = np.log([p.time_s for p in measured])
+    with_tp = any(p.tp > 1 for p in measured)
+    free = np.array([True, True, True, with_tp, with_tp])
+    lat0 = init.allreduce_latency_s if init.allreduce_latency_s is not None else gpu.interconnect_latency_s
+    bw0 = init.allreduce_bandwidth_bytes_per_s or gpu.interconnect_bandwidth_bytes_per_s
+    fixed0 = max(model.num_layers * init.per_layer_overhead_s + init.per_iteration_overhead_s, 1e-6)
+    prior = np.log([init.compute_efficiency, init.memory_efficiency, fixed0, max(lat0, 1e-9), bw0])
+    sqrt_ridge = math.sqrt(RIDGE)
+
+    def residual(theta: np.ndarray) -> np.ndarray:
+        r = np.log(feats.predict(theta)) - log_t
+        return np.concatenate([r, sqrt_ridge * (theta - prior)[free]])
+
+    best: tuple[np.ndarray, float] | None = None
+    for ce in (0.3, 0.6, 0.9):
+        for me in (0.4, 0.7, 0.95):
+            start = prior.copy()
+            start[:2] = np.log([ce, me])
+            theta, cost = _levenberg_marquardt(residual, start, free)
+            if best is None or cost < best[1]:
+                best = (theta, cost)
+    assert best is not None
+    ce, me, fixed, lat, bw = (float(v) for v in np.exp(best[0]))
+    pio = fixed - model.num_layers * plo
+    if pio < 0:
+        plo, pio = fixed / model.num_layers, 0.0
+    config = RooflineCostConfig(
+        compute_efficiency=min(ce, 1.0),
+        memory_efficiency=min(me, 1.0),
+        per_layer_overhead_s=plo,
+        per_iteration_overhead_s=pio,
+        allreduce_latency_s=lat if with_tp else init.allreduce_latency_s,
+        allreduce_bandwidth_bytes_per_s=bw if with_tp else init.allreduce_bandwidth_bytes_per_s,
+    )
+    rel = np.abs(feats.predict(best[0]) / np.exp(log_t) - 1.0)
+    phases = np.array([p.phase for p in measured])
+    med = {
+        ph: float(np.median(rel[phases == ph])) if np.any(phases == ph) else None
+        for ph in ("prefill", "decode")
+    }
+    return FitResult(
+        config=config,
+        num_points=len(measured),
+        fitted=tuple(n for n, f in zip(_NAMES, free, strict=True) if f),
+        median_abs_rel_error_prefill=med["prefill"],
+        median_abs_rel_error_decode=med["decode"],
+        fixed_s=fixed,
+    )
+
+
+def profile_grid_points(profile: Profile, cost_model: CostModel) -> list[Point]:
+    """Points over a kernels profile's grids, timed by ``cost_model`` (for --fit-roofline)."""
+    tp = profile.tps[0]
+    pf = profile.data["prefill_attention"]
+    points = [Point(tp, "prefill", 1, q, c) for q in pf["chunk_tokens"] for c in pf["context_tokens"]]
+    dec = next(iter(profile.data["decode_attention"].values()))
+    points += [Point(tp, "decode", b, 0, c) for b in dec["batch_sizes"] for c in dec["context_tokens"]]
+    return [
+        Point(p.tp, p.phase, p.batch_size, p.prompt_tokens, p.context_tokens, point_time_s(cost_model, p))
+        for p in points
+    ]
+
+
+def roofline_fit_profile(
+    result: FitResult, *, model: ModelSpec, gpu: GpuSpec, points: list[Point], command: str = ""
+) -> dict[str, Any]:
+    """A roofline-fit profile (see `kvsim.cost.profile`) holding ``result`` and its points."""
+    return {
+        "format": PROFILE_FORMAT,
+        "version": PROFILE_VERSION,
+        "kind": "roofline-fit",
+        "created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": command,
+        "model": model_shape(model),
+        "dtype": model.weight_dtype,
+        "gpu": gpu.name,
+        "tps": sorted({p.tp for p in points}),
+        "roofline": result.config.model_dump(exclude={"kind"}),
+        "fit": {
+            "num_points": result.num_points,
+            "fitted": list(result.fitted),
+            "fixed_s": result.fixed_s,
+            "median_abs_rel_error_prefill": result.median_abs_rel_error_prefill,
+            "median_abs_rel_error_decode": result.median_abs_rel_error_decode,
+        },
+        "points": [p.as_dict() for p in points],
+    }

@@ -12,6 +12,8 @@ import pandas as pd
 import streamlit as st
 
 import kvsim
+from kvsim.scenario_io import read_yaml
+from kvsim.workload import resolve_workload_paths
 
 SOURCES = ("Built-in default", "Catalogue (scenarios/)", "Upload a YAML file", "Edit YAML")
 
@@ -34,15 +36,19 @@ def base_scenario(source: str) -> kvsim.Scenario:
                 st.info("No scenario files in scenarios/ yet; using the built-in default.")
                 return kvsim.load_scenario(None, common.query_overrides())
             path = st.selectbox("Scenario file", files, format_func=lambda p: p.name)
-            return kvsim.load_scenario(path, common.query_overrides())
+            data = resolve_workload_paths(read_yaml(path), path.parent)
+            return common.resolve(data, common.query_overrides(), str(path.relative_to(common.REPO_ROOT)))
         if source == "Upload a YAML file":
+            # Relative trace paths in uploaded or edited YAML resolve against the repository.
             up = st.file_uploader(
                 f"Scenario YAML (at most {common.MAX_SCENARIO_BYTES // 1024} KiB)", type=["yaml", "yml"]
             )
             if up is None:
                 st.info("Choose a file to upload.")
                 st.stop()
-            data = common.parse_scenario_bytes(up.getvalue(), up.name)
+            data = resolve_workload_paths(
+                common.parse_scenario_bytes(up.getvalue(), up.name), common.REPO_ROOT
+            )
             return common.resolve(data, common.query_overrides(), up.name)
         if source == "Edit YAML":
             text = st.text_area(
@@ -53,6 +59,7 @@ def base_scenario(source: str) -> kvsim.Scenario:
                 help="Any scenario field can be set here; `kvsim schema` lists them all.",
             )
             data = common.parse_scenario_bytes(text.encode("utf-8"), "<edited YAML>")
+            data = resolve_workload_paths(data, common.REPO_ROOT)
             return common.resolve(data, common.query_overrides(), "<edited YAML>")
         return kvsim.load_scenario(None, common.query_overrides())
     except kvsim.ScenarioError as err:

@@ -9,14 +9,12 @@ or draws anything (the figures are in `kvsim.plots`).
 - `attribute_spikes`            each episode with the engine events that explain it
 - `kv_blocks_over_time`         used / cached / free KV blocks summed over replicas
 - `prefix_hit_rate_over_time`   prefix hit rate of the requests admitted in a sliding window
-- `lru_hit_curve`               cache-only hit ratio against cache size (LRU, vLLM block hashing)
 - `find_knee`                   highest load (or least capacity) that still meets the SLO
 - `compare_summaries`           summary metrics of several runs side by side, with differences
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -333,73 +331,6 @@ def prefix_hit_rate_over_time(
     with np.errstate(invalid="ignore", divide="ignore"):
         rate = np.where(q > 0, (hits[hi] - hits[lo]) / q, np.nan)
     return pd.DataFrame({"time_s": ends, "num_requests": hi - lo, "hit_rate": rate})
-
-
-def prompt_block_keys(segments: Sequence[tuple[int, int]], block_size: int) -> list[int]:
-    """Chained keys of a prompt's full blocks (the last partial block is never cached).
-
-    A block's key hashes its parent's key with its content, written as the pieces
-    ``(content_id, offset, length)`` of the segments it covers, so equal keys mean equal
-    prefixes up to and including that block, as with vLLM's block hashes.
-    """
-    keys: list[int] = []
-    parent = 0
-    pieces: list[tuple[int, int, int]] = []
-    filled = 0
-    for content_id, num_tokens in segments:
-        offset = 0
-        while offset < num_tokens:
-            take = min(block_size - filled, num_tokens - offset)
-            pieces.append((content_id, offset, take))
-            offset += take
-            filled += take
-            if filled == block_size:
-                parent = hash((parent, tuple(pieces)))
-                keys.append(parent)
-                pieces, filled = [], 0
-    return keys
-
-
-def lru_hit_curve(
-    prompts: Sequence[Sequence[tuple[int, int]]],
-    *,
-    block_size: int,
-    capacities_blocks: Sequence[int | None],
-) -> pd.DataFrame:
-    """Cache-only hit ratio of a sequence of prompts against an LRU block cache of each capacity.
-
-    Prompts are replayed in order without timing: a prompt hits its longest prefix of
-    cached full blocks, then all its full blocks become most recent, head last (so the
-    tail goes first, as vLLM frees a request's blocks tail first). ``None`` is an
-    unbounded cache. Columns: ``capacity_blocks``, ``block_hit_ratio`` (hit / full
-    blocks) and ``token_hit_ratio`` (hit tokens / prompt tokens).
-    """
-    keyed = [prompt_block_keys(p, block_size) for p in prompts]
-    total_blocks = sum(len(k) for k in keyed)
-    total_tokens = sum(n for p in prompts for _, n in p)
-    rows = []
-    for cap in capacities_blocks:
-        cache: OrderedDict[int, None] = OrderedDict()
-        hit_blocks = 0
-        for keys in keyed:
-            for key in keys:
-                if key not in cache:
-                    break
-                hit_blocks += 1
-            for key in reversed(keys):
-                cache[key] = None
-                cache.move_to_end(key)
-            if cap is not None:
-                while len(cache) > cap:
-                    cache.popitem(last=False)
-        rows.append(
-            {
-                "capacity_blocks": cap,
-                "block_hit_ratio": hit_blocks / total_blocks if total_blocks else 0.0,
-                "token_hit_ratio": hit_blocks * block_size / total_tokens if total_tokens else 0.0,
-            }
-        )
-    return pd.DataFrame(rows, columns=["capacity_blocks", "block_hit_ratio", "token_hit_ratio"])
 
 
 def meets_slo(points: pd.DataFrame, *, ttft_slo_s: float, tpot_slo_s: float) -> pd.Series:

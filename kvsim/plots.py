@@ -292,6 +292,7 @@ def cache_curve_figure(
     *,
     run_capacity_blocks: int | None = None,
     run_hit_rate: float | None = None,
+    policy: str = "lru",
 ) -> go.Figure:
     """Cache-only token hit ratio against cache capacity, with the timed run's point.
 
@@ -305,7 +306,7 @@ def cache_curve_figure(
             x=cap[cap.notna()],
             y=bounded["token_hit_ratio"] * 100,
             mode="lines+markers",
-            name="cache-only replay (LRU)",
+            name=f"cache-only replay ({policy.upper()})",
             line={"color": SERIES_COLORS[0]},
         )
     )

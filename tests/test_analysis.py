@@ -183,28 +183,6 @@ def test_prefix_hit_rate_over_time() -> None:
     assert out["hit_rate"].tolist() == [0.5, 0.5]
 
 
-def test_prompt_block_keys_share_prefixes_only() -> None:
-    a = analysis.prompt_block_keys([(0, 20), (1, 13)], block_size=16)  # 33 tokens -> 2 full blocks
-    b = analysis.prompt_block_keys([(0, 20), (2, 13)], block_size=16)
-    c = analysis.prompt_block_keys([(0, 16), (0, 4), (1, 12)], block_size=16)
-    assert len(a) == 2 and a[0] == b[0] and a[1] != b[1]
-    assert c[0] == a[0] and c[1] != a[1]  # (0, 0..3) is not (0, 16..19)
-
-
-def test_lru_hit_curve_capacity_and_tail_first_eviction() -> None:
-    sys_prompt = (0, 32)  # 2 shared blocks
-    prompts = [[sys_prompt, (1, 32)], [sys_prompt, (2, 32)], [sys_prompt, (3, 16)]]
-    # Unbounded: request 2 hits 2 blocks, request 3 hits 2 -> 4 of 11 blocks, 64 of 176 tokens.
-    # Capacity 4: after request 2 the cache holds its 4 blocks, so request 3 still hits 2.
-    # Capacity 3: request 2 evicts the oldest - request 1's tail blocks - and its own
-    # tail, keeping sys0, sys1 and its head: request 3 hits 2. Capacity 1: only sys0
-    # survives (the head is touched last), so every later prompt hits 1 block.
-    curve = analysis.lru_hit_curve(prompts, block_size=16, capacities_blocks=[None, 4, 3, 1])
-    assert curve["capacity_blocks"].tolist()[1:] == [4, 3, 1]
-    assert curve["block_hit_ratio"].tolist() == [4 / 11, 4 / 11, 4 / 11, 2 / 11]
-    assert curve["token_hit_ratio"].tolist() == [64 / 176, 64 / 176, 64 / 176, 32 / 176]
-
-
 def test_find_knee_on_load_and_capacity_axes() -> None:
     assert analysis.find_knee([4, 1, 2, 8], [False, True, True, True], load_axis=True) == 2.0
     assert analysis.find_knee([1, 2], [False, True], load_axis=True) is None

@@ -9,17 +9,25 @@ import streamlit as st
 
 import kvsim
 from kvsim import analysis, plots
+from kvsim.cache_curve import cache_curve
+from kvsim.scenario_io import parse_yaml
 from kvsim.workload import generate_requests
 
 
 @st.cache_data(show_spinner="Replaying the workload against LRU caches ...", max_entries=8)
 def hit_curve(scenario_yaml: str, capacities: tuple[int | None, ...]) -> pd.DataFrame:
-    """Cache-only LRU hit ratios of the scenario's workload (first replica group's block size)."""
-    scenario = kvsim.load_scenario(kvsim.scenario_io.parse_yaml(scenario_yaml, "<current scenario>"))
-    specs = generate_requests(scenario.workload, np.random.default_rng(scenario.seed))
-    prompts = [[(s.content_id, s.num_tokens) for s in r.prompt] for r in specs]
-    block_size = scenario.replicas[0].engine.block_size
-    return analysis.lru_hit_curve(prompts, block_size=block_size, capacities_blocks=list(capacities))
+    """Cache-only LRU hit ratios of the scenario's requests (first replica group's block size).
+
+    The requests are those the run simulated: the engine draws the workload from the first
+    child of the scenario seed's SeedSequence (kvsim.engine.simulator.run).
+    """
+    scenario = kvsim.load_scenario(parse_yaml(scenario_yaml, "<current scenario>"))
+    workload_seed, _ = np.random.SeedSequence(scenario.seed).spawn(2)
+    specs = generate_requests(scenario.workload, np.random.default_rng(workload_seed))
+    engine = scenario.replicas[0].engine
+    points = cache_curve(specs, list(capacities), block_size=engine.block_size, policy=engine.eviction_policy,
+                         partial_blocks=False)  # fmt: skip
+    return pd.DataFrame([p.as_dict() for p in points])
 
 
 def main() -> None:
@@ -60,16 +68,21 @@ def main() -> None:
     capacities = (*sorted({int(c) for c in np.geomspace(16, top, 12)}), None)
     curve = hit_curve(common.scenario_yaml(res.scenario), capacities)
     st.caption(
-        "Cache-only replay of the scenario's prompts (same workload and seed) against one LRU block "
-        f"cache of each size, with {res.scenario.replicas[0].engine.block_size}-token blocks and no timing: "
+        "Cache-only replay of the run's prompts (kvsim.cache_curve) against one block cache of each "
+        f"size ({res.scenario.replicas[0].engine.eviction_policy.upper()}), with {res.scenario.replicas[0].engine.block_size}-token blocks and no timing: "
         "the upper bound a timed run approaches. The diamond is this run's timed hit rate at its KV "
         "capacity per replica" + (" (requests are spread over the replicas)." if num_replicas > 1 else ".")
     )
     fig = plots.cache_curve_figure(
-        curve, run_capacity_blocks=per_replica or None, run_hit_rate=summary.get("prefix_hit_rate")
+        curve,
+        policy=res.scenario.replicas[0].engine.eviction_policy,
+        run_capacity_blocks=per_replica or None,
+        run_hit_rate=summary.get("prefix_hit_rate"),
     )
     common.show_figure(fig, f"{res.scenario.name}_cache_curve")
     common.show_table(curve, f"{res.scenario.name}_cache_curve")
+    if len(res.requests) and curve["prompt_tokens"].iloc[0] != int(res.requests["prompt_tokens"].sum()):
+        st.warning("The replayed prompts differ from the run's (trace paths or generator changed).")
 
 
 main()

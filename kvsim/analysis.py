@@ -180,9 +180,10 @@ def attribute_spikes(
 
     A sample observed at t with latency L lived through ``[t - L, t]``, so an episode's
     causes are counted over ``[start_s - peak_s, end_s]``: preemptions (recompute, swap),
-    swap traffic, evicted blocks, rejections, the longest waiting queue, and whether
-    arrivals in that span came faster, or with longer prompts, than ``burst_factor``
-    times the run's average. Adds those counts, ``cause`` (the first that applies, in
+    swap traffic, evicted blocks, rejections, the longest waiting queue, prefill tokens
+    in the slowest iteration (decodes wait for the prefill chunk they are batched with),
+    and whether arrivals in that span came faster, or with longer prompts, than
+    ``burst_factor`` times the run's average. Adds those counts, ``cause`` (the first that applies, in
     that order) and ``explanation``, e.g. ``"p99 ITL 480 ms at t=312 s: 14 preemptions by
     recompute; queue up to 37 waiting"``.
     """
@@ -195,6 +196,9 @@ def attribute_spikes(
     it_end = (iterations["start_s"] + iterations["duration_s"]).to_numpy(float)
     it_start = iterations["start_s"].to_numpy(float)
     waiting = iterations["num_waiting"].to_numpy(float)
+    durations = iterations["duration_s"].to_numpy(float)
+    prefill = iterations["prefill_tokens"].to_numpy(float)
+    decode = iterations["decode_tokens"].to_numpy(float)
     ev_t = events["time_s"].to_numpy(float)
     extra: dict[str, list] = {
         "from_s": [],
@@ -204,6 +208,8 @@ def attribute_spikes(
         "num_evicted_blocks": [],
         "num_rejected": [],
         "max_waiting": [],
+        "slowest_iteration_s": [],
+        "slowest_iteration_prefill_tokens": [],
         "arrival_rate_per_s": [],
         "mean_prompt_tokens": [],
         "cause": [],
@@ -221,6 +227,11 @@ def attribute_spikes(
         rejected = int((kinds == "reject").sum())
         live = (it_end >= lo) & (it_start <= hi)
         max_wait = int(waiting[live].max()) if live.any() else 0
+        slow_prefill = slow_decode = 0
+        slow_s = 0.0
+        if live.any():
+            k = int(np.flatnonzero(live)[np.argmax(durations[live])])
+            slow_s, slow_prefill, slow_decode = float(durations[k]), int(prefill[k]), int(decode[k])
         arr = (arrivals >= lo) & (arrivals <= hi)
         rate = float(arr.sum()) / (hi - lo) if hi > lo else float("nan")
         mean_p = float(prompts[arr].mean()) if arr.any() else float("nan")
@@ -237,6 +248,14 @@ def attribute_spikes(
             causes.append(("rejection", f"{_plural(rejected, 'request')} rejected"))
         if max_wait:
             causes.append(("queue build-up", f"queue up to {max_wait} waiting"))
+        if slow_prefill:
+            causes.append(
+                (
+                    "prefill in the batch",
+                    f"slowest iteration ({format_latency(slow_s)}) computed {slow_prefill:,} prefill tokens "
+                    f"beside {slow_decode} decodes",
+                )
+            )
         if rate > burst_factor * mean_rate:
             causes.append(("arrival burst", f"arrival burst {rate:.1f} req/s (run mean {mean_rate:.1f})"))
         if mean_p > burst_factor * mean_prompt:
@@ -254,6 +273,8 @@ def attribute_spikes(
             ("num_evicted_blocks", evicted),
             ("num_rejected", rejected),
             ("max_waiting", max_wait),
+            ("slowest_iteration_s", slow_s),
+            ("slowest_iteration_prefill_tokens", slow_prefill),
             ("arrival_rate_per_s", rate),
             ("mean_prompt_tokens", mean_p),
             ("cause", causes[0][0]),

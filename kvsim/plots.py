@@ -38,7 +38,14 @@ def _finish(fig: go.Figure, title: str, height: int) -> go.Figure:
         height=height,
         margin={"l": 70, "r": 30, "t": 70, "b": 50},
         # Legend on the right: a wrapped legend above the plot would run into the titles.
-        legend={"orientation": "v", "yanchor": "top", "y": 1.0, "xanchor": "left", "x": 1.01},
+        legend={
+            "orientation": "v",
+            "yanchor": "top",
+            "y": 1.0,
+            "xanchor": "left",
+            "x": 1.01,
+            "traceorder": "normal",
+        },
         hovermode="x unified",
     )
     return fig
@@ -149,6 +156,14 @@ def latency_spikes_figure(
             row=3,
             col=1,
         )
+    if not events["kind"].isin(analysis.SPIKE_EVENT_KINDS).any():
+        # An empty subplot draws no axes at all; a zero bar keeps the row and its title.
+        fig.add_trace(go.Bar(x=[edges[0]], y=[0], showlegend=False, hoverinfo="skip"), row=3, col=1)
+        fig.add_annotation(
+            text="no preemption, swap, eviction or rejection in this run", showarrow=False,
+            x=float(edges[-1]) / 2, y=0.5, row=3, col=1,
+        )  # fmt: skip
+        fig.update_yaxes(range=[0, 1], row=3, col=1)
     fig.update_layout(barmode="stack")
     it = iterations.sort_values("start_s", kind="stable")
     fig.add_trace(
@@ -173,8 +188,8 @@ def latency_spikes_figure(
             )
     fig.update_yaxes(title_text="TTFT (s)", row=1, col=1)
     fig.update_yaxes(title_text="ITL (ms)", row=2, col=1)
-    fig.update_yaxes(title_text="events (count)", row=3, col=1)
-    fig.update_yaxes(title_text="waiting (requests)", row=4, col=1)
+    fig.update_yaxes(title_text="events (count)", rangemode="tozero", row=3, col=1)
+    fig.update_yaxes(title_text="waiting (requests)", rangemode="tozero", row=4, col=1)
     fig.update_xaxes(title_text=TIME_TITLE, row=4, col=1)
     return _finish(fig, "Latency over time (shaded: spikes)", 900)
 

@@ -11,7 +11,7 @@ import pytest
 from kvsim import analysis
 
 
-def _iterations(rows: list[tuple]) -> pd.DataFrame:
+def _iterations(rows: list[tuple], prefill: list[int] | None = None) -> pd.DataFrame:
     cols = [
         "replica_id",
         "start_s",
@@ -22,7 +22,9 @@ def _iterations(rows: list[tuple]) -> pd.DataFrame:
         "kv_blocks_cached",
         "kv_blocks_free",
     ]
-    return pd.DataFrame(rows, columns=cols)
+    out = pd.DataFrame(rows, columns=cols)
+    out["prefill_tokens"] = prefill if prefill is not None else 0
+    return out
 
 
 def _events(rows: list[tuple]) -> pd.DataFrame:
@@ -144,6 +146,38 @@ def test_attribute_spikes_detects_bursts_of_long_prompts_and_says_when_nothing_f
         "long prompts: mean 500 tokens (run mean 223)"
     )
     assert out["explanation"].iloc[1].endswith("no preemption, swap, eviction, queue or burst in the span")
+
+
+def test_attribute_spikes_names_the_prefill_the_decodes_waited_for() -> None:
+    spikes = pd.DataFrame(
+        [
+            {
+                "metric": "ITL",
+                "start_s": 10.0,
+                "end_s": 11.0,
+                "peak_time_s": 11.0,
+                "peak_s": 0.19,
+                "num_samples": 3,
+            }
+        ]
+    )
+    # Three iterations live in [9.81, 11]; the slowest (190 ms) ran a 4,096-token chunk.
+    iterations = _iterations(
+        [
+            ("r-0", 9.9, 0.01, 12, 0, 10, 0, 0),
+            ("r-0", 10.0, 0.19, 12, 0, 10, 0, 0),
+            ("r-0", 10.19, 0.01, 12, 0, 10, 0, 0),
+            ("r-0", 20.0, 0.5, 0, 0, 10, 0, 0),
+        ],
+        prefill=[0, 4096, 16, 8192],
+    )
+    requests = pd.DataFrame({"arrival_s": [0.0, 30.0], "prompt_tokens": [100, 100]})
+    row = analysis.attribute_spikes(spikes, requests, iterations, _events([])).iloc[0]
+    assert row["cause"] == "prefill in the batch"
+    assert (row["slowest_iteration_s"], row["slowest_iteration_prefill_tokens"]) == (0.19, 4096)
+    assert row["explanation"] == (
+        "p99 ITL 190 ms at t=11 s: slowest iteration (190 ms) computed 4,096 prefill tokens beside 12 decodes"
+    )
 
 
 def test_kv_blocks_over_time_single_replica_keeps_iterations() -> None:

@@ -1,8 +1,8 @@
 """The dashboard in a real browser: `streamlit run` on a free port, driven in headless Chromium.
 
-Runs the default scenario (200 requests, preset by the ``?set=`` link), waits until the
-Plotly charts of the Scenario, Latency spikes and KV cache pages are drawn, checks that no
-page shows an exception, and saves screenshots to ``$KVSIM_ARTIFACTS`` (default
+Runs the default scenario (200 requests, preset by the ``?set=`` link), then visits every
+page (a request-rate sweep on the throughput page), waits until its Plotly charts are
+drawn, checks that no page shows an exception or error, and saves screenshots to ``$KVSIM_ARTIFACTS`` (default
 ``tests/artifacts``). Needs Debian's ``chromium`` and ``chromium-driver`` (see
 ``.ci/install-browser.sh``) and selenium (the ``dev`` extra); skipped otherwise.
 """
@@ -110,9 +110,8 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chro
         driver.quit()
 
 
-def _wait_charts(driver: webdriver.Chrome, count: int, page: str, timeout_s: float = 90) -> None:
+def _wait_charts(driver: webdriver.Chrome, count: int, timeout_s: float = 90) -> None:
     """Until ``count`` Plotly charts have drawn their SVG, and the script has stopped running."""
-    driver.save_screenshot(str(_artifacts() / f"waiting_{page}.png"))  # replaced once drawn
     WebDriverWait(driver, timeout_s).until(
         lambda d: (
             sum(
@@ -153,7 +152,14 @@ def _open_page(driver: webdriver.Chrome, name: str) -> None:
 
 
 def test_default_scenario_runs_and_draws_charts(server: str, browser: webdriver.Chrome) -> None:
-    out = _artifacts()
+    try:
+        _walk_pages(server, browser, _artifacts())
+    except Exception:
+        browser.save_screenshot(str(_artifacts() / "failure.png"))
+        raise
+
+
+def _walk_pages(server: str, browser: webdriver.Chrome, out: Path) -> None:
     browser.get(f"{server}/?set=workload.num_requests=200")
     run = WebDriverWait(browser, 60).until(
         ec.element_to_be_clickable((By.XPATH, "//button[.//p[normalize-space()='Run']]"))
@@ -169,13 +175,32 @@ def test_default_scenario_runs_and_draws_charts(server: str, browser: webdriver.
     browser.save_screenshot(str(out / "dashboard_scenario.png"))
 
     _open_page(browser, "Latency_spikes")
-    _wait_charts(browser, 1, "latency_spikes")
+    _wait_charts(browser, 1)
     _assert_no_error(browser, "Latency spikes")
     wanted = {"TTFT (s)", "ITL (ms)", "events (count)", "waiting (requests)"}
     WebDriverWait(browser, 30).until(lambda d: wanted <= _axis_titles(d))
     browser.save_screenshot(str(out / "dashboard_latency_spikes.png"))
 
     _open_page(browser, "KV_cache")
-    _wait_charts(browser, 3, "kv_cache")
+    _wait_charts(browser, 3)
     _assert_no_error(browser, "KV cache")
     browser.save_screenshot(str(out / "dashboard_kv_cache.png"))
+
+    _open_page(browser, "Throughput_vs_capacity")
+    sweep = WebDriverWait(browser, 60).until(
+        ec.element_to_be_clickable((By.XPATH, "//button[.//p[normalize-space()='Run sweep']]"))
+    )
+    sweep.click()
+    _wait_charts(browser, 1, timeout_s=180)
+    _assert_no_error(browser, "Throughput vs capacity")
+    browser.save_screenshot(str(out / "dashboard_throughput.png"))
+
+    _open_page(browser, "Compare")  # the sweep's runs are there to compare
+    _wait_charts(browser, 1)
+    _assert_no_error(browser, "Compare")
+    browser.save_screenshot(str(out / "dashboard_compare.png"))
+
+    _open_page(browser, "Calibration")
+    _wait_charts(browser, 1)
+    _assert_no_error(browser, "Calibration")
+    browser.save_screenshot(str(out / "dashboard_calibration.png"))

@@ -158,3 +158,11 @@ def test_figures_export_to_html() -> None:
     fig = plots.kv_blocks_figure(analysis.kv_blocks_over_time(_iterations()))
     html = fig.to_html(include_plotlyjs="cdn", full_html=True)
     assert "KV cache blocks over time" in html
+
+
+def test_latency_spikes_figure_keeps_the_events_row_when_there_are_none() -> None:
+    fig = plots.latency_spikes_figure(_requests(), _iterations(), _events().iloc[0:0], window_s=1.0)
+    assert "no preemption, swap, eviction or rejection in this run" in {
+        a.text for a in fig.layout.annotations
+    }
+    assert fig.layout.yaxis3.title.text == "events (count)"

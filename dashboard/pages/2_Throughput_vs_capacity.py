@@ -56,7 +56,7 @@ def default_values(scenario: kvsim.Scenario, axis: Axis) -> str:
     group = scenario.replicas[0]
     if axis.path == "workload.arrival.rate_per_s":
         rate = getattr(getattr(scenario.workload, "arrival", None), "rate_per_s", 4.0)
-        return ", ".join(f"{rate * f:g}" for f in (0.25, 0.5, 1, 1.5, 2))
+        return ", ".join(f"{rate * f:g}" for f in (0.5, 1, 2, 3, 4))
     if axis.path.endswith("gpu_memory_utilization"):
         return "0.5, 0.6, 0.7, 0.8, 0.9"
     if axis.path.endswith("num_gpu_blocks_override"):
@@ -83,7 +83,7 @@ def run_sweep(scenario: kvsim.Scenario, axis: Axis, values: list, num_requests: 
             point = common.resolve(
                 scenario.model_dump(mode="json"), overrides, f"sweep point {axis.path}={v}"
             )
-            run = common.run_scenario(point, label=f"{scenario.name} [{axis.path}={v}]")
+            run = common.run_scenario(point, label=f"{scenario.name} [{axis.path.rsplit('.', 1)[-1]}={v}]")
             row |= {k: run.result.summary.get(k) for k in SWEEP_METRICS}
             row["error"] = ""
         except kvsim.KvsimError as err:
@@ -147,6 +147,8 @@ def main() -> None:
             f"**Knee** ({what} meeting p99 TTFT ≤ {slo.ttft_s:g} s and p99 TPOT ≤ {slo.tpot_s:g} s): "
             + (f"{axis.path} = **{knee:g}**" if knee is not None else "none of the points meets the SLO")
         )
+        if knee is not None and bool(ok_points["meets_slo"].all()):
+            st.caption("Every point meets the SLO: the knee lies beyond the swept range; extend the values.")
     fig = plots.throughput_capacity_figure(
         ok_points, x="x", x_title=axis.title, ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s, knee_x=knee
     )

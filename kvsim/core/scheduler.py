@@ -31,9 +31,13 @@ from kvsim.cost.base import Batch
 
 @dataclass(slots=True)
 class SchedulerOutput:
-    """What one iteration computes, and what scheduling it cost."""
+    """What one iteration computes, and what scheduling it cost.
 
-    scheduled: list[tuple[Request, int]]
+    ``tokens`` maps each scheduled request to its new tokens, in scheduling order, with
+    0 standing for one decode token (the hot path's mark); `scheduled` spells it out.
+    """
+
+    tokens: dict[Request, int]
     batch: Batch
     num_prefill_seqs: int = 0
     prefill_tokens: int = 0
@@ -42,6 +46,11 @@ class SchedulerOutput:
     swap_out_blocks: int = 0
     swap_in_blocks: int = 0
     all_running_decode: bool = False
+
+    @property
+    def scheduled(self) -> list[tuple[Request, int]]:
+        """(request, new tokens) pairs in scheduling order."""
+        return [(r, n or 1) for r, n in self.tokens.items()]
 
 
 @dataclass(slots=True)
@@ -306,15 +315,10 @@ class Scheduler:
         fast-path decodes, marked 0 in ``scheduled``."""
         window = self.sliding_window
         chunks: list[tuple[int, int]] = []
-        if num_decode == len(scheduled):  # all decodes: nothing left to classify
-            items = [(r, 1) for r in scheduled]
-        else:
-            items = []
+        if num_decode != len(scheduled):  # classify what the hot path did not
             for req, n in scheduled.items():
                 if n == 0:
-                    items.append((req, 1))
                     continue
-                items.append((req, n))
                 c = req.num_computed_tokens
                 if n == 1 and req.num_output_tokens and c == req.num_tokens - 1:
                     num_decode += 1
@@ -322,7 +326,7 @@ class Scheduler:
                 else:
                     chunks.append((n, c if window is None or c < window else window))
         out = SchedulerOutput(
-            scheduled=items,
+            tokens=scheduled,
             batch=Batch(prefill_chunks=chunks, num_decode_seqs=num_decode, decode_context_tokens=decode_ctx),
             num_prefill_seqs=len(chunks),
             prefill_tokens=sum(q for q, _ in chunks),
@@ -339,20 +343,22 @@ class Scheduler:
     def update(self, out: SchedulerOutput, t_end: float) -> None:
         """Apply an iteration's outcome at its end time: advance tokens, sample, finish."""
         any_finished = False
-        for req, n in out.scheduled:
-            req.num_computed_tokens += n
-            if req.num_computed_tokens < req.num_tokens:
+        for req, n in out.tokens.items():
+            nc = req.num_computed_tokens + (n or 1)
+            req.num_computed_tokens = nc
+            if nc < req.num_tokens:
                 continue  # a prefill chunk that does not reach the end samples nothing
-            req.num_output_tokens += 1
-            req.num_tokens += 1
-            if req.num_output_tokens == 1:
+            n_out = req.num_output_tokens + 1
+            req.num_output_tokens = n_out
+            req.num_tokens = nc + 1
+            if n_out == 1:
                 req.first_token_s = t_end
             else:
                 gap = t_end - req.last_token_s
                 if not gap <= req.max_itl_s:  # also replaces the initial NaN
                     req.max_itl_s = gap
             req.last_token_s = t_end
-            if req.num_output_tokens == req.target_output_tokens:
+            if n_out == req.target_output_tokens:
                 self._finish(req, t_end)
                 any_finished = True
         if any_finished:

@@ -77,7 +77,8 @@ def latency_spikes_figure(
 
     Rows share the time axis: (1) each request's TTFT at its first token, with rolling
     p50/p99 over ``window_s``; (2) the ITL of decoding requests (`analysis.itl_samples`),
-    rolling p50/p99 weighted by decode tokens; (3) preemptions, swaps, evictions and
+    rolling p50/p99 weighted by decode tokens, and the longest gap of each preempted
+    request (`analysis.preemption_gap_samples`; the axis turns logarithmic then); (3) preemptions, swaps, evictions and
     rejections per window; (4) requests waiting. Spike episodes (rows of
     `analysis.find_spikes`) are shaded across all rows.
     """
@@ -136,6 +137,18 @@ def latency_spikes_figure(
             row=2,
             col=1,
         )
+    gaps = analysis.preemption_gap_samples(requests, events)
+    if len(gaps):
+        fig.add_trace(
+            go.Scatter(
+                x=gaps["time_s"], y=gaps["itl_s"] * 1e3, mode="markers", name="gap of a preempted request",
+                marker={"size": 6, "color": EVENT_COLORS["preempt_recompute"], "symbol": "x"},
+                customdata=gaps["request_id"], hovertemplate="request %{customdata}: %{y:.0f} ms",
+            ),
+            row=2, col=1,
+        )  # fmt: skip
+        # Gaps of seconds beside steps of milliseconds: only a log axis shows both.
+        fig.update_yaxes(type="log", row=2, col=1)
     t_end = float(max(ttft["time_s"].max() if len(ttft) else 0.0, itl["time_s"].max() if len(itl) else 0.0))
     edges = np.arange(0.0, t_end + window_s, window_s)
     if len(edges) < 2:
@@ -187,7 +200,7 @@ def latency_spikes_figure(
                 x0=sp.start_s, x1=sp.end_s, fillcolor="rgba(213,94,0,0.12)", line_width=0, row="all", col=1
             )
     fig.update_yaxes(title_text="TTFT (s)", row=1, col=1)
-    fig.update_yaxes(title_text="ITL (ms)", row=2, col=1)
+    fig.update_yaxes(title_text="ITL (ms)" + (", log scale" if len(gaps) else ""), row=2, col=1)
     fig.update_yaxes(title_text="events (count)", rangemode="tozero", row=3, col=1)
     fig.update_yaxes(title_text="waiting (requests)", rangemode="tozero", row=4, col=1)
     fig.update_xaxes(title_text=TIME_TITLE, row=4, col=1)

@@ -21,6 +21,9 @@ def _requests() -> pd.DataFrame:
             "e2e_s": [1.0, 2.0, 3.0, 4.0],
             "prompt_tokens": [100, 100, 100, 100],
             "prefix_hit_tokens": [0, 50, 50, 100],
+            "request_id": [0, 1, 2, 3],
+            "max_itl_s": [0.05, 0.9, 0.05, np.nan],
+            "finish_s": [1.0, 3.0, 4.0, 5.0],
         }
     )
 
@@ -73,6 +76,7 @@ def test_latency_spikes_figure_traces_axes_and_spike_shading() -> None:
         "TTFT rolling p99",
         "ITL rolling p50",
         "ITL rolling p99",
+        "gap of a preempted request",
         "preempt_recompute",
         "evict",
         "requests waiting",
@@ -80,7 +84,12 @@ def test_latency_spikes_figure_traces_axes_and_spike_shading() -> None:
     assert list(fig.data[0].y) == [0.2, 0.2, 0.9, 1.0]
     evict = next(t for t in fig.data if t.name == "evict")
     assert list(evict.y) == [0, 0, 2, 0]  # bins [0, 1), [1, 2), [2, 3), [3, 4]
-    assert _axis_titles(fig, "yaxis") == ["TTFT (s)", "ITL (ms)", "events (count)", "waiting (requests)"]
+    assert _axis_titles(fig, "yaxis") == [
+        "TTFT (s)",
+        "ITL (ms), log scale",
+        "events (count)",
+        "waiting (requests)",
+    ]
     assert _axis_titles(fig, "xaxis") == ["simulated time (s)"]
     assert len([s for s in fig.layout.shapes if s.type == "rect"]) == 4  # the spike, on each row
     assert {a.text for a in fig.layout.annotations} >= {"TTFT SLO 0.5 s", "TPOT SLO 100 ms"}
@@ -158,6 +167,14 @@ def test_figures_export_to_html() -> None:
     fig = plots.kv_blocks_figure(analysis.kv_blocks_over_time(_iterations()))
     html = fig.to_html(include_plotlyjs="cdn", full_html=True)
     assert "KV cache blocks over time" in html
+
+
+def test_latency_spikes_figure_marks_gaps_of_preempted_requests_on_a_log_axis() -> None:
+    fig = plots.latency_spikes_figure(_requests(), _iterations(), _events(), window_s=1.0)
+    gaps = next(t for t in fig.data if t.name == "gap of a preempted request")
+    assert (list(gaps.x), list(gaps.y)) == ([2.9], [900.0])  # preempted at 2.0, gap 0.9 s
+    assert fig.layout.yaxis2.type == "log"
+    assert fig.layout.yaxis2.title.text == "ITL (ms), log scale"
 
 
 def test_latency_spikes_figure_keeps_the_events_row_when_there_are_none() -> None:

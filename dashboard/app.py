@@ -109,10 +109,11 @@ def main() -> None:
     run = common.cached_run(scenario)
     if run is None and st.button("Run", type="primary"):
         try:
-            run = common.run_scenario(scenario)
+            common.run_scenario(scenario)
         except kvsim.KvsimError as err:
             st.error(str(err))
             st.stop()
+        st.rerun()  # draw the page again, now with the run and without the button
     if run is not None:
         st.success(f"Run **{run.label}** is ready; see the other pages for the details.")
         show_summary(run)

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+import kvsim
+import kvsim.io
+
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
@@ -180,6 +183,23 @@ def test_compare_page_runs_a_variant_and_compares() -> None:
     table = at.dataframe[0].value.set_index("metric")
     assert table.loc["prefix_hit_rate"].iloc[1] == 0.0  # the variant has caching off
     assert any(c.endswith("(%)") for c in table.columns)
+
+
+def test_compare_page_loads_a_saved_result_folder(tmp_path: Path) -> None:
+    at = _ran()
+    (run,) = at.session_state["runs"].values()
+    kvsim.io.save_result(run.result, tmp_path / "saved")
+    at = _page(at, "4_Compare")
+    at.text_input[0].set_value(str(tmp_path / "saved")).run()
+    next(b for b in at.button if b.label == "Load folder").click().run()
+    assert not at.exception
+    labels = [r.label for r in at.session_state["runs"].values()]
+    assert labels[-1] == "saved (folder)"
+    table = at.dataframe[0].value.set_index("metric")
+    assert table.loc["ttft_p99_s"].iloc[0] == table.loc["ttft_p99_s"].iloc[1]  # same run, saved and loaded
+    at.text_input[0].set_value(str(tmp_path / "missing")).run()
+    next(b for b in at.button if b.label == "Load folder").click().run()
+    assert "no such result folder" in at.error[0].value
 
 
 def test_compare_page_shows_invalid_overrides() -> None:

@@ -1,11 +1,13 @@
-"""kvsim dashboard, Scenario page: pick, upload or edit a scenario, then run it.
+"""kvsim dashboard: the page list, and the Scenario page (pick, upload or edit a scenario, run it).
 
 Start with ``streamlit run dashboard/app.py`` (or ``make dashboard``). The other pages
-(sidebar) read the run made here; results are cached per resolved scenario, so
-switching pages never re-runs anything. ``?set=dotted.key=value`` in the URL presets knobs.
+(``pages/N_Name.py``, in the sidebar) read the run made here; results are cached per
+resolved scenario, so switching pages never re-runs anything. ``?set=dotted.key=value`` in the URL presets knobs.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import _common as common
 import pandas as pd
@@ -20,7 +22,7 @@ SOURCES = ("Built-in default", "Catalogue (scenarios/)", "Upload a YAML file", "
 HEADLINE = (
     ("p99 TTFT", "ttft_p99_s", "{:.3g} s"),
     ("p99 TPOT", "tpot_p99_s", "{:.3g} s"),
-    ("Throughput", "throughput_tokens_per_s", "{:,.0f} tok/s"),
+    ("Throughput (tok/s)", "throughput_tokens_per_s", "{:,.0f}"),
     ("Prefix hit rate", "prefix_hit_rate", "{:.1%}"),
     ("Preemptions", "num_preemptions", "{:,}"),
     ("Peak KV usage", "kv_usage_peak", "{:.1%}"),
@@ -79,8 +81,7 @@ def show_summary(run: common.Run) -> None:
         common.show_table(table, f"{run.result.scenario.name}_summary")
 
 
-def main() -> None:
-    st.set_page_config(page_title="kvsim", page_icon="🧮", layout="wide")
+def scenario_page() -> None:
     st.title("kvsim: LLM serving with the KV cache in view")
     st.caption(
         "Pick a scenario, adjust the main knobs, run it; then open Latency spikes, Throughput vs "
@@ -117,6 +118,14 @@ def main() -> None:
     if run is not None:
         st.success(f"Run **{run.label}** is ready; see the other pages for the details.")
         show_summary(run)
+
+
+def main() -> None:
+    st.set_page_config(page_title="kvsim", page_icon="🧮", layout="wide")
+    pages = [st.Page(scenario_page, title="Scenario", default=True)]
+    for path in sorted((Path(__file__).parent / "pages").glob("[0-9]_*.py")):
+        pages.append(st.Page(path, title=path.stem.split("_", 1)[1].replace("_", " ")))
+    st.navigation(pages).run()
 
 
 main()

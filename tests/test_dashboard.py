@@ -69,7 +69,7 @@ def test_scenario_page_opens_on_the_default_and_runs_it() -> None:
     next(b for b in at.button if b.label == "Run").click()
     at.run()
     assert not at.exception
-    assert [m.label for m in at.metric] == ["p99 TTFT", "p99 TPOT", "Throughput", "Prefix hit rate",
+    assert [m.label for m in at.metric] == ["p99 TTFT", "p99 TPOT", "Throughput (tok/s)", "Prefix hit rate",
                                             "Preemptions", "Peak KV usage"]  # fmt: skip
     (run,) = at.session_state["runs"].values()
     assert run.result.summary["num_requests"] == NUM_REQUESTS

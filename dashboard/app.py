@@ -2,7 +2,7 @@
 
 Start with ``streamlit run dashboard/app.py`` (or ``make dashboard``). The other pages
 (``pages/N_Name.py``, in the sidebar) read the run made here; results are cached per
-resolved scenario, so switching pages never re-runs anything. ``?set=dotted.key=value`` in the URL presets knobs.
+resolved scenario, so switching pages never re-runs anything. ``?set=dotted.key=value`` in the URL presets knobs of the built-in default.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def base_scenario(source: str) -> kvsim.Scenario:
                 return kvsim.load_scenario(None, common.query_overrides())
             path = st.selectbox("Scenario file", files, format_func=lambda p: p.name)
             data = resolve_workload_paths(read_yaml(path), path.parent)
-            return common.resolve(data, common.query_overrides(), str(path.relative_to(common.REPO_ROOT)))
+            return common.resolve(data, {}, str(path.relative_to(common.REPO_ROOT)))
         if source == "Upload a YAML file":
             # Relative trace paths in uploaded or edited YAML resolve against the repository.
             up = st.file_uploader(
@@ -51,7 +51,7 @@ def base_scenario(source: str) -> kvsim.Scenario:
             data = resolve_workload_paths(
                 common.parse_scenario_bytes(up.getvalue(), up.name), common.REPO_ROOT
             )
-            return common.resolve(data, common.query_overrides(), up.name)
+            return common.resolve(data, {}, up.name)
         if source == "Edit YAML":
             text = st.text_area(
                 "Scenario YAML",
@@ -62,7 +62,7 @@ def base_scenario(source: str) -> kvsim.Scenario:
             )
             data = common.parse_scenario_bytes(text.encode("utf-8"), "<edited YAML>")
             data = resolve_workload_paths(data, common.REPO_ROOT)
-            return common.resolve(data, common.query_overrides(), "<edited YAML>")
+            return common.resolve(data, {}, "<edited YAML>")
         return kvsim.load_scenario(None, common.query_overrides())
     except kvsim.ScenarioError as err:
         common.show_scenario_error(err)

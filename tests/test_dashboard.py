@@ -76,6 +76,19 @@ def test_scenario_page_opens_on_the_default_and_runs_it() -> None:
     assert run.result.scenario == at.session_state["scenario"]
 
 
+def test_catalogue_scenarios_can_be_chosen() -> None:
+    files = common.scenario_files()
+    if not files:
+        pytest.skip("no scenarios/*.yaml yet")
+    at = _app()
+    at.radio[0].set_value("Catalogue (scenarios/)").run()
+    assert not at.exception and not at.error
+    box = at.selectbox[0]
+    assert box.label == "Scenario file" and len(box.options) == len(files)
+    box.select_index(len(files) - 1).run()
+    assert at.session_state["scenario"] == kvsim.load_scenario(files[-1])
+
+
 def test_knob_change_resolves_a_new_scenario() -> None:
     at = _app()
     next(w for w in at.number_input if w.label == "replicas.0.engine.block_size").set_value(32)
@@ -161,6 +174,23 @@ def test_throughput_page_rejects_malformed_values() -> None:
     at.text_input[0].set_value("2, lots").run()
     assert not at.exception
     assert "must be float values" in at.error[0].value
+
+
+def test_trace_workload_knobs_and_sweep_axis(traces_dir: Path) -> None:
+    at = _app()
+    at.radio[0].set_value("Edit YAML").run()
+    trace = traces_dir / "mooncake" / "conversation_trace.jsonl"
+    yaml_text = (
+        f"name: mooncake\nworkload: {{kind: trace, path: {trace}, format: mooncake, max_requests: 40, "
+        "rate_per_s: 2.0}\n"
+    )
+    at.text_area(key="yaml_editor").set_value(yaml_text).run()
+    knobs = {w.label: w for w in at.number_input}
+    assert knobs["workload.max_requests"].value == 40 and knobs["workload.rate_per_s"].value == 2.0
+    at = _page(at, "2_Throughput_vs_capacity")
+    assert at.text_input[0].label == "Values of workload.rate_per_s (comma-separated)"
+    assert at.text_input[0].value == "1, 2, 4, 6, 8"
+    assert at.number_input[0].value == 40  # workload.max_requests
 
 
 def test_kv_cache_page() -> None:

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from kvsim.config import Scenario
 from kvsim.errors import ScenarioError
 from kvsim.presets import check_scenario_references
+from kvsim.workload import resolve_workload_paths
 
 DEFAULT_SCENARIO = "default.yaml"
 
@@ -141,7 +142,9 @@ def load_scenario(
     elif isinstance(source, Mapping):
         data, name = dict(source), "<dict>"
     else:
-        data, name = read_yaml(source), str(source)
+        # Trace paths in a file are relative to the file: make them absolute, so that the
+        # resolved scenario saved beside a result reloads from anywhere.
+        data, name = resolve_workload_paths(read_yaml(source), Path(source).resolve().parent), str(source)
     if overrides:
         # Apply overrides to the fully resolved scenario, so that paths into defaults the
         # file left out (``replicas.0.tp`` in a file without ``replicas``) exist.

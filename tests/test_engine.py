@@ -4,10 +4,11 @@ fast-forward equivalence, closed-loop follow-ups and time limits."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import spec
+from conftest import ROOT, spec
 from pandas.testing import assert_frame_equal
 
 import kvsim
@@ -181,3 +182,12 @@ def test_every_record_carries_a_replica_id():
     assert set(res.iterations.replica_id) == {"replica-0", "replica-1", "replica-2"}
     counts = res.requests.replica_id.value_counts()
     assert list(counts) == [20, 20, 20]  # round robin
+
+
+def test_trace_replay_reports_its_workload_in_the_summary(traces_dir):
+    res = kvsim.run(ROOT / "scenarios" / "azure_code.yaml", overrides=["workload.max_requests=40"])
+    s = res.summary
+    assert s["workload_kind"] == "trace" and s["workload_num_requests"] == 40 == s["num_requests"]
+    assert s["trace_num_requests"] == 40 and "trace_num_dropped" in s
+    # The saved scenario carries an absolute trace path: it reloads from anywhere.
+    assert Path(res.scenario.workload.path).is_absolute()

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from kvsim.cli import main
 from kvsim.config import Scenario
 from kvsim.sweep import SweepError, load_sweep, point_id, run_sweep
 
@@ -160,3 +161,27 @@ def test_ray_executor_on_a_local_instance(sweep_file: Path, tmp_path: Path) -> N
         64,
         128,
     ]
+
+
+def test_cli_sweep_runs_the_simulator(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "base.yaml").write_text(BASE)
+    f = tmp_path / "s.yaml"
+    f.write_text("base: base.yaml\ngrid: {replicas.0.engine.enable_prefix_caching: [true, false]}\n")
+    out = tmp_path / "out"
+    assert main(["sweep", str(f), "--out", str(out), "--jobs", "1"]) == 0
+    assert "2 points: 0 already done, 2 ok, 0 failed" in capsys.readouterr().out
+    table = pd.read_parquet(out / "results.parquet")
+    assert list(table["num_finished"]) == [5, 5]
+    pid = table["point_id"].iloc[0]
+    assert sorted(p.name for p in (out / "points" / pid).iterdir()) == [
+        "events.parquet",
+        "iterations.parquet",
+        "point.json",
+        "requests.parquet",
+        "scenario.yaml",
+        "summary.json",
+    ]
+    assert main(["sweep", str(f), "--out", str(out), "--jobs", "1"]) == 0
+    assert "2 already done" in capsys.readouterr().out
+    f.write_text("base: base.yaml\ngrid: {workload.num_requests: [0]}\n")
+    assert main(["sweep", str(f), "--out", str(tmp_path / "bad"), "--jobs", "1"]) == 1

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvsim.cli import main
 from kvsim.errors import TraceError
 from kvsim.request import Segment
 from kvsim.workload import generate_workload
@@ -245,3 +246,12 @@ def test_mooncake_replay_counts_and_means(name: str, rows: int, mean_in: int, me
     assert np.mean([r.prompt_tokens for r in reqs]) == pytest.approx(mean_in, abs=0.5)
     assert np.mean([r.output_tokens for r in reqs]) == pytest.approx(mean_out, abs=0.5)
     assert all(len(r.prompt) == math.ceil(r.prompt_tokens / 512) for r in reqs)
+
+
+def test_trace_stats_cli(mooncake: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["trace-stats", str(mooncake), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["num_rows"] == 4 and stats["num_requests"] == 3
+    assert stats["dropped_by_reason"] == {"zero_output": 1}
+    assert stats["rate_per_s"] == pytest.approx(2 / 3.0)
+    assert stats["prompt_tokens"]["max"] == 1300

@@ -243,14 +243,35 @@ class BlockPool:
 
     def free_blocks(self, ordered_blocks: Iterable[KVBlock]) -> None:
         """Drop one reference on each block; blocks reaching 0 join the queue in this order."""
-        append = self.free_queue.append
+        fq = self.free_queue
+        if type(fq) is not LruFreeQueue:
+            for block in ordered_blocks:
+                block.ref_cnt -= 1
+                assert block.ref_cnt >= 0, f"block {block.block_id} freed more often than taken"
+                if block.ref_cnt == 0:
+                    fq.append(block)
+                    if block.block_hash is not None:
+                        self.num_cached_free += 1
+            return
+        # Hot path: splice freed blocks onto the tail of the LRU list.
+        tail = fq._tail
+        last = tail.prev
+        assert last is not None
+        n_freed = n_cached = 0
         for block in ordered_blocks:
             block.ref_cnt -= 1
             assert block.ref_cnt >= 0, f"block {block.block_id} freed more often than taken"
             if block.ref_cnt == 0:
-                append(block)
+                last.next = block
+                block.prev = last
+                last = block
+                n_freed += 1
                 if block.block_hash is not None:
-                    self.num_cached_free += 1
+                    n_cached += 1
+        last.next = tail
+        tail.prev = last
+        fq.num_free_blocks += n_freed
+        self.num_cached_free += n_cached
 
     def cache_block(self, block: KVBlock, block_hash: int) -> None:
         """Register a full, in-use block under its hash so later prefixes can hit it."""

@@ -110,7 +110,10 @@ class KVCacheManager:
 
     def free(self, req: Request) -> None:
         """Release all of the request's blocks, tail first (the tail is evicted first)."""
-        self.pool.free_blocks(b for b in reversed(req.blocks) if b is not None)
+        if req.num_skipped_blocks:
+            self.pool.free_blocks(b for b in reversed(req.blocks) if b is not None)
+        else:
+            self.pool.free_blocks(reversed(req.blocks))  # type: ignore[arg-type]
         req.blocks = []
         req.num_cached_blocks = 0
         req.num_skipped_blocks = 0

@@ -25,6 +25,7 @@ from kvsim.core.block_pool import KVBlock
 from kvsim.request import RequestSpec, Segment
 
 _FIRST_BLOCK_MARK = 0x6B7673696D  # distinguishes the first block's parent from real hashes
+_ALIAS_OF_MINUS_ONE = -(2**60) - 1
 
 
 def tenant_salt(tenant: str) -> int:
@@ -80,7 +81,12 @@ class Request:
         self.request_id = spec.request_id
         self.arrival_s = spec.arrival_s if arrival_s is None else arrival_s
         self.priority = spec.priority
-        self.segments: tuple[Segment, ...] = (*spec.prompt, spec.output_segment)
+        # CPython hashes -1 like -2; give content id -1 another identity so that it
+        # cannot collide with -2 inside a block hash.
+        self.segments: tuple[Segment, ...] = tuple(
+            s if s.content_id != -1 else Segment(_ALIAS_OF_MINUS_ONE, s.num_tokens)
+            for s in (*spec.prompt, spec.output_segment)
+        )
         self.prompt_tokens = spec.prompt_tokens
         self.target_output_tokens = spec.output_tokens
         self.num_tokens = self.prompt_tokens
@@ -122,30 +128,45 @@ class Request:
         return self.num_output_tokens > 0 and self.num_computed_tokens == self.num_tokens - 1
 
     def ensure_hashes(self, num_blocks: int, block_size: int) -> list[int]:
-        """Extend ``block_hashes`` to cover the first ``num_blocks`` full blocks."""
+        """Extend ``block_hashes`` to cover the first ``num_blocks`` full blocks.
+
+        A block inside one segment hashes ``(parent, content_id, offset)``; a block
+        spanning segments hashes ``(parent, ((content_id, offset, length), ...))``.
+        """
         hashes = self.block_hashes
+        need = num_blocks - len(hashes)
+        if need <= 0:
+            return hashes
         segs = self.segments
         seg, off = self._cursor_seg, self._cursor_off
-        while len(hashes) < num_blocks:
+        parent = hashes[-1] if hashes else hash((_FIRST_BLOCK_MARK, self.salt))
+        append = hashes.append
+        while need:
             cid, n = segs[seg]
-            if n - off >= block_size:  # the block lies inside one segment
-                key: object = (cid, off)
-                off += block_size
+            inside = (n - off) // block_size
+            if inside:  # blocks lying inside this segment: the common case, kept tight
+                if inside > need:
+                    inside = need
+                need -= inside
+                for _ in range(inside):
+                    parent = hash((parent, cid, off))
+                    append(parent)
+                    off += block_size
                 if off == n:
                     seg, off = seg + 1, 0
-            else:  # the block spans segments: list each piece
-                pieces = []
-                need = block_size
-                while need:
-                    cid, n = segs[seg]
-                    take = min(need, n - off)
-                    pieces.append((cid, off, take))
-                    need -= take
-                    off += take
-                    if off == n:
-                        seg, off = seg + 1, 0
-                key = tuple(pieces)
-            parent = hashes[-1] if hashes else (_FIRST_BLOCK_MARK, self.salt)
-            hashes.append(hash((parent, key)))
+                continue
+            pieces = []
+            left = block_size
+            while left:
+                cid, n = segs[seg]
+                take = min(left, n - off)
+                pieces.append((cid, off, take))
+                left -= take
+                off += take
+                if off == n:
+                    seg, off = seg + 1, 0
+            parent = hash((parent, tuple(pieces)))
+            append(parent)
+            need -= 1
         self._cursor_seg, self._cursor_off = seg, off
         return hashes

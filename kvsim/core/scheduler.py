@@ -31,9 +31,13 @@ from kvsim.cost.base import Batch
 
 @dataclass(slots=True)
 class SchedulerOutput:
-    """What one iteration computes, and what scheduling it cost."""
+    """What one iteration computes, and what scheduling it cost.
 
-    scheduled: list[tuple[Request, int]]
+    ``tokens`` maps each scheduled request to its new tokens, in scheduling order, with
+    0 standing for one decode token (the hot path's mark); `scheduled` spells it out.
+    """
+
+    tokens: dict[Request, int]
     batch: Batch
     num_prefill_seqs: int = 0
     prefill_tokens: int = 0
@@ -42,6 +46,11 @@ class SchedulerOutput:
     swap_out_blocks: int = 0
     swap_in_blocks: int = 0
     all_running_decode: bool = False
+
+    @property
+    def scheduled(self) -> list[tuple[Request, int]]:
+        """(request, new tokens) pairs in scheduling order."""
+        return [(r, n or 1) for r, n in self.tokens.items()]
 
 
 @dataclass(slots=True)
@@ -195,16 +204,22 @@ class Scheduler:
         bs = self.block_size
         caching = kv.enable_caching
         no_window = self.sliding_window is None
+        # Decodes are tallied as they are scheduled (the hot path); everything else is
+        # classified in _make_output.
+        num_fast_decodes = 0
+        fast_decode_ctx = 0
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
             nc = req.num_computed_tokens
-            if no_window and req.num_tokens - nc == 1 and len(req.blocks) * bs > nc:
+            if no_window and req.num_tokens - nc == 1 and req.num_output_tokens and len(req.blocks) * bs > nc:
                 # Hot path (a decode whose slot is already allocated): what allocate_slots
                 # would do, minus the block arithmetic. The token may fill its block.
                 if caching and (nc + 1) % bs == 0 and (nc + 1) // bs > req.num_cached_blocks:
                     kv.cache_full_blocks(req, (nc + 1) // bs)
-                scheduled[req] = 1
+                scheduled[req] = 0  # 0 marks a fast-path decode (one token)
+                num_fast_decodes += 1
+                fast_decode_ctx += nc + 1
                 budget -= 1
                 i += 1
                 continue
@@ -217,7 +232,12 @@ class Scheduler:
                 idx = running.index(victim) if self.priority_policy else len(running) - 1
                 running.pop(idx)
                 if victim in scheduled:  # already scheduled this iteration: give its budget back
-                    budget += scheduled.pop(victim)
+                    n_victim = scheduled.pop(victim)
+                    if n_victim == 0:
+                        n_victim = 1
+                        num_fast_decodes -= 1
+                        fast_decode_ctx -= victim.num_computed_tokens + 1
+                    budget += n_victim
                     i -= 1
                 self._preempt(victim)
                 num_preempted += 1
@@ -278,24 +298,35 @@ class Scheduler:
                 budget -= num_new
 
         swap_out_blocks = sum(e.num_blocks for e in self.events[swap_out_before:] if e.kind == "swap_out")
-        return self._make_output(scheduled, num_preempted, swap_out_blocks, swap_in_blocks)
+        return self._make_output(
+            scheduled, num_fast_decodes, fast_decode_ctx, num_preempted, swap_out_blocks, swap_in_blocks
+        )
 
     def _make_output(
-        self, scheduled: dict[Request, int], num_preempted: int, swap_out_blocks: int, swap_in_blocks: int
+        self,
+        scheduled: dict[Request, int],
+        num_decode: int,
+        decode_ctx: int,
+        num_preempted: int,
+        swap_out_blocks: int,
+        swap_in_blocks: int,
     ) -> SchedulerOutput:
+        """Classify what was scheduled; ``num_decode`` / ``decode_ctx`` already count the
+        fast-path decodes, marked 0 in ``scheduled``."""
         window = self.sliding_window
         chunks: list[tuple[int, int]] = []
-        num_decode = 0
-        decode_ctx = 0
-        for req, n in scheduled.items():
-            c = req.num_computed_tokens
-            if n == 1 and req.num_output_tokens and c == req.num_tokens - 1:
-                num_decode += 1
-                decode_ctx += c + 1 if window is None or c < window else window
-            else:
-                chunks.append((n, c if window is None or c < window else window))
+        if num_decode != len(scheduled):  # classify what the hot path did not
+            for req, n in scheduled.items():
+                if n == 0:
+                    continue
+                c = req.num_computed_tokens
+                if n == 1 and req.num_output_tokens and c == req.num_tokens - 1:
+                    num_decode += 1
+                    decode_ctx += c + 1 if window is None or c < window else window
+                else:
+                    chunks.append((n, c if window is None or c < window else window))
         out = SchedulerOutput(
-            scheduled=list(scheduled.items()),
+            tokens=scheduled,
             batch=Batch(prefill_chunks=chunks, num_decode_seqs=num_decode, decode_context_tokens=decode_ctx),
             num_prefill_seqs=len(chunks),
             prefill_tokens=sum(q for q, _ in chunks),
@@ -312,20 +343,22 @@ class Scheduler:
     def update(self, out: SchedulerOutput, t_end: float) -> None:
         """Apply an iteration's outcome at its end time: advance tokens, sample, finish."""
         any_finished = False
-        for req, n in out.scheduled:
-            req.num_computed_tokens += n
-            if req.num_computed_tokens < req.num_tokens:
+        for req, n in out.tokens.items():
+            nc = req.num_computed_tokens + (n or 1)
+            req.num_computed_tokens = nc
+            if nc < req.num_tokens:
                 continue  # a prefill chunk that does not reach the end samples nothing
-            req.num_output_tokens += 1
-            req.num_tokens += 1
-            if req.num_output_tokens == 1:
+            n_out = req.num_output_tokens + 1
+            req.num_output_tokens = n_out
+            req.num_tokens = nc + 1
+            if n_out == 1:
                 req.first_token_s = t_end
             else:
                 gap = t_end - req.last_token_s
                 if not gap <= req.max_itl_s:  # also replaces the initial NaN
                     req.max_itl_s = gap
             req.last_token_s = t_end
-            if req.num_output_tokens == req.target_output_tokens:
+            if n_out == req.target_output_tokens:
                 self._finish(req, t_end)
                 any_finished = True
         if any_finished:

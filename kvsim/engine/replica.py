@@ -112,7 +112,7 @@ class Replica:
                 return
             out = sched.schedule(now)
             self._record_kv_events(now)
-            if not out.scheduled:  # cannot happen with an empty pool, but never spin
+            if not out.tokens:  # cannot happen with an empty pool, but never spin
                 self._wake = simpy.Event(env)
                 yield self._wake
                 self.clock = env.now

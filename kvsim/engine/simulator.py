@@ -32,7 +32,7 @@ from kvsim.request import RequestSpec
 from kvsim.result import REQUEST_COLUMNS, Result, summarize
 from kvsim.scenario_io import load_scenario
 from kvsim.specs import ModelSpec
-from kvsim.workload import generate_requests
+from kvsim.workload import generate_workload
 
 #: progress(sim_time_s, num_finished, num_requests)
 ProgressFn = Callable[[float, int, int], None]
@@ -124,11 +124,16 @@ def run(
         scenario = load_scenario(scenario, overrides)
     model = resolve_model(scenario.model)
     workload_seed, _router_seed = np.random.SeedSequence(scenario.seed).spawn(2)
-    specs = (
-        requests
-        if requests is not None
-        else generate_requests(scenario.workload, np.random.default_rng(workload_seed), base_dir=base_dir)
-    )
+    if requests is not None:
+        specs, workload_summary = (
+            requests,
+            {"workload_kind": "custom", "workload_num_requests": len(requests)},
+        )
+    else:
+        workload = generate_workload(
+            scenario.workload, np.random.default_rng(workload_seed), base_dir=base_dir
+        )
+        specs, workload_summary = workload.requests, workload.info.summary()
 
     env = simpy.Environment()
     layout = _replica_layout(scenario)
@@ -202,6 +207,7 @@ def run(
         total_kv_blocks=sum(s.pool.num_blocks for s in scheds),
         sim_time_s=sim_time,
     )
+    summary.update(workload_summary)
     return Result(scenario=scenario, requests=req_df, iterations=it_df, events=ev_df, summary=summary)
 
 

@@ -175,7 +175,7 @@ def _walk_pages(server: str, browser: webdriver.Chrome, out: Path) -> None:
     _open_page(browser, "Latency_spikes")
     _wait_charts(browser, 1)
     _assert_no_error(browser, "Latency spikes")
-    wanted = {"TTFT (s)", "ITL (ms)", "events (count)", "waiting (requests)"}
+    wanted = {"TTFT (s)", "ITL (ms)", "events (area ∝ count)", "waiting (requests)"}
     _wait(browser, 30).until(lambda d: wanted <= _axis_titles(d))
     browser.save_screenshot(str(out / "dashboard_latency_spikes.png"))
 

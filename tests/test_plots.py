@@ -83,13 +83,20 @@ def test_latency_spikes_figure_traces_axes_and_spike_shading() -> None:
     ]
     assert list(fig.data[0].y) == [0.2, 0.2, 0.9, 1.0]
     evict = next(t for t in fig.data if t.name == "evict")
-    assert list(evict.y) == [0, 0, 2, 0]  # bins [0, 1), [1, 2), [2, 3), [3, 4]
+    # Both evictions fall in the window [2, 3): one square in the evict lane, the largest.
+    assert (list(evict.x), list(evict.y), list(evict.customdata)) == ([2.5], ["evict"], [2])
+    assert list(evict.marker.size) == [20.0]
+    preempt = next(t for t in fig.data if t.name == "preempt_recompute")
+    assert list(preempt.marker.size) == pytest.approx([4 + 16 * np.sqrt(1 / 2)])
     assert _axis_titles(fig, "yaxis") == [
         "TTFT (s)",
         "ITL (ms), log scale",
-        "events (count)",
+        "events (area ∝ count)",
         "waiting (requests)",
     ]
+    slo = next(s for s in fig.layout.shapes if s.type == "line" and s.yref == "y2")
+    label = next(a for a in fig.layout.annotations if a.text == "TPOT SLO 100 ms")
+    assert (slo.y0, label.y, label.yref) == (100.0, 2.0, "y2")  # a label on a log axis takes log10
     assert _axis_titles(fig, "xaxis") == ["simulated time (s)"]
     assert len([s for s in fig.layout.shapes if s.type == "rect"]) == 4  # the spike, on each row
     assert {a.text for a in fig.layout.annotations} >= {"TTFT SLO 0.5 s", "TPOT SLO 100 ms"}
@@ -182,4 +189,4 @@ def test_latency_spikes_figure_keeps_the_events_row_when_there_are_none() -> Non
     assert "no preemption, swap, eviction or rejection in this run" in {
         a.text for a in fig.layout.annotations
     }
-    assert fig.layout.yaxis3.title.text == "events (count)"
+    assert fig.layout.yaxis3.title.text == "events (area ∝ count)"

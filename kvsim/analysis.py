@@ -282,7 +282,7 @@ def attribute_spikes(
             causes.append(("arrival burst", f"arrival burst {rate:.1f} req/s (run mean {mean_rate:.1f})"))
         if mean_p > burst_factor * mean_prompt:
             causes.append(
-                ("long prompts", f"long prompts: mean {mean_p:.0f} tokens (run mean {mean_prompt:.0f})")
+                ("long prompts", f"long prompts: mean {mean_p:,.0f} tokens (run mean {mean_prompt:,.0f})")
             )
         if not causes:
             causes.append(("none found", "no preemption, swap, eviction, queue or burst in the span"))

@@ -191,3 +191,29 @@ def test_trace_replay_reports_its_workload_in_the_summary(traces_dir):
     assert s["trace_num_requests"] == 40 and "trace_num_dropped" in s
     # The saved scenario carries an absolute trace path: it reloads from anywhere.
     assert Path(res.scenario.workload.path).is_absolute()
+
+
+class _EverythingShared:
+    def __contains__(self, content_id: object) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_private_blocks_change_nothing_but_speed(monkeypatch, mode):
+    # Unique prompt text is cached without hashing; preempted requests publish the real
+    # hashes. Turning that off (every id treated as shared) must give identical tables.
+    ov = [
+        "workload.num_requests=250",
+        "replicas.0.engine.num_gpu_blocks_override=450",
+        f"replicas.0.engine.preemption_mode={mode}",
+    ]
+    fast = kvsim.run(None, overrides=ov)
+    assert fast.summary["num_preemptions"] > 20
+    assert (
+        fast.summary["recompute_hits_tokens"] > 0 if mode == "recompute" else fast.summary["num_swaps"] > 20
+    )
+    monkeypatch.setattr("kvsim.engine.simulator._shared_content_ids", lambda specs: _EverythingShared())
+    plain = kvsim.run(None, overrides=ov)
+    assert_frame_equal(fast.requests, plain.requests)
+    assert_frame_equal(fast.iterations, plain.iterations)
+    assert_frame_equal(fast.events, plain.events)

@@ -107,6 +107,10 @@ class SchedulerMachine(RuleBasedStateMachine):
         )
         pool = BlockPool(NUM_BLOCKS, enable_caching=caching, eviction_policy=eviction)
         self.sched = Scheduler(cfg, pool, num_host_blocks=6)
+        # A twin that hashes every block (no private marks) must behave identically.
+        twin_pool = BlockPool(NUM_BLOCKS, enable_caching=caching, eviction_policy=eviction)
+        self.twin = Scheduler(cfg, twin_pool, num_host_blocks=6)
+        self.twin_reqs: dict[int, Request] = {}
 
     @precondition(lambda self: self.sched is not None)
     @rule(
@@ -122,9 +126,11 @@ class SchedulerMachine(RuleBasedStateMachine):
             (Segment(prefix, prefix_len), Segment(100 + rid, own)) if prefix else (Segment(100 + rid, own),)
         )
         spec = RequestSpec(request_id=rid, arrival_s=self.t, prompt=segs, output_tokens=out, priority=prio)
-        req = Request(spec)
+        req = Request(spec, shared_content_ids={1, 2})  # only the prefixes are shared
         self.reqs[rid] = req
         self.sched.add_request(req)
+        self.twin_reqs[rid] = Request(spec)
+        self.twin.add_request(self.twin_reqs[rid])
 
     @precondition(lambda self: self.sched is not None and self.sched.has_work())
     @rule()
@@ -139,10 +145,24 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert 1 <= n <= r.num_tokens - r.num_computed_tokens
             held = sum(1 for b in r.blocks if b is not None)
             assert held * 4 >= r.num_computed_tokens + n - 4 * r.num_skipped_blocks
+        twin_out = self.twin.schedule(self.t)
+        assert [(r.request_id, n) for r, n in twin_out.scheduled] == [
+            (r.request_id, n) for r, n in out.scheduled
+        ]
+        assert [(e.kind, e.request_id) for e in self.twin.events] == [
+            (e.kind, e.request_id) for e in s.events
+        ]
+        assert self.twin.pool.num_evicted == s.pool.num_evicted
+        for rid, r in self.reqs.items():
+            assert [b.block_id for b in self.twin_reqs[rid].blocks if b] == [
+                b.block_id for b in r.blocks if b
+            ]
         self.t += 1.0
         s.update(out, self.t)
-        s.events.clear()
-        s.finished.clear()
+        self.twin.update(twin_out, self.t)
+        for sched in (s, self.twin):
+            sched.events.clear()
+            sched.finished.clear()
 
     @invariant()
     def nothing_lost_or_duplicated(self) -> None:

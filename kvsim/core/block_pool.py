@@ -14,12 +14,21 @@ prompt, the least likely part to be shared, is evicted before its shared beginni
 
 `LfuFreeQueue` is the alternative policy: among free blocks, the one hit least often is
 reused first (ties: least recently freed).
+
+A cached block whose content no other request can ever ask for (see
+`kvsim.core.request_state`) carries the hash `PRIVATE` instead of its real hash and is not
+indexed: it is cached and evicted like any other block, so every count and order stays
+the same, but costs no hashing. Its owner publishes the real hashes when it is preempted,
+the one case where it could look them up again.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Iterator
+
+#: Stand-in hash of a cached block that only its own request could hit (never indexed).
+PRIVATE = -3
 
 
 class KVBlock:
@@ -191,7 +200,11 @@ class BlockPool:
             assert node is not None and node.ref_cnt == 0
             h = node.block_hash
             if h is not None:
-                if not self._dupes and cached.get(h) is node:
+                if h == PRIVATE:
+                    node.block_hash = None
+                    self.num_cached_free -= 1
+                    self.num_evicted += 1
+                elif not self._dupes and cached.get(h) is node:
                     del cached[h]
                     node.block_hash = None
                     node.num_hits = 0
@@ -214,7 +227,9 @@ class BlockPool:
         h = block.block_hash
         assert h is not None
         dupes = self._dupes.get(h)
-        if self.cached.get(h) is block:
+        if h == PRIVATE:
+            pass
+        elif self.cached.get(h) is block:
             if dupes:
                 self.cached[h] = dupes.pop()
                 if not dupes:
@@ -299,5 +314,5 @@ class BlockPool:
         assert all((b.ref_cnt == 0) == (b.block_id in free_ids) for b in self.blocks)
         assert self.num_cached_free == sum(1 for b in free if b.block_hash is not None)
         indexed = set(map(id, self.cached.values())) | {id(b) for v in self._dupes.values() for b in v}
-        hashed = {id(b) for b in self.blocks if b.block_hash is not None}
+        hashed = {id(b) for b in self.blocks if b.block_hash is not None and b.block_hash != PRIVATE}
         assert indexed == hashed

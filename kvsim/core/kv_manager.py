@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvsim.core.block_pool import BlockPool, KVBlock
+from kvsim.core.block_pool import PRIVATE, BlockPool, KVBlock
 from kvsim.core.request_state import Request
 
 
@@ -74,23 +74,54 @@ class KVCacheManager:
         return True
 
     def cache_full_blocks(self, req: Request, num_full: int) -> None:
-        """Register blocks ``num_cached_blocks .. num_full - 1`` of ``req`` in the cache."""
-        hashes = req.ensure_hashes(num_full, self.block_size)
+        """Register blocks ``num_cached_blocks .. num_full - 1`` of ``req`` in the cache.
+
+        Blocks from ``req``'s first private token on are marked `PRIVATE` (cached, not
+        hashed): no other request can hit them.
+        """
+        start = req.num_cached_blocks
         blocks = req.blocks
-        cached = self.pool.cached
-        cache = self.pool.cache_block
-        for j in range(req.num_cached_blocks, num_full):
-            block = blocks[j]
-            if block is None:
-                continue
-            h = hashes[j]
-            if h in cached:
-                cache(block, h)  # a duplicate: the pool keeps both
-            else:
-                assert block.block_hash is None and block.ref_cnt > 0
-                block.block_hash = h
-                cached[h] = block
+        first_private = req.private_from_token // self.block_size
+        if first_private < num_full:
+            for j in range(max(start, first_private), num_full):
+                block = blocks[j]
+                if block is not None:
+                    assert block.block_hash is None and block.ref_cnt > 0
+                    block.block_hash = PRIVATE
+            num_hashed = max(first_private, start)
+        else:
+            num_hashed = num_full
+        if num_hashed > start:
+            hashes = req.ensure_hashes(num_hashed, self.block_size)
+            cached = self.pool.cached
+            cache = self.pool.cache_block
+            for j in range(start, num_hashed):
+                block = blocks[j]
+                if block is None:
+                    continue
+                h = hashes[j]
+                if h in cached:
+                    cache(block, h)  # a duplicate: the pool keeps both
+                else:
+                    assert block.block_hash is None and block.ref_cnt > 0
+                    block.block_hash = h
+                    cached[h] = block
         req.num_cached_blocks = num_full
+
+    def publish_private_blocks(self, req: Request) -> None:
+        """Give ``req``'s private cached blocks their real hashes (before it is preempted
+        for recompute, when it may hit them again)."""
+        first_private = req.private_from_token // self.block_size
+        n = req.num_cached_blocks
+        if first_private >= n:
+            return
+        hashes = req.ensure_hashes(n, self.block_size)
+        cache = self.pool.cache_block
+        for j in range(first_private, n):
+            block = req.blocks[j]
+            if block is not None and block.block_hash == PRIVATE:
+                block.block_hash = None
+                cache(block, hashes[j])
 
     def remove_skipped_blocks(self, req: Request) -> None:
         """Sliding window: free blocks no future token attends to (kept as None holes)."""

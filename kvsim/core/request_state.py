@@ -13,12 +13,19 @@ same catch-up, many tokens at a time; there is no separate prefill phase.
 Block hashes are chained: ``hash(parent_hash, block content)``; the first block's parent
 is the tenant salt, so tenants never share cache entries. Block content is described by
 the request's segments (see `kvsim.request`), not by token ids.
+
+When the engine knows every request up front it passes the content ids that occur in more
+than one request. From the first segment whose id is not among them, the request's
+blocks are *private*: no other request's chain can ever equal theirs. They are cached
+without being hashed (see `kvsim.core.block_pool.PRIVATE`), which saves most of the
+hashing of a workload of unique prompts without changing any result.
 """
 
 from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Set
 from enum import Enum
 
 from kvsim.core.block_pool import KVBlock
@@ -26,6 +33,7 @@ from kvsim.request import RequestSpec, Segment
 
 _FIRST_BLOCK_MARK = 0x6B7673696D  # distinguishes the first block's parent from real hashes
 _ALIAS_OF_MINUS_ONE = -(2**60) - 1
+_NEVER = 1 << 62  # private_from_token of a request whose content may all be shared
 
 
 def tenant_salt(tenant: str) -> int:
@@ -64,6 +72,7 @@ class Request:
         "num_tokens",
         "prefix_hit_tokens",
         "priority",
+        "private_from_token",
         "prompt_tokens",
         "recompute_hit_tokens",
         "replica",
@@ -76,7 +85,9 @@ class Request:
         "target_output_tokens",
     )
 
-    def __init__(self, spec: RequestSpec, arrival_s: float | None = None) -> None:
+    def __init__(
+        self, spec: RequestSpec, arrival_s: float | None = None, *, shared_content_ids: Set[int] | None = None
+    ) -> None:
         self.spec = spec
         self.request_id = spec.request_id
         self.arrival_s = spec.arrival_s if arrival_s is None else arrival_s
@@ -88,6 +99,16 @@ class Request:
             for s in (*spec.prompt, spec.output_segment)
         )
         self.prompt_tokens = spec.prompt_tokens
+        # Tokens from here on follow content no other request contains, so their blocks
+        # can only be hit by this request itself. None: every id may be shared.
+        self.private_from_token = _NEVER
+        if shared_content_ids is not None:
+            start = 0
+            for seg in (*spec.prompt, spec.output_segment):
+                if seg.content_id not in shared_content_ids:
+                    self.private_from_token = start
+                    break
+                start += seg.num_tokens
         self.target_output_tokens = spec.output_tokens
         self.num_tokens = self.prompt_tokens
         self.num_computed_tokens = 0

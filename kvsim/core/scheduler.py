@@ -180,6 +180,7 @@ class Scheduler:
                 return
         # Recompute: drop everything; the cached blocks may still be hit on re-admission.
         held = kv.num_held_blocks(victim)
+        kv.publish_private_blocks(victim)
         kv.free(victim)
         victim.num_computed_tokens = 0
         self._push_waiting(victim, front=True)

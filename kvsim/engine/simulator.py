@@ -141,10 +141,11 @@ def run(
     all_reqs: dict[int, Request] = {}
     children: dict[int, list[RequestSpec]] = defaultdict(list)
     roots: list[RequestSpec] = []
+    shared_ids = _shared_content_ids(specs)
     for spec in specs:
         if spec.request_id in all_reqs:
             raise ValueError(f"duplicate request_id {spec.request_id}")
-        all_reqs[spec.request_id] = Request(spec)
+        all_reqs[spec.request_id] = Request(spec, shared_content_ids=shared_ids)
         (children[spec.parent_id] if spec.parent_id is not None else roots).append(spec)
     num_requests = len(specs)
     state = {"finished": 0, "iters": 0}
@@ -209,6 +210,18 @@ def run(
     )
     summary.update(workload_summary)
     return Result(scenario=scenario, requests=req_df, iterations=it_df, events=ev_df, summary=summary)
+
+
+def _shared_content_ids(specs: list[RequestSpec]) -> set[int]:
+    """Content ids found in more than one request's tokens (prompt or output)."""
+    seen: set[int] = set()
+    shared: set[int] = set()
+    for spec in specs:
+        ids = {seg.content_id for seg in spec.prompt}
+        ids.add(spec.output_segment.content_id)
+        shared |= seen & ids
+        seen |= ids
+    return shared
 
 
 def _requests_frame(reqs: list[Request], names: list[str]) -> pd.DataFrame:

@@ -57,6 +57,9 @@ MAIN_KNOBS: tuple[str, ...] = (
     "workload.num_requests",
     "workload.arrival.rate_per_s",
     "workload.shared_prefix_tokens",
+    "workload.time_scale",
+    "workload.rate_per_s",
+    "workload.max_requests",
     "slo.ttft_s",
     "slo.tpot_s",
 )
@@ -189,6 +192,11 @@ def knob_widgets(scenario: kvsim.Scenario, *, key: str) -> dict[str, Any]:
         info = type(model).model_fields[name]
         value = getattr(model, name)
         ann = info.annotation
+        args = typing.get_args(ann)
+        if type(None) in args and len(args) == 2:  # X | None: editable while it holds a value
+            if value is None:
+                continue
+            ann = next(a for a in args if a is not type(None))
         label, help_text, wkey = path, info.description, f"knob:{key}:{path}"
         with cols[shown % 3]:
             if name in _PRESET_CHOICES:

@@ -1,11 +1,13 @@
-"""kvsim dashboard, Scenario page: pick, upload or edit a scenario, then run it.
+"""kvsim dashboard: the page list, and the Scenario page (pick, upload or edit a scenario, run it).
 
 Start with ``streamlit run dashboard/app.py`` (or ``make dashboard``). The other pages
-(sidebar) read the run made here; results are cached per resolved scenario, so
-switching pages never re-runs anything. ``?set=dotted.key=value`` in the URL presets knobs.
+(``pages/N_Name.py``, in the sidebar) read the run made here; results are cached per
+resolved scenario, so switching pages never re-runs anything. ``?set=dotted.key=value`` in the URL presets knobs of the built-in default.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import _common as common
 import pandas as pd
@@ -20,7 +22,7 @@ SOURCES = ("Built-in default", "Catalogue (scenarios/)", "Upload a YAML file", "
 HEADLINE = (
     ("p99 TTFT", "ttft_p99_s", "{:.3g} s"),
     ("p99 TPOT", "tpot_p99_s", "{:.3g} s"),
-    ("Throughput", "throughput_tokens_per_s", "{:,.0f} tok/s"),
+    ("Throughput (tok/s)", "throughput_tokens_per_s", "{:,.0f}"),
     ("Prefix hit rate", "prefix_hit_rate", "{:.1%}"),
     ("Preemptions", "num_preemptions", "{:,}"),
     ("Peak KV usage", "kv_usage_peak", "{:.1%}"),
@@ -37,7 +39,7 @@ def base_scenario(source: str) -> kvsim.Scenario:
                 return kvsim.load_scenario(None, common.query_overrides())
             path = st.selectbox("Scenario file", files, format_func=lambda p: p.name)
             data = resolve_workload_paths(read_yaml(path), path.parent)
-            return common.resolve(data, common.query_overrides(), str(path.relative_to(common.REPO_ROOT)))
+            return common.resolve(data, {}, str(path.relative_to(common.REPO_ROOT)))
         if source == "Upload a YAML file":
             # Relative trace paths in uploaded or edited YAML resolve against the repository.
             up = st.file_uploader(
@@ -49,7 +51,7 @@ def base_scenario(source: str) -> kvsim.Scenario:
             data = resolve_workload_paths(
                 common.parse_scenario_bytes(up.getvalue(), up.name), common.REPO_ROOT
             )
-            return common.resolve(data, common.query_overrides(), up.name)
+            return common.resolve(data, {}, up.name)
         if source == "Edit YAML":
             text = st.text_area(
                 "Scenario YAML",
@@ -60,7 +62,7 @@ def base_scenario(source: str) -> kvsim.Scenario:
             )
             data = common.parse_scenario_bytes(text.encode("utf-8"), "<edited YAML>")
             data = resolve_workload_paths(data, common.REPO_ROOT)
-            return common.resolve(data, common.query_overrides(), "<edited YAML>")
+            return common.resolve(data, {}, "<edited YAML>")
         return kvsim.load_scenario(None, common.query_overrides())
     except kvsim.ScenarioError as err:
         common.show_scenario_error(err)
@@ -79,8 +81,7 @@ def show_summary(run: common.Run) -> None:
         common.show_table(table, f"{run.result.scenario.name}_summary")
 
 
-def main() -> None:
-    st.set_page_config(page_title="kvsim", page_icon="🧮", layout="wide")
+def scenario_page() -> None:
     st.title("kvsim: LLM serving with the KV cache in view")
     st.caption(
         "Pick a scenario, adjust the main knobs, run it; then open Latency spikes, Throughput vs "
@@ -109,13 +110,22 @@ def main() -> None:
     run = common.cached_run(scenario)
     if run is None and st.button("Run", type="primary"):
         try:
-            run = common.run_scenario(scenario)
+            common.run_scenario(scenario)
         except kvsim.KvsimError as err:
             st.error(str(err))
             st.stop()
+        st.rerun()  # draw the page again, now with the run and without the button
     if run is not None:
         st.success(f"Run **{run.label}** is ready; see the other pages for the details.")
         show_summary(run)
+
+
+def main() -> None:
+    st.set_page_config(page_title="kvsim", page_icon="🧮", layout="wide")
+    pages = [st.Page(scenario_page, title="Scenario", default=True)]
+    for path in sorted((Path(__file__).parent / "pages").glob("[0-9]_*.py")):
+        pages.append(st.Page(path, title=path.stem.split("_", 1)[1].replace("_", " ")))
+    st.navigation(pages).run()
 
 
 main()

@@ -4,7 +4,7 @@ Pure pandas/numpy over the tables of `kvsim.result.Result`; nothing here runs th
 or draws anything (the figures are in `kvsim.plots`).
 
 - `rolling_quantiles`           percentiles of samples in a sliding time window
-- `ttft_samples`, `itl_samples` the latency samples the spike view plots
+- `ttft_samples`, `itl_samples`, `preemption_gap_samples`  latency samples of the spike view
 - `find_spikes`                 windows whose p99 exceeds a threshold, merged into episodes
 - `attribute_spikes`            each episode with the engine events that explain it
 - `kv_blocks_over_time`         used / cached / free KV blocks summed over replicas
@@ -25,7 +25,7 @@ SPIKE_EVENT_KINDS = ("preempt_recompute", "preempt_swap", "swap_out", "swap_in",
 
 
 def _qname(q: float) -> str:
-    return f"p{q * 100:g}"
+    return "max" if q == 1.0 else f"p{q * 100:g}"
 
 
 def rolling_quantiles(
@@ -99,7 +99,7 @@ def itl_samples(iterations: pd.DataFrame) -> pd.DataFrame:
     A request that decoded in the previous iteration gets its next token one iteration
     later, so every decode token of an iteration has an ITL equal to that iteration's
     duration. Returns ``time_s`` (iteration end), ``itl_s`` and ``weight`` (decode tokens).
-    Longer gaps of preempted requests are not here; they are in ``requests.max_itl_s``.
+    The longer gaps of preempted requests are not here; see `preemption_gap_samples`.
     """
     dec = iterations[iterations["decode_tokens"] > 0]
     out = pd.DataFrame(
@@ -108,6 +108,28 @@ def itl_samples(iterations: pd.DataFrame) -> pd.DataFrame:
             "itl_s": dec["duration_s"].to_numpy(float),
             "weight": dec["decode_tokens"].to_numpy(float),
         }
+    )
+    return out.sort_values("time_s", kind="stable").reset_index(drop=True)
+
+
+def preemption_gap_samples(requests: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """The longest inter-token gap of each preempted request, placed where it most likely ended.
+
+    A preempted request stops producing tokens at its preemption and resumes after it is
+    re-admitted (and recomputed or swapped in), so its ``max_itl_s`` is, in all likelihood,
+    that gap. The tables give the gap's length but not its place; it is put at the
+    request's first preemption plus the gap (at most its finish). Returns ``time_s``,
+    ``itl_s``, ``request_id``.
+    """
+    kinds = ("preempt_recompute", "preempt_swap")
+    pre = events[events["kind"].isin(kinds) & (events["request_id"] >= 0)]
+    first = pre.groupby("request_id")["time_s"].min()
+    req = requests.set_index("request_id").loc[first.index.intersection(requests["request_id"])]
+    req = req.dropna(subset=["max_itl_s"])
+    t = np.minimum(first.loc[req.index].to_numpy(float) + req["max_itl_s"].to_numpy(float),
+                   req["finish_s"].fillna(np.inf).to_numpy(float))  # fmt: skip
+    out = pd.DataFrame(
+        {"time_s": t, "itl_s": req["max_itl_s"].to_numpy(float), "request_id": req.index.to_numpy()}
     )
     return out.sort_values("time_s", kind="stable").reset_index(drop=True)
 
@@ -125,9 +147,10 @@ def find_spikes(
     """Episodes in which the per-window quantile of a latency exceeds ``threshold_s``.
 
     Time is cut into consecutive windows ``(k w, (k+1) w]``; consecutive windows over the
-    threshold form one episode. Returns one row per episode: ``metric``, ``start_s``,
-    ``end_s`` (window bounds), ``peak_time_s`` (end of the worst window), ``peak_s``
-    (its quantile) and ``num_samples`` (samples in the episode).
+    threshold form one episode. Returns one row per episode: ``metric``, ``statistic``
+    (``p99``, or ``max`` for quantile 1), ``start_s``, ``end_s`` (window bounds),
+    ``peak_time_s`` (end of the worst window), ``peak_s`` (its quantile) and
+    ``num_samples`` (samples in the episode).
     """
     per = rolling_quantiles(times_s, values, window_s=window_s, quantiles=(quantile,), weights=weights)
     col = _qname(quantile)
@@ -146,6 +169,7 @@ def find_spikes(
         rows.append(
             {
                 "metric": metric,
+                "statistic": col,
                 "start_s": float(ep["time_s"].iloc[0] - window_s),
                 "end_s": float(ep["time_s"].iloc[-1]),
                 "peak_time_s": float(ep["time_s"].iloc[worst]),
@@ -154,7 +178,7 @@ def find_spikes(
             }
         )
         k = j + 1
-    cols = ["metric", "start_s", "end_s", "peak_time_s", "peak_s", "num_samples"]
+    cols = ["metric", "statistic", "start_s", "end_s", "peak_time_s", "peak_s", "num_samples"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -164,7 +188,7 @@ def format_latency(seconds: float) -> str:
 
 
 def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
 
 
 def attribute_spikes(
@@ -173,7 +197,6 @@ def attribute_spikes(
     iterations: pd.DataFrame,
     events: pd.DataFrame,
     *,
-    quantile: float = 0.99,
     burst_factor: float = 1.5,
 ) -> pd.DataFrame:
     """Explain each spike episode by what the engine did while the slow requests waited.
@@ -215,7 +238,6 @@ def attribute_spikes(
         "cause": [],
         "explanation": [],
     }
-    label = _qname(quantile)
     for sp in out.itertuples(index=False):
         lo, hi = float(sp.start_s) - float(sp.peak_s), float(sp.end_s)
         ev = events[(ev_t >= lo) & (ev_t <= hi)]
@@ -247,7 +269,7 @@ def attribute_spikes(
         if rejected:
             causes.append(("rejection", f"{_plural(rejected, 'request')} rejected"))
         if max_wait:
-            causes.append(("queue build-up", f"queue up to {max_wait} waiting"))
+            causes.append(("queue build-up", f"queue up to {max_wait:,} waiting"))
         if slow_prefill:
             causes.append(
                 (
@@ -260,11 +282,11 @@ def attribute_spikes(
             causes.append(("arrival burst", f"arrival burst {rate:.1f} req/s (run mean {mean_rate:.1f})"))
         if mean_p > burst_factor * mean_prompt:
             causes.append(
-                ("long prompts", f"long prompts: mean {mean_p:.0f} tokens (run mean {mean_prompt:.0f})")
+                ("long prompts", f"long prompts: mean {mean_p:,.0f} tokens (run mean {mean_prompt:,.0f})")
             )
         if not causes:
             causes.append(("none found", "no preemption, swap, eviction, queue or burst in the span"))
-        head = f"{label} {sp.metric} {format_latency(float(sp.peak_s))} at t={float(sp.peak_time_s):.0f} s"
+        head = f"{sp.statistic} {sp.metric} {format_latency(float(sp.peak_s))} at t={float(sp.peak_time_s):.0f} s"
         for key, val in (
             ("from_s", lo),
             ("num_preempt_recompute", n_rec),

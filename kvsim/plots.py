@@ -8,6 +8,7 @@ dashboard shows them; notebooks and scripts can call them the same way and save 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -51,16 +52,18 @@ def _finish(fig: go.Figure, title: str, height: int) -> go.Figure:
     return fig
 
 
-def _hline(fig: go.Figure, y: float, text: str, row: int | None = None, col: int | None = None) -> None:
-    kw = {} if row is None else {"row": row, "col": col or 1}
-    fig.add_hline(
-        y=y,
-        line={"color": SLO_COLOR, "dash": "dash", "width": 1.5},
-        annotation_text=text,
-        annotation_position="top left",
-        annotation_font_color=SLO_COLOR,
-        **kw,
-    )
+def _hline(fig: go.Figure, y: float, text: str, row: int | None = None, *, log_axis: bool = False) -> None:
+    """A dashed SLO line across a subplot, labelled at its left end."""
+    kw = {} if row is None else {"row": row, "col": 1}
+    line = {"color": SLO_COLOR, "dash": "dash", "width": 1.5}
+    if not log_axis:
+        fig.add_hline(y=y, line=line, annotation_text=text, annotation_position="top left",
+                      annotation_font_color=SLO_COLOR, **kw)  # fmt: skip
+        return
+    # On a log axis the line takes the value but an annotation takes its log10.
+    fig.add_hline(y=y, line=line, **kw)
+    fig.add_annotation(x=0, xref="x domain", y=math.log10(y), text=text, showarrow=False, xanchor="left",
+                       yanchor="bottom", font={"color": SLO_COLOR}, **kw)  # fmt: skip
 
 
 def latency_spikes_figure(
@@ -77,8 +80,10 @@ def latency_spikes_figure(
 
     Rows share the time axis: (1) each request's TTFT at its first token, with rolling
     p50/p99 over ``window_s``; (2) the ITL of decoding requests (`analysis.itl_samples`),
-    rolling p50/p99 weighted by decode tokens; (3) preemptions, swaps, evictions and
-    rejections per window; (4) requests waiting. Spike episodes (rows of
+    rolling p50/p99 weighted by decode tokens, and the longest gap of each preempted
+    request (`analysis.preemption_gap_samples`; the axis turns logarithmic then); (3)
+    preemptions, swaps, evictions and rejections per window, one lane per kind, marker
+    area proportional to the count; (4) requests waiting. Spike episodes (rows of
     `analysis.find_spikes`) are shaded across all rows.
     """
     fig = make_subplots(
@@ -136,35 +141,53 @@ def latency_spikes_figure(
             row=2,
             col=1,
         )
+    gaps = analysis.preemption_gap_samples(requests, events)
+    if len(gaps):
+        fig.add_trace(
+            go.Scatter(
+                x=gaps["time_s"], y=gaps["itl_s"] * 1e3, mode="markers", name="gap of a preempted request",
+                marker={"size": 6, "color": EVENT_COLORS["preempt_recompute"], "symbol": "x"},
+                customdata=gaps["request_id"], hovertemplate="request %{customdata}: %{y:.0f} ms",
+            ),
+            row=2, col=1,
+        )  # fmt: skip
+        # Gaps of seconds beside steps of milliseconds: only a log axis shows both.
+        fig.update_yaxes(type="log", row=2, col=1)
     t_end = float(max(ttft["time_s"].max() if len(ttft) else 0.0, itl["time_s"].max() if len(itl) else 0.0))
     edges = np.arange(0.0, t_end + window_s, window_s)
     if len(edges) < 2:
         edges = np.array([0.0, window_s])
-    for kind in analysis.SPIKE_EVENT_KINDS:
-        times = events.loc[events["kind"] == kind, "time_s"].to_numpy(float)
-        if not len(times):
+    # One lane per event kind, a square per window with events, its area proportional to the
+    # count: evictions (hundreds per window) and preemptions (a few) both stay visible.
+    centers = (edges[:-1] + edges[1:]) / 2
+    counts = {
+        kind: np.histogram(events.loc[events["kind"] == kind, "time_s"].to_numpy(float), bins=edges)[0]
+        for kind in analysis.SPIKE_EVENT_KINDS
+    }
+    most = max((int(c.max()) for c in counts.values() if len(c)), default=0)
+    for kind, c in counts.items():
+        nz = c > 0
+        if not nz.any():
             continue
-        counts, _ = np.histogram(times, bins=edges)
         fig.add_trace(
-            go.Bar(
-                x=(edges[:-1] + edges[1:]) / 2,
-                y=counts,
-                width=window_s,
-                name=kind,
-                marker={"color": EVENT_COLORS[kind]},
+            go.Scatter(
+                x=centers[nz], y=[kind] * int(nz.sum()), mode="markers", name=kind, customdata=c[nz],
+                marker={"color": EVENT_COLORS[kind], "symbol": "square", "size": 4 + 16 * np.sqrt(c[nz] / most)},
+                hovertemplate=f"{kind}: %{{customdata}} in the window<extra></extra>",
             ),
-            row=3,
-            col=1,
-        )
-    if not events["kind"].isin(analysis.SPIKE_EVENT_KINDS).any():
-        # An empty subplot draws no axes at all; a zero bar keeps the row and its title.
-        fig.add_trace(go.Bar(x=[edges[0]], y=[0], showlegend=False, hoverinfo="skip"), row=3, col=1)
+            row=3, col=1,
+        )  # fmt: skip
+    if not most:
+        # An empty subplot draws no axes at all; an invisible point keeps the row and its title.
+        fig.add_trace(
+            go.Scatter(x=[edges[0]], y=[""], mode="markers", marker={"opacity": 0}, showlegend=False,
+                       hoverinfo="skip"),
+            row=3, col=1,
+        )  # fmt: skip
         fig.add_annotation(
             text="no preemption, swap, eviction or rejection in this run", showarrow=False,
-            x=float(edges[-1]) / 2, y=0.5, row=3, col=1,
+            x=float(edges[-1]) / 2, y="", row=3, col=1,
         )  # fmt: skip
-        fig.update_yaxes(range=[0, 1], row=3, col=1)
-    fig.update_layout(barmode="stack")
     it = iterations.sort_values("start_s", kind="stable")
     fig.add_trace(
         go.Scatter(
@@ -180,15 +203,15 @@ def latency_spikes_figure(
     if ttft_slo_s is not None:
         _hline(fig, ttft_slo_s, f"TTFT SLO {ttft_slo_s:g} s", row=1)
     if itl_slo_s is not None:
-        _hline(fig, itl_slo_s * 1e3, f"TPOT SLO {itl_slo_s * 1e3:g} ms", row=2)
+        _hline(fig, itl_slo_s * 1e3, f"TPOT SLO {itl_slo_s * 1e3:g} ms", row=2, log_axis=len(gaps) > 0)
     if spikes is not None:
         for sp in spikes.itertuples(index=False):
             fig.add_vrect(
                 x0=sp.start_s, x1=sp.end_s, fillcolor="rgba(213,94,0,0.12)", line_width=0, row="all", col=1
             )
     fig.update_yaxes(title_text="TTFT (s)", row=1, col=1)
-    fig.update_yaxes(title_text="ITL (ms)", row=2, col=1)
-    fig.update_yaxes(title_text="events (count)", rangemode="tozero", row=3, col=1)
+    fig.update_yaxes(title_text="ITL (ms)" + (", log scale" if len(gaps) else ""), row=2, col=1)
+    fig.update_yaxes(title_text="events (area ∝ count)", type="category", row=3, col=1)
     fig.update_yaxes(title_text="waiting (requests)", rangemode="tozero", row=4, col=1)
     fig.update_xaxes(title_text=TIME_TITLE, row=4, col=1)
     return _finish(fig, "Latency over time (shaded: spikes)", 900)

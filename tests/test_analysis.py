@@ -79,6 +79,26 @@ def test_find_spikes_merges_consecutive_windows() -> None:
         [5.0, 6.0, 6.0, 0.35, 1],
     ]
     assert sp["metric"].tolist() == ["TTFT", "TTFT"]
+    assert sp["statistic"].tolist() == ["p99", "p99"]
+    worst = analysis.find_spikes(t, v, metric="ITL", window_s=3, threshold_s=0.5, quantile=1.0)
+    assert worst[["statistic", "start_s", "end_s", "peak_s"]].values.tolist() == [["max", 3.0, 6.0, 0.6]]
+
+
+def test_preemption_gap_samples_place_the_gap_after_the_first_preemption() -> None:
+    requests = pd.DataFrame(
+        {"request_id": [0, 1, 2], "max_itl_s": [0.02, 1.5, 4.0], "finish_s": [5.0, 20.0, 11.0]}
+    )
+    events = _events(
+        [
+            (3.0, "r-0", "preempt_recompute", 1, 8, 0),
+            (9.0, "r-0", "preempt_recompute", 1, 8, 0),
+            (8.0, "r-0", "preempt_swap", 2, 8, 4096),
+            (8.5, "r-0", "evict", -1, 2, 0),
+        ]
+    )
+    gaps = analysis.preemption_gap_samples(requests, events)
+    # Request 1: first preempted at 3 s, gap 1.5 s -> 4.5 s. Request 2: 8 + 4 = 12 > finish 11.
+    assert gaps.to_dict("list") == {"time_s": [4.5, 11.0], "itl_s": [1.5, 4.0], "request_id": [1, 2]}
 
 
 def test_attribute_spikes_counts_events_in_the_span_the_slow_samples_lived() -> None:
@@ -86,6 +106,7 @@ def test_attribute_spikes_counts_events_in_the_span_the_slow_samples_lived() -> 
         [
             {
                 "metric": "ITL",
+                "statistic": "p99",
                 "start_s": 310.0,
                 "end_s": 312.0,
                 "peak_time_s": 312.0,
@@ -119,6 +140,7 @@ def test_attribute_spikes_detects_bursts_of_long_prompts_and_says_when_nothing_f
         [
             {
                 "metric": "TTFT",
+                "statistic": "p99",
                 "start_s": 10.0,
                 "end_s": 11.0,
                 "peak_time_s": 11.0,
@@ -127,6 +149,7 @@ def test_attribute_spikes_detects_bursts_of_long_prompts_and_says_when_nothing_f
             },
             {
                 "metric": "TTFT",
+                "statistic": "p99",
                 "start_s": 50.0,
                 "end_s": 51.0,
                 "peak_time_s": 51.0,
@@ -153,6 +176,7 @@ def test_attribute_spikes_names_the_prefill_the_decodes_waited_for() -> None:
         [
             {
                 "metric": "ITL",
+                "statistic": "p99",
                 "start_s": 10.0,
                 "end_s": 11.0,
                 "peak_time_s": 11.0,

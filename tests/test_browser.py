@@ -43,6 +43,7 @@ if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
         allow_module_level=True,
     )
 webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (pip install -e '.[dev]')")
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -110,19 +111,16 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chro
         driver.quit()
 
 
+def _wait(driver: webdriver.Chrome, timeout_s: float) -> WebDriverWait:
+    # Streamlit redraws elements as the script reruns: a found element can go stale.
+    return WebDriverWait(driver, timeout_s, ignored_exceptions=(StaleElementReferenceException,))
+
+
 def _wait_charts(driver: webdriver.Chrome, count: int, timeout_s: float = 90) -> None:
-    """Until ``count`` Plotly charts have drawn their SVG, and the script has stopped running."""
-    WebDriverWait(driver, timeout_s).until(
-        lambda d: (
-            sum(
-                1
-                for p in d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
-                if p.find_elements(By.CSS_SELECTOR, ".trace")
-            )
-            >= count
-        )
-    )
-    WebDriverWait(driver, timeout_s).until(
+    """Until ``count`` Plotly charts have drawn their traces, and the script has stopped running."""
+    script = "return [...document.querySelectorAll('.js-plotly-plot')].filter(p => p.querySelector('.trace')).length;"
+    _wait(driver, timeout_s).until(lambda d: d.execute_script(script) >= count)
+    _wait(driver, timeout_s).until(
         lambda d: not d.find_elements(By.CSS_SELECTOR, "[data-testid='stStatusWidget']")
     )
 
@@ -145,7 +143,7 @@ def _assert_no_error(driver: webdriver.Chrome, page: str) -> None:
 
 def _open_page(driver: webdriver.Chrome, name: str) -> None:
     """Follow the sidebar link (a new URL would start a new session, without the run)."""
-    link = WebDriverWait(driver, 30).until(
+    link = _wait(driver, 30).until(
         ec.element_to_be_clickable((By.CSS_SELECTOR, f"[data-testid='stSidebarNav'] a[href$='/{name}']"))
     )
     link.click()
@@ -161,12 +159,12 @@ def test_default_scenario_runs_and_draws_charts(server: str, browser: webdriver.
 
 def _walk_pages(server: str, browser: webdriver.Chrome, out: Path) -> None:
     browser.get(f"{server}/?set=workload.num_requests=200")
-    run = WebDriverWait(browser, 60).until(
+    run = _wait(browser, 60).until(
         ec.element_to_be_clickable((By.XPATH, "//button[.//p[normalize-space()='Run']]"))
     )
     _assert_no_error(browser, "Scenario (before run)")
     run.click()
-    WebDriverWait(browser, 120).until(
+    _wait(browser, 120).until(
         lambda d: any(
             "p99 TTFT" in m.text for m in d.find_elements(By.CSS_SELECTOR, "[data-testid='stMetric']")
         )
@@ -177,8 +175,8 @@ def _walk_pages(server: str, browser: webdriver.Chrome, out: Path) -> None:
     _open_page(browser, "Latency_spikes")
     _wait_charts(browser, 1)
     _assert_no_error(browser, "Latency spikes")
-    wanted = {"TTFT (s)", "ITL (ms)", "events (count)", "waiting (requests)"}
-    WebDriverWait(browser, 30).until(lambda d: wanted <= _axis_titles(d))
+    wanted = {"TTFT (s)", "ITL (ms)", "events (area ∝ count)", "waiting (requests)"}
+    _wait(browser, 30).until(lambda d: wanted <= _axis_titles(d))
     browser.save_screenshot(str(out / "dashboard_latency_spikes.png"))
 
     _open_page(browser, "KV_cache")
@@ -187,7 +185,7 @@ def _walk_pages(server: str, browser: webdriver.Chrome, out: Path) -> None:
     browser.save_screenshot(str(out / "dashboard_kv_cache.png"))
 
     _open_page(browser, "Throughput_vs_capacity")
-    sweep = WebDriverWait(browser, 60).until(
+    sweep = _wait(browser, 60).until(
         ec.element_to_be_clickable((By.XPATH, "//button[.//p[normalize-space()='Run sweep']]"))
     )
     sweep.click()

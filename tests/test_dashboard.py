@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+import kvsim
+import kvsim.io
+
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
@@ -66,11 +69,24 @@ def test_scenario_page_opens_on_the_default_and_runs_it() -> None:
     next(b for b in at.button if b.label == "Run").click()
     at.run()
     assert not at.exception
-    assert [m.label for m in at.metric] == ["p99 TTFT", "p99 TPOT", "Throughput", "Prefix hit rate",
+    assert [m.label for m in at.metric] == ["p99 TTFT", "p99 TPOT", "Throughput (tok/s)", "Prefix hit rate",
                                             "Preemptions", "Peak KV usage"]  # fmt: skip
     (run,) = at.session_state["runs"].values()
     assert run.result.summary["num_requests"] == NUM_REQUESTS
     assert run.result.scenario == at.session_state["scenario"]
+
+
+def test_catalogue_scenarios_can_be_chosen() -> None:
+    files = common.scenario_files()
+    if not files:
+        pytest.skip("no scenarios/*.yaml yet")
+    at = _app()
+    at.radio[0].set_value("Catalogue (scenarios/)").run()
+    assert not at.exception and not at.error
+    box = at.selectbox[0]
+    assert box.label == "Scenario file" and len(box.options) == len(files)
+    box.select_index(len(files) - 1).run()
+    assert at.session_state["scenario"] == kvsim.load_scenario(files[-1])
 
 
 def test_knob_change_resolves_a_new_scenario() -> None:
@@ -160,6 +176,23 @@ def test_throughput_page_rejects_malformed_values() -> None:
     assert "must be float values" in at.error[0].value
 
 
+def test_trace_workload_knobs_and_sweep_axis(traces_dir: Path) -> None:
+    at = _app()
+    at.radio[0].set_value("Edit YAML").run()
+    trace = traces_dir / "mooncake" / "conversation_trace.jsonl"
+    yaml_text = (
+        f"name: mooncake\nworkload: {{kind: trace, path: {trace}, format: mooncake, max_requests: 40, "
+        "rate_per_s: 2.0}\n"
+    )
+    at.text_area(key="yaml_editor").set_value(yaml_text).run()
+    knobs = {w.label: w for w in at.number_input}
+    assert knobs["workload.max_requests"].value == 40 and knobs["workload.rate_per_s"].value == 2.0
+    at = _page(at, "2_Throughput_vs_capacity")
+    assert at.text_input[0].label == "Values of workload.rate_per_s (comma-separated)"
+    assert at.text_input[0].value == "1, 2, 4, 6, 8"
+    assert at.number_input[0].value == 40  # workload.max_requests
+
+
 def test_kv_cache_page() -> None:
     at = _page(_ran(), "3_KV_cache")
     assert _charts(at) == 3
@@ -180,6 +213,23 @@ def test_compare_page_runs_a_variant_and_compares() -> None:
     table = at.dataframe[0].value.set_index("metric")
     assert table.loc["prefix_hit_rate"].iloc[1] == 0.0  # the variant has caching off
     assert any(c.endswith("(%)") for c in table.columns)
+
+
+def test_compare_page_loads_a_saved_result_folder(tmp_path: Path) -> None:
+    at = _ran()
+    (run,) = at.session_state["runs"].values()
+    kvsim.io.save_result(run.result, tmp_path / "saved")
+    at = _page(at, "4_Compare")
+    at.text_input[0].set_value(str(tmp_path / "saved")).run()
+    next(b for b in at.button if b.label == "Load folder").click().run()
+    assert not at.exception
+    labels = [r.label for r in at.session_state["runs"].values()]
+    assert labels[-1] == "saved (folder)"
+    table = at.dataframe[0].value.set_index("metric")
+    assert table.loc["ttft_p99_s"].iloc[0] == table.loc["ttft_p99_s"].iloc[1]  # same run, saved and loaded
+    at.text_input[0].set_value(str(tmp_path / "missing")).run()
+    next(b for b in at.button if b.label == "Load folder").click().run()
+    assert "no such result folder" in at.error[0].value
 
 
 def test_compare_page_shows_invalid_overrides() -> None:

@@ -21,6 +21,9 @@ def _requests() -> pd.DataFrame:
             "e2e_s": [1.0, 2.0, 3.0, 4.0],
             "prompt_tokens": [100, 100, 100, 100],
             "prefix_hit_tokens": [0, 50, 50, 100],
+            "request_id": [0, 1, 2, 3],
+            "max_itl_s": [0.05, 0.9, 0.05, np.nan],
+            "finish_s": [1.0, 3.0, 4.0, 5.0],
         }
     )
 
@@ -73,14 +76,27 @@ def test_latency_spikes_figure_traces_axes_and_spike_shading() -> None:
         "TTFT rolling p99",
         "ITL rolling p50",
         "ITL rolling p99",
+        "gap of a preempted request",
         "preempt_recompute",
         "evict",
         "requests waiting",
     ]
     assert list(fig.data[0].y) == [0.2, 0.2, 0.9, 1.0]
     evict = next(t for t in fig.data if t.name == "evict")
-    assert list(evict.y) == [0, 0, 2, 0]  # bins [0, 1), [1, 2), [2, 3), [3, 4]
-    assert _axis_titles(fig, "yaxis") == ["TTFT (s)", "ITL (ms)", "events (count)", "waiting (requests)"]
+    # Both evictions fall in the window [2, 3): one square in the evict lane, the largest.
+    assert (list(evict.x), list(evict.y), list(evict.customdata)) == ([2.5], ["evict"], [2])
+    assert list(evict.marker.size) == [20.0]
+    preempt = next(t for t in fig.data if t.name == "preempt_recompute")
+    assert list(preempt.marker.size) == pytest.approx([4 + 16 * np.sqrt(1 / 2)])
+    assert _axis_titles(fig, "yaxis") == [
+        "TTFT (s)",
+        "ITL (ms), log scale",
+        "events (area ∝ count)",
+        "waiting (requests)",
+    ]
+    slo = next(s for s in fig.layout.shapes if s.type == "line" and s.yref == "y2")
+    label = next(a for a in fig.layout.annotations if a.text == "TPOT SLO 100 ms")
+    assert (slo.y0, label.y, label.yref) == (100.0, 2.0, "y2")  # a label on a log axis takes log10
     assert _axis_titles(fig, "xaxis") == ["simulated time (s)"]
     assert len([s for s in fig.layout.shapes if s.type == "rect"]) == 4  # the spike, on each row
     assert {a.text for a in fig.layout.annotations} >= {"TTFT SLO 0.5 s", "TPOT SLO 100 ms"}
@@ -160,9 +176,17 @@ def test_figures_export_to_html() -> None:
     assert "KV cache blocks over time" in html
 
 
+def test_latency_spikes_figure_marks_gaps_of_preempted_requests_on_a_log_axis() -> None:
+    fig = plots.latency_spikes_figure(_requests(), _iterations(), _events(), window_s=1.0)
+    gaps = next(t for t in fig.data if t.name == "gap of a preempted request")
+    assert (list(gaps.x), list(gaps.y)) == ([2.9], [900.0])  # preempted at 2.0, gap 0.9 s
+    assert fig.layout.yaxis2.type == "log"
+    assert fig.layout.yaxis2.title.text == "ITL (ms), log scale"
+
+
 def test_latency_spikes_figure_keeps_the_events_row_when_there_are_none() -> None:
     fig = plots.latency_spikes_figure(_requests(), _iterations(), _events().iloc[0:0], window_s=1.0)
     assert "no preemption, swap, eviction or rejection in this run" in {
         a.text for a in fig.layout.annotations
     }
-    assert fig.layout.yaxis3.title.text == "events (count)"
+    assert fig.layout.yaxis3.title.text == "events (area ∝ count)"

@@ -11,6 +11,7 @@ from kvsim import analysis, plots
 SPIKE_COLUMNS = [
     "explanation",
     "metric",
+    "statistic",
     "start_s",
     "end_s",
     "peak_s",
@@ -21,6 +22,8 @@ SPIKE_COLUMNS = [
     "num_evicted_blocks",
     "num_rejected",
     "max_waiting",
+    "slowest_iteration_s",
+    "slowest_iteration_prefill_tokens",
     "arrival_rate_per_s",
     "mean_prompt_tokens",
 ]
@@ -59,6 +62,7 @@ def main() -> None:
     )
     ttft = analysis.ttft_samples(res.requests)
     itl = analysis.itl_samples(res.iterations)
+    gaps = analysis.preemption_gap_samples(res.requests, res.events)
     spikes = pd.concat(
         [
             analysis.find_spikes(
@@ -71,6 +75,15 @@ def main() -> None:
                 window_s=window_s,
                 threshold_s=itl_thr,
                 weights=itl["weight"],
+            ),
+            # Preempted requests' gaps: too few to move a token-weighted p99, so their maximum.
+            analysis.find_spikes(
+                gaps["time_s"],
+                gaps["itl_s"],
+                metric="ITL",
+                window_s=window_s,
+                threshold_s=itl_thr,
+                quantile=1.0,
             ),
         ],
         ignore_index=True,
@@ -87,7 +100,7 @@ def main() -> None:
     common.show_figure(fig, f"{res.scenario.name}_latency_spikes")
     st.subheader("Spikes and their causes")
     if spikes.empty:
-        st.success("No window's p99 TTFT or ITL exceeds its threshold.")
+        st.success("No window's p99 TTFT or ITL, nor any preempted request's gap, exceeds its threshold.")
         return
     table = analysis.attribute_spikes(spikes, res.requests, res.iterations, res.events)
     st.caption(

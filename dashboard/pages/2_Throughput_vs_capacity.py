@@ -39,8 +39,7 @@ class Axis:
     kind: type = float
 
 
-AXES = {
-    "Request rate": Axis("workload.arrival.rate_per_s", "request rate (req/s)", load_axis=True),
+CAPACITY_AXES = {
     "GPU memory utilization": Axis(
         "replicas.0.engine.gpu_memory_utilization", "gpu_memory_utilization (fraction of GPU memory)", False
     ),
@@ -52,17 +51,47 @@ AXES = {
 }
 
 
+def rate_path(scenario: kvsim.Scenario) -> str | None:
+    """Where the scenario's request rate is set: an arrival process's rate, or a trace's rate override."""
+    workload = scenario.workload
+    if hasattr(getattr(workload, "arrival", None), "rate_per_s"):
+        return "workload.arrival.rate_per_s"
+    if workload.kind == "trace":
+        return "workload.rate_per_s"
+    return None  # ramps and diurnal profiles have no single rate
+
+
+def count_path(scenario: kvsim.Scenario) -> str | None:
+    """Where the number of requests is set: a synthetic workload's count or a trace's first N."""
+    if hasattr(scenario.workload, "num_requests"):
+        return "workload.num_requests"
+    return "workload.max_requests" if scenario.workload.kind == "trace" else None
+
+
+def axes_for(scenario: kvsim.Scenario) -> dict[str, Axis]:
+    rate = rate_path(scenario)
+    head = {"Request rate": Axis(rate, "request rate (req/s)", load_axis=True)} if rate else {}
+    return head | CAPACITY_AXES
+
+
+def _value(scenario: kvsim.Scenario, path: str) -> object:
+    node: object = scenario
+    for part in path.split("."):
+        node = node[int(part)] if isinstance(node, list) else getattr(node, part, None)
+    return node
+
+
 def default_values(scenario: kvsim.Scenario, axis: Axis) -> str:
-    group = scenario.replicas[0]
-    if axis.path == "workload.arrival.rate_per_s":
-        rate = getattr(getattr(scenario.workload, "arrival", None), "rate_per_s", 4.0)
-        return ", ".join(f"{rate * f:g}" for f in (0.5, 1, 2, 3, 4))
+    if axis.load_axis:
+        rate = _value(scenario, axis.path)
+        factors = (0.5, 1, 2, 3, 4)
+        return ", ".join(f"{rate * f:g}" for f in factors) if isinstance(rate, float) else "1, 2, 4, 8, 16"
     if axis.path.endswith("gpu_memory_utilization"):
         return "0.5, 0.6, 0.7, 0.8, 0.9"
     if axis.path.endswith("num_gpu_blocks_override"):
         return "500, 1000, 2000, 4000, 8000"
     if axis.path == "replicas.0.count":
-        return ", ".join(str(group.count * f) for f in (1, 2, 4))
+        return ", ".join(str(scenario.replicas[0].count * f) for f in (1, 2, 4))
     return "fp16, fp8"
 
 
@@ -71,12 +100,12 @@ def parse_values(text: str, axis: Axis) -> list[float | int | str]:
     return [axis.kind(t.strip()) for t in text.split(",") if t.strip()]
 
 
-def run_sweep(scenario: kvsim.Scenario, axis: Axis, values: list, num_requests: int | None) -> pd.DataFrame:
+def run_sweep(scenario: kvsim.Scenario, axis: Axis, values: list, count: dict[str, int]) -> pd.DataFrame:
     """One run per value (cached like every run); failed points keep their error."""
     rows = []
     outer = st.progress(0, text="Sweep")
     for i, v in enumerate(values):
-        overrides = {axis.path: v} | ({"workload.num_requests": num_requests} if num_requests else {})
+        overrides = {axis.path: v} | count
         outer.progress(i / len(values), text=f"Point {i + 1} of {len(values)}: {axis.path} = {v}")
         row: dict = {"x": v}
         try:
@@ -99,19 +128,21 @@ def main() -> None:
     scenario = common.current_scenario()
     st.caption(f"Sweeps one knob of scenario **{scenario.name}**; every point is a full run.")
     cols = st.columns([1, 2, 1])
-    name = cols[0].selectbox("Sweep over", list(AXES))
-    axis = AXES[name]
+    axes = axes_for(scenario)
+    name = cols[0].selectbox("Sweep over", list(axes))
+    axis = axes[name]
     text = cols[1].text_input(
         f"Values of {axis.path} (comma-separated)", value=default_values(scenario, axis)
     )
-    has_n = hasattr(scenario.workload, "num_requests")
+    n_path = count_path(scenario)
+    current_n = _value(scenario, n_path) if n_path else None
     n = cols[2].number_input(
         "Requests per point",
         min_value=10,
-        value=min(int(getattr(scenario.workload, "num_requests", 500)), 500),
+        value=min(current_n if isinstance(current_n, int) else 500, 500),
         step=50,
-        disabled=not has_n,
-        help="Fewer requests make the sweep faster (workload.num_requests).",
+        disabled=n_path is None,
+        help=f"Fewer requests make the sweep faster ({n_path or 'not settable for this workload'}).",
     )
     try:
         values = parse_values(text, axis)
@@ -120,12 +151,13 @@ def main() -> None:
             f"Values of {axis.path} must be {axis.kind.__name__} values separated by commas, got {text!r}."
         )
         st.stop()
-    key = ("sweep", common.scenario_key(scenario), axis.path, tuple(values), int(n) if has_n else None)
+    count = {n_path: int(n)} if n_path else {}
+    key = ("sweep", common.scenario_key(scenario), axis.path, tuple(values), tuple(count.items()))
     sweeps = st.session_state.setdefault("sweeps", {})
     if key not in sweeps:
         if not st.button("Run sweep", type="primary"):
             st.stop()
-        sweeps[key] = run_sweep(scenario, axis, values, int(n) if has_n else None)
+        sweeps[key] = run_sweep(scenario, axis, values, count)
     points = sweeps[key]
     ok_points = points[points["error"] == ""].copy()
     failed = points[points["error"] != ""]

@@ -15,15 +15,24 @@ from kvsim.workload import generate_requests
 
 
 @st.cache_data(show_spinner="Replaying the workload against LRU caches ...", max_entries=8)
-def hit_curve(scenario_yaml: str, capacities: tuple[int | None, ...]) -> pd.DataFrame:
-    """Cache-only LRU hit ratios of the scenario's requests (first replica group's block size).
+def hit_curve(
+    scenario_yaml: str, capacities: tuple[int | None, ...], admitted: tuple[int, ...]
+) -> pd.DataFrame:
+    """Cache-only hit ratios of the run's admitted requests (first replica group's block size and policy).
 
     The requests are those the run simulated: the engine draws the workload from the first
-    child of the scenario seed's SeedSequence (kvsim.engine.simulator.run).
+    child of the scenario seed's SeedSequence (kvsim.engine.simulator.run). Requests the
+    run never admitted (rejected, or cut off by sim.max_time_s) are left out, as they are
+    from the run's hit rate.
     """
     scenario = kvsim.load_scenario(parse_yaml(scenario_yaml, "<current scenario>"))
     workload_seed, _ = np.random.SeedSequence(scenario.seed).spawn(2)
-    specs = generate_requests(scenario.workload, np.random.default_rng(workload_seed))
+    keep = set(admitted)
+    specs = [
+        r
+        for r in generate_requests(scenario.workload, np.random.default_rng(workload_seed))
+        if r.request_id in keep
+    ]
     engine = scenario.replicas[0].engine
     points = cache_curve(specs, list(capacities), block_size=engine.block_size, policy=engine.eviction_policy,
                          partial_blocks=False)  # fmt: skip
@@ -66,9 +75,10 @@ def main() -> None:
     per_replica = int(summary.get("total_kv_blocks", 0)) // num_replicas
     top = max(per_replica * 8, 1024)
     capacities = (*sorted({int(c) for c in np.geomspace(16, top, 12)}), None)
-    curve = hit_curve(common.scenario_yaml(res.scenario), capacities)
+    admitted = res.requests.loc[res.requests["first_scheduled_s"].notna()]
+    curve = hit_curve(common.scenario_yaml(res.scenario), capacities, tuple(admitted["request_id"].tolist()))
     st.caption(
-        "Cache-only replay of the run's prompts (kvsim.cache_curve) against one block cache of each "
+        "Cache-only replay of the prompts the run admitted (kvsim.cache_curve) against one block cache of each "
         f"size ({res.scenario.replicas[0].engine.eviction_policy.upper()}), with {res.scenario.replicas[0].engine.block_size}-token blocks and no timing: "
         "the upper bound a timed run approaches. The diamond is this run's timed hit rate at its KV "
         "capacity per replica" + (" (requests are spread over the replicas)." if num_replicas > 1 else ".")
@@ -81,7 +91,7 @@ def main() -> None:
     )
     common.show_figure(fig, f"{res.scenario.name}_cache_curve")
     common.show_table(curve, f"{res.scenario.name}_cache_curve")
-    if len(res.requests) and curve["prompt_tokens"].iloc[0] != int(res.requests["prompt_tokens"].sum()):
+    if len(admitted) and curve["prompt_tokens"].iloc[0] != int(admitted["prompt_tokens"].sum()):
         st.warning("The replayed prompts differ from the run's (trace paths or generator changed).")
 
 

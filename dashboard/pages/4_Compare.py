@@ -9,6 +9,7 @@ import streamlit as st
 
 import kvsim
 from kvsim import analysis, plots
+from kvsim.io import load_result
 
 METRICS = (
     "num_requests",
@@ -56,7 +57,7 @@ def add_folder() -> None:
     path = st.text_input("Saved result folder", placeholder="runs/default")
     if path and st.button("Load folder"):
         try:
-            result = kvsim.io.load_result(Path(path))
+            result = load_result(Path(path))
         except (kvsim.KvsimError, OSError) as err:
             st.error(f"Cannot load {path}: {err}")
             return

@@ -10,8 +10,8 @@ import streamlit as st
 import kvsim
 from kvsim import analysis, plots
 from kvsim.cache_curve import cache_curve
+from kvsim.engine.simulator import scenario_workload
 from kvsim.scenario_io import parse_yaml
-from kvsim.workload import generate_requests
 
 
 @st.cache_data(show_spinner="Replaying the workload against LRU caches ...", max_entries=8)
@@ -20,19 +20,13 @@ def hit_curve(
 ) -> pd.DataFrame:
     """Cache-only hit ratios of the run's admitted requests (first replica group's block size and policy).
 
-    The requests are those the run simulated: the engine draws the workload from the first
-    child of the scenario seed's SeedSequence (kvsim.engine.simulator.run). Requests the
-    run never admitted (rejected, or cut off by sim.max_time_s) are left out, as they are
-    from the run's hit rate.
+    The requests are those the run simulated (`kvsim.engine.simulator.scenario_workload`).
+    Requests the run never admitted (rejected, or cut off by sim.max_time_s) are left out,
+    as they are from the run's hit rate.
     """
     scenario = kvsim.load_scenario(parse_yaml(scenario_yaml, "<current scenario>"))
-    workload_seed, _ = np.random.SeedSequence(scenario.seed).spawn(2)
     keep = set(admitted)
-    specs = [
-        r
-        for r in generate_requests(scenario.workload, np.random.default_rng(workload_seed))
-        if r.request_id in keep
-    ]
+    specs = [r for r in scenario_workload(scenario).requests if r.request_id in keep]
     engine = scenario.replicas[0].engine
     points = cache_curve(specs, list(capacities), block_size=engine.block_size, policy=engine.eviction_policy,
                          partial_blocks=False)  # fmt: skip

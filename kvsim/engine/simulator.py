@@ -33,7 +33,7 @@ from kvsim.request import RequestSpec
 from kvsim.result import REQUEST_COLUMNS, Result, summarize
 from kvsim.scenario_io import load_scenario
 from kvsim.specs import ModelSpec
-from kvsim.workload import generate_workload
+from kvsim.workload import Workload, generate_workload
 
 #: progress(sim_time_s, num_finished, num_requests)
 ProgressFn = Callable[[float, int, int], None]
@@ -104,6 +104,13 @@ def _replica_layout(scenario: Scenario) -> list[tuple[str, ReplicaGroup]]:
     return [(f"{g.name}-{i}", g) for g in scenario.replicas for i in range(g.count)]
 
 
+def scenario_workload(scenario: Scenario, *, base_dir: Path | None = None) -> Workload:
+    """The requests `run` simulates for ``scenario``: its workload drawn from the seed's
+    first child generator (bit for bit the requests the run uses)."""
+    workload_seed = np.random.SeedSequence(scenario.seed).spawn(1)[0]
+    return generate_workload(scenario.workload, np.random.default_rng(workload_seed), base_dir=base_dir)
+
+
 def run(
     scenario: Scenario | str | Path | Mapping[str, Any] | None = None,
     *,
@@ -124,16 +131,13 @@ def run(
     if not isinstance(scenario, Scenario) or overrides:
         scenario = load_scenario(scenario, overrides)
     model = resolve_model(scenario.model)
-    workload_seed, _router_seed = np.random.SeedSequence(scenario.seed).spawn(2)
     if requests is not None:
         specs, workload_summary = (
             requests,
             {"workload_kind": "custom", "workload_num_requests": len(requests)},
         )
     else:
-        workload = generate_workload(
-            scenario.workload, np.random.default_rng(workload_seed), base_dir=base_dir
-        )
+        workload = scenario_workload(scenario, base_dir=base_dir)
         specs, workload_summary = workload.requests, workload.info.summary()
 
     env = simpy.Environment()

@@ -25,8 +25,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
+
+if TYPE_CHECKING:
+    from kvsim.config import EngineConfig
 
 GIB = 1024**3
 
@@ -170,6 +174,25 @@ class KvCapacity:
         out["num_tokens"] = self.num_tokens
         out["budget_bytes"] = self.budget_bytes
         return out
+
+
+def engine_kv_capacity(
+    model: ModelSpec, gpu: GpuSpec, tp: int, engine: EngineConfig, *, use_override: bool = True
+) -> KvCapacity:
+    """`kv_capacity` with the knobs of a replica group's ``engine`` section."""
+    reserve = engine.activation_reserve_gib
+    return kv_capacity(
+        model,
+        gpu,
+        tp=tp,
+        kv_cache_dtype=engine.kv_cache_dtype,
+        block_size=engine.block_size,
+        gpu_memory_utilization=engine.gpu_memory_utilization,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+        max_num_seqs=engine.max_num_seqs,
+        activation_reserve_bytes=None if reserve is None else reserve * GIB,
+        num_gpu_blocks_override=engine.num_gpu_blocks_override if use_override else None,
+    )
 
 
 def kv_capacity(

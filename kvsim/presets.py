@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from kvsim.errors import KvsimError
-from kvsim.kv_sizing import GIB, kv_capacity, weight_bytes
+from kvsim.kv_sizing import GIB, engine_kv_capacity, weight_bytes
 from kvsim.specs import GpuSpec, ModelSpec
 
 if TYPE_CHECKING:
@@ -413,18 +413,7 @@ def check_scenario_references(scenario: Scenario) -> list[tuple[str, str]]:
                     f"{engine.max_model_len} exceeds {model.name}'s max_model_len ({model.max_model_len})",
                 )
             )
-        reserve = None if engine.activation_reserve_gib is None else engine.activation_reserve_gib * GIB
-        cap = kv_capacity(
-            model,
-            gpu,
-            tp=group.tp,
-            kv_cache_dtype=engine.kv_cache_dtype,
-            block_size=engine.block_size,
-            gpu_memory_utilization=engine.gpu_memory_utilization,
-            max_num_batched_tokens=engine.max_num_batched_tokens,
-            max_num_seqs=engine.max_num_seqs,
-            activation_reserve_bytes=reserve,
-        )
+        cap = engine_kv_capacity(model, gpu, group.tp, engine, use_override=False)
         if cap.weight_bytes_per_shard > cap.budget_bytes:
             problems.append(
                 (

@@ -27,7 +27,7 @@ from kvsim.cost.factory import build_cost_model
 from kvsim.engine.recorder import Recorder
 from kvsim.engine.replica import Replica
 from kvsim.engine.router import make_router
-from kvsim.kv_sizing import GIB, kv_capacity
+from kvsim.kv_sizing import GIB, engine_kv_capacity
 from kvsim.presets import resolve_gpu, resolve_model
 from kvsim.request import RequestSpec
 from kvsim.result import REQUEST_COLUMNS, Result, summarize
@@ -52,20 +52,7 @@ def _build_replica(
 ) -> Replica:
     gpu = resolve_gpu(group.gpu)
     eng = group.engine
-    cap = kv_capacity(
-        model,
-        gpu,
-        tp=group.tp,
-        kv_cache_dtype=eng.kv_cache_dtype,
-        block_size=eng.block_size,
-        gpu_memory_utilization=eng.gpu_memory_utilization,
-        max_num_batched_tokens=eng.max_num_batched_tokens,
-        max_num_seqs=eng.max_num_seqs,
-        activation_reserve_bytes=None
-        if eng.activation_reserve_gib is None
-        else eng.activation_reserve_gib * GIB,
-        num_gpu_blocks_override=eng.num_gpu_blocks_override,
-    )
+    cap = engine_kv_capacity(model, gpu, group.tp, eng)
     pool = BlockPool(
         cap.num_blocks, enable_caching=eng.enable_prefix_caching, eviction_policy=eng.eviction_policy
     )

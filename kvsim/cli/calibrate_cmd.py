@@ -58,6 +58,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="device to measure on")
     p.add_argument("--quick", action="store_true", help="smaller grids (under 1 minute on an H100/H200)")
     p.add_argument(
+        "--no-cuda-graphs",
+        dest="cuda_graphs",
+        action="store_false",
+        help="time CUDA kernels eagerly instead of replaying CUDA graphs (includes host launch gaps)",
+    )
+    p.add_argument(
         "--per-iteration-overhead-s",
         type=float,
         default=RooflineCostConfig.model_fields["per_iteration_overhead_s"].default,
@@ -158,6 +164,7 @@ def _measure(args: argparse.Namespace) -> int:
             quick=args.quick,
             gpu=args.gpu,
             per_iteration_overhead_s=args.per_iteration_overhead_s,
+            cuda_graphs=args.cuda_graphs,
             command=_command_line(),
         )
     except (RuntimeError, ValueError) as exc:

@@ -19,11 +19,15 @@ class _Frozen(BaseModel):
 
 
 class RooflineCostConfig(_Frozen):
-    """Analytic roofline: each phase takes max(FLOPs / peak, bytes / bandwidth).
+    """Analytic roofline: linear layers and attention each take max(FLOPs / peak, bytes / bandwidth).
 
-    Defaults: well-tuned LLM kernels reach about 60-70% of tensor-core peak on large
-    GEMMs and 80-90% of HBM bandwidth on streaming reads; see docs/cost-model.md for the
-    sources of these figures.
+    Defaults (sources in docs/cost-model.md): compute 0.6 of dense peak, between large
+    GEMMs (0.70-0.83 of 989 TFLOP/s measured on an H200; 788 TFLOP/s in the device notes)
+    and FlashAttention-2 (50-73% of A100 peak, Dao 2023); memory 0.7 of datasheet HBM
+    bandwidth, what one layer's weight GEMMs streamed at 1-16 tokens on the H200 profile
+    (a plain copy reaches 0.80-0.90); 20 us per layer, the H200 profile's floor for one
+    layer's elementwise kernels replayed from a CUDA graph; 0.5 ms of CPU per iteration
+    (an assumption: vLLM reports CPU overheads of this order, see the docs).
     """
 
     kind: Literal["roofline"] = "roofline"
@@ -34,15 +38,15 @@ class RooflineCostConfig(_Frozen):
         description="Fraction of dense tensor-core peak achieved by GEMMs and attention.",
     )
     memory_efficiency: float = Field(
-        default=0.8,
+        default=0.7,
         gt=0,
         le=1,
         description="Fraction of peak HBM bandwidth achieved when streaming weights and KV.",
     )
     per_layer_overhead_s: float = Field(
-        default=0.0,
+        default=2e-5,
         ge=0,
-        description="Fixed time per transformer layer per iteration (kernel launches), seconds.",
+        description="Fixed time per transformer layer per iteration (small kernels, launch gaps), seconds.",
     )
     per_iteration_overhead_s: float = Field(
         default=0.0005,
@@ -57,7 +61,10 @@ class RooflineCostConfig(_Frozen):
     allreduce_bandwidth_bytes_per_s: float | None = Field(
         default=None,
         gt=0,
-        description="All-reduce bus bandwidth; None uses the GPU's interconnect bandwidth.",
+        description=(
+            "All-reduce bandwidth per GPU (a ring sends 2(tp-1)/tp of the message through it); "
+            "None uses the GPU's interconnect bandwidth."
+        ),
     )
 
 

@@ -126,8 +126,29 @@ def _gpu(text: str | None, profile: Profile | None = None) -> GpuSpec:
     return _load_spec(text, GPU_PRESETS, GpuSpec, "GPU")  # type: ignore[no-any-return]
 
 
-def _command_line() -> str:
-    return "kvsim " + shlex.join(sys.argv[1:]) if sys.argv and sys.argv[0] else ""
+def _measure_command(args: argparse.Namespace) -> str:
+    """The ``kvsim calibrate`` command line that reproduces a measurement (recorded in the profile)."""
+    parts = ["kvsim", "calibrate", "--model", args.model, "--tp", str(args.tp), "--device", args.device]
+    parts += ["--quick"] if args.quick else []
+    parts += ["--gpu", args.gpu] if args.gpu else []
+    parts += [] if args.cuda_graphs else ["--no-cuda-graphs"]
+    parts += ["--out", args.out]
+    return shlex.join(parts)
+
+
+def _fit_command(args: argparse.Namespace) -> str:
+    """The ``kvsim calibrate --fit-*`` command line (recorded in the profile)."""
+    source = (
+        ["--fit-measurements", args.fit_measurements]
+        if args.fit_measurements
+        else ["--fit-roofline", args.fit_roofline]
+    )
+    parts = ["kvsim", "calibrate", *source]
+    for flag, value in (("--model", args.model), ("--gpu", args.gpu), ("--out", args.out)):
+        parts += [flag, value] if value else []
+    if args.per_layer_overhead_s is not None:
+        parts += ["--per-layer-overhead-s", repr(args.per_layer_overhead_s)]
+    return shlex.join(parts)
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -165,7 +186,7 @@ def _measure(args: argparse.Namespace) -> int:
             gpu=args.gpu,
             per_iteration_overhead_s=args.per_iteration_overhead_s,
             cuda_graphs=args.cuda_graphs,
-            command=_command_line(),
+            command=_measure_command(args),
         )
     except (RuntimeError, ValueError) as exc:
         raise KvsimError(f"calibration failed: {exc}") from exc
@@ -253,7 +274,7 @@ def _fit_measurements(args: argparse.Namespace) -> int:
     model, gpu = _model(args.model), _gpu(args.gpu)
     points = fit.read_points(args.fit_measurements)
     result = fit.fit_roofline(points, model=model, gpu=gpu, per_layer_overhead_s=args.per_layer_overhead_s)
-    data = fit.roofline_fit_profile(result, model=model, gpu=gpu, points=points, command=_command_line())
+    data = fit.roofline_fit_profile(result, model=model, gpu=gpu, points=points, command=_fit_command(args))
     write_profile(data, args.out)
     _print_fit(result)
     print(f"wrote {args.out}", file=sys.stderr)
@@ -282,15 +303,20 @@ def _fit_roofline(args: argparse.Namespace) -> int:
     )
     _print_fit(result)
     if args.out:
-        data = fit.roofline_fit_profile(result, model=model, gpu=gpu, points=points, command=_command_line())
+        data = fit.roofline_fit_profile(
+            result, model=model, gpu=gpu, points=points, command=_fit_command(args)
+        )
         write_profile(data, args.out)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
 
 def _print_fit(result: fit.FitResult) -> None:
-    print("fitted roofline parameters (scenario: cost_model: {kind: roofline, ...}):")
-    print(yaml.safe_dump(result.config.model_dump(exclude={"kind"}), sort_keys=False).rstrip())
+    print("fitted roofline parameters (4 significant digits; the profile keeps full precision):")
+    params = {
+        k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in result.config.model_dump().items()
+    }
+    print(yaml.safe_dump(params, sort_keys=False).rstrip())
     print(
         f"points: {result.num_points}; median |relative error|: prefill "
         f"{_fmt(result.median_abs_rel_error_prefill)}, decode {_fmt(result.median_abs_rel_error_decode)}"

@@ -22,12 +22,12 @@ class RooflineCostConfig(_Frozen):
     """Analytic roofline: linear layers and attention each take max(FLOPs / peak, bytes / bandwidth).
 
     Defaults (sources in docs/cost-model.md): compute 0.6 of dense peak, between large
-    GEMMs (0.70-0.83 of 989 TFLOP/s measured on an H200; 788 TFLOP/s in the device notes)
-    and FlashAttention-2 (50-73% of A100 peak, Dao 2023); memory 0.7 of datasheet HBM
-    bandwidth, what one layer's weight GEMMs streamed at 1-16 tokens on the H200 profile
-    (a plain copy reaches 0.80-0.90); 20 us per layer, the H200 profile's floor for one
-    layer's elementwise kernels replayed from a CUDA graph; 0.5 ms of CPU per iteration
-    (an assumption: vLLM reports CPU overheads of this order, see the docs).
+    GEMMs (0.71-0.83 of 989 TFLOP/s measured on an H200) and attention (torch SDPA reached
+    0.33 there; FlashAttention-2 reports 50-73% of A100 peak); memory 0.7 of datasheet HBM
+    bandwidth (one layer's weight GEMMs streamed at 0.66 at one token on the H200, a plain
+    copy at 0.80-0.90); 20 us per layer, the H200 profile's floor for one layer's
+    elementwise kernels replayed from a CUDA graph (18 us); 0.5 ms of CPU per iteration
+    (an assumption of the order vLLM reports for its scheduling and input preparation).
     """
 
     kind: Literal["roofline"] = "roofline"

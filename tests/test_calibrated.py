@@ -17,6 +17,7 @@ from kvsim.cost.base import Batch, ConstantCostModel
 from kvsim.cost.calibrated import CalibratedCostModel, Curve1D
 from kvsim.cost.config import ConstantCostConfig, ProfileCostConfig, RooflineCostConfig
 from kvsim.cost.factory import build_cost_model, check_cost_references
+from kvsim.cost.fit import point_time_s, read_points
 from kvsim.cost.profile import load_profile, model_shape, validate_profile
 from kvsim.cost.roofline import RooflineCostModel
 from kvsim.errors import ProfileError
@@ -270,3 +271,18 @@ def test_context_sums_not_divisible_by_the_batch_agree_too() -> None:
     assert m.decode_steps_s(3, ctx).tolist() == [
         m.step_time_s(Batch(num_decode_seqs=3, decode_context_tokens=int(c))) for c in ctx
     ]
+
+
+def test_calibrated_model_reproduces_end_to_end_h200_iterations() -> None:
+    """Whole forward passes of Llama-3-8B timed on the H200 (calibration/endtoend.py) against the
+    sum of the shipped profile's kernel curves; the forward passes have no CPU scheduling cost."""
+    csv = Path(__file__).resolve().parents[1] / "calibration" / "measurements" / "e2e-h200-llama-3-8b.csv"
+    model = build_cost_model(
+        ProfileCostConfig(profile="h200-llama-3-8b-bf16-tp1", per_iteration_overhead_s=0.0),
+        model=LLAMA3,
+        gpu=H200,
+        tp=1,
+        kv_cache_dtype="auto",
+    )
+    errors = [point_time_s(model, p) / p.time_s - 1 for p in read_points(csv) if p.time_s is not None]
+    assert len(errors) == 8 and max(abs(e) for e in errors) < 0.11

@@ -112,3 +112,21 @@ def test_cli_says_when_torch_is_missing(
     monkeypatch.setitem(sys.modules, "calibration.harness", None)  # makes the import fail
     assert main(["calibrate", "--model", "llama-3-8b", "--out", str(tmp_path / "x.json")]) == 2
     assert "kvsim calibrate needs torch" in capsys.readouterr().err
+
+
+def test_end_to_end_iterations_on_cpu_in_the_measurements_format() -> None:
+    from calibration.endtoend import measure_points
+
+    rows = measure_points(
+        ModelShape(**TINY),
+        [("prefill", 2, 8, 0), ("decode", 3, 0, 40)],
+        device="cpu",
+        warmup=0,
+        repeats=1,
+        progress=lambda _m: None,
+    )
+    assert [{k: v for k, v in r.items() if k != "time_s"} for r in rows] == [
+        {"tp": 1, "phase": "prefill", "batch_size": 2, "prompt_tokens": 8, "context_tokens": 0},
+        {"tp": 1, "phase": "decode", "batch_size": 3, "prompt_tokens": 0, "context_tokens": 40},
+    ]
+    assert all(isinstance(r["time_s"], float) and r["time_s"] > 0 for r in rows)

@@ -2,8 +2,8 @@
 
 This package is the only part of kvsim that imports torch, and only in
 `calibration.harness`, `calibration.allreduce` and `calibration.endtoend`; the CLI
-imports the harness when ``kvsim calibrate`` measures. Importing this package itself needs neither torch nor
-pydantic: `kvsim.cost.profile` uses `PROFILES_DIR` to find the shipped profiles.
+imports the harness when ``kvsim calibrate`` measures. Importing this package itself
+needs neither torch nor pydantic: `kvsim.cost.profile` uses `PROFILES_DIR` to find the shipped profiles.
 
     calibration/
     ├── shapes.py      ModelShape: the layer shapes to measure, sharded for TP

@@ -176,7 +176,7 @@ def _measure(args: argparse.Namespace) -> int:
         raise KvsimError(f"calibration measures dense attention models; {model.name!r} is MLA or MoE")
     if model.weight_dtype not in ("fp16", "bf16"):
         raise KvsimError(f"calibration measures fp16/bf16 models; {model.name!r} is {model.weight_dtype}")
-    shape = ModelShape(**{k: v for k, v in model_shape(model).items()})
+    shape = ModelShape(**model_shape(model))
     try:
         profile = run_calibration(
             shape,

@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from kvsim.cost.config import ProfileCostConfig, RooflineCostConfig
-from kvsim.cost.factory import build_cost_model, roofline_config_from_profile
+from kvsim.cost.calibrated import CalibratedCostModel
+from kvsim.cost.config import RooflineCostConfig
+from kvsim.cost.factory import roofline_config_from_profile
 from kvsim.cost.fit import Point, point_time_s
-from kvsim.cost.profile import Profile
+from kvsim.cost.profile import Profile, check_profile_matches
 from kvsim.cost.roofline import RooflineCostModel
 from kvsim.kv_sizing import kv_bytes_per_token
 from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
@@ -69,20 +70,15 @@ def compare_rows(
             roof = max(2.0 * t * k * n / peak, (k * n + t * k + t * n) * wb / bw)
             rows.append(_row(f"gemm/{op}", t, None, measured, None, roof))
     heads, hd, layers = model.num_attention_heads / tp, model.head_dim, model.num_layers
-    calibrated = build_cost_model(
-        ProfileCostConfig(profile=profile.source),
-        model=model,
-        gpu=gpu,
-        tp=tp,
-        kv_cache_dtype=kv_cache_dtype,
-    )
+    check_profile_matches(profile, model=model, gpu=gpu, tp=tp, kv_cache_dtype=kv_cache_dtype)
+    calibrated = CalibratedCostModel(profile, model=model, gpu=gpu, tp=tp, kv_cache_dtype=kv_cache_dtype)
     pf = data["prefill_attention"]
     kv_layer_auto = kv_bytes_per_token(model, "auto", tp) / layers
     for i, q in enumerate(pf["chunk_tokens"]):
         for j, c in enumerate(pf["context_tokens"]):
             pairs = q * c + q * (q + 1) // 2
             roof = max(4.0 * heads * hd * pairs / peak, kv_layer_auto * (q + c) / bw)
-            rows.append(_row("prefill", q, c, pf["time_s"][i][j], calibrated.prefill(q, c), roof))  # type: ignore[attr-defined]
+            rows.append(_row("prefill", q, c, pf["time_s"][i][j], calibrated.prefill(q, c), roof))
     for kv, dec in data["decode_attention"].items():
         kv_layer = kv_bytes_per_token(model, kv, tp) / layers
         for i, b in enumerate(dec["batch_sizes"]):

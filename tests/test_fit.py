@@ -33,6 +33,7 @@ A100 = GPU_PRESETS["a100-80gb"]
 TRUE = RooflineCostConfig(
     compute_efficiency=0.55,
     memory_efficiency=0.72,
+    kv_memory_efficiency=0.4,
     per_layer_overhead_s=2e-5,
     per_iteration_overhead_s=1.5e-3,
     allreduce_latency_s=1.2e-5,
@@ -63,6 +64,7 @@ def test_fit_recovers_known_parameters() -> None:
     for name in (
         "compute_efficiency",
         "memory_efficiency",
+        "kv_memory_efficiency",
         "per_layer_overhead_s",
         "per_iteration_overhead_s",
         "allreduce_latency_s",
@@ -73,6 +75,7 @@ def test_fit_recovers_known_parameters() -> None:
     assert result.fitted == (
         "compute_efficiency",
         "memory_efficiency",
+        "kv_memory_efficiency",
         "fixed_s",
         "allreduce_latency_s",
         "allreduce_bandwidth_bytes_per_s",
@@ -84,6 +87,7 @@ def test_fit_without_tensor_parallel_points_keeps_allreduce_defaults() -> None:
     result = fit_roofline(points, model=LLAMA2_70B, gpu=A100, per_layer_overhead_s=2e-5)
     assert result.config.compute_efficiency == pytest.approx(0.55, rel=1e-3)
     assert result.config.memory_efficiency == pytest.approx(0.72, rel=1e-3)
+    assert result.config.kv_memory_efficiency == pytest.approx(0.4, rel=1e-3)
     assert result.config.allreduce_latency_s is None and result.config.allreduce_bandwidth_bytes_per_s is None
     assert "allreduce_latency_s" not in result.fitted
 

@@ -43,6 +43,15 @@ class RooflineCostConfig(_Frozen):
         le=1,
         description="Fraction of peak HBM bandwidth achieved when streaming weights and KV.",
     )
+    kv_memory_efficiency: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description=(
+            "Fraction of peak HBM bandwidth achieved when attention reads the KV cache; "
+            "None uses memory_efficiency."
+        ),
+    )
     per_layer_overhead_s: float = Field(
         default=2e-5,
         ge=0,

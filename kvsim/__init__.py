@@ -1,8 +1,8 @@
 """kvsim: discrete-event simulation of LLM serving with the KV cache as a first-class citizen.
 
-import kvsim
-result = kvsim.run(kvsim.load_scenario("scenarios/default.yaml"))
-result.summary["ttft_p99_s"], result.requests.head()
+    import kvsim
+    result = kvsim.run(kvsim.load_scenario("scenarios/default.yaml"))
+    result.summary["ttft_p99_s"], result.requests.head()
 """
 
 from __future__ import annotations

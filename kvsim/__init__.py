@@ -1,8 +1,8 @@
 """kvsim: discrete-event simulation of LLM serving with the KV cache as a first-class citizen.
 
-    import kvsim
-    result = kvsim.run(kvsim.load_scenario("scenarios/default.yaml"))
-    result.summary["ttft_p99_s"], result.requests.head()
+import kvsim
+result = kvsim.run(kvsim.load_scenario("scenarios/default.yaml"))
+result.summary["ttft_p99_s"], result.requests.head()
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from kvsim.config import Scenario
+from kvsim.engine.simulator import run
 from kvsim.errors import KvsimError, ProfileError, ScenarioError, TraceError
 from kvsim.result import Result
 from kvsim.scenario_io import dump_scenario, load_scenario
@@ -24,4 +25,5 @@ __all__ = [
     "__version__",
     "dump_scenario",
     "load_scenario",
+    "run",
 ]

@@ -46,11 +46,18 @@ class EngineConfig(_Frozen):
     long_prefill_token_threshold: int = Field(
         default=0, ge=0, description="Cap on one request's prefill tokens per iteration (0: no cap)."
     )
-    enable_prefix_caching: bool = Field(default=True, description="Reuse cached KV blocks of shared prefixes.")
-    gpu_memory_utilization: float = Field(
-        default=0.9, gt=0, le=1, description="Fraction of GPU memory the engine may use (weights + activations + KV)."
+    enable_prefix_caching: bool = Field(
+        default=True, description="Reuse cached KV blocks of shared prefixes."
     )
-    kv_cache_dtype: KvDtype = Field(default="auto", description="KV-cache element type; 'auto' uses the model's dtype.")
+    gpu_memory_utilization: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description="Fraction of GPU memory the engine may use (weights + activations + KV).",
+    )
+    kv_cache_dtype: KvDtype = Field(
+        default="auto", description="KV-cache element type; 'auto' uses the model's dtype."
+    )
     preemption_mode: Literal["recompute", "swap"] = Field(
         default="recompute",
         description="How a preempted request comes back: prefill again, or swap its blocks via host memory.",
@@ -122,7 +129,9 @@ class Scenario(_Frozen):
     name: str = Field(default="scenario", description="Short name of the scenario.")
     description: str = Field(default="", description="What the scenario shows.")
     seed: int = Field(default=0, ge=0, description="Seed of every random draw (same seed, same Result).")
-    model: str | ModelSpec = Field(default="llama-3-8b", description="Model preset name or an inline model spec.")
+    model: str | ModelSpec = Field(
+        default="llama-3-8b", description="Model preset name or an inline model spec."
+    )
     replicas: list[ReplicaGroup] = Field(
         default_factory=lambda: [ReplicaGroup()], min_length=1, description="Replica groups of the cluster."
     )

@@ -1,30 +1,147 @@
-"""KV-cache sizing (interim: being completed)."""
+"""KV-cache sizing: bytes per token, per block, and how many blocks fit on a GPU.
+
+Everything here is closed-form arithmetic on a `ModelSpec` and a `GpuSpec`, so the
+numbers can be checked by hand (docs/presets.md walks through them):
+
+    KV bytes per token (MHA/GQA/MQA) = 2 (K and V) x layers x KV heads x head_dim x bytes
+    KV bytes per token (MLA)         = layers x (kv_lora_rank + qk_rope_head_dim) x bytes
+
+With tensor parallelism each shard holds ``max(1, kv_heads // tp)`` KV heads: the heads
+are split across shards and replicated once ``tp`` exceeds their number. An MLA latent
+is not split at all; vLLM stores the full latent on every TP rank.
+
+Capacity follows vLLM's profiling rule, per TP shard::
+
+    kv_bytes   = memory x gpu_memory_utilization - weights / tp - activation reserve
+    num_blocks = floor(kv_bytes / (block_size x KV bytes per token per shard))
+
+    one block (block_size = 4), one shard:
+    ┌──────── token 0 ───────┬──────── token 1 ───────┬─ ... ─┬──────── token 3 ───────┐
+    │ K,V of layer 0..L-1    │ K,V of layer 0..L-1    │       │ K,V of layer 0..L-1    │
+    └────────────────────────┴────────────────────────┴─ ... ─┴────────────────────────┘
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
 
 GIB = 1024**3
 
+#: Activations are computed in 16-bit floats even when weights are quantized (fp8,
+#: int8, int4 weight-only schemes dequantize into bf16/fp16 matmuls).
+ACTIVATION_BYTES = 2
+
+#: Bytes per logit: vLLM's sampler works on fp32 logits.
+LOGIT_BYTES = 4
+
+#: Memory a serving engine holds outside the profiled forward pass: cuBLAS and NCCL
+#: workspaces, the CUDA-graph memory pool, allocator fragmentation. A judgement call
+#: (vLLM measures it at start-up; its logs typically show a few hundred MiB of
+#: non-torch memory plus a fraction of a GiB for CUDA graphs), documented in
+#: docs/presets.md; override with ``activation_reserve_bytes``.
+NON_TORCH_ALLOWANCE_BYTES = 1 * GIB
+
 
 def kv_dtype_bytes(model: ModelSpec, kv_cache_dtype: str) -> float:
-    return KV_DTYPE_BYTES[model.weight_dtype if kv_cache_dtype == "auto" else kv_cache_dtype]
+    """Bytes per stored KV element for ``kv_cache_dtype`` ("auto": the model's 16-bit dtype).
+
+    As in vLLM, "auto" means the dtype the model computes in. For weight-only quantized
+    models (fp8/int8/int4 weights) that is still a 16-bit float, so "auto" is 2 bytes.
+    """
+    if kv_cache_dtype == "auto":
+        return KV_DTYPE_BYTES[model.weight_dtype] if model.weight_dtype in ("fp16", "bf16") else 2.0
+    try:
+        return KV_DTYPE_BYTES[kv_cache_dtype]
+    except KeyError:
+        known = ", ".join(["auto", *KV_DTYPE_BYTES])
+        raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r} is not one of: {known}") from None
+
+
+def kv_heads_per_shard(model: ModelSpec, tp: int = 1) -> int:
+    """KV heads stored on one TP shard: split evenly, replicated when tp > num_kv_heads."""
+    if tp < 1:
+        raise ValueError(f"tp must be >= 1, got {tp}")
+    return max(1, model.num_kv_heads // tp)
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str = "auto", tp: int = 1) -> float:
-    """KV bytes one token occupies on one tensor-parallel shard (tp=1: the whole model)."""
-    b = kv_dtype_bytes(model, kv_cache_dtype)
-    if model.is_mla:
-        return model.num_layers * (model.kv_lora_rank + model.qk_rope_head_dim) * b  # type: ignore[operator]
-    heads = max(1, model.num_kv_heads // tp)
-    return 2 * model.num_layers * heads * model.head_dim * b
+    """KV bytes one token occupies on one tensor-parallel shard (tp=1: the whole model).
+
+    MLA models store one compressed latent per layer, replicated on every shard, so
+    their per-shard size does not shrink with ``tp``.
+    """
+    elem = kv_dtype_bytes(model, kv_cache_dtype)
+    if model.kv_lora_rank is not None and model.qk_rope_head_dim is not None:
+        if tp < 1:
+            raise ValueError(f"tp must be >= 1, got {tp}")
+        return model.num_layers * (model.kv_lora_rank + model.qk_rope_head_dim) * elem
+    return 2 * model.num_layers * kv_heads_per_shard(model, tp) * model.head_dim * elem
+
+
+def kv_tokens_held(model: ModelSpec, num_tokens: int) -> int:
+    """Tokens whose KV a request of ``num_tokens`` tokens keeps (sliding window caps it).
+
+    Token granularity: a block-based engine frees a block only once all its tokens have
+    left the window, so it may hold up to ``block_size - 1`` more.
+    """
+    if num_tokens < 0:
+        raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
+    if model.sliding_window is None:
+        return num_tokens
+    return min(num_tokens, model.sliding_window)
+
+
+def kv_bytes_for_context(
+    model: ModelSpec, num_tokens: int, kv_cache_dtype: str = "auto", tp: int = 1
+) -> float:
+    """KV bytes on one TP shard for a context of ``num_tokens`` (sliding window applied)."""
+    return kv_tokens_held(model, num_tokens) * kv_bytes_per_token(model, kv_cache_dtype, tp)
+
+
+def weight_bytes(model: ModelSpec) -> float:
+    """Bytes of all weights at the model's weight dtype (quantization scales ignored)."""
+    return model.num_params * KV_DTYPE_BYTES[model.weight_dtype]
+
+
+def activation_reserve_estimate(
+    model: ModelSpec,
+    *,
+    tp: int = 1,
+    max_num_batched_tokens: int = 8192,
+    max_num_seqs: int = 256,
+) -> float:
+    """Estimated memory one shard keeps free for activations and runtime buffers, bytes.
+
+    vLLM measures this by running one forward pass over ``max_num_batched_tokens`` dummy
+    tokens and a sampler pass over ``max_num_seqs`` rows. We estimate the same peak:
+
+    - forward pass: the widest point of a layer is the MLP, holding per token the
+      residual stream and the normed input (2 x hidden) plus the gate/up projection
+      output (2 x intermediate / tp) and the activated product (intermediate / tp);
+      mixture-of-experts layers hold these for each of the top-k experts a token visits;
+    - sampler: fp32 logits and the probabilities derived from them, max_num_seqs x
+      vocab x 4 bytes each (the vocabulary is gathered whole on the sampling rank);
+    - a fixed allowance `NON_TORCH_ALLOWANCE_BYTES` for workspaces and CUDA graphs.
+    """
+    if tp < 1:
+        raise ValueError(f"tp must be >= 1, got {tp}")
+    mlp_width = model.intermediate_size * (model.num_experts_per_token or 1) / tp
+    forward = max_num_batched_tokens * (2 * model.hidden_size + 3 * mlp_width) * ACTIVATION_BYTES
+    sampler = 2 * max_num_seqs * model.vocab_size * LOGIT_BYTES
+    return forward + sampler + NON_TORCH_ALLOWANCE_BYTES
 
 
 @dataclass(frozen=True)
 class KvCapacity:
+    """How one TP shard's memory splits into weights, activations and KV blocks.
+
+    All ``*_bytes`` figures are per shard except ``bytes_per_token``, the whole-model
+    (tp=1) size of one token's KV.
+    """
+
     bytes_per_token: float
     bytes_per_token_per_shard: float
     block_size: int
@@ -33,10 +150,26 @@ class KvCapacity:
     activation_reserve_bytes: float
     kv_bytes_per_shard: float
     num_blocks: int
+    tp: int = 1
+    memory_bytes: int = 0
+    gpu_memory_utilization: float = 0.9
 
     @property
     def num_tokens(self) -> int:
+        """Token slots in the pool (every block full)."""
         return self.num_blocks * self.block_size
+
+    @property
+    def budget_bytes(self) -> float:
+        """Memory the engine may use on one shard: memory x gpu_memory_utilization."""
+        return self.memory_bytes * self.gpu_memory_utilization
+
+    def to_dict(self) -> dict[str, float | int]:
+        """Plain fields plus the derived figures, for JSON output."""
+        out = asdict(self)
+        out["num_tokens"] = self.num_tokens
+        out["budget_bytes"] = self.budget_bytes
+        return out
 
 
 def kv_capacity(
@@ -52,19 +185,38 @@ def kv_capacity(
     activation_reserve_bytes: float | None = None,
     num_gpu_blocks_override: int | None = None,
 ) -> KvCapacity:
-    per_tok_shard = kv_bytes_per_token(model, kv_cache_dtype, tp)
-    weights = model.num_params * KV_DTYPE_BYTES[model.weight_dtype] / tp
-    act = activation_reserve_bytes if activation_reserve_bytes is not None else 2 * GIB
-    kv_bytes = gpu.memory_bytes * gpu_memory_utilization - weights - act
-    per_block = per_tok_shard * block_size
-    n = num_gpu_blocks_override if num_gpu_blocks_override else max(0, math.floor(kv_bytes / per_block))
+    """KV blocks one TP shard can hold after weights and activations (vLLM's rule).
+
+    ``activation_reserve_bytes`` None uses `activation_reserve_estimate`;
+    ``num_gpu_blocks_override`` fixes the block count regardless of memory (as vLLM's
+    option of that name does), while the other figures are still reported.
+    """
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    per_token_shard = kv_bytes_per_token(model, kv_cache_dtype, tp)
+    weights = weight_bytes(model) / tp
+    if activation_reserve_bytes is None:
+        activation_reserve_bytes = activation_reserve_estimate(
+            model, tp=tp, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs
+        )
+    kv_bytes = gpu.memory_bytes * gpu_memory_utilization - weights - activation_reserve_bytes
+    per_block = per_token_shard * block_size
+    if num_gpu_blocks_override is not None:
+        num_blocks = num_gpu_blocks_override
+    else:
+        num_blocks = max(0, math.floor(kv_bytes / per_block))
     return KvCapacity(
         bytes_per_token=kv_bytes_per_token(model, kv_cache_dtype, 1),
-        bytes_per_token_per_shard=per_tok_shard,
+        bytes_per_token_per_shard=per_token_shard,
         block_size=block_size,
         bytes_per_block_per_shard=per_block,
         weight_bytes_per_shard=weights,
-        activation_reserve_bytes=act,
+        activation_reserve_bytes=activation_reserve_bytes,
         kv_bytes_per_shard=kv_bytes,
-        num_blocks=n,
+        num_blocks=num_blocks,
+        tp=tp,
+        memory_bytes=gpu.memory_bytes,
+        gpu_memory_utilization=gpu_memory_utilization,
     )

@@ -1,54 +1,448 @@
-"""Model and GPU presets (interim: being completed with citations)."""
+"""Model and GPU presets, name resolution, and scenario checks that need them.
+
+    resolve_model("Llama-2-70B")    # case-insensitive; unknown names suggest close ones
+    resolve_gpu("h100-sxm")
+
+Every preset cites where its figures come from in ``source``: the model's Hugging Face
+``config.json`` (layers, widths, heads, vocabulary, context) and model card or paper
+(parameter count), or the GPU's NVIDIA datasheet. Datasheet compute figures are dense
+(without 2:4 sparsity, i.e. half the starred "with sparsity" numbers); interconnect
+figures are per direction (half the bidirectional totals datasheets print).
+
+GPU memory: datasheets say "80GB", but HBM and GDDR parts are built from binary-sized
+dies and CUDA reports a total close to 80 GiB, not 80e9 bytes (an H200, "141GB",
+reports 139.8 GiB). Presets therefore store ``GB x 2**30``; docs/presets.md has the
+measurements and how to match one machine exactly.
+"""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from kvsim.errors import KvsimError
+from kvsim.kv_sizing import GIB, kv_capacity, weight_bytes
 from kvsim.specs import GpuSpec, ModelSpec
 
 if TYPE_CHECKING:
     from kvsim.config import Scenario
 
-MODEL_PRESETS: dict[str, ModelSpec] = {
-    "llama-3-8b": ModelSpec(
-        name="llama-3-8b", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
-        head_dim=128, intermediate_size=14336, vocab_size=128256, num_params=8.03e9, max_model_len=8192,
+_HF = "https://huggingface.co"
+
+
+def _models(*specs: ModelSpec) -> dict[str, ModelSpec]:
+    return {spec.name: spec for spec in specs}
+
+
+MODEL_PRESETS: dict[str, ModelSpec] = _models(
+    ModelSpec(
+        name="llama-2-7b",
+        num_layers=32,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_kv_heads=32,
+        head_dim=128,
+        intermediate_size=11008,
+        vocab_size=32000,
+        num_params=6_738_415_616,
+        weight_dtype="fp16",
+        max_model_len=4096,
+        source=f"{_HF}/meta-llama/Llama-2-7b-hf/blob/main/config.json (torch_dtype float16); "
+        "parameter count: the checkpoint's tensors (model card: 7B); Touvron et al. 2023, "
+        "Llama 2, arXiv:2307.09288, Table 1.",
     ),
-    "llama-2-7b": ModelSpec(
-        name="llama-2-7b", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=32,
-        head_dim=128, intermediate_size=11008, vocab_size=32000, num_params=6.74e9, max_model_len=4096,
+    ModelSpec(
+        name="llama-2-13b",
+        num_layers=40,
+        hidden_size=5120,
+        num_attention_heads=40,
+        num_kv_heads=40,
+        head_dim=128,
+        intermediate_size=13824,
+        vocab_size=32000,
+        num_params=13_015_864_320,
+        weight_dtype="fp16",
+        max_model_len=4096,
+        source=f"{_HF}/meta-llama/Llama-2-13b-hf/blob/main/config.json; parameter count: the "
+        "checkpoint's tensors (model card: 13B); arXiv:2307.09288.",
     ),
-}
-GPU_PRESETS: dict[str, GpuSpec] = {
-    "h100-sxm": GpuSpec(
-        name="h100-sxm", memory_bytes=80 * 10**9, hbm_bandwidth_bytes_per_s=3.35e12, bf16_flops=989e12,
-        fp16_flops=989e12, fp8_flops=1979e12, interconnect_bandwidth_bytes_per_s=450e9,
+    ModelSpec(
+        name="llama-2-70b",
+        num_layers=80,
+        hidden_size=8192,
+        num_attention_heads=64,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=28672,
+        vocab_size=32000,
+        num_params=68_976_648_192,
+        weight_dtype="fp16",
+        max_model_len=4096,
+        source=f"{_HF}/meta-llama/Llama-2-70b-hf/blob/main/config.json (GQA, 8 KV heads); "
+        "parameter count: the checkpoint's tensors (model card: 70B); arXiv:2307.09288.",
+    ),
+    ModelSpec(
+        name="llama-3-8b",
+        num_layers=32,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        vocab_size=128256,
+        num_params=8_030_261_248,
+        weight_dtype="bf16",
+        max_model_len=8192,
+        source=f"{_HF}/meta-llama/Meta-Llama-3-8B/blob/main/config.json; parameter count: "
+        "the checkpoint's tensors (model card: 8B).",
+    ),
+    ModelSpec(
+        name="llama-3-70b",
+        num_layers=80,
+        hidden_size=8192,
+        num_attention_heads=64,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=28672,
+        vocab_size=128256,
+        num_params=70_553_706_496,
+        weight_dtype="bf16",
+        max_model_len=8192,
+        source=f"{_HF}/meta-llama/Meta-Llama-3-70B/blob/main/config.json; parameter count: "
+        "the checkpoint's tensors (model card: 70B).",
+    ),
+    ModelSpec(
+        name="mistral-7b",
+        num_layers=32,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        vocab_size=32000,
+        num_params=7_241_732_096,
+        weight_dtype="bf16",
+        max_model_len=32768,
+        sliding_window=4096,
+        source=f"{_HF}/mistralai/Mistral-7B-v0.1/blob/main/config.json (sliding_window 4096, "
+        "max_position_embeddings 32768); Jiang et al. 2023, Mistral 7B, arXiv:2310.06825, Table 1.",
+    ),
+    ModelSpec(
+        name="mixtral-8x7b",
+        num_layers=32,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        vocab_size=32000,
+        num_params=46_702_792_704,
+        num_active_params=12_879_925_248,
+        weight_dtype="bf16",
+        max_model_len=32768,
+        num_experts=8,
+        num_experts_per_token=2,
+        source=f"{_HF}/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json (num_local_experts 8, "
+        "num_experts_per_tok 2, sliding_window null); Mistral AI, 'Mixtral of experts' (2023): "
+        "46.7B total, 12.9B active parameters per token; Jiang et al. 2024, arXiv:2401.04088.",
+    ),
+    ModelSpec(
+        name="qwen2.5-7b",
+        num_layers=28,
+        hidden_size=3584,
+        num_attention_heads=28,
+        num_kv_heads=4,
+        head_dim=128,
+        intermediate_size=18944,
+        vocab_size=152064,
+        num_params=7_615_616_512,
+        weight_dtype="bf16",
+        max_model_len=32768,
+        source=f"{_HF}/Qwen/Qwen2.5-7B-Instruct/blob/main/config.json (use_sliding_window "
+        "false; max_position_embeddings 32768, 128k only with YaRN); model card: 7.61B parameters.",
+    ),
+    ModelSpec(
+        name="deepseek-v2-lite",
+        num_layers=27,
+        hidden_size=2048,
+        num_attention_heads=16,
+        num_kv_heads=16,
+        head_dim=128,
+        intermediate_size=1408,
+        vocab_size=102400,
+        num_params=15.7e9,
+        num_active_params=2.4e9,
+        weight_dtype="bf16",
+        max_model_len=32768,
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        num_experts=64,
+        num_experts_per_token=6,
+        source=f"{_HF}/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json (MLA: kv_lora_rank "
+        "512, qk_rope_head_dim 64, qk_nope_head_dim 128, v_head_dim 128, q_lora_rank null; MoE: "
+        "64 routed experts of moe_intermediate_size 1408, 6 per token, 2 shared, first layer "
+        "dense); model card: 15.7B total, 2.4B active, 32k context; DeepSeek-AI 2024, "
+        "arXiv:2405.04434. head_dim is the no-RoPE query/key and value head width.",
+    ),
+    ModelSpec(
+        name="falcon-7b",
+        num_layers=32,
+        hidden_size=4544,
+        num_attention_heads=71,
+        num_kv_heads=1,
+        head_dim=64,
+        intermediate_size=18176,
+        vocab_size=65024,
+        num_params=6_921_720_704,
+        weight_dtype="bf16",
+        max_model_len=2048,
+        source=f"{_HF}/tiiuae/falcon-7b/blob/main/config.json (multi_query true: one KV head; "
+        "hidden 4544 / 71 heads = 64; MLP 4 x hidden); parameter count: the checkpoint's "
+        "tensors (model card: 7B); Almazrouei et al. 2023, arXiv:2311.16867. 71 query heads: "
+        "only tp=1 divides them.",
+    ),
+    ModelSpec(
+        name="starcoder",
+        num_layers=40,
+        hidden_size=6144,
+        num_attention_heads=48,
+        num_kv_heads=1,
+        head_dim=128,
+        intermediate_size=24576,
+        vocab_size=49152,
+        num_params=15.5e9,
+        weight_dtype="fp16",
+        max_model_len=8192,
+        source=f"{_HF}/bigcode/starcoder/blob/main/config.json (GPTBigCode, multi_query true, "
+        "n_embd 6144, n_head 48, n_layer 40, n_inner 24576, n_positions 8192; stored as fp32, "
+        "served in fp16); model card: 15.5B parameters; Li et al. 2023, arXiv:2305.06161.",
+    ),
+)
+
+
+def _gpus(*specs: GpuSpec) -> dict[str, GpuSpec]:
+    return {spec.name: spec for spec in specs}
+
+
+_A100_DATASHEET = (
+    "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com, 2021), SXM column: BF16/FP16 tensor "
+    "312 TFLOPS dense (624 with sparsity), INT8 624 TOPS dense, no FP8; NVLink 600 GB/s "
+    "total = 300 GB/s per direction; PCIe Gen4 64 GB/s total = 32 GB/s per direction."
+)
+_HOPPER_DATASHEET = (
+    "BF16/FP16 tensor 1,979 TFLOPS with sparsity = 989.5 dense, FP8 3,958 with sparsity = "
+    "1,979 dense, INT8 3,958 TOPS with sparsity = 1,979 dense; NVLink 900 GB/s total = "
+    "450 GB/s per direction; PCIe Gen5 128 GB/s total = 64 GB/s per direction."
+)
+
+GPU_PRESETS: dict[str, GpuSpec] = _gpus(
+    GpuSpec(
+        name="a100-40gb",
+        memory_bytes=40 * GIB,
+        hbm_bandwidth_bytes_per_s=1555e9,
+        bf16_flops=312e12,
+        fp16_flops=312e12,
+        fp8_flops=None,
+        int8_ops=624e12,
+        interconnect_bandwidth_bytes_per_s=300e9,
+        pcie_bandwidth_bytes_per_s=32e9,
+        source=f"A100 40GB SXM: 40GB HBM2, 1,555 GB/s. {_A100_DATASHEET}",
+    ),
+    GpuSpec(
+        name="a100-80gb",
+        memory_bytes=80 * GIB,
+        hbm_bandwidth_bytes_per_s=2039e9,
+        bf16_flops=312e12,
+        fp16_flops=312e12,
+        fp8_flops=None,
+        int8_ops=624e12,
+        interconnect_bandwidth_bytes_per_s=300e9,
+        pcie_bandwidth_bytes_per_s=32e9,
+        source=f"A100 80GB SXM: 80GB HBM2e, 2,039 GB/s. {_A100_DATASHEET}",
+    ),
+    GpuSpec(
+        name="h100-sxm",
+        memory_bytes=80 * GIB,
+        hbm_bandwidth_bytes_per_s=3.35e12,
+        bf16_flops=989.5e12,
+        fp16_flops=989.5e12,
+        fp8_flops=1979e12,
+        int8_ops=1979e12,
+        interconnect_bandwidth_bytes_per_s=450e9,
         pcie_bandwidth_bytes_per_s=64e9,
+        source="NVIDIA H100 Tensor Core GPU datasheet (nvidia.com, 2023), H100 SXM column: "
+        f"80GB HBM3, 3.35 TB/s; {_HOPPER_DATASHEET}",
     ),
-    "a100-80gb": GpuSpec(
-        name="a100-80gb", memory_bytes=80 * 10**9, hbm_bandwidth_bytes_per_s=2.039e12, bf16_flops=312e12,
-        fp16_flops=312e12, interconnect_bandwidth_bytes_per_s=300e9, pcie_bandwidth_bytes_per_s=32e9,
+    GpuSpec(
+        name="h200",
+        memory_bytes=141 * GIB,
+        hbm_bandwidth_bytes_per_s=4.8e12,
+        bf16_flops=989.5e12,
+        fp16_flops=989.5e12,
+        fp8_flops=1979e12,
+        int8_ops=1979e12,
+        interconnect_bandwidth_bytes_per_s=450e9,
+        pcie_bandwidth_bytes_per_s=64e9,
+        source="NVIDIA H200 Tensor Core GPU datasheet (nvidia.com, 2024), H200 SXM column: "
+        f"141GB HBM3e, 4.8 TB/s; {_HOPPER_DATASHEET}",
     ),
-}
+    GpuSpec(
+        name="l4",
+        memory_bytes=24 * GIB,
+        hbm_bandwidth_bytes_per_s=300e9,
+        bf16_flops=121e12,
+        fp16_flops=121e12,
+        fp8_flops=242.5e12,
+        int8_ops=242.5e12,
+        interconnect_bandwidth_bytes_per_s=32e9,
+        pcie_bandwidth_bytes_per_s=32e9,
+        source="NVIDIA L4 Tensor Core GPU datasheet (nvidia.com, 2023): 24GB GDDR6, 300 GB/s; "
+        "BF16/FP16 tensor 242 TFLOPS with sparsity = 121 dense, FP8 485 with sparsity = 242.5 "
+        "dense, INT8 485 TOPS with sparsity = 242.5 dense; no NVLink: GPU-to-GPU and host "
+        "traffic over PCIe Gen4 x16, 64 GB/s total = 32 GB/s per direction.",
+    ),
+    GpuSpec(
+        name="t4",
+        memory_bytes=16 * GIB,
+        hbm_bandwidth_bytes_per_s=320e9,
+        bf16_flops=65e12,
+        fp16_flops=65e12,
+        fp8_flops=None,
+        int8_ops=130e12,
+        interconnect_bandwidth_bytes_per_s=16e9,
+        pcie_bandwidth_bytes_per_s=16e9,
+        source="NVIDIA T4 Tensor Core GPU datasheet (nvidia.com, 2019): 16GB GDDR6, 320+ GB/s; "
+        "mixed-precision FP16/FP32 65 TFLOPS, INT8 130 TOPS (Turing has no sparsity, no FP8, "
+        "no BF16: bf16_flops holds the FP16 figure, bf16 models run in fp16 there); "
+        "no NVLink: PCIe Gen3 x16, 32 GB/s total = 16 GB/s per direction.",
+    ),
+)
+
+
+class UnknownPresetError(KvsimError, LookupError):
+    """A model or GPU name is not a preset; the message suggests close matches."""
+
+
+def unknown_name_message(kind: str, name: str, names: Iterable[str]) -> str:
+    """ "unknown <kind> preset 'x' (did you mean ...?); available: ..." for users."""
+    names = sorted(names)
+    query = name.strip().lower()
+    # Names the query begins ("h100" -> "h100-sxm") first, then difflib's nearest ones.
+    close = sorted((n for n in names if query and n.startswith(query)), key=len)
+    close += [n for n in difflib.get_close_matches(query, names, n=3, cutoff=0.6) if n not in close]
+    close = close[:3]
+    hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+    return f"unknown {kind} preset {name!r}{hint}; available: {', '.join(names)}"
 
 
 def resolve_model(model: str | ModelSpec) -> ModelSpec:
+    """A `ModelSpec` from a preset name (case-insensitive) or an inline spec."""
     if isinstance(model, ModelSpec):
         return model
-    return MODEL_PRESETS[model.lower()]
+    try:
+        return MODEL_PRESETS[model.strip().lower()]
+    except KeyError:
+        raise UnknownPresetError(unknown_name_message("model", model, MODEL_PRESETS)) from None
 
 
 def resolve_gpu(gpu: str | GpuSpec) -> GpuSpec:
+    """A `GpuSpec` from a preset name (case-insensitive) or an inline spec."""
     if isinstance(gpu, GpuSpec):
         return gpu
-    return GPU_PRESETS[gpu.lower()]
+    try:
+        return GPU_PRESETS[gpu.strip().lower()]
+    except KeyError:
+        raise UnknownPresetError(unknown_name_message("GPU", gpu, GPU_PRESETS)) from None
+
+
+def tp_problem(model: ModelSpec, tp: int) -> str | None:
+    """Why ``tp`` cannot shard ``model`` (vLLM's rules), or None if it can.
+
+    Query heads must split evenly; KV heads must either split evenly (tp <= kv heads)
+    or be replicated a whole number of times (tp a multiple of kv heads). MLA models
+    replicate their latent, so only the query-head rule applies.
+    """
+    heads, kv = model.num_attention_heads, model.num_kv_heads
+    if heads % tp:
+        return f"tp={tp} must divide the model's num_attention_heads ({heads})"
+    if not model.is_mla and (kv % tp if tp <= kv else tp % kv):
+        return (
+            f"tp={tp} must divide num_kv_heads ({kv}) or be a multiple of it "
+            "(KV heads are split, or replicated when tp exceeds them)"
+        )
+    return None
+
+
+def _gib(num_bytes: float) -> str:
+    return f"{num_bytes / GIB:.2f} GiB"
 
 
 def check_scenario_references(scenario: Scenario) -> list[tuple[str, str]]:
-    problems = []
-    if isinstance(scenario.model, str) and scenario.model.lower() not in MODEL_PRESETS:
-        problems.append(("model", f"unknown model preset {scenario.model!r}"))
-    for i, g in enumerate(scenario.replicas):
-        if isinstance(g.gpu, str) and g.gpu.lower() not in GPU_PRESETS:
-            problems.append((f"replicas.{i}.gpu", f"unknown GPU preset {g.gpu!r}"))
+    """Problems a scenario has that need the presets, as ``(field_path, rule)`` pairs.
+
+    Unknown model or GPU names; a tp that cannot shard the model; weights that do not fit
+    in ``memory x gpu_memory_utilization`` on one shard; no room for a single KV block;
+    an engine max_model_len beyond the model's. A fp8 KV cache on a GPU without fp8
+    compute is allowed: vLLM stores fp8 and upcasts to fp16 for attention.
+    """
+    problems: list[tuple[str, str]] = []
+    model: ModelSpec | None = None
+    try:
+        model = resolve_model(scenario.model)
+    except UnknownPresetError as exc:
+        problems.append(("model", str(exc)))
+    for i, group in enumerate(scenario.replicas):
+        where = f"replicas.{i}"
+        try:
+            gpu = resolve_gpu(group.gpu)
+        except UnknownPresetError as exc:
+            problems.append((f"{where}.gpu", str(exc)))
+            continue
+        if model is None:
+            continue
+        engine = group.engine
+        bad_tp = tp_problem(model, group.tp)
+        if bad_tp:
+            problems.append((f"{where}.tp", bad_tp))
+            continue
+        if engine.max_model_len is not None and engine.max_model_len > model.max_model_len:
+            problems.append(
+                (
+                    f"{where}.engine.max_model_len",
+                    f"{engine.max_model_len} exceeds {model.name}'s max_model_len ({model.max_model_len})",
+                )
+            )
+        reserve = None if engine.activation_reserve_gib is None else engine.activation_reserve_gib * GIB
+        cap = kv_capacity(
+            model,
+            gpu,
+            tp=group.tp,
+            kv_cache_dtype=engine.kv_cache_dtype,
+            block_size=engine.block_size,
+            gpu_memory_utilization=engine.gpu_memory_utilization,
+            max_num_batched_tokens=engine.max_num_batched_tokens,
+            max_num_seqs=engine.max_num_seqs,
+            activation_reserve_bytes=reserve,
+        )
+        if cap.weight_bytes_per_shard > cap.budget_bytes:
+            problems.append(
+                (
+                    f"{where}.tp",
+                    f"{model.name} weights need {_gib(cap.weight_bytes_per_shard)} per GPU "
+                    f"({_gib(weight_bytes(model))} / tp={group.tp}) but {gpu.name} allows "
+                    f"{_gib(cap.budget_bytes)} ({_gib(gpu.memory_bytes)} x gpu_memory_utilization "
+                    f"{engine.gpu_memory_utilization}); raise tp or pick a larger GPU",
+                )
+            )
+        elif engine.num_gpu_blocks_override is None and cap.num_blocks < 1:
+            problems.append(
+                (
+                    f"{where}.engine.gpu_memory_utilization",
+                    f"no room for one KV block ({cap.bytes_per_block_per_shard:,.0f} bytes): "
+                    f"{_gib(cap.budget_bytes)} budget - {_gib(cap.weight_bytes_per_shard)} weights - "
+                    f"{_gib(cap.activation_reserve_bytes)} activation reserve = "
+                    f"{_gib(cap.kv_bytes_per_shard)} per GPU",
+                )
+            )
     return problems

@@ -46,6 +46,8 @@ class RequestSpec:
             raise ValueError(f"request {self.request_id}: output_tokens must be >= 1")
         if not self.prompt or any(s.num_tokens < 1 for s in self.prompt):
             raise ValueError(f"request {self.request_id}: prompt segments must hold >= 1 token each")
+        if any(not -(2**60) < s.content_id < 2**60 for s in self.prompt):
+            raise ValueError(f"request {self.request_id}: content ids must lie in (-2**60, 2**60)")
         if self.arrival_s < 0:
             raise ValueError(f"request {self.request_id}: arrival_s must be >= 0")
 

@@ -106,8 +106,8 @@ def summarize(
         "scenario": scenario.name,
         "seed": scenario.seed,
         "num_replicas": scenario.num_replicas,
-        "num_requests": int(len(requests)),
-        "num_finished": int(len(fin)),
+        "num_requests": len(requests),
+        "num_finished": len(fin),
         "num_unfinished": int(len(requests) - len(fin)),
         "sim_time_s": float(sim_time_s),
     }
@@ -135,7 +135,7 @@ def summarize(
     out["num_preemptions"] = int(requests["num_preemptions"].sum())
     out["num_swaps"] = int(requests["num_swaps"].sum())
     out["num_evicted_blocks"] = int(events.loc[events["kind"] == "evict", "num_blocks"].sum())
-    out["num_iterations"] = int(len(iterations))
+    out["num_iterations"] = len(iterations)
     out["total_kv_blocks"] = int(total_kv_blocks)
     if len(iterations):
         usage = iterations["kv_usage"].to_numpy(dtype=float)

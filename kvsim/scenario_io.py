@@ -143,7 +143,9 @@ def load_scenario(
     else:
         data, name = read_yaml(source), str(source)
     if overrides:
-        data = apply_overrides(data, overrides)
+        # Apply overrides to the fully resolved scenario, so that paths into defaults the
+        # file left out (``replicas.0.tp`` in a file without ``replicas``) exist.
+        data = apply_overrides(validate(data, name).model_dump(mode="json"), overrides)
     return validate(data, name)
 
 

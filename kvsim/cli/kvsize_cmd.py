@@ -1,9 +1,223 @@
-"""CLI commands (being written)."""
+"""``kvsim kv-size``: KV bytes per token and block, and the KV capacity of a GPU.
+
+    kvsim kv-size --model llama-2-70b --kv-dtype fp16
+    kvsim kv-size --model llama-2-70b --gpu h100-sxm --tp 8 --json
+
+Without ``--gpu`` only the per-token and per-block figures are printed; with it, the
+memory breakdown of one TP shard and the capacity in blocks and tokens.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
+
+from kvsim.errors import KvsimError
+from kvsim.kv_sizing import (
+    GIB,
+    kv_bytes_for_context,
+    kv_bytes_per_token,
+    kv_capacity,
+    kv_heads_per_shard,
+    kv_tokens_held,
+    weight_bytes,
+)
+from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model, tp_problem
+from kvsim.specs import KV_DTYPE_BYTES
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _utilization(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add this module's commands to the parser."""
+    """Add ``kv-size`` to the parser."""
+    p = sub.add_parser(
+        "kv-size",
+        help="KV bytes per token/block and KV capacity of a GPU.",
+        description="KV-cache size of a model, and with --gpu how many KV blocks and tokens fit "
+        "after weights and activation reserve (vLLM's rule, per tensor-parallel shard).",
+    )
+    p.add_argument("--model", required=True, help=f"model preset: {', '.join(MODEL_PRESETS)}")
+    p.add_argument(
+        "--kv-dtype",
+        default="auto",
+        choices=["auto", *KV_DTYPE_BYTES],
+        help="KV-cache element type (vLLM's kv_cache_dtype; 'auto' = the model's dtype).",
+    )
+    p.add_argument("--gpu", help=f"GPU preset: {', '.join(GPU_PRESETS)}")
+    p.add_argument("--tp", type=_positive_int, default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument("--block-size", type=_positive_int, default=16, help="tokens per block (default 16)")
+    p.add_argument(
+        "--gpu-memory-utilization",
+        type=_utilization,
+        default=0.9,
+        help="fraction of GPU memory the engine may use (vLLM default 0.9)",
+    )
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=_positive_int,
+        default=8192,
+        help="token budget per iteration, sizes the activation reserve (default 8192)",
+    )
+    p.add_argument(
+        "--max-num-seqs",
+        type=_positive_int,
+        default=256,
+        help="most requests per iteration, sizes the sampler's logits (default 256)",
+    )
+    p.add_argument(
+        "--activation-reserve-gib",
+        type=_non_negative,
+        default=None,
+        help="memory held for activations per GPU, GiB (default: estimated)",
+    )
+    p.add_argument(
+        "--context-tokens",
+        type=_positive_int,
+        default=32768,
+        help="context length for the 'a context of N tokens takes X GiB' line (default 32768)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.set_defaults(func=run)
+
+
+def _num(value: float) -> int | float:
+    """Integral floats as ints, so JSON shows 327680, not 327680.0."""
+    return int(value) if float(value).is_integer() else value
+
+
+def _figures(args: argparse.Namespace) -> dict[str, Any]:
+    model = resolve_model(args.model)
+    problem = tp_problem(model, args.tp)
+    if problem:
+        raise KvsimError(f"--tp: {problem}")
+    dtype, tp, ctx = args.kv_dtype, args.tp, args.context_tokens
+    per_token = kv_bytes_per_token(model, dtype, 1)
+    per_token_shard = kv_bytes_per_token(model, dtype, tp)
+    out: dict[str, Any] = {
+        "model": model.name,
+        "attention": model.attention_kind,
+        "kv_cache_dtype": dtype,
+        "tp": tp,
+        "block_size": args.block_size,
+        "kv_heads_per_shard": None if model.is_mla else kv_heads_per_shard(model, tp),
+        "bytes_per_token": _num(per_token),
+        "bytes_per_token_per_shard": _num(per_token_shard),
+        "bytes_per_token_all_shards": _num(per_token_shard * tp),
+        "bytes_per_block_per_shard": _num(per_token_shard * args.block_size),
+        "sliding_window": model.sliding_window,
+        "max_model_len": model.max_model_len,
+        "context_tokens": ctx,
+        "context_tokens_held": kv_tokens_held(model, ctx),
+        "context_bytes": _num(kv_bytes_for_context(model, ctx, dtype, 1)),
+        "context_bytes_per_shard": _num(kv_bytes_for_context(model, ctx, dtype, tp)),
+        "weight_bytes": _num(weight_bytes(model)),
+    }
+    if args.gpu is None:
+        return out
+    gpu = resolve_gpu(args.gpu)
+    reserve = None if args.activation_reserve_gib is None else args.activation_reserve_gib * GIB
+    cap = kv_capacity(
+        model,
+        gpu,
+        tp=tp,
+        kv_cache_dtype=dtype,
+        block_size=args.block_size,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+        activation_reserve_bytes=reserve,
+    )
+    out.update(
+        {
+            "gpu": gpu.name,
+            "memory_bytes": gpu.memory_bytes,
+            "gpu_memory_utilization": args.gpu_memory_utilization,
+            "budget_bytes": _num(cap.budget_bytes),
+            "weight_bytes_per_shard": _num(cap.weight_bytes_per_shard),
+            "activation_reserve_bytes": _num(cap.activation_reserve_bytes),
+            "activation_reserve_estimated": reserve is None,
+            "max_num_batched_tokens": args.max_num_batched_tokens,
+            "max_num_seqs": args.max_num_seqs,
+            "kv_bytes_per_shard": _num(cap.kv_bytes_per_shard),
+            "num_blocks": cap.num_blocks,
+            "num_tokens": cap.num_tokens,
+        }
+    )
+    return out
+
+
+def _gib(num_bytes: float) -> str:
+    return f"{num_bytes / GIB:,.2f} GiB"
+
+
+def _text(f: dict[str, Any]) -> str:
+    tp = f["tp"]
+    heads = (
+        "MLA latent (replicated per shard)"
+        if f["kv_heads_per_shard"] is None
+        else (f"{f['kv_heads_per_shard']} KV head(s) per shard")
+    )
+    lines = [
+        f"model {f['model']} ({f['attention'].upper()}), kv_cache_dtype {f['kv_cache_dtype']}, "
+        f"tp {tp}, block_size {f['block_size']}",
+        f"  KV bytes per token:           {f['bytes_per_token']:,} (whole model)",
+    ]
+    if tp > 1:
+        lines.append(f"  KV bytes per token per shard: {f['bytes_per_token_per_shard']:,} ({heads})")
+    lines.append(f"  KV bytes per block per shard: {f['bytes_per_block_per_shard']:,}")
+    ctx, held = f["context_tokens"], f["context_tokens_held"]
+    ctx_line = f"  a {ctx:,}-token context takes {_gib(f['context_bytes'])}"
+    if tp > 1:
+        ctx_line += f" ({_gib(f['context_bytes_per_shard'])} per shard)"
+    if held < ctx:
+        ctx_line += f" (sliding window {f['sliding_window']:,}: only the last {held:,} tokens are kept)"
+    if ctx > f["max_model_len"]:
+        ctx_line += f" (beyond the model's max_model_len {f['max_model_len']:,})"
+    lines.append(ctx_line)
+    if "gpu" not in f:
+        return "\n".join(lines)
+    lines += [
+        "",
+        f"on {f['gpu']}"
+        + (f" x {tp} (tensor parallel)" if tp > 1 else "")
+        + f", per GPU, gpu_memory_utilization {f['gpu_memory_utilization']}:",
+        f"  GPU memory                {_gib(f['memory_bytes']):>14}",
+        f"  x utilization = budget    {_gib(f['budget_bytes']):>14}",
+        f"  - weights                 {_gib(f['weight_bytes_per_shard']):>14}",
+        f"  - activation reserve      {_gib(f['activation_reserve_bytes']):>14}"
+        + (
+            f"  (estimated for {f['max_num_batched_tokens']:,} batched tokens, {f['max_num_seqs']} seqs)"
+            if f["activation_reserve_estimated"]
+            else ""
+        ),
+        f"  = KV cache                {_gib(f['kv_bytes_per_shard']):>14}",
+        f"  KV capacity: {f['num_blocks']:,} blocks = {f['num_tokens']:,} tokens",
+    ]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the KV sizing figures as text or one JSON object."""
+    figures = _figures(args)
+    print(json.dumps(figures, indent=2) if args.json else _text(figures))
+    return 0

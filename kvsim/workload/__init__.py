@@ -1,14 +1,69 @@
-"""Workloads: turning a scenario's ``workload`` section into requests."""
+"""Workloads: turning a scenario's ``workload`` section into requests.
+
+workload = generate_workload(scenario.workload, rng, base_dir=Path("scenarios"))
+workload.requests        # list[RequestSpec], sorted by arrival
+workload.info.summary()  # {"workload_num_requests": ..., "trace_num_dropped": ...}
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from kvsim.request import RequestSpec
-from kvsim.workload.config import SyntheticWorkload, WorkloadConfig
+from kvsim.workload.config import SyntheticWorkload, TraceWorkload, WorkloadConfig
 from kvsim.workload.synthetic import generate_synthetic
+from kvsim.workload.traces import TraceReport, replay_trace
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """What the workload produced, for the run summary."""
+
+    kind: str
+    num_requests: int
+    num_sessions: int
+    trace: TraceReport | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """Flat fields for a run summary: ``workload_*`` always, ``trace_*`` for replays."""
+        out: dict[str, Any] = {
+            "workload_kind": self.kind,
+            "workload_num_requests": self.num_requests,
+            "workload_num_sessions": self.num_sessions,
+        }
+        if self.trace is not None:
+            out.update(self.trace.summary())
+        return out
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests sorted by arrival plus what produced them."""
+
+    requests: list[RequestSpec]
+    info: WorkloadInfo
+
+
+def generate_workload(
+    cfg: WorkloadConfig, rng: np.random.Generator, *, base_dir: Path | None = None
+) -> Workload:
+    """All requests of a workload (sorted by arrival, ties by request id) with their `WorkloadInfo`.
+
+    ``base_dir`` resolves relative trace paths (the scenario file's folder).
+    """
+    if isinstance(cfg, SyntheticWorkload):
+        requests = generate_synthetic(cfg, rng, base_dir=base_dir)
+        report = None
+    elif isinstance(cfg, TraceWorkload):
+        requests, report = replay_trace(cfg, base_dir=base_dir)
+    else:
+        raise TypeError(f"unsupported workload kind {cfg.kind!r}")
+    sessions = sum(1 for r in requests if r.parent_id is None)
+    return Workload(requests, WorkloadInfo(cfg.kind, len(requests), sessions, report))
 
 
 def generate_requests(
@@ -18,9 +73,38 @@ def generate_requests(
 
     ``base_dir`` resolves relative trace paths (the scenario file's folder).
     """
-    if isinstance(cfg, SyntheticWorkload):
-        return generate_synthetic(cfg, rng)
-    raise TypeError(f"unsupported workload kind {cfg.kind!r}")
+    return generate_workload(cfg, rng, base_dir=base_dir).requests
 
 
-__all__ = ["generate_requests"]
+def resolve_workload_paths(data: dict[str, Any], base_dir: str | Path) -> dict[str, Any]:
+    """Copy of plain scenario data with relative trace paths made absolute against ``base_dir``.
+
+    Call it on a scenario file's data before validation so that the scenario stays valid
+    wherever it is run from (a sweep point, a saved result). Covers ``workload.path`` and
+    the ``path`` of empirical length distributions anywhere in the workload.
+    """
+
+    def fix(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {k: fix(v) for k, v in node.items()}
+            if out.get("kind") in ("trace", "empirical") and isinstance(out.get("path"), str):
+                p = Path(out["path"]).expanduser()
+                out["path"] = str(p if p.is_absolute() else (Path(base_dir) / p).resolve())
+            return out
+        if isinstance(node, list):
+            return [fix(v) for v in node]
+        return node
+
+    data = dict(data)
+    if "workload" in data:
+        data["workload"] = fix(data["workload"])
+    return data
+
+
+__all__ = [
+    "Workload",
+    "WorkloadInfo",
+    "generate_requests",
+    "generate_workload",
+    "resolve_workload_paths",
+]

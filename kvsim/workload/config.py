@@ -1,15 +1,47 @@
-"""Scenario configuration of the workload: arrivals, lengths and prefix structure."""
+"""Scenario configuration of the workload: arrivals, lengths, prefix structure and trace replay.
+
+Every choice is a tagged union on ``kind``:
+
+    workload        synthetic | trace
+    arrival         poisson | gamma | constant | onoff | ramp | diurnal
+    *_tokens        fixed | uniform | lognormal | zipf | empirical
+
+A synthetic prompt is built from layers of segments, each optional:
+
+    [shared_prefix][system prompt k][few-shot template j][user text]
+     one for all    K, Zipf-popular   J, Zipf-popular      unique
+
+Multi-turn sessions re-send the whole conversation each turn:
+
+    turn 1: [sys][user-1]
+    turn 2: [sys][user-1][output-1][user-2]       released think time after turn 1 ends
+"""
 
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _kind_or(default: str) -> Callable[[Any], str]:
+    """Discriminator that reads ``kind`` and falls back to ``default`` when it is omitted."""
+
+    def kind(value: Any) -> str:
+        if isinstance(value, dict):
+            return str(value.get("kind", default))
+        return str(getattr(value, "kind", default))
+
+    return kind
+
+
+# --------------------------------------------------------------------------- arrivals
 
 
 class PoissonArrivals(_Frozen):
@@ -19,8 +51,86 @@ class PoissonArrivals(_Frozen):
     rate_per_s: float = Field(gt=0, description="Mean arrival rate, requests per second.")
 
 
-# More arrival processes join this union as a tagged union on `kind`.
-ArrivalConfig = PoissonArrivals
+class GammaArrivals(_Frozen):
+    """Gamma inter-arrival times: a given mean rate and coefficient of variation (CV > 1: bursty)."""
+
+    kind: Literal["gamma"] = "gamma"
+    rate_per_s: float = Field(gt=0, description="Mean arrival rate, requests per second.")
+    cv: float = Field(gt=0, description="Coefficient of variation of inter-arrival times (1: Poisson).")
+
+
+class ConstantArrivals(_Frozen):
+    """Evenly spaced arrivals (a deterministic process, for queueing checks)."""
+
+    kind: Literal["constant"] = "constant"
+    rate_per_s: float = Field(gt=0, description="Arrivals per second; the gap is 1 / rate.")
+
+
+class OnOffArrivals(_Frozen):
+    """Bursts: Poisson at ``rate_on_per_s`` during ON periods, ``rate_off_per_s`` during OFF periods.
+
+    Period lengths are exponential with the given means; the process starts ON.
+    """
+
+    kind: Literal["onoff"] = "onoff"
+    rate_on_per_s: float = Field(gt=0, description="Arrival rate during bursts, requests per second.")
+    rate_off_per_s: float = Field(default=0.0, ge=0, description="Arrival rate between bursts.")
+    mean_on_s: float = Field(gt=0, description="Mean length of a burst, seconds.")
+    mean_off_s: float = Field(gt=0, description="Mean length of a quiet period, seconds.")
+
+    @property
+    def mean_rate_per_s(self) -> float:
+        on, off = self.mean_on_s, self.mean_off_s
+        return (self.rate_on_per_s * on + self.rate_off_per_s * off) / (on + off)
+
+
+class RampArrivals(_Frozen):
+    """Poisson arrivals whose rate changes linearly, then stays at the end rate."""
+
+    kind: Literal["ramp"] = "ramp"
+    start_rate_per_s: float = Field(ge=0, description="Rate at time 0, requests per second.")
+    end_rate_per_s: float = Field(ge=0, description="Rate from ``duration_s`` on, requests per second.")
+    duration_s: float = Field(gt=0, description="Length of the ramp, seconds.")
+
+    @model_validator(mode="after")
+    def _check(self) -> RampArrivals:
+        if self.end_rate_per_s <= 0:
+            raise ValueError("end_rate_per_s must be > 0 (otherwise arrivals stop forever)")
+        return self
+
+    def rate(self, t: float) -> float:
+        f = min(t / self.duration_s, 1.0)
+        return self.start_rate_per_s + f * (self.end_rate_per_s - self.start_rate_per_s)
+
+
+class DiurnalArrivals(_Frozen):
+    """Poisson arrivals with a sinusoidal rate: mean x (1 + amplitude x sin(2 pi (t + phase) / period))."""
+
+    kind: Literal["diurnal"] = "diurnal"
+    mean_rate_per_s: float = Field(gt=0, description="Mean arrival rate over a period, requests per second.")
+    amplitude: float = Field(
+        default=0.5, ge=0, lt=1, description="Relative swing of the rate around its mean (0: constant)."
+    )
+    period_s: float = Field(default=86400.0, gt=0, description="Length of one cycle, seconds (a day).")
+    phase_s: float = Field(default=0.0, description="Shift of the cycle, seconds.")
+
+    def rate(self, t: float) -> float:
+        return self.mean_rate_per_s * (
+            1 + self.amplitude * math.sin(2 * math.pi * (t + self.phase_s) / self.period_s)
+        )
+
+
+ArrivalConfig = Annotated[
+    Annotated[PoissonArrivals, Tag("poisson")]
+    | Annotated[GammaArrivals, Tag("gamma")]
+    | Annotated[ConstantArrivals, Tag("constant")]
+    | Annotated[OnOffArrivals, Tag("onoff")]
+    | Annotated[RampArrivals, Tag("ramp")]
+    | Annotated[DiurnalArrivals, Tag("diurnal")],
+    Discriminator(_kind_or("poisson")),
+]
+
+# --------------------------------------------------------------------------- lengths
 
 
 class FixedLength(_Frozen):
@@ -28,6 +138,20 @@ class FixedLength(_Frozen):
 
     kind: Literal["fixed"] = "fixed"
     tokens: int = Field(ge=1, description="Number of tokens.")
+
+
+class UniformLength(_Frozen):
+    """Token counts uniform on the integers ``min_tokens..max_tokens`` (both included)."""
+
+    kind: Literal["uniform"] = "uniform"
+    min_tokens: int = Field(ge=1, description="Smallest count.")
+    max_tokens: int = Field(ge=1, description="Largest count.")
+
+    @model_validator(mode="after")
+    def _check(self) -> UniformLength:
+        if self.max_tokens < self.min_tokens:
+            raise ValueError("max_tokens must be >= min_tokens")
+        return self
 
 
 class LognormalLength(_Frozen):
@@ -54,20 +178,94 @@ class LognormalLength(_Frozen):
         return math.log(self.mean_tokens) - self.sigma**2 / 2
 
 
-LengthConfig = Annotated[FixedLength | LognormalLength, Field(discriminator="kind")]
+class ZipfLength(_Frozen):
+    """Bounded Zipf (power-law) token counts: P(k) proportional to k^-exponent on min..max."""
+
+    kind: Literal["zipf"] = "zipf"
+    exponent: float = Field(default=1.2, gt=0, description="Power-law exponent (larger: shorter).")
+    min_tokens: int = Field(default=1, ge=1, description="Smallest count.")
+    max_tokens: int = Field(ge=1, le=10_000_000, description="Largest count.")
+
+    @model_validator(mode="after")
+    def _check(self) -> ZipfLength:
+        if self.max_tokens < self.min_tokens:
+            raise ValueError("max_tokens must be >= min_tokens")
+        return self
+
+
+TraceFormat = Literal["mooncake", "azure", "burstgpt", "csv", "jsonl"]
+
+
+class EmpiricalLength(_Frozen):
+    """Token counts resampled (with replacement) from a trace file's prompt or output lengths."""
+
+    kind: Literal["empirical"] = "empirical"
+    path: str = Field(description="Trace file; a relative path is relative to the scenario file's folder.")
+    format: TraceFormat = Field(default="azure", description="Format of the trace file.")
+    field: Literal["prompt", "output"] = Field(description="Which lengths to resample.")
+    columns: dict[str, str] = Field(
+        default_factory=dict, description="Column mapping for the generic csv/jsonl formats (see trace)."
+    )
+
+
+LengthConfig = Annotated[
+    FixedLength | UniformLength | LognormalLength | ZipfLength | EmpiricalLength,
+    Field(discriminator="kind"),
+]
+
+# --------------------------------------------------------------------------- prefix structure
+
+
+class SharedPrefixPool(_Frozen):
+    """``num_prompts`` distinct shared texts (system prompts or few-shot templates); each request
+    picks one with Zipf popularity: P(k) proportional to (k + 1)^-zipf_exponent (0: uniform)."""
+
+    num_prompts: int = Field(ge=1, description="Number of distinct shared texts.")
+    tokens: LengthConfig = Field(description="Length of each shared text (drawn once per text).")
+    zipf_exponent: float = Field(default=1.0, ge=0, description="Popularity skew (0: all equally popular).")
+
+
+class SessionConfig(_Frozen):
+    """Multi-turn conversations: each turn re-sends the conversation so far plus new user text.
+
+    A follow-up turn is released ``think time`` after the previous turn finishes (closed loop).
+    """
+
+    turns: LengthConfig = Field(description="Turns per session (a length distribution over counts).")
+    think_time_s: float = Field(default=10.0, ge=0, description="Mean user think time between turns, s.")
+    think_time_dist: Literal["exponential", "fixed"] = Field(
+        default="exponential", description="Distribution of the think time."
+    )
+    followup_tokens: LengthConfig | None = Field(
+        default=None, description="New user text per follow-up turn (None: same as prompt_tokens)."
+    )
+
+
+class TenantShare(_Frozen):
+    """A tenant: its share of the traffic, its cache salt (the name) and its priority."""
+
+    name: str = Field(min_length=1, description="Tenant name; the engine salts its block hashes with it.")
+    weight: float = Field(default=1.0, gt=0, description="Relative share of sessions/requests.")
+    priority: int = Field(default=0, description="Scheduling priority of its requests (lower runs first).")
+
+
+# --------------------------------------------------------------------------- workloads
 
 
 class SyntheticWorkload(_Frozen):
-    """Requests drawn from distributions, optionally sharing one system prompt."""
+    """Requests drawn from distributions, with optional shared prefixes, sessions and tenants."""
 
     kind: Literal["synthetic"] = "synthetic"
-    num_requests: int = Field(default=1000, ge=1, description="Number of requests to generate.")
+    num_requests: int = Field(
+        default=1000, ge=1, description="Number of prompts sent (turns of all sessions; before sampling n)."
+    )
     arrival: ArrivalConfig = Field(
-        default_factory=lambda: PoissonArrivals(rate_per_s=4.0), description="Arrival process."
+        default_factory=lambda: PoissonArrivals(rate_per_s=4.0),
+        description="Arrival process (of sessions when sessions are on).",
     )
     prompt_tokens: LengthConfig = Field(
         default_factory=lambda: LognormalLength(mean_tokens=1024, cv=1.0, max_tokens=8192),
-        description="Prompt length distribution (excluding the shared system prompt).",
+        description="User text length of a request (excluding shared prefixes).",
     )
     output_tokens: LengthConfig = Field(
         default_factory=lambda: LognormalLength(mean_tokens=256, cv=1.0, max_tokens=2048),
@@ -76,8 +274,93 @@ class SyntheticWorkload(_Frozen):
     shared_prefix_tokens: int = Field(
         default=0, ge=0, description="Length of a system prompt shared by every request (0: none)."
     )
-    tenant: str = Field(default="default", description="Tenant of every request (cache salt).")
+    system_prompts: SharedPrefixPool | None = Field(
+        default=None, description="K system prompts with Zipf popularity (after shared_prefix_tokens)."
+    )
+    few_shot: SharedPrefixPool | None = Field(
+        default=None, description="Few-shot templates with Zipf popularity (after the system prompt)."
+    )
+    sessions: SessionConfig | None = Field(
+        default=None, description="Multi-turn sessions (None: single turn)."
+    )
+    tenant: str = Field(default="default", description="Tenant of every request when `tenants` is empty.")
+    tenants: list[TenantShare] = Field(
+        default_factory=list, description="Tenants with traffic weights (empty: all requests are `tenant`)."
+    )
+    parallel_samples: int = Field(
+        default=1, ge=1, description="n > 1: each prompt becomes n requests sharing the prompt (vLLM v1 way)."
+    )
+    beam_width: int = Field(
+        default=1,
+        ge=1,
+        description="Beam search approximated as beam_width requests sharing the prompt and output length.",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> SyntheticWorkload:
+        names = [t.name for t in self.tenants]
+        if len(set(names)) != len(names):
+            raise ValueError("tenant names must be unique")
+        return self
 
 
-# Trace replay joins this as a tagged union on `kind`.
-WorkloadConfig = SyntheticWorkload
+class TraceWorkload(_Frozen):
+    """Requests replayed from a trace file.
+
+    Formats: ``mooncake`` (JSONL: timestamp ms, input_length, output_length, hash_ids of
+    512-token prefix blocks), ``azure`` (2023 CSV: TIMESTAMP, ContextTokens, GeneratedTokens),
+    ``burstgpt`` (CSV: Timestamp, Model, Request tokens, Response tokens, ...), and generic
+    ``csv`` / ``jsonl`` with a ``columns`` mapping.
+    """
+
+    kind: Literal["trace"] = "trace"
+    path: str = Field(description="Trace file; a relative path is relative to the scenario file's folder.")
+    format: TraceFormat = Field(description="File format.")
+    columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="Generic formats: our field -> file column, for timestamp, prompt_tokens, "
+        "output_tokens and optionally hash_ids, tenant, priority.",
+    )
+    timestamp_unit: Literal["s", "ms", "us", "datetime"] = Field(
+        default="s", description="Generic formats: unit of the timestamp column."
+    )
+    hash_block_tokens: int = Field(
+        default=512, ge=1, description="Tokens per hash id (Mooncake: 512); the last block may be partial."
+    )
+    time_scale: float = Field(
+        default=1.0, gt=0, description="Replay this many times faster (arrival gaps divided by it)."
+    )
+    start_s: float = Field(default=0.0, ge=0, description="Keep arrivals from this trace time on, seconds.")
+    end_s: float | None = Field(
+        default=None, gt=0, description="Keep arrivals before this trace time (None: all)."
+    )
+    max_requests: int | None = Field(
+        default=None, ge=1, description="Keep only the first N requests in the window."
+    )
+    rate_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Override the mean arrival rate by rescaling time (keeps the trace's burstiness).",
+    )
+    zero_output: Literal["drop", "one"] = Field(
+        default="drop", description="Rows with 0 output tokens: drop them (counted) or treat as 1 token."
+    )
+    tenant: str = Field(default="default", description="Tenant of rows that name none.")
+    model_filter: str | None = Field(default=None, description="burstgpt: keep only rows of this Model.")
+
+    @model_validator(mode="after")
+    def _check(self) -> TraceWorkload:
+        if self.end_s is not None and self.end_s <= self.start_s:
+            raise ValueError("end_s must be > start_s")
+        if self.format in ("csv", "jsonl"):
+            missing = {"timestamp", "prompt_tokens", "output_tokens"} - set(self.columns)
+            if missing:
+                raise ValueError(f"format {self.format!r} needs columns for: {', '.join(sorted(missing))}")
+        return self
+
+
+# ``kind`` may be omitted: a workload without one is synthetic (as in the first schema).
+WorkloadConfig = Annotated[
+    Annotated[SyntheticWorkload, Tag("synthetic")] | Annotated[TraceWorkload, Tag("trace")],
+    Discriminator(_kind_or("synthetic")),
+]

@@ -1,0 +1,49 @@
+# kvsim's entry points. Each target sets up a local virtualenv (.venv) on first use and
+# installs kvsim in it, editable, with the extras that target needs. Set-up is idempotent:
+# one stamp file per set of extras, redone only when pyproject.toml changes.
+#
+#   make run        set up, then simulate the embedded default scenario (ARGS="..." passes options)
+#   make test       set up (dev, dashboard and calibration extras), then run the test suite
+#   make lint       ruff check + ruff format --check
+#   make bench      the speed benchmark (benchmarks/run.py)
+#   make dashboard  the Streamlit dashboard
+#   make calibrate-deps  install the calibration extra (torch 2.13.0, CPU build)
+#   make clean      remove .venv
+
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+ARGS ?=
+
+.PHONY: run test lint bench dashboard calibrate-deps clean
+
+run: $(VENV)/.installed-dev
+	$(BIN)/kvsim run $(ARGS)
+
+test: $(VENV)/.installed-dev,dashboard,calibration
+	$(BIN)/python -m pytest -q -n 2 $(ARGS)
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/run.py $(ARGS)
+
+dashboard: $(VENV)/.installed-dev,dashboard
+	$(BIN)/streamlit run dashboard/app.py $(ARGS)
+
+calibrate-deps: $(VENV)/.installed-calibration
+
+clean:
+	rm -rf $(VENV)
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "kvsim needs Python >= 3.11; set PYTHON=/path/to/python3.11" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+# The stem is the list of extras, e.g. .venv/.installed-dev,dashboard installs '.[dev,dashboard]'.
+$(VENV)/.installed-%: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[$*]'
+	touch $@

@@ -1,0 +1,106 @@
+"""Latency spikes: TTFT and ITL over time, engine events on the same axis, each spike explained."""
+
+from __future__ import annotations
+
+import _common as common
+import pandas as pd
+import streamlit as st
+
+from kvsim import analysis, plots
+
+SPIKE_COLUMNS = [
+    "explanation",
+    "metric",
+    "start_s",
+    "end_s",
+    "peak_s",
+    "cause",
+    "num_preempt_recompute",
+    "num_preempt_swap",
+    "swapped_bytes",
+    "num_evicted_blocks",
+    "num_rejected",
+    "max_waiting",
+    "arrival_rate_per_s",
+    "mean_prompt_tokens",
+]
+#: Spikes listed in words above the table (the worst first).
+MAX_LISTED = 8
+
+
+def main() -> None:
+    st.set_page_config(page_title="kvsim: latency spikes", layout="wide")
+    st.title("Latency spikes")
+    run = common.require_run()
+    res = run.result
+    slo = res.scenario.slo
+    span = float(res.requests["finish_s"].max()) if res.requests["finish_s"].notna().any() else 0.0
+    cols = st.columns(3)
+    window_s = cols[0].number_input(
+        "Window (s)",
+        min_value=0.001,
+        value=analysis.nice_window(span),
+        format="%.4g",
+        help="Length of the rolling window of the percentiles, and of the windows spikes are found in.",
+    )
+    ttft_thr = cols[1].number_input(
+        "TTFT spike threshold (s)",
+        min_value=0.0,
+        value=float(slo.ttft_s),
+        format="%.4g",
+        help="A window whose p99 TTFT exceeds this is a spike (default: the scenario's TTFT SLO).",
+    )
+    itl_thr = cols[2].number_input(
+        "ITL spike threshold (s)",
+        min_value=0.0,
+        value=float(slo.tpot_s),
+        format="%.4g",
+        help="A window whose p99 inter-token latency exceeds this is a spike (default: the TPOT SLO).",
+    )
+    ttft = analysis.ttft_samples(res.requests)
+    itl = analysis.itl_samples(res.iterations)
+    spikes = pd.concat(
+        [
+            analysis.find_spikes(
+                ttft["time_s"], ttft["ttft_s"], metric="TTFT", window_s=window_s, threshold_s=ttft_thr
+            ),
+            analysis.find_spikes(
+                itl["time_s"],
+                itl["itl_s"],
+                metric="ITL",
+                window_s=window_s,
+                threshold_s=itl_thr,
+                weights=itl["weight"],
+            ),
+        ],
+        ignore_index=True,
+    ).sort_values("peak_time_s", kind="stable")
+    fig = plots.latency_spikes_figure(
+        res.requests,
+        res.iterations,
+        res.events,
+        window_s=window_s,
+        spikes=spikes,
+        ttft_slo_s=ttft_thr,
+        itl_slo_s=itl_thr,
+    )
+    common.show_figure(fig, f"{res.scenario.name}_latency_spikes")
+    st.subheader("Spikes and their causes")
+    if spikes.empty:
+        st.success("No window's p99 TTFT or ITL exceeds its threshold.")
+        return
+    table = analysis.attribute_spikes(spikes, res.requests, res.iterations, res.events)
+    st.caption(
+        "Causes are counted over the span the slow requests lived through: from the spike's start "
+        "minus its peak latency to its end."
+    )
+    # Worst first, by how far each spike exceeds its own threshold (TTFT and ITL differ in scale).
+    over = table["peak_s"] / table["metric"].map({"TTFT": ttft_thr, "ITL": itl_thr}).clip(lower=1e-9)
+    worst = table.assign(over=over).sort_values("over", ascending=False).head(MAX_LISTED)
+    st.markdown("\n".join(f"- {text}" for text in worst["explanation"]))
+    if len(table) > MAX_LISTED:
+        st.caption(f"The {MAX_LISTED} worst of {len(table)} spikes; the table has them all.")
+    common.show_table(table[SPIKE_COLUMNS], f"{res.scenario.name}_spikes")
+
+
+main()

@@ -1,0 +1,88 @@
+"""KV cache: blocks used, cached and free over time; prefix hit rate; hit ratio against cache size."""
+
+from __future__ import annotations
+
+import _common as common
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+import kvsim
+from kvsim import analysis, plots
+from kvsim.cache_curve import cache_curve
+from kvsim.scenario_io import parse_yaml
+from kvsim.workload import generate_requests
+
+
+@st.cache_data(show_spinner="Replaying the workload against LRU caches ...", max_entries=8)
+def hit_curve(scenario_yaml: str, capacities: tuple[int | None, ...]) -> pd.DataFrame:
+    """Cache-only LRU hit ratios of the scenario's requests (first replica group's block size).
+
+    The requests are those the run simulated: the engine draws the workload from the first
+    child of the scenario seed's SeedSequence (kvsim.engine.simulator.run).
+    """
+    scenario = kvsim.load_scenario(parse_yaml(scenario_yaml, "<current scenario>"))
+    workload_seed, _ = np.random.SeedSequence(scenario.seed).spawn(2)
+    specs = generate_requests(scenario.workload, np.random.default_rng(workload_seed))
+    engine = scenario.replicas[0].engine
+    points = cache_curve(specs, list(capacities), block_size=engine.block_size, policy=engine.eviction_policy,
+                         partial_blocks=False)  # fmt: skip
+    return pd.DataFrame([p.as_dict() for p in points])
+
+
+def main() -> None:
+    st.set_page_config(page_title="kvsim: KV cache", layout="wide")
+    st.title("KV cache")
+    run = common.require_run()
+    res = run.result
+    summary = res.summary
+    cols = st.columns(4)
+    cols[0].metric("KV blocks (all replicas)", f"{summary.get('total_kv_blocks', 0):,}")
+    cols[1].metric("Peak KV usage", f"{summary.get('kv_usage_peak', 0.0):.1%}")
+    cols[2].metric("Prefix hit rate", f"{summary.get('prefix_hit_rate', 0.0):.1%}")
+    cols[3].metric("Evicted blocks", f"{summary.get('num_evicted_blocks', 0):,}")
+
+    kv = analysis.kv_blocks_over_time(res.iterations)
+    common.show_figure(plots.kv_blocks_figure(kv), f"{res.scenario.name}_kv_blocks")
+
+    span = (
+        float(res.requests["first_scheduled_s"].max())
+        if res.requests["first_scheduled_s"].notna().any()
+        else 0.0
+    )
+    window_s = st.number_input(
+        "Hit-rate window (s)",
+        min_value=0.001,
+        value=analysis.nice_window(span, 40),
+        format="%.4g",
+        help="Requests first scheduled within this window count towards each point.",
+    )
+    hr = analysis.prefix_hit_rate_over_time(res.requests, window_s=window_s, step_s=window_s / 2)
+    fig = plots.prefix_hit_rate_figure(hr, overall=summary.get("prefix_hit_rate"))
+    common.show_figure(fig, f"{res.scenario.name}_prefix_hit_rate")
+
+    st.subheader("How much cache does this reuse need?")
+    num_replicas = max(1, int(summary.get("num_replicas", 1)))
+    per_replica = int(summary.get("total_kv_blocks", 0)) // num_replicas
+    top = max(per_replica * 8, 1024)
+    capacities = (*sorted({int(c) for c in np.geomspace(16, top, 12)}), None)
+    curve = hit_curve(common.scenario_yaml(res.scenario), capacities)
+    st.caption(
+        "Cache-only replay of the run's prompts (kvsim.cache_curve) against one block cache of each "
+        f"size ({res.scenario.replicas[0].engine.eviction_policy.upper()}), with {res.scenario.replicas[0].engine.block_size}-token blocks and no timing: "
+        "the upper bound a timed run approaches. The diamond is this run's timed hit rate at its KV "
+        "capacity per replica" + (" (requests are spread over the replicas)." if num_replicas > 1 else ".")
+    )
+    fig = plots.cache_curve_figure(
+        curve,
+        policy=res.scenario.replicas[0].engine.eviction_policy,
+        run_capacity_blocks=per_replica or None,
+        run_hit_rate=summary.get("prefix_hit_rate"),
+    )
+    common.show_figure(fig, f"{res.scenario.name}_cache_curve")
+    common.show_table(curve, f"{res.scenario.name}_cache_curve")
+    if len(res.requests) and curve["prompt_tokens"].iloc[0] != int(res.requests["prompt_tokens"].sum()):
+        st.warning("The replayed prompts differ from the run's (trace paths or generator changed).")
+
+
+main()

@@ -1,0 +1,172 @@
+"""A request's state inside one engine: token counters, block table, block hashes, timings.
+
+Token layout (block_size 4, prompt 6 tokens, 3 generated so far):
+
+    tokens     p p p p | p p o o | o
+    blocks     [  b0   ][  b1   ][ b2 ]
+    num_tokens = 9 (prompt + generated); num_computed_tokens <= num_tokens.
+
+A decoding request has ``num_computed_tokens == num_tokens - 1``: the last sampled token's
+KV is computed by the next iteration, which samples the following token. Prefill is the
+same catch-up, many tokens at a time; there is no separate prefill phase.
+
+Block hashes are chained: ``hash(parent_hash, block content)``; the first block's parent
+is the tenant salt, so tenants never share cache entries. Block content is described by
+the request's segments (see `kvsim.request`), not by token ids.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from enum import Enum
+
+from kvsim.core.block_pool import KVBlock
+from kvsim.request import RequestSpec, Segment
+
+_FIRST_BLOCK_MARK = 0x6B7673696D  # distinguishes the first block's parent from real hashes
+_ALIAS_OF_MINUS_ONE = -(2**60) - 1
+
+
+def tenant_salt(tenant: str) -> int:
+    """Stable integer salt of a tenant name (the same in every process)."""
+    return zlib.crc32(tenant.encode("utf-8"))
+
+
+class Status(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    SWAPPED = "swapped"
+    FINISHED = "finished"
+    REJECTED = "rejected"
+
+
+class Request:
+    """Mutable per-engine state of one request."""
+
+    __slots__ = (
+        "_cursor_off",
+        "_cursor_seg",
+        "arrival_s",
+        "block_hashes",
+        "blocks",
+        "finish_s",
+        "first_scheduled_s",
+        "first_token_s",
+        "last_token_s",
+        "max_itl_s",
+        "num_cached_blocks",
+        "num_computed_tokens",
+        "num_output_tokens",
+        "num_preemptions",
+        "num_skipped_blocks",
+        "num_swaps",
+        "num_tokens",
+        "prefix_hit_tokens",
+        "priority",
+        "prompt_tokens",
+        "recompute_hit_tokens",
+        "replica",
+        "request_id",
+        "salt",
+        "segments",
+        "spec",
+        "status",
+        "swapped_blocks",
+        "target_output_tokens",
+    )
+
+    def __init__(self, spec: RequestSpec, arrival_s: float | None = None) -> None:
+        self.spec = spec
+        self.request_id = spec.request_id
+        self.arrival_s = spec.arrival_s if arrival_s is None else arrival_s
+        self.priority = spec.priority
+        # CPython hashes -1 like -2; give content id -1 another identity so that it
+        # cannot collide with -2 inside a block hash.
+        self.segments: tuple[Segment, ...] = tuple(
+            s if s.content_id != -1 else Segment(_ALIAS_OF_MINUS_ONE, s.num_tokens)
+            for s in (*spec.prompt, spec.output_segment)
+        )
+        self.prompt_tokens = spec.prompt_tokens
+        self.target_output_tokens = spec.output_tokens
+        self.num_tokens = self.prompt_tokens
+        self.num_computed_tokens = 0
+        self.num_output_tokens = 0
+        self.salt = tenant_salt(spec.tenant)
+        self.blocks: list[KVBlock | None] = []
+        self.num_cached_blocks = 0  # leading blocks registered in the prefix cache
+        self.num_skipped_blocks = 0  # leading blocks dropped by a sliding window
+        self.block_hashes: list[int] = []
+        self._cursor_seg = 0
+        self._cursor_off = 0
+        self.status = Status.WAITING
+        self.replica = -1
+        self.first_scheduled_s = math.nan
+        self.first_token_s = math.nan
+        self.last_token_s = math.nan
+        self.finish_s = math.nan
+        self.max_itl_s = math.nan
+        self.prefix_hit_tokens = 0
+        self.recompute_hit_tokens = 0
+        self.num_preemptions = 0
+        self.num_swaps = 0
+        self.swapped_blocks = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id}, {self.status.value}, computed={self.num_computed_tokens}/"
+            f"{self.num_tokens}, out={self.num_output_tokens}/{self.target_output_tokens})"
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus all requested output tokens (the most KV it will ever need)."""
+        return self.prompt_tokens + self.target_output_tokens
+
+    @property
+    def is_decoding(self) -> bool:
+        return self.num_output_tokens > 0 and self.num_computed_tokens == self.num_tokens - 1
+
+    def ensure_hashes(self, num_blocks: int, block_size: int) -> list[int]:
+        """Extend ``block_hashes`` to cover the first ``num_blocks`` full blocks.
+
+        A block inside one segment hashes ``(parent, content_id, offset)``; a block
+        spanning segments hashes ``(parent, ((content_id, offset, length), ...))``.
+        """
+        hashes = self.block_hashes
+        need = num_blocks - len(hashes)
+        if need <= 0:
+            return hashes
+        segs = self.segments
+        seg, off = self._cursor_seg, self._cursor_off
+        parent = hashes[-1] if hashes else hash((_FIRST_BLOCK_MARK, self.salt))
+        append = hashes.append
+        while need:
+            cid, n = segs[seg]
+            inside = (n - off) // block_size
+            if inside:  # blocks lying inside this segment: the common case, kept tight
+                if inside > need:
+                    inside = need
+                need -= inside
+                for _ in range(inside):
+                    parent = hash((parent, cid, off))
+                    append(parent)
+                    off += block_size
+                if off == n:
+                    seg, off = seg + 1, 0
+                continue
+            pieces = []
+            left = block_size
+            while left:
+                cid, n = segs[seg]
+                take = min(left, n - off)
+                pieces.append((cid, off, take))
+                left -= take
+                off += take
+                if off == n:
+                    seg, off = seg + 1, 0
+            parent = hash((parent, tuple(pieces)))
+            append(parent)
+            need -= 1
+        self._cursor_seg, self._cursor_off = seg, off
+        return hashes

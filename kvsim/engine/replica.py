@@ -1,0 +1,206 @@
+"""One serving replica as a SimPy process: schedule -> wait the iteration's time -> apply.
+
+This loop is kvsim's hot path: one SimPy event per engine iteration, never per token.
+Runs of identical pure-decode iterations are priced and waited for as one event
+(``fast_forward``) and committed afterwards; an arrival in the middle interrupts the
+wait, which then ends at the first iteration boundary at or after the arrival, exactly
+where stepping one iteration at a time would have admitted it.
+
+Iteration boundaries are scheduled with a priority *after* ordinary events, so requests
+arriving exactly at a boundary are seen by the iteration starting there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+import numpy as np
+import simpy
+from simpy.events import NORMAL
+
+from kvsim.core.request_state import Request
+from kvsim.core.scheduler import Scheduler
+from kvsim.cost.base import CostModel
+from kvsim.engine.recorder import Recorder
+
+#: Event priority of iteration boundaries and wake-ups: after NORMAL events at the same time.
+LATE = NORMAL + 1
+#: Longest decode run priced in one piece (bounds the arrays it needs).
+MAX_RUN_STEPS = 4096
+
+
+def _late_event(env: simpy.Environment, delay: float) -> simpy.Event:
+    """A timeout processed after all NORMAL-priority events of its time."""
+    ev = simpy.Event(env)
+    ev._ok = True  # triggered successfully, as simpy.Timeout does
+    ev._value = None
+    env.schedule(ev, LATE, delay)
+    return ev
+
+
+class Replica:
+    """A serving engine: a scheduler, a block pool, a cost model and a SimPy process."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        name: str,
+        scheduler: Scheduler,
+        cost: CostModel,
+        recorder: Recorder,
+        *,
+        block_bytes_per_shard: float,
+        tp: int,
+        fast_forward: bool = True,
+        max_time_s: float | None = None,
+        on_finish: Callable[[Request], None],
+    ) -> None:
+        self.env = env
+        self.index = index
+        self.name = name
+        self.scheduler = scheduler
+        self.cost = cost
+        self.recorder = recorder
+        self.block_bytes_per_shard = block_bytes_per_shard
+        self.tp = tp
+        self.fast_forward = fast_forward
+        self.max_time_s = max_time_s
+        self.on_finish = on_finish
+        self.clock = 0.0  # exact end of the last iteration (SimPy's clock may differ by an ulp)
+        self.num_outstanding = 0  # submitted and not finished (router load signal)
+        self._wake: simpy.Event | None = None
+        self._in_run = False
+        self.process = env.process(self._loop())
+
+    # -- arrivals ------------------------------------------------------------------
+    def submit(self, req: Request) -> None:
+        """Hand a request to this replica at the current simulated time."""
+        req.replica = self.index
+        if not self.scheduler.add_request(req):
+            self._record_kv_events(self.env.now)
+            self.on_finish(req)
+            return
+        self.num_outstanding += 1
+        if self._wake is not None:
+            wake, self._wake = self._wake, None
+            wake._ok = True
+            wake._value = None
+            self.env.schedule(wake, LATE, 0)
+        elif self._in_run:
+            self._in_run = False
+            self.process.interrupt()
+
+    # -- the engine loop -----------------------------------------------------------
+    def _wait_until(self, t: float) -> simpy.Event:
+        return _late_event(self.env, max(t - self.env.now, 0.0))
+
+    def _loop(self) -> Generator[simpy.Event, Any, None]:
+        sched = self.scheduler
+        rec = self.recorder
+        cost = self.cost
+        env = self.env
+        max_time = self.max_time_s
+        while True:
+            if not sched.has_work():
+                self._wake = simpy.Event(env)
+                yield self._wake
+                self.clock = env.now
+            now = self.clock
+            if max_time is not None and now >= max_time:
+                return
+            out = sched.schedule(now)
+            self._record_kv_events(now)
+            if not out.tokens:  # cannot happen with an empty pool, but never spin
+                self._wake = simpy.Event(env)
+                yield self._wake
+                self.clock = env.now
+                continue
+            run = sched.plan_decode_run(out, MAX_RUN_STEPS) if self.fast_forward else None
+            if run is None:
+                dt = cost.step_time_s(out.batch)
+                moved = out.swap_in_blocks + out.swap_out_blocks
+                if moved:
+                    dt += cost.host_transfer_s(moved * self.block_bytes_per_shard)
+                rec.add_iteration(self.index, now, dt, out, sched)
+                t_end = now + dt
+                yield self._wait_until(t_end)
+                self.clock = t_end
+                sched.update(out, t_end)
+            else:
+                dts = cost.decode_steps_s(len(run.reqs), sched.run_context_tokens(run))
+                ends = np.cumsum(np.concatenate(([now], dts)))[1:]
+                k = run.num_steps
+                if max_time is not None and ends[k - 2] >= max_time:
+                    # Iterations starting at or after max_time never start.
+                    k = int(np.searchsorted(ends, max_time, side="left")) + 1
+                m = k
+                num_waiting = sched.num_waiting  # as scheduled; arrivals during the run come later
+                self._in_run = True
+                try:
+                    yield self._wait_until(float(ends[k - 1]))
+                except simpy.Interrupt:
+                    # An arrival: finish the iteration in progress, then schedule anew.
+                    m = min(int(np.searchsorted(ends, env.now, side="left")) + 1, k)
+                    yield self._wait_until(float(ends[m - 1]))
+                self._in_run = False
+                self.clock = float(ends[m - 1])
+                used0 = sched.pool.num_used_blocks
+                cached0 = sched.pool.num_cached_free
+                new_blocks, evicted = sched.apply_decode_run(run, m, ends, dts)
+                rec.add_decode_run(
+                    self.index,
+                    now,
+                    ends[:m],
+                    dts[:m],
+                    len(run.reqs),
+                    num_waiting,
+                    used0,
+                    cached0,
+                    sched.pool.num_blocks,
+                    new_blocks,
+                    evicted,
+                )
+                self._record_kv_events(now, ends[:m], evicted)
+            self._drain_finished()
+
+    def _record_kv_events(
+        self, now: float, ends: np.ndarray | None = None, evicted: np.ndarray | None = None
+    ) -> None:
+        sched = self.scheduler
+        rec = self.recorder
+        if ends is None:
+            for ev in sched.events:
+                rec.add_event(
+                    now,
+                    self.index,
+                    ev.kind,
+                    ev.request_id,
+                    ev.num_blocks,
+                    ev.num_blocks * self.block_bytes_per_shard * self.tp,
+                )
+            sched.events.clear()
+            n = sched.pool.num_evicted
+            if n:
+                rec.add_event(now, self.index, "evict", -1, n, n * self.block_bytes_per_shard * self.tp)
+                sched.pool.num_evicted = 0
+            return
+        # A decode run: one eviction record per iteration that evicted blocks.
+        assert evicted is not None
+        per_step = np.diff(evicted, prepend=0)
+        starts = np.concatenate(([now], ends[:-1]))
+        for j in np.flatnonzero(per_step):
+            n = int(per_step[j])
+            rec.add_event(
+                float(starts[j]), self.index, "evict", -1, n, n * self.block_bytes_per_shard * self.tp
+            )
+        sched.pool.num_evicted = 0
+
+    def _drain_finished(self) -> None:
+        sched = self.scheduler
+        if sched.finished:
+            done, sched.finished = sched.finished, []
+            for req in done:
+                self.num_outstanding -= 1
+                self.on_finish(req)

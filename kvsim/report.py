@@ -1,0 +1,140 @@
+"""The summary table that ``kvsim run`` prints: a pure function from summary to text.
+
+`format_summary` groups the flat summary of `kvsim.result.summarize` into sections
+(requests, latency percentiles in milliseconds, throughput, cache, KV) with aligned
+columns and units. A key that is missing or NaN shows as ``-``, so summaries written
+by older versions, or runs in which nothing finished, still format.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+#: Latency rows of the table: (label, summary key stem). Keys are STEM_{p50,p90,p99,mean}_s.
+LATENCY_ROWS: tuple[tuple[str, str], ...] = (
+    ("TTFT", "ttft"),
+    ("TPOT", "tpot"),
+    ("E2E", "e2e"),
+    ("queueing", "queueing"),
+    ("max ITL", "max_itl"),
+)
+LATENCY_STATS: tuple[str, ...] = ("p50", "p90", "p99", "mean")
+MISSING = "-"
+_INDENT = "  "
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def _count(value: Any) -> str:
+    v = _number(value)
+    return MISSING if v is None else f"{v:,.0f}"
+
+
+def _fixed(value: Any, digits: int, scale: float = 1.0) -> str:
+    v = _number(value)
+    return MISSING if v is None else f"{v * scale:,.{digits}f}"
+
+
+def _percent(value: Any) -> str:
+    return _fixed(value, 1, 100.0)
+
+
+def _sections(s: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """(title, [(label, value, unit)]) for every section except latency."""
+    hits, queries = s.get("prefix_cache_hits_tokens"), s.get("prefix_cache_queries_tokens")
+    # Recompute after preemption is counted apart so that it does not inflate the hit rate.
+    rc_hits, rc_queries = s.get("recompute_hits_tokens"), s.get("recompute_queries_tokens")
+    return [
+        (
+            "Requests",
+            [
+                ("requests", _count(s.get("num_requests")), ""),
+                ("finished", _count(s.get("num_finished")), ""),
+                ("unfinished", _count(s.get("num_unfinished")), ""),
+                ("prompt tokens", _count(s.get("prompt_tokens")), ""),
+                ("output tokens", _count(s.get("output_tokens")), ""),
+                ("simulated time", _fixed(s.get("sim_time_s"), 2), "s"),
+                ("iterations", _count(s.get("num_iterations")), ""),
+            ],
+        ),
+        (
+            "Throughput",
+            [
+                ("output tokens", _fixed(s.get("throughput_tokens_per_s"), 1), "tokens/s"),
+                ("finished requests", _fixed(s.get("throughput_requests_per_s"), 2), "requests/s"),
+                ("goodput (SLO met)", _fixed(s.get("goodput_requests_per_s"), 2), "requests/s"),
+                ("SLO attainment", _percent(s.get("slo_attainment")), "%"),
+            ],
+        ),
+        (
+            "Cache",
+            [
+                ("prefix hit rate", _percent(s.get("prefix_hit_rate")), "%"),
+                ("prefix hits", _count(hits), f"tokens (of {_count(queries)} queried)"),
+                (
+                    "recompute hits",
+                    _count(rc_hits),
+                    f"tokens (of {_count(rc_queries)} re-queried after preemption)",
+                ),
+                ("evicted blocks", _count(s.get("num_evicted_blocks")), ""),
+            ],
+        ),
+        (
+            "KV",
+            [
+                ("total blocks", _count(s.get("total_kv_blocks")), ""),
+                ("peak usage", _percent(s.get("kv_usage_peak")), "%"),
+                ("mean usage", _percent(s.get("kv_usage_mean")), "% (time-weighted)"),
+                ("preemptions", _count(s.get("num_preemptions")), ""),
+                ("swaps", _count(s.get("num_swaps")), ""),
+            ],
+        ),
+    ]
+
+
+def _title(s: Mapping[str, Any]) -> str:
+    name = s.get("scenario", "scenario")
+    details = []
+    if "seed" in s:
+        details.append(f"seed {s['seed']}")
+    n = _number(s.get("num_replicas"))
+    if n is not None:
+        details.append(f"{n:.0f} replica{'' if n == 1 else 's'}")
+    return f"{name} ({', '.join(details)})" if details else str(name)
+
+
+def format_summary(summary: Mapping[str, Any]) -> str:
+    """The summary as an aligned, sectioned table (no trailing newline)."""
+    sections = _sections(summary)
+    latency = [
+        (label, [_fixed(summary.get(f"{stem}_{stat}_s"), 1, 1000.0) for stat in LATENCY_STATS])
+        for label, stem in LATENCY_ROWS
+    ]
+    label_w = max(len(label) for _, rows in sections for label, _, _ in rows)
+    label_w = max(label_w, *(len(label) for label, _ in latency))
+    value_w = max(len(value) for _, rows in sections for _, value, _ in rows)
+    col_w = max(len(c) for c in (*LATENCY_STATS, *(v for _, vals in latency for v in vals)))
+
+    lines = [_title(summary)]
+    ordered = [sections[0], ("Latency (ms)", []), *sections[1:]]
+    for title, rows in ordered:
+        lines.append("")
+        if title.startswith("Latency"):
+            head = "  ".join(stat.rjust(col_w) for stat in LATENCY_STATS)
+            lines.append(f"{title:<{len(_INDENT) + label_w}}  {head}")
+            for label, vals in latency:
+                cells = "  ".join(v.rjust(col_w) for v in vals)
+                lines.append(f"{_INDENT}{label:<{label_w}}  {cells}")
+            continue
+        lines.append(title)
+        for label, value, unit in rows:
+            line = f"{_INDENT}{label:<{label_w}}  {value.rjust(value_w)}"
+            lines.append(f"{line} {unit}" if unit else line)
+    return "\n".join(lines)

@@ -1,0 +1,338 @@
+"""Batch sweeps: one base scenario, many override sets, one tidy table.
+
+A sweep file (YAML) names a base scenario, relative to the sweep file, and the points:
+
+    base: ../scenarios/default.yaml
+    overrides:                          # applied to every point (optional)
+      workload.num_requests: 500
+    grid:                               # cartesian product (optional)
+      replicas.0.engine.block_size: [16, 32]
+      workload.arrival.rate_per_s: [2, 4, 8]
+    points:                             # explicit list (optional); with a grid: each x grid
+      - {replicas.0.engine.enable_prefix_caching: true}
+      - {replicas.0.engine.enable_prefix_caching: false}
+
+Output folder:
+
+    DIR/results.parquet, DIR/results.csv    one row per point: overrides, status, error, summary
+    DIR/points/<point_id>/point.json        overrides, status, error, wall time
+    DIR/points/<point_id>/...               the runner's files (summary.json, tables)
+
+A point id is a hash of the point's overrides, so rerunning the same (or an extended)
+sweep skips points whose ``point.json`` says ``ok``; failed points run again. Points run
+in worker processes (``local``) or as Ray tasks (``ray``); workers return their files as
+bytes and only this process writes into DIR, so a Ray cluster needs no shared disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+import kvsim
+from kvsim.config import Scenario
+from kvsim.errors import KvsimError
+from kvsim.io import json_safe, save_result
+from kvsim.scenario_io import apply_overrides, read_yaml, validate
+from kvsim.workload import resolve_workload_paths
+
+#: A runner simulates one scenario and returns its summary and files to save (name -> bytes).
+Runner = Callable[[Scenario], tuple[dict[str, Any], dict[str, bytes]]]
+Executor = Literal["local", "ray"]
+
+
+class SweepError(KvsimError):
+    """A sweep file is invalid or its output folder cannot be used."""
+
+
+class SweepSpec(BaseModel):
+    """A sweep file."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(default="sweep", description="Name of the sweep.")
+    base: str = Field(description="Base scenario file, relative to the sweep file.")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Dotted-path overrides for every point."
+    )
+    grid: dict[str, list[Any]] = Field(
+        default_factory=dict, description="Dotted path -> values; points are the cartesian product."
+    )
+    points: list[dict[str, Any]] = Field(
+        default_factory=list, description="Explicit override sets (combined with the grid if both are given)."
+    )
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of a sweep: its overrides and the scenario data they produce."""
+
+    index: int
+    point_id: str
+    overrides: dict[str, Any]
+    data: dict[str, Any]
+
+
+@dataclass
+class PointOutcome:
+    """What running one point produced (returned by workers)."""
+
+    point_id: str
+    status: Literal["ok", "failed"]
+    error: str = ""
+    wall_s: float = 0.0
+    summary: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, bytes] = field(default_factory=dict)
+
+
+def point_id(overrides: Mapping[str, Any]) -> str:
+    """Stable id of an override set: 12 hex digits of the SHA-1 of its canonical JSON."""
+    text = json.dumps(dict(overrides), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def load_sweep(path: str | Path) -> tuple[SweepSpec, list[Point]]:
+    """Read a sweep file and expand it into points (base scenario read once)."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SweepError(f"{path}: cannot read sweep file: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise SweepError(f"{path}: not valid YAML: {exc}") from None
+    try:
+        spec = SweepSpec.model_validate(raw if raw is not None else {})
+    except ValidationError as err:
+        lines = [f"  {'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in err.errors()]
+        raise SweepError(f"{path}: invalid sweep file\n" + "\n".join(lines)) from None
+    for key, values in spec.grid.items():
+        if not values:
+            raise SweepError(f"{path}: grid.{key}: needs at least one value")
+    base_path = path.parent / spec.base
+    base = resolve_workload_paths(read_yaml(base_path), base_path.parent)
+    keys = list(spec.grid)
+    combos = [dict(zip(keys, values, strict=True)) for values in itertools.product(*spec.grid.values())]
+    listed = spec.points or [{}]
+    points = []
+    seen: set[str] = set()
+    for listed_overrides in listed:
+        for combo in combos:
+            overrides = {**spec.overrides, **listed_overrides, **combo}
+            pid = point_id(overrides)
+            if pid in seen:
+                raise SweepError(f"{path}: two points have the same overrides {overrides}")
+            seen.add(pid)
+            # Relative paths given in overrides are relative to the sweep file.
+            data = resolve_workload_paths(apply_overrides(base, overrides), path.parent)
+            points.append(Point(len(points), pid, {**listed_overrides, **combo}, data))
+    return spec, points
+
+
+def simulate(scenario: Scenario) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The default runner: ``kvsim.run``, then the result folder's files as bytes."""
+    result = kvsim.run(scenario)
+    with tempfile.TemporaryDirectory(prefix="kvsim-point-") as tmp:
+        folder = save_result(result, Path(tmp) / "result")
+        files = {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+    return dict(result.summary), files
+
+
+def run_point(point: Point, runner: Runner) -> PointOutcome:
+    """Validate and simulate one point; every exception becomes a failed outcome."""
+    start = time.perf_counter()
+    try:
+        scenario = validate(point.data, f"<sweep point {point.point_id}>")
+        summary, files = runner(scenario)
+    except Exception as exc:
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        return PointOutcome(point.point_id, "failed", error=detail, wall_s=time.perf_counter() - start)
+    return PointOutcome(
+        point.point_id, "ok", summary=summary, files=files, wall_s=time.perf_counter() - start
+    )
+
+
+def _point_dir(out: Path, pid: str) -> Path:
+    return out / "points" / pid
+
+
+def _read_done(out: Path, point: Point) -> dict[str, Any] | None:
+    """The saved record of a point that finished ok, or None."""
+    try:
+        record = json.loads((_point_dir(out, point.point_id) / "point.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return record if record.get("status") == "ok" else None
+
+
+def _save(out: Path, point: Point, outcome: PointOutcome) -> dict[str, Any]:
+    d = _point_dir(out, point.point_id)
+    d.mkdir(parents=True, exist_ok=True)
+    for name, blob in outcome.files.items():
+        (d / name).write_bytes(blob)
+    record = {
+        "point_id": point.point_id,
+        "index": point.index,
+        "overrides": point.overrides,
+        "status": outcome.status,
+        "error": outcome.error,
+        "wall_s": outcome.wall_s,
+        "summary": json_safe(outcome.summary),
+    }
+    # point.json is written last: its presence with status ok marks the point done.
+    (d / "point.json").write_text(json.dumps(json_safe(record), indent=2) + "\n", encoding="utf-8")
+    return record
+
+
+def _run_local(todo: list[Point], runner: Runner, jobs: int) -> Iterator[tuple[Point, PointOutcome]]:
+    if jobs <= 1:
+        for p in todo:
+            yield p, run_point(p, runner)
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures: dict[Future[PointOutcome], Point] = {pool.submit(run_point, p, runner): p for p in todo}
+        pending = set(futures)
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in done:
+                    p = futures[f]
+                    try:
+                        outcome = f.result()
+                    except Exception as exc:  # the worker process died (e.g. out of memory)
+                        outcome = PointOutcome(p.point_id, "failed", error=f"worker failed: {exc!r}")
+                    yield p, outcome
+        finally:
+            for f in pending:
+                f.cancel()
+
+
+def _run_ray(
+    todo: list[Point], runner: Runner, address: str | None, jobs: int
+) -> Iterator[tuple[Point, PointOutcome]]:
+    try:
+        import ray  # optional dependency (kvsim[ray]): imported only when asked for
+    except ImportError:
+        raise SweepError("--executor ray needs Ray: pip install 'kvsim[ray]'") from None
+    started = not ray.is_initialized()
+    if started:
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=max(jobs, 1), include_dashboard=False, log_to_driver=False)
+    try:
+        remote = ray.remote(run_point)
+        refs = {remote.remote(p, runner): p for p in todo}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                p = refs[ref]
+                try:
+                    outcome = ray.get(ref)
+                except Exception as exc:  # task or worker died
+                    outcome = PointOutcome(p.point_id, "failed", error=f"ray task failed: {exc!r}")
+                yield p, outcome
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _flat(value: Any) -> Any:
+    """Table cell: scalars as they are, anything else as JSON text."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return json.dumps(json_safe(value), sort_keys=True)
+
+
+def _table(points: list[Point], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    override_keys = list(dict.fromkeys(k for p in points for k in p.overrides))
+    rows = []
+    for p in points:
+        rec = records.get(p.point_id)
+        row: dict[str, Any] = {"point_id": p.point_id, "index": p.index}
+        row.update({k: _flat(p.overrides.get(k)) for k in override_keys})
+        row["status"] = rec["status"] if rec else "not_run"
+        row["error"] = rec["error"] if rec else ""
+        row["wall_s"] = rec["wall_s"] if rec else float("nan")
+        for k, v in (rec or {}).get("summary", {}).items():
+            if k not in row:
+                row[k] = _flat(v)
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    for col in table.select_dtypes(include=["object", "string"]).columns:
+        kinds = {
+            type(v) for v in table[col] if v is not None and not (isinstance(v, float) and math.isnan(v))
+        }
+        if len(kinds) > 1:  # Parquet columns hold one type: mixed values become text
+            table[col] = [None if v is None else str(v) for v in table[col]]
+    return table
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """Counts of one sweep invocation and its table."""
+
+    table: pd.DataFrame
+    num_points: int
+    num_skipped: int
+    num_ok: int
+    num_failed: int
+
+
+def run_sweep(
+    sweep_file: str | Path,
+    out: str | Path,
+    *,
+    jobs: int = 1,
+    executor: Executor = "local",
+    address: str | None = None,
+    runner: Runner = simulate,
+    progress: Callable[[str], None] | None = None,
+) -> SweepReport:
+    """Run every point not yet done, then write DIR/results.parquet and DIR/results.csv.
+
+    The table is written even when the sweep is interrupted (points not run: ``not_run``).
+    """
+    if jobs < 1:
+        raise SweepError(f"--jobs must be >= 1, got {jobs}")
+    _, points = load_sweep(sweep_file)
+    out = Path(out)
+    try:
+        (out / "points").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SweepError(f"{out}: cannot create output folder: {exc.strerror or exc}") from None
+    records: dict[str, dict[str, Any]] = {}
+    for p in points:
+        done = _read_done(out, p)
+        if done is not None:
+            records[p.point_id] = done
+    skipped = len(records)
+    todo = [p for p in points if p.point_id not in records]
+    stream = _run_ray(todo, runner, address, jobs) if executor == "ray" else _run_local(todo, runner, jobs)
+    ok = failed = 0
+    try:
+        for p, outcome in stream:
+            records[p.point_id] = _save(out, p, outcome)
+            ok, failed = ok + (outcome.status == "ok"), failed + (outcome.status == "failed")
+            if progress is not None:
+                note = f": {outcome.error.splitlines()[-1]}" if outcome.error else ""
+                progress(f"[{len(records)}/{len(points)}] point {p.point_id} {outcome.status}{note}")
+    finally:
+        table = _table(points, records)
+        table.to_csv(out / "results.csv", index=False)
+        table.to_parquet(out / "results.parquet", index=False)
+    return SweepReport(table, len(points), skipped, ok, failed)

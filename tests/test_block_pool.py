@@ -1,0 +1,107 @@
+"""Block pool: exact block ids, ref counts and eviction order on tiny pools."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvsim.core.block_pool import BlockPool
+
+
+def ids(blocks) -> list[int]:
+    return [b.block_id for b in blocks]
+
+
+def test_fresh_pool_hands_out_blocks_in_id_order():
+    pool = BlockPool(6)
+    assert ids(pool.get_new_blocks(3)) == [0, 1, 2]
+    assert pool.num_free_blocks == 3 and pool.num_used_blocks == 3
+    assert ids(pool.free_queue) == [3, 4, 5]
+
+
+def test_freed_blocks_join_the_tail_in_the_given_order():
+    pool = BlockPool(6)
+    blocks = pool.get_new_blocks(3)
+    pool.free_blocks(reversed(blocks))  # a request frees tail first
+    assert ids(pool.free_queue) == [3, 4, 5, 2, 1, 0]
+    assert ids(pool.get_new_blocks(5)) == [3, 4, 5, 2, 1]
+
+
+def test_cached_free_block_can_be_hit_and_leaves_the_queue_from_the_middle():
+    pool = BlockPool(6)
+    b = pool.get_new_blocks(3)
+    pool.cache_block(b[1], 111)
+    pool.free_blocks(reversed(b))
+    assert ids(pool.free_queue) == [3, 4, 5, 2, 1, 0]
+    assert pool.num_cached_free == 1
+    hit = pool.get_cached_block(111)
+    assert hit is b[1]
+    pool.touch([hit])
+    assert hit.ref_cnt == 1
+    assert ids(pool.free_queue) == [3, 4, 5, 2, 0]
+    assert pool.num_cached_free == 0
+    pool.check_invariants()
+
+
+def test_eviction_drops_the_hash_only_when_the_block_is_reused():
+    pool = BlockPool(4)
+    b = pool.get_new_blocks(2)
+    pool.cache_block(b[0], 7)
+    pool.cache_block(b[1], 8)
+    pool.free_blocks(reversed(b))  # queue: 2, 3, 1(h8), 0(h7)
+    assert pool.get_cached_block(7) is b[0]
+    got = pool.get_new_blocks(3)  # takes 2, 3 and evicts block 1
+    assert ids(got) == [2, 3, 1]
+    assert pool.num_evicted == 1
+    assert pool.get_cached_block(8) is None and b[1].block_hash is None
+    assert pool.get_cached_block(7) is b[0]  # the head of the prompt survives longest
+    pool.check_invariants()
+
+
+def test_shared_block_is_freed_only_when_the_last_reference_goes():
+    pool = BlockPool(3)
+    (blk,) = pool.get_new_blocks(1)
+    pool.cache_block(blk, 5)
+    pool.touch([blk])
+    assert blk.ref_cnt == 2
+    pool.free_blocks([blk])
+    assert blk.ref_cnt == 1 and pool.num_free_blocks == 2
+    pool.free_blocks([blk])
+    assert blk.ref_cnt == 0 and ids(pool.free_queue) == [1, 2, 0]
+    with pytest.raises(AssertionError):
+        pool.free_blocks([blk])
+
+
+def test_duplicate_hashes_are_both_indexed_and_evicted_cleanly():
+    pool = BlockPool(3)
+    a, b = pool.get_new_blocks(2)
+    pool.cache_block(a, 9)
+    pool.cache_block(b, 9)  # same content computed twice concurrently
+    pool.free_blocks([a, b])
+    assert ids(pool.get_new_blocks(2)) == [2, 0]  # evicts a; b stays findable
+    assert pool.get_cached_block(9) is b
+    pool.check_invariants()
+
+
+def test_lfu_reuses_the_least_hit_block_first():
+    pool = BlockPool(4, eviction_policy="lfu")
+    blocks = pool.get_new_blocks(4)
+    for i, blk in enumerate(blocks):
+        pool.cache_block(blk, 100 + i)
+    pool.touch([blocks[0], blocks[0], blocks[2]])  # hits: b0 2, b2 1
+    pool.free_blocks([blocks[0], blocks[0], blocks[0]])
+    pool.free_blocks([blocks[1], blocks[2], blocks[3], blocks[2]])
+    # Least hits first, ties by time freed: b1 (0), b3 (0), b2 (1), b0 (2).
+    assert ids(pool.free_queue) == [1, 3, 2, 0]
+    assert ids(pool.get_new_blocks(3)) == [1, 3, 2]
+    pool.check_invariants()
+
+
+def test_too_many_blocks_requested_is_an_error():
+    pool = BlockPool(2)
+    with pytest.raises(ValueError, match="only 2 free"):
+        pool.get_new_blocks(3)
+
+
+def test_bad_policy_is_rejected():
+    with pytest.raises(ValueError, match="eviction_policy"):
+        BlockPool(2, eviction_policy="fifo")

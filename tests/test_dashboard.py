@@ -1,0 +1,199 @@
+"""Each dashboard page under `streamlit.testing.v1.AppTest`: no exception, the expected elements.
+
+Runs are small (``?set=workload.num_requests=...``). Pages are reached from the app with
+``switch_page``, as in a browser session, so they share its session state (the run).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest
+
+DASHBOARD = Path(__file__).resolve().parents[1] / "dashboard"
+sys.path.insert(0, str(DASHBOARD))
+import _common as common  # noqa: E402
+
+NUM_REQUESTS = 120
+TIMEOUT_S = 120
+
+
+def _app(num_requests: int = NUM_REQUESTS) -> AppTest:
+    at = AppTest.from_file(str(DASHBOARD / "app.py"), default_timeout=TIMEOUT_S)
+    at.query_params["set"] = [f"workload.num_requests={num_requests}"]
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _ran() -> AppTest:
+    at = _app()
+    next(b for b in at.button if b.label == "Run").click()
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _page(at: AppTest, name: str) -> AppTest:
+    at.switch_page(f"pages/{name}.py")
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _charts(at: AppTest) -> int:
+    return len(at.get("plotly_chart"))
+
+
+def _downloads(at: AppTest) -> int:
+    return len(at.get("download_button"))
+
+
+# --- Scenario page (app.py) -------------------------------------------------------------
+
+
+def test_scenario_page_opens_on_the_default_and_runs_it() -> None:
+    at = _app()
+    assert at.title[0].value.startswith("kvsim")
+    knobs = {w.label: w for w in at.number_input}
+    assert knobs["workload.num_requests"].value == NUM_REQUESTS
+    assert "Tokens per KV block" in knobs["replicas.0.engine.block_size"].help  # help from the schema
+    assert _downloads(at) == 1  # resolved YAML
+    next(b for b in at.button if b.label == "Run").click()
+    at.run()
+    assert not at.exception
+    assert [m.label for m in at.metric] == ["p99 TTFT", "p99 TPOT", "Throughput", "Prefix hit rate",
+                                            "Preemptions", "Peak KV usage"]  # fmt: skip
+    (run,) = at.session_state["runs"].values()
+    assert run.result.summary["num_requests"] == NUM_REQUESTS
+    assert run.result.scenario == at.session_state["scenario"]
+
+
+def test_knob_change_resolves_a_new_scenario() -> None:
+    at = _app()
+    next(w for w in at.number_input if w.label == "replicas.0.engine.block_size").set_value(32)
+    at.run()
+    assert at.session_state["scenario"].replicas[0].engine.block_size == 32
+    assert "block_size: 32" in at.code[0].value
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "rule"),
+    [
+        ("replicas:\n  - tp: 0\n", "replicas.0.tp", "greater than or equal to 1"),
+        ("name: x\nworkload: {num_requests: [\n", "line 3, column 1", "not valid YAML"),
+        ("[1, 2]\n", "<root>", "must be a YAML mapping"),
+        ("model: gpt-17\n", "model", "unknown model preset"),
+    ],
+)
+def test_invalid_yaml_shows_file_field_and_rule_not_a_traceback(text: str, field: str, rule: str) -> None:
+    at = _app()
+    at.radio[0].set_value("Edit YAML").run()
+    at.text_area(key="yaml_editor").set_value(text).run()
+    assert not at.exception
+    assert len(at.error) == 1
+    message = at.error[0].value
+    assert "<edited YAML>" in message and field in message and rule in message
+    assert not [b for b in at.button if b.label == "Run"]
+
+
+def test_upload_bytes_are_size_limited_utf8_and_safe_loaded() -> None:
+    with pytest.raises(common.kvsim.ScenarioError, match="limit is 262,144 bytes"):
+        common.parse_scenario_bytes(b"#" * (common.MAX_SCENARIO_BYTES + 1), "big.yaml")
+    with pytest.raises(common.kvsim.ScenarioError, match="not UTF-8"):
+        common.parse_scenario_bytes(b"name: \xff\n", "bin.yaml")
+    with pytest.raises(common.kvsim.ScenarioError, match="not valid YAML"):  # safe loader: no python tags
+        common.parse_scenario_bytes(b"name: !!python/object/apply:os.system [ls]\n", "evil.yaml")
+    assert common.parse_scenario_bytes(b"name: ok\n", "ok.yaml") == {"name": "ok"}
+
+
+# --- other pages ------------------------------------------------------------------------
+
+
+def test_latency_spikes_page_offers_a_run_when_there_is_none() -> None:
+    at = _page(_app(), "1_Latency_spikes")
+    assert "has not been run yet" in at.info[0].value
+    at.button(key="require_run").click().run()
+    assert not at.exception
+    assert _charts(at) == 1
+
+
+def test_latency_spikes_page() -> None:
+    at = _page(_ran(), "1_Latency_spikes")
+    assert _charts(at) == 1
+    assert [w.label for w in at.number_input] == [
+        "Window (s)",
+        "TTFT spike threshold (s)",
+        "ITL spike threshold (s)",
+    ]
+    # A threshold of 0 makes every window with samples a spike: the table explains them.
+    next(w for w in at.number_input if w.label == "TTFT spike threshold (s)").set_value(0.0).run()
+    assert not at.exception
+    assert len(at.dataframe) == 1
+    table = at.dataframe[0].value
+    assert table["explanation"].str.startswith("p99 ").all()
+    assert _downloads(at) == 2  # figure HTML, table CSV
+
+
+def test_throughput_vs_capacity_page_runs_a_sweep() -> None:
+    at = _page(_ran(), "2_Throughput_vs_capacity")
+    assert at.selectbox[0].value == "Request rate"
+    at.text_input[0].set_value("2, 64").run()
+    at.number_input[0].set_value(60).run()
+    next(b for b in at.button if b.label == "Run sweep").click().run()
+    assert not at.exception
+    assert _charts(at) == 1
+    points = at.dataframe[0].value
+    assert points["workload.arrival.rate_per_s"].tolist() == [2.0, 64.0]
+    assert (points["error"] == "").all()
+    assert any("Knee" in m.value for m in at.markdown)
+
+
+def test_throughput_page_rejects_malformed_values() -> None:
+    at = _page(_app(), "2_Throughput_vs_capacity")
+    at.text_input[0].set_value("2, lots").run()
+    assert not at.exception
+    assert "must be float values" in at.error[0].value
+
+
+def test_kv_cache_page() -> None:
+    at = _page(_ran(), "3_KV_cache")
+    assert _charts(at) == 3
+    assert [m.label for m in at.metric] == ["KV blocks (all replicas)", "Peak KV usage", "Prefix hit rate",
+                                            "Evicted blocks"]  # fmt: skip
+    curve = at.dataframe[0].value
+    assert curve["capacity_blocks"].iloc[-1] is None or curve["capacity_blocks"].isna().iloc[-1]  # unbounded
+    assert curve["token_hit_ratio"].is_monotonic_increasing
+
+
+def test_compare_page_runs_a_variant_and_compares() -> None:
+    at = _page(_ran(), "4_Compare")
+    assert "needs two runs" in at.info[0].value
+    at.text_area[0].set_value("replicas.0.engine.enable_prefix_caching=false")
+    next(b for b in at.button if b.label == "Run variant").click().run()
+    assert not at.exception
+    assert _charts(at) == 1
+    table = at.dataframe[0].value.set_index("metric")
+    assert table.loc["prefix_hit_rate"].iloc[1] == 0.0  # the variant has caching off
+    assert any(c.endswith("(%)") for c in table.columns)
+
+
+def test_compare_page_shows_invalid_overrides() -> None:
+    at = _page(_ran(), "4_Compare")
+    at.text_area[0].set_value("replicas.0.tp=0")
+    next(b for b in at.button if b.label == "Run variant").click().run()
+    assert not at.exception
+    assert "replicas.0.tp" in at.error[0].value
+
+
+def test_calibration_page() -> None:
+    at = _page(_app(), "5_Calibration")
+    profiles = list((DASHBOARD.parent / "calibration" / "profiles").glob("*.json"))
+    if profiles:
+        assert _charts(at) == 1
+    else:
+        assert "No cost profiles found" in at.info[0].value

@@ -1,0 +1,183 @@
+"""The SimPy engine end to end: hand-computed timelines, queueing theory, determinism,
+fast-forward equivalence, closed-loop follow-ups and time limits."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from conftest import spec
+from pandas.testing import assert_frame_equal
+
+import kvsim
+from kvsim.request import RequestSpec, Segment
+
+
+def constant_scenario(step_s: float = 0.01, **engine) -> dict:
+    return {
+        "model": "llama-3-8b",
+        "replicas": [
+            {"gpu": "h100-sxm", "engine": engine, "cost_model": {"kind": "constant", "step_time_s": step_s}}
+        ],
+    }
+
+
+def test_lone_request_timeline_with_constant_steps():
+    res = kvsim.run(constant_scenario(0.01), requests=[spec(0, 100, output=5, arrival=1.0)])
+    r = res.requests.iloc[0]
+    assert r.first_scheduled_s == 1.0 and r.queueing_s == 0.0
+    assert r.ttft_s == pytest.approx(0.01)  # one iteration prefills 100 tokens and samples
+    assert r.e2e_s == pytest.approx(0.05)  # + 4 decode iterations
+    assert r.tpot_s == pytest.approx(0.01) and r.max_itl_s == pytest.approx(0.01)
+    assert list(res.iterations.prefill_tokens) == [100, 0, 0, 0, 0]
+    assert list(res.iterations.decode_tokens) == [0, 1, 1, 1, 1]
+
+
+def test_chunked_prefill_spreads_a_prompt_over_iterations():
+    res = kvsim.run(constant_scenario(0.01, max_num_batched_tokens=32), requests=[spec(0, 100, output=3)])
+    assert list(res.iterations.prefill_tokens) == [32, 32, 32, 4, 0, 0]
+    assert res.requests.ttft_s[0] == pytest.approx(0.04)
+    assert res.requests.e2e_s[0] == pytest.approx(0.06)
+
+
+def test_lone_request_under_the_roofline_matches_the_hand_computation():
+    # Llama-3-8B on one H100-SXM, bf16, default efficiencies (compute 0.6, memory 0.8,
+    # 0.5 ms per iteration); see kvsim/cost/roofline.py for the formula. Prompt 1000
+    # tokens, 3 output tokens.
+    params, vocab, hidden, layers, heads, hd = 8_030_261_248, 128_256, 4096, 32, 32, 128
+    lm = vocab * hidden  # LM head, run once per sequence; the embedding is not a GEMM
+    p_lin = params - 2 * lm  # 6,979,588,096 parameters in the transformer layers
+    kv_per_token = 2 * 32 * 8 * 128 * 2  # 131,072 bytes
+    flops_rate, bytes_rate = 989.5e12 * 0.6, 3.35e12 * 0.8
+
+    def step(tokens: int, pairs: int, kv_tokens: int) -> float:
+        linear = max((2.0 * p_lin * tokens + 2.0 * lm) / flops_rate, (p_lin + lm) * 2 / bytes_rate)
+        attention = max(4.0 * layers * heads * hd * pairs / flops_rate, kv_per_token * kv_tokens / bytes_rate)
+        return linear + attention + 0.0005
+
+    prefill = step(1000, 1000 * 1001 // 2, 1000)
+    decode1, decode2 = step(1, 1001, 1001), step(1, 1002, 1002)
+    scenario = {"model": "llama-3-8b", "replicas": [{"gpu": "h100-sxm"}]}
+    res = kvsim.run(scenario, requests=[spec(0, 1000, output=3)])
+    r = res.requests.iloc[0]
+    assert r.ttft_s == pytest.approx(prefill, rel=1e-12)
+    assert r.e2e_s == pytest.approx(prefill + decode1 + decode2, rel=1e-12)
+    # Prefill is compute-bound, a decode step memory-bound (weights + KV over HBM).
+    assert prefill > 0.02
+    assert decode1 == pytest.approx((p_lin + lm) * 2 / bytes_rate + 1001 * kv_per_token / bytes_rate + 0.0005)
+
+
+def test_waiting_time_matches_md1_closed_form():
+    # One request at a time, service = 10 constant iterations -> M/D/1 with D = 0.1 s.
+    step_s, out, lam = 0.01, 10, 5.0
+    service = out * step_s
+    rho = lam * service
+    expected_wq = rho * service / (2 * (1 - rho))  # Pollaczek-Khinchine, deterministic service
+    scenario = constant_scenario(step_s, max_num_seqs=1) | {
+        "seed": 7,
+        "workload": {
+            "num_requests": 40_000,
+            "arrival": {"kind": "poisson", "rate_per_s": lam},
+            "prompt_tokens": {"kind": "fixed", "tokens": 16},
+            "output_tokens": {"kind": "fixed", "tokens": out},
+        },
+    }
+    res = kvsim.run(scenario)
+    wq = res.requests.queueing_s.to_numpy()
+    assert res.summary["num_finished"] == 40_000
+    assert np.allclose(res.requests.e2e_s - res.requests.queueing_s, service)
+    assert wq.mean() == pytest.approx(expected_wq, rel=0.05)
+
+
+def test_same_scenario_and_seed_give_identical_results():
+    ov = ["workload.num_requests=300", "replicas.0.engine.num_gpu_blocks_override=400"]
+    a, b = kvsim.run(None, overrides=ov), kvsim.run(None, overrides=ov)
+    assert_frame_equal(a.requests, b.requests)
+    assert_frame_equal(a.iterations, b.iterations)
+    assert_frame_equal(a.events, b.events)
+    assert a.summary == b.summary or all(
+        (x == y) or (isinstance(x, float) and math.isnan(x) and math.isnan(y))
+        for x, y in zip(a.summary.values(), b.summary.values(), strict=True)
+    )
+    c = kvsim.run(None, overrides=[*ov, "seed=1"])
+    assert not c.requests.arrival_s.equals(a.requests.arrival_s)
+
+
+FF_CASES = {
+    "ample": [],
+    "recompute": ["replicas.0.engine.num_gpu_blocks_override=500"],
+    "swap": ["replicas.0.engine.num_gpu_blocks_override=500", "replicas.0.engine.preemption_mode=swap"],
+    "priority-lfu": [
+        "replicas.0.engine.num_gpu_blocks_override=700",
+        "replicas.0.engine.scheduling_policy=priority",
+        "replicas.0.engine.eviction_policy=lfu",
+    ],
+    "seq-limit-time-limit": ["replicas.0.engine.max_num_seqs=4", "sim.max_time_s=20"],
+    "two-replicas": ["replicas.0.count=2", "router.kind=least_loaded"],
+    "tp2-no-cache": ["replicas.0.tp=2", "replicas.0.engine.enable_prefix_caching=false"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(FF_CASES))
+def test_fast_forward_equals_step_by_step(case):
+    ov = ["workload.num_requests=250", *FF_CASES[case]]
+    fast = kvsim.run(None, overrides=ov)
+    slow = kvsim.run(None, overrides=[*ov, "sim.fast_forward=false"])
+    assert_frame_equal(fast.requests, slow.requests)
+    assert_frame_equal(fast.iterations, slow.iterations)
+    assert_frame_equal(fast.events, slow.events)
+    assert len(fast.iterations) > 1000  # long enough to exercise many decode runs
+
+
+def test_arrival_exactly_at_an_iteration_boundary_joins_that_iteration():
+    reqs = [spec(0, 10, output=5, arrival=0.0), spec(1, 10, output=2, arrival=0.02)]
+    for ff in (True, False):
+        res = kvsim.run(constant_scenario(0.01) | {"sim": {"fast_forward": ff}}, requests=reqs)
+        r1 = res.requests.iloc[1]
+        assert r1.first_scheduled_s == 0.02 and r1.ttft_s == pytest.approx(0.01)
+
+
+def test_follow_up_turn_is_released_after_the_parent_finishes_plus_think_time():
+    parent = spec(0, [(1, 64)], output=4)
+    child = RequestSpec(
+        request_id=1,
+        arrival_s=0.0,
+        prompt=(Segment(1, 64), parent.output_segment, Segment(2, 8)),
+        output_tokens=2,
+        parent_id=0,
+        think_time_s=1.5,
+    )
+    res = kvsim.run(constant_scenario(0.01), requests=[parent, child])
+    p, c = res.requests.iloc[0], res.requests.iloc[1]
+    assert c.arrival_s == pytest.approx(p.finish_s + 1.5)
+    # The child re-sends prompt + answer: 64 + 4 cached tokens minus the unfinished last block
+    # (the parent's 4th token was sampled, never computed) -> 64 hit tokens.
+    assert c.prefix_hit_tokens == 64
+
+
+def test_time_limit_leaves_requests_unfinished_and_reported():
+    ov = ["workload.num_requests=400", "sim.max_time_s=10"]
+    res = kvsim.run(None, overrides=ov)
+    s = res.summary
+    assert s["num_requests"] == 400 and 0 < s["num_finished"] < 400
+    assert s["num_unfinished"] == 400 - s["num_finished"]
+    assert (res.iterations.start_s < 10).all()
+    assert res.requests.loc[~res.requests.finished, "e2e_s"].isna().all()
+
+
+def test_rejected_requests_are_logged_and_not_lost():
+    res = kvsim.run(
+        constant_scenario(0.01, max_model_len=64), requests=[spec(0, 60, output=10), spec(1, 10, output=2)]
+    )
+    assert list(res.requests.finished) == [False, True]
+    assert list(res.events.kind) == ["reject"]
+    assert res.summary["num_unfinished"] == 1
+
+
+def test_every_record_carries_a_replica_id():
+    res = kvsim.run(None, overrides=["workload.num_requests=60", "replicas.0.count=3"])
+    assert set(res.requests.replica_id) == {"replica-0", "replica-1", "replica-2"}
+    assert set(res.iterations.replica_id) == {"replica-0", "replica-1", "replica-2"}
+    counts = res.requests.replica_id.value_counts()
+    assert list(counts) == [20, 20, 20]  # round robin

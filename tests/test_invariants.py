@@ -1,0 +1,177 @@
+"""Property-based checks of the block pool and the scheduler (hypothesis state machines)."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from kvsim.config import EngineConfig
+from kvsim.core.block_pool import BlockPool
+from kvsim.core.request_state import Request, Status
+from kvsim.core.scheduler import Scheduler
+from kvsim.request import RequestSpec, Segment
+
+NUM_BLOCKS = 12
+
+
+class BlockPoolMachine(RuleBasedStateMachine):
+    """Random allocations, caching, hits and frees: blocks conserved, refs never negative."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = BlockPool(NUM_BLOCKS, eviction_policy="lru")
+        self.owned: list[list] = []  # block lists held by imaginary requests
+        self.next_hash = 0
+
+    @rule(n=st.integers(1, 4))
+    def allocate(self, n: int) -> None:
+        if n <= self.pool.num_free_blocks:
+            before = list(self.pool.free_queue)[:n]
+            got = self.pool.get_new_blocks(n)
+            assert got == before  # always from the head of the queue
+            self.owned.append(got)
+
+    @precondition(lambda self: self.owned)
+    @rule(i=st.integers(0, 100))
+    def cache_one(self, i: int) -> None:
+        blocks = self.owned[i % len(self.owned)]
+        for b in blocks:
+            if b.block_hash is None:
+                self.pool.cache_block(b, self.next_hash)
+                self.next_hash += 1
+                break
+
+    @precondition(lambda self: self.owned)
+    @rule(i=st.integers(0, 100))
+    def free(self, i: int) -> None:
+        blocks = self.owned.pop(i % len(self.owned))
+        self.pool.free_blocks(reversed(blocks))
+
+    @precondition(lambda self: self.pool.cached)
+    @rule(i=st.integers(0, 1000))
+    def hit(self, i: int) -> None:
+        hashes = sorted(self.pool.cached)
+        block = self.pool.get_cached_block(hashes[i % len(hashes)])
+        assert block is not None
+        self.pool.touch([block])
+        self.owned.append([block])
+
+    @invariant()
+    def conserved(self) -> None:
+        pool = self.pool
+        refs = {}
+        for blocks in self.owned:
+            for b in blocks:
+                refs[b.block_id] = refs.get(b.block_id, 0) + 1
+        assert all(pool.blocks[i].ref_cnt == n for i, n in refs.items())
+        assert pool.num_free_blocks + len(refs) == NUM_BLOCKS
+        pool.check_invariants()
+
+
+TestBlockPool = BlockPoolMachine.TestCase
+TestBlockPool.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+class SchedulerMachine(RuleBasedStateMachine):
+    """Random arrivals and iterations on a tiny pool under random engine knobs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sched: Scheduler | None = None
+        self.reqs: dict[int, Request] = {}
+        self.t = 0.0
+
+    @precondition(lambda self: self.sched is None)
+    @rule(
+        budget=st.integers(4, 24),
+        max_seqs=st.integers(1, 5),
+        chunked=st.booleans(),
+        threshold=st.sampled_from([0, 3, 8]),
+        mode=st.sampled_from(["recompute", "swap"]),
+        policy=st.sampled_from(["fcfs", "priority"]),
+        eviction=st.sampled_from(["lru", "lfu"]),
+        caching=st.booleans(),
+    )
+    def configure(self, budget, max_seqs, chunked, threshold, mode, policy, eviction, caching) -> None:
+        cfg = EngineConfig(
+            block_size=4,
+            max_num_batched_tokens=budget,
+            max_num_seqs=max_seqs,
+            enable_chunked_prefill=chunked,
+            long_prefill_token_threshold=threshold,
+            preemption_mode=mode,
+            scheduling_policy=policy,
+            eviction_policy=eviction,
+            enable_prefix_caching=caching,
+        )
+        pool = BlockPool(NUM_BLOCKS, enable_caching=caching, eviction_policy=eviction)
+        self.sched = Scheduler(cfg, pool, num_host_blocks=6)
+
+    @precondition(lambda self: self.sched is not None)
+    @rule(
+        prefix=st.sampled_from([0, 1, 2]),
+        prefix_len=st.integers(1, 12),
+        own=st.integers(1, 12),
+        out=st.integers(1, 8),
+        prio=st.integers(0, 2),
+    )
+    def arrive(self, prefix, prefix_len, own, out, prio) -> None:
+        rid = len(self.reqs)
+        segs = (
+            (Segment(prefix, prefix_len), Segment(100 + rid, own)) if prefix else (Segment(100 + rid, own),)
+        )
+        spec = RequestSpec(request_id=rid, arrival_s=self.t, prompt=segs, output_tokens=out, priority=prio)
+        req = Request(spec)
+        self.reqs[rid] = req
+        self.sched.add_request(req)
+
+    @precondition(lambda self: self.sched is not None and self.sched.has_work())
+    @rule()
+    def iterate(self) -> None:
+        s = self.sched
+        out = s.schedule(self.t)
+        budget = s.max_num_batched_tokens
+        assert sum(n for _, n in out.scheduled) <= budget
+        assert len(out.scheduled) <= s.max_num_seqs and len(s.running) <= s.max_num_seqs
+        assert len({r.request_id for r, _ in out.scheduled}) == len(out.scheduled)
+        for r, n in out.scheduled:
+            assert 1 <= n <= r.num_tokens - r.num_computed_tokens
+            held = sum(1 for b in r.blocks if b is not None)
+            assert held * 4 >= r.num_computed_tokens + n - 4 * r.num_skipped_blocks
+        self.t += 1.0
+        s.update(out, self.t)
+        s.events.clear()
+        s.finished.clear()
+
+    @invariant()
+    def nothing_lost_or_duplicated(self) -> None:
+        s = self.sched
+        if s is None:
+            return
+        waiting = [r for r in self.reqs.values() if r.status is Status.WAITING]
+        assert sorted(r.request_id for r in s.running) == sorted(
+            r.request_id for r in self.reqs.values() if r.status is Status.RUNNING
+        )
+        assert len(s.running) == len({id(r) for r in s.running})
+        assert s.num_waiting == len(waiting) + sum(
+            1 for r in self.reqs.values() if r.status is Status.SWAPPED
+        )
+        for r in self.reqs.values():
+            if r.status is Status.FINISHED:
+                assert r.num_output_tokens == r.target_output_tokens and not r.blocks
+            else:
+                assert r.num_output_tokens < r.target_output_tokens
+            if r.status in (Status.WAITING, Status.SWAPPED, Status.REJECTED):
+                assert not r.blocks
+        # Blocks conserved: used blocks are exactly the distinct blocks running requests hold.
+        held = {b.block_id for r in s.running for b in r.blocks if b is not None}
+        assert s.pool.num_used_blocks == len(held)
+        assert 0 <= s.host_blocks_used <= s.num_host_blocks
+        s.pool.check_invariants()
+
+
+TestScheduler = SchedulerMachine.TestCase
+TestScheduler.settings = settings(
+    max_examples=80, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)

@@ -1,0 +1,168 @@
+"""Plot builders on small hand-built tables: expected traces, values and axis titles (with units)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+
+from kvsim import analysis, plots
+
+
+def _requests() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "arrival_s": [0.0, 1.0, 2.0, 3.0],
+            "first_scheduled_s": [0.0, 1.0, 2.0, 3.5],
+            "first_token_s": [0.2, 1.2, 2.9, 4.0],
+            "ttft_s": [0.2, 0.2, 0.9, 1.0],
+            "tpot_s": [0.01, 0.02, 0.03, np.nan],
+            "e2e_s": [1.0, 2.0, 3.0, 4.0],
+            "prompt_tokens": [100, 100, 100, 100],
+            "prefix_hit_tokens": [0, 50, 50, 100],
+        }
+    )
+
+
+def _iterations() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "replica_id": ["r-0"] * 4,
+            "start_s": [0.0, 1.0, 2.0, 3.0],
+            "duration_s": [0.2, 0.02, 0.5, 0.02],
+            "decode_tokens": [0, 2, 3, 1],
+            "num_waiting": [0, 0, 4, 1],
+            "kv_blocks_used": [2, 4, 9, 5],
+            "kv_blocks_cached": [0, 1, 0, 2],
+            "kv_blocks_free": [8, 6, 1, 5],
+        }
+    )
+
+
+def _events() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "time_s": [2.0, 2.0, 2.1],
+            "replica_id": ["r-0"] * 3,
+            "kind": ["preempt_recompute", "evict", "evict"],
+            "request_id": [1, -1, -1],
+            "num_blocks": [3, 1, 1],
+            "num_bytes": [0, 0, 0],
+        }
+    )
+
+
+def _names(fig: go.Figure) -> list[str]:
+    return [t.name for t in fig.data]
+
+
+def _axis_titles(fig: go.Figure, axis: str) -> list[str]:
+    layout = fig.to_plotly_json()["layout"]
+    return [v["title"]["text"] for k, v in sorted(layout.items()) if k.startswith(axis) and "title" in v]
+
+
+def test_latency_spikes_figure_traces_axes_and_spike_shading() -> None:
+    spikes = pd.DataFrame([{"start_s": 2.0, "end_s": 3.0}])
+    fig = plots.latency_spikes_figure(
+        _requests(), _iterations(), _events(), window_s=1.0, spikes=spikes, ttft_slo_s=0.5, itl_slo_s=0.1
+    )
+    assert _names(fig) == [
+        "TTFT (per request)",
+        "TTFT rolling p50",
+        "TTFT rolling p99",
+        "ITL rolling p50",
+        "ITL rolling p99",
+        "preempt_recompute",
+        "evict",
+        "requests waiting",
+    ]
+    assert list(fig.data[0].y) == [0.2, 0.2, 0.9, 1.0]
+    evict = next(t for t in fig.data if t.name == "evict")
+    assert list(evict.y) == [0, 0, 2, 0]  # bins [0, 1), [1, 2), [2, 3), [3, 4]
+    assert _axis_titles(fig, "yaxis") == ["TTFT (s)", "ITL (ms)", "events (count)", "waiting (requests)"]
+    assert _axis_titles(fig, "xaxis") == ["simulated time (s)"]
+    assert len([s for s in fig.layout.shapes if s.type == "rect"]) == 4  # the spike, on each row
+    assert {a.text for a in fig.layout.annotations} >= {"TTFT SLO 0.5 s", "TPOT SLO 100 ms"}
+
+
+def test_throughput_capacity_figure_marks_slo_and_knee() -> None:
+    pts = pd.DataFrame(
+        {
+            "rate_per_s": [4.0, 2.0, 8.0],
+            "throughput_tokens_per_s": [800.0, 400.0, 1200.0],
+            "ttft_p99_s": [0.5, 0.3, 5.0],
+            "tpot_p99_s": [0.04, 0.03, 0.2],
+        }
+    )
+    fig = plots.throughput_capacity_figure(
+        pts, x="rate_per_s", x_title="request rate (req/s)", ttft_slo_s=2.0, tpot_slo_s=0.1, knee_x=4.0
+    )
+    assert _names(fig) == ["throughput", "p99 TTFT", "p99 TPOT"]
+    assert list(fig.data[0].x) == [2.0, 4.0, 8.0]  # sorted by x
+    assert list(fig.data[2].y) == [30.0, 40.0, 200.0]  # TPOT in ms
+    assert _axis_titles(fig, "yaxis") == ["throughput (tokens/s)", "p99 TTFT (s)", "p99 TPOT (ms)"]
+    assert _axis_titles(fig, "xaxis") == ["request rate (req/s)"]
+    texts = {a.text for a in fig.layout.annotations}
+    assert {"knee: 4", "SLO 2 s", "SLO 100 ms"} <= texts
+
+
+def test_kv_figures() -> None:
+    kv = analysis.kv_blocks_over_time(_iterations())
+    fig = plots.kv_blocks_figure(kv)
+    assert _names(fig) == ["used by running requests", "cached (free, hittable)", "free and empty"]
+    assert list(fig.data[2].y) == [8, 5, 1, 3]
+    assert fig.layout.yaxis.title.text == "KV blocks (count)"
+    hr = analysis.prefix_hit_rate_over_time(_requests(), window_s=2.0)
+    fig = plots.prefix_hit_rate_figure(hr, overall=0.5)
+    # [0, 2] admits requests at 0, 1, 2: 100 hit of 300 tokens; (2, 4] the one at 3.5: 100 of 100.
+    assert list(fig.data[0].y) == pytest.approx([100 / 3, 100.0])
+    assert fig.layout.yaxis.title.text == "prefix hit rate (% of prompt tokens)"
+    curve = pd.DataFrame({"capacity_blocks": [10, 100, None], "token_hit_ratio": [0.1, 0.3, 0.4]})
+    fig = plots.cache_curve_figure(curve, run_capacity_blocks=50, run_hit_rate=0.25)
+    assert _names(fig) == ["cache-only replay (LRU)", "this run (timed)"]
+    assert list(fig.data[0].x) == [10.0, 100.0]
+    assert fig.layout.xaxis.type == "log"
+    assert fig.layout.xaxis.title.text == "cache capacity (KV blocks, log scale)"
+    assert "unbounded cache: 40.0 %" in {a.text for a in fig.layout.annotations}
+
+
+def test_latency_cdfs_figure_one_legend_entry_per_run() -> None:
+    a, b = _requests(), _requests().assign(ttft_s=[1.0, 2.0, 3.0, 4.0])
+    fig = plots.latency_cdfs_figure({"base": a, "tuned": b})
+    assert len(fig.data) == 6
+    assert [t.name for t in fig.data if t.showlegend] == ["base", "tuned"]
+    tpot = fig.data[1]  # base, TPOT: NaN dropped, in ms
+    assert list(tpot.x) == [10.0, 20.0, 30.0]
+    assert list(tpot.y) == [1 / 3, 2 / 3, 1.0]
+    assert _axis_titles(fig, "xaxis") == ["TTFT (s)", "TPOT (ms)", "E2E latency (s)"]
+    assert fig.layout.yaxis.title.text == "fraction of requests"
+
+
+def test_calibration_figure_panels_per_kernel() -> None:
+    pts = pd.DataFrame(
+        {
+            "kernel": ["gemm", "gemm", "decode_attention"],
+            "x": [1, 16, 1024],
+            "measured_s": [1e-4, 2e-4, 3e-4],
+            "roofline_s": [0.8e-4, 1.6e-4, 2e-4],
+        }
+    )
+    fig = plots.calibration_figure(pts, x_titles={"gemm": "tokens", "decode_attention": "context (tokens)"})
+    assert _names(fig) == ["measured", "roofline", "measured", "roofline"]
+    assert list(fig.data[0].y) == [0.1, 0.2]  # ms
+    assert _axis_titles(fig, "xaxis") == ["tokens", "context (tokens)"]
+
+
+def test_figures_export_to_html() -> None:
+    fig = plots.kv_blocks_figure(analysis.kv_blocks_over_time(_iterations()))
+    html = fig.to_html(include_plotlyjs="cdn", full_html=True)
+    assert "KV cache blocks over time" in html
+
+
+def test_latency_spikes_figure_keeps_the_events_row_when_there_are_none() -> None:
+    fig = plots.latency_spikes_figure(_requests(), _iterations(), _events().iloc[0:0], window_s=1.0)
+    assert "no preemption, swap, eviction or rejection in this run" in {
+        a.text for a in fig.layout.annotations
+    }
+    assert fig.layout.yaxis3.title.text == "events (count)"

@@ -1,0 +1,200 @@
+"""Presets: every spec is consistent and cited; names resolve; scenarios are checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kvsim.errors import KvsimError, ScenarioError
+from kvsim.kv_sizing import GIB
+from kvsim.presets import (
+    GPU_PRESETS,
+    MODEL_PRESETS,
+    UnknownPresetError,
+    resolve_gpu,
+    resolve_model,
+    tp_problem,
+)
+from kvsim.scenario_io import load_scenario
+from kvsim.specs import GpuSpec, ModelSpec
+
+REQUIRED_MODELS = {
+    "llama-2-7b",
+    "llama-2-13b",
+    "llama-2-70b",
+    "llama-3-8b",
+    "llama-3-70b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "qwen2.5-7b",
+    "deepseek-v2-lite",
+}
+REQUIRED_GPUS = {"a100-40gb", "a100-80gb", "h100-sxm", "h200", "l4", "t4"}
+
+
+def test_required_presets_exist() -> None:
+    assert MODEL_PRESETS.keys() >= REQUIRED_MODELS
+    assert GPU_PRESETS.keys() == REQUIRED_GPUS
+    assert any(m.attention_kind == "mqa" for m in MODEL_PRESETS.values())
+    assert {m.attention_kind for m in MODEL_PRESETS.values()} == {"mha", "gqa", "mqa", "mla"}
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_PRESETS))
+def test_model_preset_validates_and_is_cited(name: str) -> None:
+    spec = MODEL_PRESETS[name]
+    assert spec.name == name == name.lower()
+    assert ModelSpec.model_validate(spec.model_dump()) == spec
+    assert "huggingface.co" in spec.source and "config.json" in spec.source
+    # Query heads tile the hidden size in every preset.
+    assert spec.num_attention_heads * spec.head_dim == spec.hidden_size
+    assert (spec.num_experts is None) == (spec.num_experts_per_token is None)
+    if spec.num_experts is not None:
+        assert spec.num_active_params is not None and spec.num_active_params < spec.num_params
+
+
+@pytest.mark.parametrize("name", sorted(GPU_PRESETS))
+def test_gpu_preset_validates_and_is_cited(name: str) -> None:
+    spec = GPU_PRESETS[name]
+    assert spec.name == name
+    assert GpuSpec.model_validate(spec.model_dump()) == spec
+    assert "datasheet" in spec.source
+    assert spec.bf16_flops == spec.fp16_flops
+    assert spec.interconnect_bandwidth_bytes_per_s >= spec.pcie_bandwidth_bytes_per_s
+
+
+def test_notable_model_figures() -> None:
+    mixtral = MODEL_PRESETS["mixtral-8x7b"]
+    assert (mixtral.num_experts, mixtral.num_experts_per_token) == (8, 2)
+    assert round(mixtral.num_params / 1e9, 1) == 46.7
+    assert round(mixtral.active_params / 1e9, 1) == 12.9
+    lite = MODEL_PRESETS["deepseek-v2-lite"]
+    assert (lite.kv_lora_rank, lite.qk_rope_head_dim, lite.attention_kind) == (512, 64, "mla")
+    assert MODEL_PRESETS["mistral-7b"].sliding_window == 4096
+    assert MODEL_PRESETS["falcon-7b"].num_kv_heads == 1
+
+
+def test_notable_gpu_figures() -> None:
+    assert GPU_PRESETS["a100-40gb"].fp8_flops is None
+    assert GPU_PRESETS["a100-80gb"].fp8_flops is None
+    assert GPU_PRESETS["t4"].fp8_flops is None
+    h100 = GPU_PRESETS["h100-sxm"]
+    assert (h100.memory_bytes, h100.hbm_bandwidth_bytes_per_s) == (80 * GIB, 3.35e12)
+    assert h100.fp8_flops == 2 * h100.bf16_flops  # dense, no sparsity
+    assert GPU_PRESETS["h200"].memory_bytes == 141 * GIB
+    assert GPU_PRESETS["l4"].interconnect_bandwidth_bytes_per_s == 32e9  # PCIe Gen4, no NVLink
+
+
+def test_resolution_is_case_insensitive_and_passes_specs_through() -> None:
+    assert resolve_model("Llama-2-70B") is MODEL_PRESETS["llama-2-70b"]
+    assert resolve_gpu(" H100-SXM ") is GPU_PRESETS["h100-sxm"]
+    spec = MODEL_PRESETS["llama-3-8b"]
+    assert resolve_model(spec) is spec
+
+
+def test_unknown_names_suggest_close_matches_and_list_all() -> None:
+    with pytest.raises(UnknownPresetError) as err:
+        resolve_gpu("h100")
+    msg = str(err.value)
+    assert msg.startswith("unknown GPU preset 'h100' (did you mean 'h100-sxm'")
+    assert "available: a100-40gb, a100-80gb, h100-sxm, h200, l4, t4" in msg
+    assert isinstance(err.value, KvsimError) and isinstance(err.value, LookupError)
+    with pytest.raises(UnknownPresetError, match="did you mean 'llama-2-7b'"):
+        resolve_model("llama2-7b")
+    with pytest.raises(UnknownPresetError, match=r"unknown model preset 'gpt-5'; available: deepseek"):
+        resolve_model("gpt-5")
+
+
+def test_tp_rules() -> None:
+    assert tp_problem(MODEL_PRESETS["llama-2-70b"], 8) is None
+    assert tp_problem(MODEL_PRESETS["llama-2-70b"], 16) is None  # KV heads replicated twice
+    assert "num_attention_heads (64)" in (tp_problem(MODEL_PRESETS["llama-2-70b"], 3) or "")
+    assert "num_kv_heads (4)" in (tp_problem(MODEL_PRESETS["qwen2.5-7b"], 7) or "")
+    assert "num_attention_heads (71)" in (tp_problem(MODEL_PRESETS["falcon-7b"], 2) or "")
+    assert tp_problem(MODEL_PRESETS["deepseek-v2-lite"], 16) is None
+
+
+def _problems(data: dict[str, Any]) -> list[tuple[str, str]]:
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(data)
+    return err.value.problems
+
+
+def test_default_scenario_passes_the_checks() -> None:
+    scenario = load_scenario(None)
+    assert resolve_model(scenario.model).name == "llama-3-8b"
+
+
+def test_unknown_names_in_a_scenario_name_the_field() -> None:
+    problems = _problems(
+        {"model": "llama-4", "replicas": [{"gpu": "h100-sxm"}, {"name": "b", "gpu": "b200"}]}
+    )
+    paths = [p for p, _ in problems]
+    assert paths == ["model", "replicas.1.gpu"]
+    assert "unknown model preset 'llama-4'" in problems[0][1]
+
+
+def test_tp_that_cannot_shard_names_the_field() -> None:
+    problems = _problems({"model": "llama-2-70b", "replicas": [{"gpu": "h100-sxm", "tp": 3}]})
+    assert problems == [("replicas.0.tp", "tp=3 must divide the model's num_attention_heads (64)")]
+
+
+def test_weights_that_do_not_fit_give_gib_figures() -> None:
+    problems = _problems({"model": "llama-2-70b", "replicas": [{"gpu": "h100-sxm", "tp": 1}]})
+    assert len(problems) == 1
+    path, rule = problems[0]
+    assert path == "replicas.0.tp"
+    assert "weights need 128.48 GiB per GPU" in rule
+    assert "allows 72.00 GiB (80.00 GiB x gpu_memory_utilization 0.9)" in rule
+
+
+def test_no_room_for_one_block_names_gpu_memory_utilization() -> None:
+    # Llama-2-7B on a T4: 14.40 GiB budget - 12.55 GiB weights - 2 GiB reserve < 0.
+    data = {
+        "model": "llama-2-7b",
+        "replicas": [{"gpu": "t4", "engine": {"activation_reserve_gib": 2.0}}],
+    }
+    problems = _problems(data)
+    assert [p for p, _ in problems] == ["replicas.0.engine.gpu_memory_utilization"]
+    assert "no room for one KV block (8,388,608 bytes)" in problems[0][1]
+    assert "14.40 GiB budget - 12.55 GiB weights - 2.00 GiB activation reserve" in problems[0][1]
+    # A fixed block count skips the memory check, as vLLM's num_gpu_blocks_override does.
+    data["replicas"][0]["engine"]["num_gpu_blocks_override"] = 64
+    assert load_scenario(data).replicas[0].engine.num_gpu_blocks_override == 64
+
+
+def test_max_model_len_beyond_the_model_is_rejected() -> None:
+    problems = _problems(
+        {"model": "llama-2-7b", "replicas": [{"gpu": "a100-80gb", "engine": {"max_model_len": 8192}}]}
+    )
+    assert problems == [("replicas.0.engine.max_model_len", "8192 exceeds llama-2-7b's max_model_len (4096)")]
+
+
+def test_fp8_kv_on_a_gpu_without_fp8_is_allowed() -> None:
+    scenario = load_scenario(
+        {"model": "llama-2-7b", "replicas": [{"gpu": "a100-80gb", "engine": {"kv_cache_dtype": "fp8"}}]}
+    )
+    assert scenario.replicas[0].engine.kv_cache_dtype == "fp8"
+
+
+def test_inline_model_and_gpu_in_a_scenario() -> None:
+    model = MODEL_PRESETS["llama-3-8b"].model_dump() | {"name": "my-llama", "num_layers": 16}
+    gpu = GPU_PRESETS["l4"].model_dump() | {"name": "my-gpu", "memory_bytes": 48 * GIB}
+    scenario = load_scenario({"model": model, "replicas": [{"gpu": gpu}]})
+    assert resolve_model(scenario.model).num_layers == 16
+    assert resolve_gpu(scenario.replicas[0].gpu).memory_bytes == 48 * GIB
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "presets.md"
+
+
+def test_docs_list_every_preset_and_their_yaml_example_loads() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    for name in [*MODEL_PRESETS, *GPU_PRESETS]:
+        assert f"| `{name}` |" in text, name
+    example = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    scenario = load_scenario(yaml.safe_load(example))
+    assert resolve_model(scenario.model).weight_dtype == "fp8"
+    assert resolve_gpu(scenario.replicas[0].gpu).memory_bytes == 48 * GIB

@@ -1,0 +1,62 @@
+"""Bad input: every error names the source, the field path and the rule."""
+
+from __future__ import annotations
+
+import pytest
+
+import kvsim
+from kvsim.errors import ScenarioError
+
+
+def problems(source, overrides=()) -> list[tuple[str, str]]:
+    with pytest.raises(ScenarioError) as exc:
+        kvsim.load_scenario(source, overrides)
+    return exc.value.problems
+
+
+def test_unknown_key_is_named_with_its_path():
+    assert problems({"replicas": [{"engine": {"max_num_seq": 4}}]}) == [
+        ("replicas.0.engine.max_num_seq", "unknown field (not allowed here)")
+    ]
+
+
+def test_out_of_range_value_names_the_rule():
+    ((path, rule),) = problems({"replicas": [{"engine": {"block_size": 0}}]})
+    assert path == "replicas.0.engine.block_size" and "greater than or equal to 1" in rule
+
+
+def test_unknown_preset_names_the_field():
+    ((path, rule),) = problems({"replicas": [{"gpu": "h1000"}]})
+    assert path == "replicas.0.gpu" and "h1000" in rule
+
+
+def test_file_errors_name_the_file_and_line(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("seed: 1\nreplicas: [\n")
+    with pytest.raises(ScenarioError) as exc:
+        kvsim.load_scenario(f)
+    assert str(f) in str(exc.value) and "line" in exc.value.problems[0][0]
+
+
+def test_override_errors_name_the_override():
+    assert problems(None, ["seed"])[0] == ("seed", "override must look like dotted.key=value")
+    ((path, _),) = problems(None, ["replicas.5.tp=2"])
+    assert path == "replicas.5"
+    ((path, _),) = problems(None, ["sim.fast_forward=maybe"])
+    assert path == "sim.fast_forward"
+
+
+def test_override_reaches_into_defaults_the_file_left_out():
+    s = kvsim.load_scenario({"seed": 3}, ["replicas.0.tp=2", "workload.num_requests=5"])
+    assert s.replicas[0].tp == 2 and s.workload.num_requests == 5 and s.seed == 3
+
+
+def test_duplicate_replica_group_names_are_rejected():
+    ((path, rule),) = problems({"replicas": [{"name": "a"}, {"name": "a"}]})
+    assert path == "" and "unique" in rule
+
+
+def test_scenario_is_frozen():
+    s = kvsim.load_scenario(None)
+    with pytest.raises(Exception, match="frozen"):
+        s.seed = 4  # type: ignore[misc]

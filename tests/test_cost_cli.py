@@ -16,9 +16,9 @@ from kvsim.cost.roofline import RooflineCostModel
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
 
 LLAMA3, H100 = MODEL_PRESETS["llama-3-8b"], GPU_PRESETS["h100-sxm"]
-# NVIDIA H200 SXM datasheet figures (see tests/test_calibrated.py).
+# NVIDIA H200 SXM datasheet figures, as a spec file (the CLI accepts one in place of a preset).
 H200 = {
-    "name": "h200-sxm",
+    "name": "h200",
     "memory_bytes": 141 * 10**9,
     "hbm_bandwidth_bytes_per_s": 4.8e12,
     "bf16_flops": 989e12,
@@ -51,7 +51,7 @@ def test_profiles_lists_the_shipped_h200_profiles(capsys: pytest.CaptureFixture[
         "name": "h200-llama-3-8b-bf16-tp1",
         "kind": "kernels",
         "model": "llama-3-8b",
-        "gpu": "h200-sxm",
+        "gpu": "h200",
         "dtype": "bf16",
         "kv_dtypes": "bf16,fp8",
         "tp": "1",
@@ -203,7 +203,7 @@ def test_compare_and_fit_roofline_on_the_shipped_profile(
         capsys,
     )
     assert code == 0 and "memory_efficiency" in text
-    assert json.loads(out_path.read_text())["gpu"] == "h200-sxm"
+    assert json.loads(out_path.read_text())["gpu"] == "h200"
 
 
 def test_predict_refuses_a_profile_of_another_model(
@@ -245,4 +245,4 @@ def test_unknown_gpu_names_the_presets(tmp_path: Path, capsys: pytest.CaptureFix
         ],
         capsys,
     )
-    assert code == 2 and "unknown GPU 'tpu' (presets: a100-80gb, h100-sxm" in err
+    assert code == 2 and "unknown GPU preset 'tpu'" in err and "or a YAML/JSON GpuSpec file" in err

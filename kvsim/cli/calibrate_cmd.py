@@ -32,7 +32,7 @@ from kvsim.cost.config import ProfileCostConfig, RooflineCostConfig
 from kvsim.cost.factory import build_cost_model
 from kvsim.cost.profile import Profile, load_profile, model_shape, shipped_profiles, write_profile
 from kvsim.errors import KvsimError, ProfileError
-from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
+from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, unknown_name_message
 from kvsim.specs import GpuSpec, ModelSpec
 
 
@@ -106,11 +106,10 @@ def _load_spec(text: str, presets: dict[str, Any], cls: type, what: str) -> Any:
             return cls(**yaml.safe_load(path.read_text()))
         except (OSError, yaml.YAMLError, TypeError, ValueError) as exc:
             raise KvsimError(f"{path}: not a valid {cls.__name__}: {exc}") from exc
-    if text.lower() in presets:
-        return presets[text.lower()]
-    raise KvsimError(
-        f"unknown {what} {text!r} (presets: {', '.join(sorted(presets))}; or a YAML/JSON spec file)"
-    )
+    if text.strip().lower() in presets:
+        return presets[text.strip().lower()]
+    message = unknown_name_message(what, text, presets)
+    raise KvsimError(f"{message}; or a YAML/JSON {cls.__name__} file")
 
 
 def _model(text: str | None) -> ModelSpec:

@@ -23,11 +23,11 @@ class RooflineCostConfig(_Frozen):
 
     Defaults (sources in docs/cost-model.md): compute 0.6 of dense peak, between large
     GEMMs (0.71-0.83 of 989 TFLOP/s measured on an H200) and attention (torch SDPA reached
-    0.33 there; FlashAttention-2 reports 50-73% of A100 peak); memory 0.7 of datasheet HBM
-    bandwidth (one layer's weight GEMMs streamed at 0.66 at one token on the H200, a plain
-    copy at 0.80-0.90); 20 us per layer, the H200 profile's floor for one layer's
-    elementwise kernels replayed from a CUDA graph (18 us); 0.5 ms of CPU per iteration
-    (an assumption of the order vLLM reports for its scheduling and input preparation).
+    0.33 there; FlashAttention-2 reports 50-73% of A100 peak); memory 0.8 of datasheet HBM
+    bandwidth, near the device-copy ceiling (0.80-0.90 measured on an H200); no per-layer
+    overhead; 0.5 ms of CPU per iteration (an assumption of the order vLLM reports for its
+    scheduling and input preparation). The H200 measurements favour memory 0.7 and 20 us
+    per layer for torch kernels (docs/cost-model.md); fit your own with ``kvsim calibrate``.
     """
 
     kind: Literal["roofline"] = "roofline"
@@ -38,7 +38,7 @@ class RooflineCostConfig(_Frozen):
         description="Fraction of dense tensor-core peak achieved by GEMMs and attention.",
     )
     memory_efficiency: float = Field(
-        default=0.7,
+        default=0.8,
         gt=0,
         le=1,
         description="Fraction of peak HBM bandwidth achieved when streaming weights and KV.",
@@ -53,7 +53,7 @@ class RooflineCostConfig(_Frozen):
         ),
     )
     per_layer_overhead_s: float = Field(
-        default=2e-5,
+        default=0.0,
         ge=0,
         description="Fixed time per transformer layer per iteration (small kernels, launch gaps), seconds.",
     )

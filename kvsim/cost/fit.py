@@ -46,7 +46,7 @@ from kvsim.specs import GpuSpec, ModelSpec
 
 CSV_COLUMNS = ("tp", "phase", "batch_size", "prompt_tokens", "context_tokens", "time_s")
 #: Weight of the pull of each log-parameter towards its starting value.
-RIDGE = 1e-6
+RIDGE = 1e-8
 
 
 @dataclass(frozen=True)

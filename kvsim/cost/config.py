@@ -24,7 +24,7 @@ class RooflineCostConfig(_Frozen):
     Defaults (sources in docs/cost-model.md): compute 0.6 of dense peak, between large
     GEMMs (0.71-0.83 of 989 TFLOP/s measured on an H200) and attention (torch SDPA reached
     0.33 there; FlashAttention-2 reports 50-73% of A100 peak); memory 0.8 of datasheet HBM
-    bandwidth, near the device-copy ceiling (0.80-0.90 measured on an H200); no per-layer
+    bandwidth, near the device-copy ceiling (0.79-0.90 measured on an H200); no per-layer
     overhead; 0.5 ms of CPU per iteration (an assumption of the order vLLM reports for its
     scheduling and input preparation). The H200 measurements favour memory 0.7 and 20 us
     per layer for torch kernels (docs/cost-model.md); fit your own with ``kvsim calibrate``.

@@ -123,8 +123,17 @@ def _nvidia_driver_version() -> str | None:
 class _Harness:
     """One calibration run: the device, dtype, grids and progress sink."""
 
-    def __init__(self, shape: ModelShape, tp: int, device: torch.device, grids: Grids, progress: Progress):
+    def __init__(
+        self,
+        shape: ModelShape,
+        tp: int,
+        device: torch.device,
+        grids: Grids,
+        progress: Progress,
+        cuda_graphs: bool,
+    ):
         self.shape, self.tp, self.device, self.grids, self.progress = shape, tp, device, grids, progress
+        self.cuda_graphs = cuda_graphs
         self.dtype = _TORCH_DTYPES[shape.dtype]
         self.gen = torch.Generator(device=device).manual_seed(0)
 
@@ -132,8 +141,15 @@ class _Harness:
         t = torch.randn(*size, generator=self.gen, device=self.device, dtype=torch.float32)
         return t.to(dtype or self.dtype)
 
-    def _time(self, fn: Callable[[int], object]) -> float:
-        return time_median_s(fn, self.device, warmup=self.grids.warmup, repeats=self.grids.repeats)
+    def _time(self, fn: Callable[[int], object], variants: int = 1, graph: bool = True) -> float:
+        return time_median_s(
+            fn,
+            self.device,
+            warmup=self.grids.warmup,
+            repeats=self.grids.repeats,
+            variants=variants,
+            cuda_graph=graph and self.cuda_graphs,
+        )
 
     def gemm(self) -> dict[str, Any]:
         shapes = self.shape.linear_shapes(self.tp)
@@ -145,7 +161,9 @@ class _Harness:
             row = []
             for t in tokens:
                 x = self._randn(t, k)
-                row.append(self._time(lambda i, x=x, ws=weights: torch.matmul(x, ws[i % len(ws)])))
+                row.append(
+                    self._time(lambda i, x=x, ws=weights: torch.matmul(x, ws[i % len(ws)]), len(weights))
+                )
                 del x
             times[name] = row
             del weights
@@ -247,6 +265,8 @@ class _Harness:
                 row.append(self._time(paged_decode))
                 del q
             table.append(row)
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()  # the largest gathers take tens of GB
             self.progress(
                 f"decode attention {kv_dtype} batch={b}: {len(contexts)} contexts, "
                 f"{row[-1] * 1e3:.3f} ms at context {contexts[-1]}"
@@ -272,7 +292,7 @@ class _Harness:
             src = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
             src.random_(0, 256, generator=self.gen)
             dst = torch.empty_like(src)
-            times.append(self._time(lambda _i, s=src, d=dst: d.copy_(s)))
+            times.append(self._time(lambda _i, s=src, d=dst: d.copy_(s), graph=False))
             del src, dst
         bw = max(2 * n / t for n, t in zip(sizes, times, strict=True))
         self.progress(f"HBM copy: {bw / 1e12:.3f} TB/s counting read + write")
@@ -285,8 +305,8 @@ class _Harness:
         for nbytes in sizes:
             host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
             dev = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
-            h2d.append(self._time(lambda _i, h=host, d=dev: d.copy_(h, non_blocking=True)))
-            d2h.append(self._time(lambda _i, h=host, d=dev: h.copy_(d, non_blocking=True)))
+            h2d.append(self._time(lambda _i, h=host, d=dev: d.copy_(h, non_blocking=True), graph=False))
+            d2h.append(self._time(lambda _i, h=host, d=dev: h.copy_(d, non_blocking=True), graph=False))
             del host, dev
         bw_h2d = max(n / t for n, t in zip(sizes, h2d, strict=True))
         bw_d2h = max(n / t for n, t in zip(sizes, d2h, strict=True))
@@ -333,6 +353,7 @@ def run_calibration(
     gpu: str | None = None,
     grids: Grids | None = None,
     per_iteration_overhead_s: float = 5e-4,
+    cuda_graphs: bool = True,
     command: str = "",
     progress: Progress | None = None,
 ) -> dict[str, Any]:
@@ -341,7 +362,8 @@ def run_calibration(
     ``gpu`` is the kvsim GPU preset this device corresponds to (recorded so that the
     profile is refused for scenarios on another GPU); ``grids`` overrides the grids chosen
     from the device type and ``quick``; ``per_iteration_overhead_s`` is recorded as the
-    profile's CPU overhead per iteration, which kernels cannot measure.
+    profile's CPU overhead per iteration, which kernels cannot measure; ``cuda_graphs``
+    times CUDA work by replaying CUDA graphs (see `calibration.timing`).
     """
     shape.check_tp(tp)
     if device == "cuda" and not torch.cuda.is_available():
@@ -349,7 +371,7 @@ def run_calibration(
     dev = torch.device(device)
     grids = grids or grids_for(dev.type, quick)
     say = progress or _stderr_progress
-    h = _Harness(shape, tp, dev, grids, say)
+    h = _Harness(shape, tp, dev, grids, say, cuda_graphs and dev.type == "cuda")
     info = device_info(dev)
     say(f"{shape.name} tp={tp} {shape.dtype} on {info['name']} ({'quick' if quick else 'default'} grids)")
     started = dt.datetime.now(dt.UTC)
@@ -365,7 +387,7 @@ def run_calibration(
             "tp": tp,
             "gpu": gpu,
             "device": info,
-            "settings": {"quick": quick, **grids.to_dict()},
+            "settings": {"quick": quick, "cuda_graphs": h.cuda_graphs, **grids.to_dict()},
             "per_iteration_overhead_s": per_iteration_overhead_s,
             "gemm": h.gemm(),
             "elementwise": h.elementwise(),

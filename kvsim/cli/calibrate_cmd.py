@@ -32,7 +32,7 @@ from kvsim.cost.config import ProfileCostConfig, RooflineCostConfig
 from kvsim.cost.factory import build_cost_model
 from kvsim.cost.profile import Profile, load_profile, model_shape, shipped_profiles, write_profile
 from kvsim.errors import KvsimError, ProfileError
-from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
+from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, unknown_name_message
 from kvsim.specs import GpuSpec, ModelSpec
 
 
@@ -57,6 +57,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree to measure (default 1)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="device to measure on")
     p.add_argument("--quick", action="store_true", help="smaller grids (under 1 minute on an H100/H200)")
+    p.add_argument(
+        "--no-cuda-graphs",
+        dest="cuda_graphs",
+        action="store_false",
+        help="time CUDA kernels eagerly instead of replaying CUDA graphs (includes host launch gaps)",
+    )
     p.add_argument(
         "--per-iteration-overhead-s",
         type=float,
@@ -100,11 +106,10 @@ def _load_spec(text: str, presets: dict[str, Any], cls: type, what: str) -> Any:
             return cls(**yaml.safe_load(path.read_text()))
         except (OSError, yaml.YAMLError, TypeError, ValueError) as exc:
             raise KvsimError(f"{path}: not a valid {cls.__name__}: {exc}") from exc
-    if text.lower() in presets:
-        return presets[text.lower()]
-    raise KvsimError(
-        f"unknown {what} {text!r} (presets: {', '.join(sorted(presets))}; or a YAML/JSON spec file)"
-    )
+    if text.strip().lower() in presets:
+        return presets[text.strip().lower()]
+    message = unknown_name_message(what, text, presets)
+    raise KvsimError(f"{message}; or a YAML/JSON {cls.__name__} file")
 
 
 def _model(text: str | None) -> ModelSpec:
@@ -120,8 +125,29 @@ def _gpu(text: str | None, profile: Profile | None = None) -> GpuSpec:
     return _load_spec(text, GPU_PRESETS, GpuSpec, "GPU")  # type: ignore[no-any-return]
 
 
-def _command_line() -> str:
-    return "kvsim " + shlex.join(sys.argv[1:]) if sys.argv and sys.argv[0] else ""
+def _measure_command(args: argparse.Namespace) -> str:
+    """The ``kvsim calibrate`` command line that reproduces a measurement (recorded in the profile)."""
+    parts = ["kvsim", "calibrate", "--model", args.model, "--tp", str(args.tp), "--device", args.device]
+    parts += ["--quick"] if args.quick else []
+    parts += ["--gpu", args.gpu] if args.gpu else []
+    parts += [] if args.cuda_graphs else ["--no-cuda-graphs"]
+    parts += ["--out", args.out]
+    return shlex.join(parts)
+
+
+def _fit_command(args: argparse.Namespace) -> str:
+    """The ``kvsim calibrate --fit-*`` command line (recorded in the profile)."""
+    source = (
+        ["--fit-measurements", args.fit_measurements]
+        if args.fit_measurements
+        else ["--fit-roofline", args.fit_roofline]
+    )
+    parts = ["kvsim", "calibrate", *source]
+    for flag, value in (("--model", args.model), ("--gpu", args.gpu), ("--out", args.out)):
+        parts += [flag, value] if value else []
+    if args.per_layer_overhead_s is not None:
+        parts += ["--per-layer-overhead-s", repr(args.per_layer_overhead_s)]
+    return shlex.join(parts)
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -149,7 +175,7 @@ def _measure(args: argparse.Namespace) -> int:
         raise KvsimError(f"calibration measures dense attention models; {model.name!r} is MLA or MoE")
     if model.weight_dtype not in ("fp16", "bf16"):
         raise KvsimError(f"calibration measures fp16/bf16 models; {model.name!r} is {model.weight_dtype}")
-    shape = ModelShape(**{k: v for k, v in model_shape(model).items()})
+    shape = ModelShape(**model_shape(model))
     try:
         profile = run_calibration(
             shape,
@@ -158,7 +184,8 @@ def _measure(args: argparse.Namespace) -> int:
             quick=args.quick,
             gpu=args.gpu,
             per_iteration_overhead_s=args.per_iteration_overhead_s,
-            command=_command_line(),
+            cuda_graphs=args.cuda_graphs,
+            command=_measure_command(args),
         )
     except (RuntimeError, ValueError) as exc:
         raise KvsimError(f"calibration failed: {exc}") from exc
@@ -246,7 +273,7 @@ def _fit_measurements(args: argparse.Namespace) -> int:
     model, gpu = _model(args.model), _gpu(args.gpu)
     points = fit.read_points(args.fit_measurements)
     result = fit.fit_roofline(points, model=model, gpu=gpu, per_layer_overhead_s=args.per_layer_overhead_s)
-    data = fit.roofline_fit_profile(result, model=model, gpu=gpu, points=points, command=_command_line())
+    data = fit.roofline_fit_profile(result, model=model, gpu=gpu, points=points, command=_fit_command(args))
     write_profile(data, args.out)
     _print_fit(result)
     print(f"wrote {args.out}", file=sys.stderr)
@@ -275,15 +302,20 @@ def _fit_roofline(args: argparse.Namespace) -> int:
     )
     _print_fit(result)
     if args.out:
-        data = fit.roofline_fit_profile(result, model=model, gpu=gpu, points=points, command=_command_line())
+        data = fit.roofline_fit_profile(
+            result, model=model, gpu=gpu, points=points, command=_fit_command(args)
+        )
         write_profile(data, args.out)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
 
 def _print_fit(result: fit.FitResult) -> None:
-    print("fitted roofline parameters (scenario: cost_model: {kind: roofline, ...}):")
-    print(yaml.safe_dump(result.config.model_dump(exclude={"kind"}), sort_keys=False).rstrip())
+    print("fitted roofline parameters (4 significant digits; the profile keeps full precision):")
+    params = {
+        k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in result.config.model_dump().items()
+    }
+    print(yaml.safe_dump(params, sort_keys=False).rstrip())
     print(
         f"points: {result.num_points}; median |relative error|: prefill "
         f"{_fmt(result.median_abs_rel_error_prefill)}, decode {_fmt(result.median_abs_rel_error_decode)}"

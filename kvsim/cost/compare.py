@@ -2,15 +2,16 @@
 
 For a kernels profile, one row per measured kernel point (one layer on one TP shard):
 
-    gemm/<op>   T tokens              roofline: max(2 T k n / (peak ce), (k n + T k + T n) b / (bw me))
-    prefill     q new after c cached  roofline: max(4 heads hd pairs / (peak ce), kv_layer (q + c) / (bw me))
-    decode/<kv> n requests x context  roofline: max(4 heads hd n ctx / (peak ce), kv_layer n ctx / (bw me))
+    gemm/<op>   T tokens             roofline: max(2 T k n / (peak ce), (k n + T k + T n) b / (bw me))
+    prefill     q new after c cached roofline: max(4 heads hd pairs / (peak ce), kv_layer (q+c) / (bw kv_me))
+    decode/<kv> n requests x context roofline: max(4 heads hd n ctx / (peak ce), kv_layer n ctx / (bw kv_me))
 
 plus one row per whole iteration (``iteration/prefill``, ``iteration/decode``) where the
 calibrated model's prediction is set against the roofline's. For a roofline-fit profile,
 one row per fitted measurement: measured, fitted roofline, default roofline.
 ``*_rel_err`` is (model - measured) / measured, or (roofline - calibrated) / calibrated
-on iteration rows.
+on iteration rows. ``ce``, ``me`` and ``kv_me`` are the roofline's compute, memory and
+KV-read efficiencies (``kv_me`` defaults to ``me``).
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from kvsim.cost.config import ProfileCostConfig, RooflineCostConfig
-from kvsim.cost.factory import build_cost_model, roofline_config_from_profile
+from kvsim.cost.calibrated import CalibratedCostModel
+from kvsim.cost.config import RooflineCostConfig
+from kvsim.cost.factory import roofline_config_from_profile
 from kvsim.cost.fit import Point, point_time_s
-from kvsim.cost.profile import Profile
+from kvsim.cost.profile import Profile, check_profile_matches
 from kvsim.cost.roofline import RooflineCostModel
 from kvsim.kv_sizing import kv_bytes_per_token
 from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
@@ -61,6 +63,7 @@ def compare_rows(
     data, tp = profile.data, profile.tps[0]
     peak = gpu.peak_flops(model.weight_dtype) * cfg.compute_efficiency
     bw = gpu.hbm_bandwidth_bytes_per_s * cfg.memory_efficiency
+    bw_kv = gpu.hbm_bandwidth_bytes_per_s * (cfg.kv_memory_efficiency or cfg.memory_efficiency)
     wb = KV_DTYPE_BYTES[model.weight_dtype]
     rows: list[dict[str, Any]] = []
     gemm = data["gemm"]
@@ -69,25 +72,20 @@ def compare_rows(
             roof = max(2.0 * t * k * n / peak, (k * n + t * k + t * n) * wb / bw)
             rows.append(_row(f"gemm/{op}", t, None, measured, None, roof))
     heads, hd, layers = model.num_attention_heads / tp, model.head_dim, model.num_layers
-    calibrated = build_cost_model(
-        ProfileCostConfig(profile=profile.source),
-        model=model,
-        gpu=gpu,
-        tp=tp,
-        kv_cache_dtype=kv_cache_dtype,
-    )
+    check_profile_matches(profile, model=model, gpu=gpu, tp=tp, kv_cache_dtype=kv_cache_dtype)
+    calibrated = CalibratedCostModel(profile, model=model, gpu=gpu, tp=tp, kv_cache_dtype=kv_cache_dtype)
     pf = data["prefill_attention"]
     kv_layer_auto = kv_bytes_per_token(model, "auto", tp) / layers
     for i, q in enumerate(pf["chunk_tokens"]):
         for j, c in enumerate(pf["context_tokens"]):
             pairs = q * c + q * (q + 1) // 2
-            roof = max(4.0 * heads * hd * pairs / peak, kv_layer_auto * (q + c) / bw)
-            rows.append(_row("prefill", q, c, pf["time_s"][i][j], calibrated.prefill(q, c), roof))  # type: ignore[attr-defined]
+            roof = max(4.0 * heads * hd * pairs / peak, kv_layer_auto * (q + c) / bw_kv)
+            rows.append(_row("prefill", q, c, pf["time_s"][i][j], calibrated.prefill(q, c), roof))
     for kv, dec in data["decode_attention"].items():
         kv_layer = kv_bytes_per_token(model, kv, tp) / layers
         for i, b in enumerate(dec["batch_sizes"]):
             for j, c in enumerate(dec["context_tokens"]):
-                roof = max(4.0 * heads * hd * b * c / peak, kv_layer * b * c / bw)
+                roof = max(4.0 * heads * hd * b * c / peak, kv_layer * b * c / bw_kv)
                 rows.append(_row(f"decode/{kv}", b, c, dec["time_s"][i][j], None, roof))
     roof_model = RooflineCostModel(model, gpu, cfg, tp=tp, kv_cache_dtype=kv_cache_dtype)
     dec = data["decode_attention"][model.weight_dtype if kv_cache_dtype == "auto" else kv_cache_dtype]

@@ -19,11 +19,15 @@ class _Frozen(BaseModel):
 
 
 class RooflineCostConfig(_Frozen):
-    """Analytic roofline: each phase takes max(FLOPs / peak, bytes / bandwidth).
+    """Analytic roofline: linear layers and attention each take max(FLOPs / peak, bytes / bandwidth).
 
-    Defaults: well-tuned LLM kernels reach about 60-70% of tensor-core peak on large
-    GEMMs and 80-90% of HBM bandwidth on streaming reads; see docs/cost-model.md for the
-    sources of these figures.
+    Defaults (sources in docs/cost-model.md): compute 0.6 of dense peak, between large
+    GEMMs (0.71-0.83 of 989 TFLOP/s measured on an H200) and attention (torch SDPA reached
+    0.33 there; FlashAttention-2 reports 50-73% of A100 peak); memory 0.8 of datasheet HBM
+    bandwidth, near the device-copy ceiling (0.79-0.90 measured on an H200); no per-layer
+    overhead; 0.5 ms of CPU per iteration (an assumption of the order vLLM reports for its
+    scheduling and input preparation). The H200 measurements favour memory 0.7 and 20 us
+    per layer for torch kernels (docs/cost-model.md); fit your own with ``kvsim calibrate``.
     """
 
     kind: Literal["roofline"] = "roofline"
@@ -39,10 +43,19 @@ class RooflineCostConfig(_Frozen):
         le=1,
         description="Fraction of peak HBM bandwidth achieved when streaming weights and KV.",
     )
+    kv_memory_efficiency: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description=(
+            "Fraction of peak HBM bandwidth achieved when attention reads the KV cache; "
+            "None uses memory_efficiency."
+        ),
+    )
     per_layer_overhead_s: float = Field(
         default=0.0,
         ge=0,
-        description="Fixed time per transformer layer per iteration (kernel launches), seconds.",
+        description="Fixed time per transformer layer per iteration (small kernels, launch gaps), seconds.",
     )
     per_iteration_overhead_s: float = Field(
         default=0.0005,
@@ -57,7 +70,10 @@ class RooflineCostConfig(_Frozen):
     allreduce_bandwidth_bytes_per_s: float | None = Field(
         default=None,
         gt=0,
-        description="All-reduce bus bandwidth; None uses the GPU's interconnect bandwidth.",
+        description=(
+            "All-reduce bandwidth per GPU (a ring sends 2(tp-1)/tp of the message through it); "
+            "None uses the GPU's interconnect bandwidth."
+        ),
     )
 
 

@@ -80,7 +80,7 @@ def check_cost_references(scenario: Scenario, base_dir: Path | None = None) -> l
     problems: list[tuple[str, str]] = []
     try:
         model = resolve_model(scenario.model)
-    except KeyError:
+    except LookupError:
         return problems  # reported by the presets check
     for i, group in enumerate(scenario.replicas):
         cfg = group.cost_model
@@ -88,7 +88,7 @@ def check_cost_references(scenario: Scenario, base_dir: Path | None = None) -> l
             continue
         try:
             gpu = resolve_gpu(group.gpu)
-        except KeyError:
+        except LookupError:
             continue
         try:
             profile = load_profile(cfg.profile, base_dir)

@@ -13,7 +13,8 @@ A measurement point is one row of a CSV with columns
 `fit_roofline` fits, by Levenberg-Marquardt on log-time residuals (numpy only), the
 roofline parameters of `kvsim.cost.roofline`:
 
-    compute_efficiency, memory_efficiency        always
+    compute_efficiency, memory_efficiency,       always
+    kv_memory_efficiency                         (attention's KV reads)
     fixed = layers * per_layer_overhead_s + per_iteration_overhead_s
     allreduce_latency_s, allreduce_bandwidth     when some points have tp > 1
 
@@ -45,7 +46,7 @@ from kvsim.specs import GpuSpec, ModelSpec
 
 CSV_COLUMNS = ("tp", "phase", "batch_size", "prompt_tokens", "context_tokens", "time_s")
 #: Weight of the pull of each log-parameter towards its starting value.
-RIDGE = 1e-6
+RIDGE = 1e-8
 
 
 @dataclass(frozen=True)
@@ -153,12 +154,13 @@ class FitResult:
 _NAMES = (
     "compute_efficiency",
     "memory_efficiency",
+    "kv_memory_efficiency",
     "fixed_s",
     "allreduce_latency_s",
     "allreduce_bandwidth_bytes_per_s",
 )
-_LOWER = np.log([1e-3, 1e-3, 1e-9, 1e-9, 1e6])
-_UPPER = np.log([1.0, 1.0, 10.0, 1e-1, 1e15])
+_LOWER = np.log([1e-3, 1e-3, 1e-3, 1e-9, 1e-9, 1e6])
+_UPPER = np.log([1.0, 1.0, 1.0, 10.0, 1e-1, 1e15])
 
 
 class _Features:
@@ -182,11 +184,11 @@ class _Features:
         self.hbm = gpu.hbm_bandwidth_bytes_per_s
 
     def predict(self, theta: np.ndarray) -> np.ndarray:
-        ce, me, fixed, lat, bw = np.exp(theta)
-        rate_f, rate_b = self.peak * ce, self.hbm * me
+        ce, me, kve, fixed, lat, bw = np.exp(theta)
+        rate_f, rate_b, rate_kv = self.peak * ce, self.hbm * me, self.hbm * kve
         return (
             np.maximum(self.lin_flops / rate_f, self.weight_bytes / rate_b)
-            + np.maximum(self.attn_flops / rate_f, self.kv_bytes / rate_b)
+            + np.maximum(self.attn_flops / rate_f, self.kv_bytes / rate_kv)
             + self.num_allreduces * lat
             + self.ar_bytes / bw
             + fixed
@@ -250,11 +252,12 @@ def fit_roofline(
     feats = _Features(measured, model, gpu, kv_cache_dtype)
     log_t = np.log([p.time_s for p in measured])
     with_tp = any(p.tp > 1 for p in measured)
-    free = np.array([True, True, True, with_tp, with_tp])
+    free = np.array([True, True, True, True, with_tp, with_tp])
     lat0 = init.allreduce_latency_s if init.allreduce_latency_s is not None else gpu.interconnect_latency_s
     bw0 = init.allreduce_bandwidth_bytes_per_s or gpu.interconnect_bandwidth_bytes_per_s
     fixed0 = max(model.num_layers * init.per_layer_overhead_s + init.per_iteration_overhead_s, 1e-6)
-    prior = np.log([init.compute_efficiency, init.memory_efficiency, fixed0, max(lat0, 1e-9), bw0])
+    kve0 = init.kv_memory_efficiency or init.memory_efficiency
+    prior = np.log([init.compute_efficiency, init.memory_efficiency, kve0, fixed0, max(lat0, 1e-9), bw0])
     sqrt_ridge = math.sqrt(RIDGE)
 
     def residual(theta: np.ndarray) -> np.ndarray:
@@ -265,18 +268,19 @@ def fit_roofline(
     for ce in (0.3, 0.6, 0.9):
         for me in (0.4, 0.7, 0.95):
             start = prior.copy()
-            start[:2] = np.log([ce, me])
+            start[:3] = np.log([ce, me, me])
             theta, cost = _levenberg_marquardt(residual, start, free)
             if best is None or cost < best[1]:
                 best = (theta, cost)
     assert best is not None
-    ce, me, fixed, lat, bw = (float(v) for v in np.exp(best[0]))
+    ce, me, kve, fixed, lat, bw = (float(v) for v in np.exp(best[0]))
     pio = fixed - model.num_layers * plo
     if pio < 0:
         plo, pio = fixed / model.num_layers, 0.0
     config = RooflineCostConfig(
         compute_efficiency=min(ce, 1.0),
         memory_efficiency=min(me, 1.0),
+        kv_memory_efficiency=min(kve, 1.0),
         per_layer_overhead_s=plo,
         per_iteration_overhead_s=pio,
         allreduce_latency_s=lat if with_tp else init.allreduce_latency_s,

@@ -38,6 +38,7 @@ refuses a profile measured for another model, dtype, KV dtype, TP degree or GPU.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass
@@ -142,7 +143,7 @@ class _Checker:
             return None
         if values[0] < minimum:
             self.fail(path, f"must start at >= {minimum}")
-        if any(b <= a for a, b in zip(values, values[1:], strict=False)):
+        if any(b <= a for a, b in itertools.pairwise(values)):
             self.fail(path, "must be strictly increasing")
         return values
 
@@ -175,7 +176,8 @@ def validate_profile(data: Any, source: str = "<profile>") -> None:
         raise ProfileError(f"{source}: format: must be {PROFILE_FORMAT!r}, got {data.get('format')!r}")
     if data.get("version") != PROFILE_VERSION:
         raise ProfileError(
-            f"{source}: version: this kvsim reads profile version {PROFILE_VERSION}, got {data.get('version')!r}"
+            f"{source}: version: this kvsim reads profile version {PROFILE_VERSION}, "
+            f"got {data.get('version')!r}"
         )
     kind = data.get("kind")
     if kind not in PROFILE_KINDS:
@@ -280,7 +282,7 @@ def _validate_roofline_fit(c: _Checker, data: dict[str, Any]) -> None:
 
 
 def resolve_profile_path(name_or_path: str | Path, base_dir: Path | None = None) -> Path:
-    """The file a profile reference names: a path (absolute, or relative to ``base_dir``) or a shipped name."""
+    """The file a profile reference names: a path (absolute or relative to ``base_dir``) or a shipped name."""
     text = str(name_or_path)
     looks_like_path = "/" in text or "\\" in text or text.endswith(".json")
     if looks_like_path:

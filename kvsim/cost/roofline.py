@@ -6,7 +6,7 @@ is the sum of two roofline terms, the all-reduces and fixed overheads:
     linear   = max((2 * P_lin/tp * tokens + 2 * h * V/tp * seqs) / (peak * compute_eff),
                    (P_lin + h * V)/tp * bytes_per_weight / (hbm_bw * memory_eff))
     attention= max(4 * layers * heads/tp * head_dim * pairs / (peak * compute_eff),
-                   kv_bytes_per_token_shard * kv_tokens / (hbm_bw * memory_eff))
+                   kv_bytes_per_token_shard * kv_tokens / (hbm_bw * kv_memory_eff))
     comm     = 2 * layers * (allreduce_latency + 2 (tp-1)/tp * tokens * h * act_bytes / allreduce_bw)
                (tp > 1: one all-reduce after attention, one after the MLP, ring algorithm)
     time     = linear + attention + comm + layers * per_layer_overhead + per_iteration_overhead
@@ -80,6 +80,9 @@ class RooflineCostModel:
         self._kv_bytes_per_token = kv_bytes_per_token(model, kv_cache_dtype, tp)
         self._flops_rate = gpu.peak_flops(model.weight_dtype) * cfg.compute_efficiency
         self._bytes_rate = gpu.hbm_bandwidth_bytes_per_s * cfg.memory_efficiency
+        self._kv_bytes_rate = gpu.hbm_bandwidth_bytes_per_s * (
+            cfg.kv_memory_efficiency or cfg.memory_efficiency
+        )
         self._fixed_s = model.num_layers * cfg.per_layer_overhead_s + cfg.per_iteration_overhead_s
         self._num_allreduces = 2 * model.num_layers if tp > 1 else 0
         self._ar_bus_bytes_per_token = (
@@ -132,7 +135,7 @@ class RooflineCostModel:
         t = self._linear_s(n_tokens, n_seqs)
         t += max(
             self._attn_flops_per_pair * pairs / self._flops_rate,
-            self._kv_bytes_per_token * kv_tokens / self._bytes_rate,
+            self._kv_bytes_per_token * kv_tokens / self._kv_bytes_rate,
         )
         t += self._ar_fixed_s + self._ar_s_per_token * n_tokens
         t += self._fixed_s
@@ -150,7 +153,7 @@ class RooflineCostModel:
         t_linear = self._linear_s(num_seqs, num_seqs)
         attn = np.maximum(
             self._attn_flops_per_pair * ctx / self._flops_rate,
-            self._kv_bytes_per_token * ctx / self._bytes_rate,
+            self._kv_bytes_per_token * ctx / self._kv_bytes_rate,
         )
         t = t_linear + attn
         t = t + (self._ar_fixed_s + self._ar_s_per_token * num_seqs)

@@ -18,6 +18,7 @@ import yaml
 from pydantic import ValidationError
 
 from kvsim.config import Scenario
+from kvsim.cost.factory import check_cost_references
 from kvsim.errors import ScenarioError
 from kvsim.presets import check_scenario_references
 from kvsim.workload import resolve_workload_paths
@@ -113,14 +114,19 @@ def parse_yaml(text: str, source: str) -> dict[str, Any]:
     return data
 
 
-def validate(data: Mapping[str, Any], source: str = "<scenario>") -> Scenario:
-    """Validate plain data into a `Scenario`, or raise `ScenarioError`."""
+def validate(data: Mapping[str, Any], source: str = "<scenario>", base_dir: Path | None = None) -> Scenario:
+    """Validate plain data into a `Scenario`, or raise `ScenarioError`.
+
+    ``base_dir`` resolves relative cost-profile paths (the scenario file's folder).
+    """
     try:
         scenario = Scenario.model_validate(dict(data))
     except ValidationError as err:
         raise ScenarioError(source, _validation_problems(err)) from None
     # Checks that need the presets (unknown model or GPU names and so on).
     problems = check_scenario_references(scenario)
+    if not problems:
+        problems = check_cost_references(scenario, base_dir)
     if problems:
         raise ScenarioError(source, problems)
     return scenario
@@ -134,6 +140,7 @@ def load_scenario(
 
     ``None`` loads the embedded default scenario.
     """
+    base_dir: Path | None = None
     if isinstance(source, Scenario):
         data, name = source.model_dump(mode="json", exclude_unset=False), f"<scenario {source.name}>"
     elif source is None:
@@ -144,12 +151,13 @@ def load_scenario(
     else:
         # Trace paths in a file are relative to the file: make them absolute, so that the
         # resolved scenario saved beside a result reloads from anywhere.
-        data, name = resolve_workload_paths(read_yaml(source), Path(source).resolve().parent), str(source)
+        base_dir = Path(source).resolve().parent
+        data, name = resolve_workload_paths(read_yaml(source), base_dir), str(source)
     if overrides:
         # Apply overrides to the fully resolved scenario, so that paths into defaults the
         # file left out (``replicas.0.tp`` in a file without ``replicas``) exist.
-        data = apply_overrides(validate(data, name).model_dump(mode="json"), overrides)
-    return validate(data, name)
+        data = apply_overrides(validate(data, name, base_dir).model_dump(mode="json"), overrides)
+    return validate(data, name, base_dir)
 
 
 def dump_scenario(scenario: Scenario) -> str:

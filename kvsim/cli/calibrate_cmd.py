@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``calibrate``, ``profiles`` and ``predict`` to the parser."""
     p = sub.add_parser(
         "calibrate",
-        help="measure cost curves with torch, fit the roofline, or compare models",
+        help="Measure cost curves with torch, fit the roofline, or compare models",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -83,11 +83,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--out", help="profile file to write")
     p.set_defaults(func=_calibrate)
 
-    p = sub.add_parser("profiles", help="list the cost profiles shipped with kvsim")
+    p = sub.add_parser("profiles", help="List the cost profiles shipped with kvsim")
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(func=_profiles)
 
-    p = sub.add_parser("predict", help="predict iteration times of measurement points with a cost model")
+    p = sub.add_parser("predict", help="Predict iteration times of measurement points with a cost model")
     p.add_argument("--cost-model", required=True, help="'roofline' or a profile name/path")
     p.add_argument("--model", required=True, help="model preset name or ModelSpec file")
     p.add_argument("--gpu", required=True, help="GPU preset name or GpuSpec file")

@@ -123,7 +123,11 @@ def load_sweep(path: str | Path) -> tuple[SweepSpec, list[Point]]:
         if not values:
             raise SweepError(f"{path}: grid.{key}: needs at least one value")
     base_path = path.parent / spec.base
-    base = resolve_workload_paths(read_yaml(base_path), base_path.parent)
+    # Overrides apply to the fully resolved base, so that paths into defaults the base file
+    # left out (``replicas.0.tp`` in a file without ``replicas``) exist.
+    base = validate(
+        resolve_workload_paths(read_yaml(base_path), base_path.parent), str(base_path), base_path.parent
+    ).model_dump(mode="json")
     keys = list(spec.grid)
     combos = [dict(zip(keys, values, strict=True)) for values in itertools.product(*spec.grid.values())]
     listed = spec.points or [{}]

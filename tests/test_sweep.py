@@ -66,9 +66,9 @@ def test_grid_expansion(sweep_file: Path) -> None:
     assert points[0].overrides == {"workload.arrival.rate_per_s": 1.0, "replicas.0.engine.block_size": 16}
     assert points[1].overrides == {"workload.arrival.rate_per_s": 1.0, "replicas.0.engine.block_size": 32}
     assert points[0].data["workload"]["num_requests"] == 7
-    assert points[0].data["replicas"] == [
-        {"name": "replica", "gpu": "h100-sxm", "engine": {"block_size": 16}}
-    ]
+    group = points[0].data["replicas"][0]  # the resolved base, every default written out
+    assert (group["name"], group["gpu"], group["engine"]["block_size"]) == ("replica", "h100-sxm", 16)
+    assert points[1].data["replicas"][0]["engine"]["block_size"] == 32
     assert len({p.point_id for p in points}) == 8
     assert points[0].point_id == point_id({"workload.num_requests": 7, **points[0].overrides})
 
@@ -185,3 +185,11 @@ def test_cli_sweep_runs_the_simulator(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "2 already done" in capsys.readouterr().out
     f.write_text("base: base.yaml\ngrid: {workload.num_requests: [0]}\n")
     assert main(["sweep", str(f), "--out", str(tmp_path / "bad"), "--jobs", "1"]) == 1
+
+
+def test_overrides_reach_into_defaults_the_base_left_out(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text("seed: 1\n")  # no replicas section at all
+    f = tmp_path / "s.yaml"
+    f.write_text("base: base.yaml\ngrid: {replicas.0.tp: [1, 2]}\n")
+    _, points = load_sweep(f)
+    assert [p.data["replicas"][0]["tp"] for p in points] == [1, 2]

@@ -3,7 +3,7 @@
 # one stamp file per set of extras, redone only when pyproject.toml changes.
 #
 #   make run        set up, then simulate the embedded default scenario (ARGS="..." passes options)
-#   make test       set up (dev, dashboard and calibration extras), then run the test suite
+#   make test       set up (dev, dashboard, calibration and ray extras), then run the test suite
 #   make lint       ruff check + ruff format --check
 #   make bench      the speed benchmark (benchmarks/run.py)
 #   make dashboard  the Streamlit dashboard
@@ -20,7 +20,7 @@ ARGS ?=
 run: $(VENV)/.installed-dev
 	$(BIN)/kvsim run $(ARGS)
 
-test: $(VENV)/.installed-dev,dashboard,calibration
+test: $(VENV)/.installed-dev,dashboard,calibration,ray
 	$(BIN)/python -m pytest -q -n 2 $(ARGS)
 
 lint: $(VENV)/.installed-dev

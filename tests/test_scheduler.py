@@ -181,3 +181,10 @@ def test_sliding_window_frees_blocks_out_of_the_window():
     assert len(block_ids(a)) == 4
     step(s, 1)  # computed 16 -> tokens before 16-8+1=9 are out: blocks 0 and 1 freed
     assert a.num_skipped_blocks == 2 and len(block_ids(a)) == 3
+
+
+def test_without_chunked_prefill_a_prompt_over_the_budget_is_rejected():
+    s = make(num_blocks=20, max_num_batched_tokens=8, enable_chunked_prefill=False)
+    assert not s.add_request(Request(spec(0, 9, output=1)))
+    assert s.add_request(Request(spec(1, 8, output=1)))
+    assert [e.kind for e in s.events] == ["reject"]

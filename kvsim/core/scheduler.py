@@ -149,7 +149,14 @@ class Scheduler:
         needed_blocks = -(-req.total_tokens // self.block_size)
         if self.sliding_window is not None:
             needed_blocks = min(needed_blocks, -(-self.sliding_window // self.block_size) + 1)
-        if (limit is not None and req.total_tokens > limit) or needed_blocks > self.pool.num_blocks:
+        # Without chunked prefill a prompt must fit one iteration's budget (vLLM refuses
+        # such configurations; kvsim rejects the requests that could never start).
+        too_long_prompt = not self.chunked_prefill and req.prompt_tokens > self.max_num_batched_tokens
+        if (
+            (limit is not None and req.total_tokens > limit)
+            or needed_blocks > self.pool.num_blocks
+            or too_long_prompt
+        ):
             req.status = Status.REJECTED
             self.events.append(KvEvent("reject", req.request_id, needed_blocks))
             return False

@@ -269,7 +269,18 @@ def run_scenario(scenario: kvsim.Scenario, label: str | None = None) -> Run:
     run = _runs().get(key)
     if run is None:
         bar = st.progress(0, text=f"Running {scenario.name} ...")
-        result = kvsim.run(scenario, progress=progress_callback(bar))
+        try:
+            result = kvsim.run(scenario, progress=progress_callback(bar))
+        except kvsim.KvsimError as exc:  # bad input found while running (a trace file, a profile)
+            bar.empty()
+            st.error(f"**{scenario.name}** cannot run: {exc}", icon="🚫")
+            st.stop()
+            raise AssertionError("unreachable: st.stop() ends the script") from exc
+        except Exception as exc:  # a bug: say so in words, never a traceback
+            bar.empty()
+            st.error(f"**{scenario.name}**: the simulation failed ({type(exc).__name__}: {exc}).", icon="🚫")
+            st.stop()
+            raise AssertionError("unreachable: st.stop() ends the script") from exc
         bar.empty()
         run = Run(label or f"{scenario.name} #{len(_runs()) + 1}", result)
         add_run(key, run)

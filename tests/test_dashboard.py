@@ -247,3 +247,17 @@ def test_calibration_page() -> None:
         assert _charts(at) == 1
     else:
         assert "No cost profiles found" in at.info[0].value
+
+
+def test_a_scenario_that_fails_while_running_shows_an_error_not_a_traceback(tmp_path: Path) -> None:
+    # Valid as a scenario, but its trace file is missing: the failure comes from kvsim.run.
+    missing = tmp_path / "no-such-trace.jsonl"
+    at = _app()
+    at.radio[0].set_value("Edit YAML").run()
+    text = f"workload: {{kind: trace, format: mooncake, path: '{missing}'}}\n"
+    at.text_area(key="yaml_editor").set_value(text).run()
+    assert not at.exception and not at.error
+    next(b for b in at.button if b.label == "Run").click()
+    at.run()
+    assert not at.exception
+    assert any("no-such-trace" in e.value for e in at.error)

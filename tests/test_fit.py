@@ -13,22 +13,9 @@ from kvsim.cost.config import RooflineCostConfig
 from kvsim.cost.fit import Point, fit_roofline, point_time_s, read_points
 from kvsim.cost.roofline import RooflineCostModel
 from kvsim.errors import KvsimError
-from kvsim.presets import GPU_PRESETS
-from kvsim.specs import ModelSpec
+from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
 
-# Llama-2-70B (Touvron et al. 2023; HF config.json): 80 layers, d=8192, 64 heads, 8 KV heads.
-LLAMA2_70B = ModelSpec(
-    name="llama-2-70b",
-    num_layers=80,
-    hidden_size=8192,
-    num_attention_heads=64,
-    num_kv_heads=8,
-    head_dim=128,
-    intermediate_size=28672,
-    vocab_size=32000,
-    num_params=68.98e9,
-    max_model_len=4096,
-)
+LLAMA2_70B = MODEL_PRESETS["llama-2-70b"]
 A100 = GPU_PRESETS["a100-80gb"]
 TRUE = RooflineCostConfig(
     compute_efficiency=0.55,

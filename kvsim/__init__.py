@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 
 from kvsim.config import Scenario
 from kvsim.engine.simulator import run
-from kvsim.errors import KvsimError, ProfileError, ScenarioError, TraceError
+from kvsim.errors import KvsimError, ProfileError, ResultDirError, ScenarioError, TraceError
 from kvsim.result import Result
 from kvsim.scenario_io import dump_scenario, load_scenario
 
@@ -19,6 +19,7 @@ __all__ = [
     "KvsimError",
     "ProfileError",
     "Result",
+    "ResultDirError",
     "Scenario",
     "ScenarioError",
     "TraceError",

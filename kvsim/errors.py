@@ -27,3 +27,7 @@ class ProfileError(KvsimError):
 
 class TraceError(KvsimError):
     """A trace file cannot be read; the message names the file and the line."""
+
+
+class ResultDirError(KvsimError):
+    """A result folder cannot be written or read; the message names the folder and why."""

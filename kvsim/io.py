@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kvsim.errors import KvsimError, ScenarioError
+from kvsim.errors import ResultDirError, ScenarioError
 from kvsim.result import Result
 from kvsim.scenario_io import dump_scenario, load_scenario
 
@@ -43,10 +43,6 @@ TABLE_FILES: dict[str, str] = {
 }
 #: Every file of a result folder, in the order they are written.
 RESULT_FILES: tuple[str, ...] = (SUMMARY_FILE, *TABLE_FILES.values(), SCENARIO_FILE)
-
-
-class ResultDirError(KvsimError):
-    """A result folder cannot be written or read; the message names the folder and why."""
 
 
 def json_safe(value: Any) -> Any:

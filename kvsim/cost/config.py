@@ -30,7 +30,7 @@ class RooflineCostConfig(_Frozen):
     per layer for torch kernels (docs/cost-model.md); fit your own with ``kvsim calibrate``.
     """
 
-    kind: Literal["roofline"] = "roofline"
+    kind: Literal["roofline"] = Field(default="roofline", description="Selects this variant (roofline).")
     compute_efficiency: float = Field(
         default=0.6,
         gt=0,
@@ -80,14 +80,14 @@ class RooflineCostConfig(_Frozen):
 class ConstantCostConfig(_Frozen):
     """Every iteration takes ``step_time_s`` whatever it does (for tests and queueing theory)."""
 
-    kind: Literal["constant"] = "constant"
+    kind: Literal["constant"] = Field(default="constant", description="Selects this variant (constant).")
     step_time_s: float = Field(gt=0, description="Duration of every engine iteration, seconds.")
 
 
 class ProfileCostConfig(_Frozen):
     """Cost curves measured on a real GPU by ``kvsim calibrate``."""
 
-    kind: Literal["profile"] = "profile"
+    kind: Literal["profile"] = Field(default="profile", description="Selects this variant (profile).")
     profile: str = Field(description="Name of a shipped profile (see `kvsim profiles`) or a path to one.")
     per_iteration_overhead_s: float | None = Field(
         default=None, ge=0, description="CPU time per iteration; None uses the profile's value."

@@ -47,14 +47,14 @@ def _kind_or(default: str) -> Callable[[Any], str]:
 class PoissonArrivals(_Frozen):
     """Exponential inter-arrival times at a constant rate."""
 
-    kind: Literal["poisson"] = "poisson"
+    kind: Literal["poisson"] = Field(default="poisson", description="Selects this variant (poisson).")
     rate_per_s: float = Field(gt=0, description="Mean arrival rate, requests per second.")
 
 
 class GammaArrivals(_Frozen):
     """Gamma inter-arrival times: a given mean rate and coefficient of variation (CV > 1: bursty)."""
 
-    kind: Literal["gamma"] = "gamma"
+    kind: Literal["gamma"] = Field(default="gamma", description="Selects this variant (gamma).")
     rate_per_s: float = Field(gt=0, description="Mean arrival rate, requests per second.")
     cv: float = Field(gt=0, description="Coefficient of variation of inter-arrival times (1: Poisson).")
 
@@ -62,7 +62,7 @@ class GammaArrivals(_Frozen):
 class ConstantArrivals(_Frozen):
     """Evenly spaced arrivals (a deterministic process, for queueing checks)."""
 
-    kind: Literal["constant"] = "constant"
+    kind: Literal["constant"] = Field(default="constant", description="Selects this variant (constant).")
     rate_per_s: float = Field(gt=0, description="Arrivals per second; the gap is 1 / rate.")
 
 
@@ -72,7 +72,7 @@ class OnOffArrivals(_Frozen):
     Period lengths are exponential with the given means; the process starts ON.
     """
 
-    kind: Literal["onoff"] = "onoff"
+    kind: Literal["onoff"] = Field(default="onoff", description="Selects this variant (onoff).")
     rate_on_per_s: float = Field(gt=0, description="Arrival rate during bursts, requests per second.")
     rate_off_per_s: float = Field(default=0.0, ge=0, description="Arrival rate between bursts.")
     mean_on_s: float = Field(gt=0, description="Mean length of a burst, seconds.")
@@ -87,7 +87,7 @@ class OnOffArrivals(_Frozen):
 class RampArrivals(_Frozen):
     """Poisson arrivals whose rate changes linearly, then stays at the end rate."""
 
-    kind: Literal["ramp"] = "ramp"
+    kind: Literal["ramp"] = Field(default="ramp", description="Selects this variant (ramp).")
     start_rate_per_s: float = Field(ge=0, description="Rate at time 0, requests per second.")
     end_rate_per_s: float = Field(ge=0, description="Rate from ``duration_s`` on, requests per second.")
     duration_s: float = Field(gt=0, description="Length of the ramp, seconds.")
@@ -106,7 +106,7 @@ class RampArrivals(_Frozen):
 class DiurnalArrivals(_Frozen):
     """Poisson arrivals with a sinusoidal rate: mean x (1 + amplitude x sin(2 pi (t + phase) / period))."""
 
-    kind: Literal["diurnal"] = "diurnal"
+    kind: Literal["diurnal"] = Field(default="diurnal", description="Selects this variant (diurnal).")
     mean_rate_per_s: float = Field(gt=0, description="Mean arrival rate over a period, requests per second.")
     amplitude: float = Field(
         default=0.5, ge=0, lt=1, description="Relative swing of the rate around its mean (0: constant)."
@@ -136,14 +136,14 @@ ArrivalConfig = Annotated[
 class FixedLength(_Frozen):
     """Every request has the same number of tokens."""
 
-    kind: Literal["fixed"] = "fixed"
+    kind: Literal["fixed"] = Field(default="fixed", description="Selects this variant (fixed).")
     tokens: int = Field(ge=1, description="Number of tokens.")
 
 
 class UniformLength(_Frozen):
     """Token counts uniform on the integers ``min_tokens..max_tokens`` (both included)."""
 
-    kind: Literal["uniform"] = "uniform"
+    kind: Literal["uniform"] = Field(default="uniform", description="Selects this variant (uniform).")
     min_tokens: int = Field(ge=1, description="Smallest count.")
     max_tokens: int = Field(ge=1, description="Largest count.")
 
@@ -157,7 +157,7 @@ class UniformLength(_Frozen):
 class LognormalLength(_Frozen):
     """Lognormal token counts with a given mean and coefficient of variation, rounded and clipped."""
 
-    kind: Literal["lognormal"] = "lognormal"
+    kind: Literal["lognormal"] = Field(default="lognormal", description="Selects this variant (lognormal).")
     mean_tokens: float = Field(gt=0, description="Mean number of tokens before clipping.")
     cv: float = Field(default=1.0, gt=0, description="Coefficient of variation (std / mean).")
     min_tokens: int = Field(default=1, ge=1, description="Lower clip.")
@@ -181,7 +181,7 @@ class LognormalLength(_Frozen):
 class ZipfLength(_Frozen):
     """Bounded Zipf (power-law) token counts: P(k) proportional to k^-exponent on min..max."""
 
-    kind: Literal["zipf"] = "zipf"
+    kind: Literal["zipf"] = Field(default="zipf", description="Selects this variant (zipf).")
     exponent: float = Field(default=1.2, gt=0, description="Power-law exponent (larger: shorter).")
     min_tokens: int = Field(default=1, ge=1, description="Smallest count.")
     max_tokens: int = Field(ge=1, le=10_000_000, description="Largest count.")
@@ -199,7 +199,7 @@ TraceFormat = Literal["mooncake", "azure", "burstgpt", "csv", "jsonl"]
 class EmpiricalLength(_Frozen):
     """Token counts resampled (with replacement) from a trace file's prompt or output lengths."""
 
-    kind: Literal["empirical"] = "empirical"
+    kind: Literal["empirical"] = Field(default="empirical", description="Selects this variant (empirical).")
     path: str = Field(description="Trace file; a relative path is relative to the scenario file's folder.")
     format: TraceFormat = Field(default="azure", description="Format of the trace file.")
     field: Literal["prompt", "output"] = Field(description="Which lengths to resample.")
@@ -255,7 +255,7 @@ class TenantShare(_Frozen):
 class SyntheticWorkload(_Frozen):
     """Requests drawn from distributions, with optional shared prefixes, sessions and tenants."""
 
-    kind: Literal["synthetic"] = "synthetic"
+    kind: Literal["synthetic"] = Field(default="synthetic", description="Selects this variant (synthetic).")
     num_requests: int = Field(
         default=1000, ge=1, description="Number of prompts sent (turns of all sessions; before sampling n)."
     )
@@ -313,7 +313,7 @@ class TraceWorkload(_Frozen):
     ``csv`` / ``jsonl`` with a ``columns`` mapping.
     """
 
-    kind: Literal["trace"] = "trace"
+    kind: Literal["trace"] = Field(default="trace", description="Selects this variant (trace).")
     path: str = Field(description="Trace file; a relative path is relative to the scenario file's folder.")
     format: TraceFormat = Field(description="File format.")
     columns: dict[str, str] = Field(

@@ -60,3 +60,23 @@ def test_scenario_is_frozen():
     s = kvsim.load_scenario(None)
     with pytest.raises(Exception, match="frozen"):
         s.seed = 4  # type: ignore[misc]
+
+
+def test_every_schema_field_has_a_description():
+    from kvsim.scenario_io import scenario_json_schema
+
+    missing: list[str] = []
+
+    def walk(node: object, path: str) -> None:
+        if isinstance(node, dict):
+            for name, prop in node.get("properties", {}).items():
+                if "description" not in prop:
+                    missing.append(f"{path}.{name}")
+            for key, value in node.items():
+                walk(value, f"{path}/{key}")
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, path)
+
+    walk(scenario_json_schema(), "")
+    assert missing == []

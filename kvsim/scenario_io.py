@@ -135,12 +135,14 @@ def validate(data: Mapping[str, Any], source: str = "<scenario>", base_dir: Path
 def load_scenario(
     source: str | Path | Mapping[str, Any] | Scenario | None = None,
     overrides: Iterable[str] | Mapping[str, Any] = (),
+    *,
+    base_dir: Path | None = None,
 ) -> Scenario:
     """Load a scenario from a YAML path, a mapping or a `Scenario`, then apply overrides.
 
-    ``None`` loads the embedded default scenario.
+    ``None`` loads the embedded default scenario. ``base_dir`` resolves relative cost-profile
+    paths of a mapping or `Scenario` source (a file's own folder is used for a file).
     """
-    base_dir: Path | None = None
     if isinstance(source, Scenario):
         data, name = source.model_dump(mode="json", exclude_unset=False), f"<scenario {source.name}>"
     elif source is None:

@@ -80,3 +80,11 @@ def test_every_schema_field_has_a_description():
 
     walk(scenario_json_schema(), "")
     assert missing == []
+
+
+def test_run_checks_a_scenario_built_in_code():
+    from kvsim.config import ReplicaGroup, Scenario
+
+    bad = Scenario(replicas=[ReplicaGroup(gpu="no-such-gpu")])
+    with pytest.raises(ScenarioError, match=r"replicas\.0\.gpu"):
+        kvsim.run(bad)

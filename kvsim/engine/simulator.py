@@ -115,8 +115,9 @@ def run(
     """
     if isinstance(scenario, str | Path) and base_dir is None:
         base_dir = Path(scenario).resolve().parent
-    if not isinstance(scenario, Scenario) or overrides:
-        scenario = load_scenario(scenario, overrides)
+    # Always through load_scenario: a Scenario built in code also gets the checks that
+    # need the presets and profiles (unknown names, TP, memory, profile matching).
+    scenario = load_scenario(scenario, overrides, base_dir=base_dir)
     model = resolve_model(scenario.model)
     if requests is not None:
         specs, workload_summary = (

@@ -46,6 +46,22 @@ class RooflineTerms(NamedTuple):
     num_layers: int
 
 
+def _tally(batch: Batch) -> tuple[int, int, int, int]:
+    """(attended pairs, KV tokens touched, tokens, sequences) of an iteration.
+
+    Attended pairs of a prefill chunk of q new tokens after c cached ones: q*c + q(q+1)/2
+    (causal); of a decode, its context. KV tokens: q + c per chunk, the context per decode.
+    """
+    pairs = kv_tokens = batch.decode_context_tokens
+    n_tokens = n_seqs = batch.num_decode_seqs
+    for q, c in batch.prefill_chunks:
+        pairs += q * c + q * (q + 1) // 2
+        kv_tokens += q + c
+        n_tokens += q
+        n_seqs += 1
+    return pairs, kv_tokens, n_tokens, n_seqs
+
+
 def layer_linear_params(model: ModelSpec) -> float:
     """Parameters used per token by the transformer layers (excludes embedding and LM head)."""
     embed = model.vocab_size * model.hidden_size
@@ -100,15 +116,7 @@ class RooflineCostModel:
 
     def terms(self, batch: Batch) -> RooflineTerms:
         """The iteration's FLOPs, bytes and all-reduce volume on one shard."""
-        pairs = batch.decode_context_tokens
-        kv_tokens = batch.decode_context_tokens
-        n_tokens = batch.num_decode_seqs
-        n_seqs = batch.num_decode_seqs
-        for q, c in batch.prefill_chunks:
-            pairs += q * c + q * (q + 1) // 2
-            kv_tokens += q + c
-            n_tokens += q
-            n_seqs += 1
+        pairs, kv_tokens, n_tokens, n_seqs = _tally(batch)
         return RooflineTerms(
             linear_flops=self._linear_flops_per_token * n_tokens + self._lm_flops_per_seq * n_seqs,
             weight_bytes=self._weight_bytes if n_tokens else 0.0,
@@ -121,15 +129,7 @@ class RooflineCostModel:
 
     # Hot path: called once per engine iteration; plain float arithmetic, no numpy.
     def step_time_s(self, batch: Batch) -> float:
-        pairs = batch.decode_context_tokens
-        kv_tokens = batch.decode_context_tokens
-        n_tokens = batch.num_decode_seqs
-        n_seqs = batch.num_decode_seqs
-        for q, c in batch.prefill_chunks:
-            pairs += q * c + q * (q + 1) // 2
-            kv_tokens += q + c
-            n_tokens += q
-            n_seqs += 1
+        pairs, kv_tokens, n_tokens, n_seqs = _tally(batch)
         if n_tokens == 0:
             return 0.0
         t = self._linear_s(n_tokens, n_seqs)

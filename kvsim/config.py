@@ -80,6 +80,11 @@ class EngineConfig(_Frozen):
     max_model_len: int | None = Field(
         default=None, ge=1, description="Longest prompt + output accepted; None uses the model's limit."
     )
+    enable_kv_cache: bool = Field(
+        default=True,
+        description="False prices every decode step as recomputing the whole sequence, as a model "
+        "without a KV cache must (the quadratic-cost demonstration); memory accounting is unchanged.",
+    )
 
 
 class ReplicaGroup(_CostHolder):

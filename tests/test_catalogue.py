@@ -49,6 +49,22 @@ HEADLINE = (
 # scenario with its overrides and copying the summary values; say why in the commit.
 GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
+        "decode_without_kv_cache.yaml",
+        {"workload.num_requests": 2},
+        {
+            "num_finished": 2,
+            "total_kv_blocks": 28293,
+            "num_preemptions": 0,
+            "num_swaps": 0,
+            "prefix_hit_rate": 0.0,
+            "ttft_p50_s": 0.006101472573107003,
+            "ttft_p99_s": 0.006101472573107003,
+            "max_itl_p99_s": 0.05088748306866364,
+            "throughput_tokens_per_s": 8.9310371529761,
+            "kv_usage_peak": 0.004559431661541724,
+        },
+    ),
+    (
         "chat_sessions.yaml",
         {"workload.num_requests": 300},
         {

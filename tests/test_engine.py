@@ -217,3 +217,34 @@ def test_private_blocks_change_nothing_but_speed(monkeypatch, mode):
     assert_frame_equal(fast.requests, plain.requests)
     assert_frame_equal(fast.iterations, plain.iterations)
     assert_frame_equal(fast.events, plain.events)
+
+
+def test_without_a_kv_cache_each_decode_recomputes_the_sequence():
+    # A lone request: with the cache, decode i attends to P + i tokens; without it, step i
+    # prefills all P + i tokens again, so the total grows quadratically with the output.
+    from kvsim.cost.base import Batch
+    from kvsim.cost.roofline import RooflineCostModel
+    from kvsim.presets import resolve_gpu, resolve_model
+
+    cost = RooflineCostModel(resolve_model("llama-3-8b"), resolve_gpu("h100-sxm"))
+    prompt, out = 16, 1024
+    scenario = {
+        "model": "llama-3-8b",
+        "replicas": [{"gpu": "h100-sxm", "engine": {"enable_kv_cache": False}}],
+    }
+    res = kvsim.run(scenario, requests=[spec(0, prompt, output=out)])
+    expected = 0.0
+    for i in range(out):  # step 0 is the prompt, step i recomputes prompt + i tokens
+        expected += cost.step_time_s(Batch(prefill_chunks=[(prompt + i, 0)]))
+    assert res.requests.e2e_s[0] == pytest.approx(expected, rel=1e-12)
+    cached = kvsim.run(
+        {**scenario, "replicas": [{"gpu": "h100-sxm"}]}, requests=[spec(0, prompt, output=out)]
+    )
+    assert res.requests.e2e_s[0] > 2 * cached.requests.e2e_s[0]
+    # Doubling the output: about 2x with the cache, nearly 4x without (the quadratic term).
+    longer = kvsim.run(scenario, requests=[spec(0, prompt, output=2 * out)])
+    longer_cached = kvsim.run(
+        {**scenario, "replicas": [{"gpu": "h100-sxm"}]}, requests=[spec(0, prompt, output=2 * out)]
+    )
+    assert longer.requests.e2e_s[0] > 3.3 * res.requests.e2e_s[0]
+    assert longer_cached.requests.e2e_s[0] < 2.1 * cached.requests.e2e_s[0]

@@ -97,6 +97,7 @@ class Scheduler:
         self.chunked_prefill = config.enable_chunked_prefill
         self.long_prefill_threshold = config.long_prefill_token_threshold
         self.priority_policy = config.scheduling_policy == "priority"
+        self.kv_cache_enabled = config.enable_kv_cache
         self.swap_mode = config.preemption_mode == "swap"
         self.num_host_blocks = num_host_blocks
         self.host_blocks_used = 0
@@ -211,7 +212,7 @@ class Scheduler:
         # 1. Running requests, in order.
         bs = self.block_size
         caching = kv.enable_caching
-        no_window = self.sliding_window is None
+        no_window = self.sliding_window is None and self.kv_cache_enabled  # the hot path's premise
         # Decodes are tallied as they are scheduled (the hot path); everything else is
         # classified in _make_output.
         num_fast_decodes = 0
@@ -328,9 +329,11 @@ class Scheduler:
                 if n == 0:
                     continue
                 c = req.num_computed_tokens
-                if n == 1 and req.num_output_tokens and c == req.num_tokens - 1:
+                if n == 1 and req.num_output_tokens and c == req.num_tokens - 1 and self.kv_cache_enabled:
                     num_decode += 1
                     decode_ctx += c + 1 if window is None or c < window else window
+                elif not self.kv_cache_enabled:
+                    chunks.append((c + n, 0))  # no KV cache: every step recomputes the sequence
                 else:
                     chunks.append((n, c if window is None or c < window else window))
         out = SchedulerOutput(

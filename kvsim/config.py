@@ -80,11 +80,27 @@ class EngineConfig(_Frozen):
     max_model_len: int | None = Field(
         default=None, ge=1, description="Longest prompt + output accepted; None uses the model's limit."
     )
+    kv_allocation: Literal["paged", "reserve_max", "reserve_pow2", "reserve_oracle"] = Field(
+        default="paged",
+        description="paged: blocks on demand (vLLM). reserve_*: one contiguous run of blocks per "
+        "request, reserved at admission as Orca-style systems do, for max_model_len tokens (max), "
+        "prompt + output rounded up to a power of two (pow2), or exactly prompt + output (oracle); "
+        "the vLLM paper's baselines (Kwon et al., SOSP 2023, section 6.1).",
+    )
     enable_kv_cache: bool = Field(
         default=True,
         description="False prices every decode step as recomputing the whole sequence, as a model "
         "without a KV cache must (the quadratic-cost demonstration); memory accounting is unchanged.",
     )
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineConfig:
+        if self.kv_allocation != "paged" and self.enable_prefix_caching:
+            raise ValueError(
+                f"kv_allocation {self.kv_allocation!r} reserves private contiguous memory per request: "
+                "set enable_prefix_caching: false"
+            )
+        return self
 
 
 class ReplicaGroup(_CostHolder):

@@ -92,6 +92,7 @@ def _sections(s: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str, str]
                 ("total blocks", _count(s.get("total_kv_blocks")), ""),
                 ("peak usage", _percent(s.get("kv_usage_peak")), "%"),
                 ("mean usage", _percent(s.get("kv_usage_mean")), "% (time-weighted)"),
+                ("token states", _percent(s.get("kv_token_usage_mean")), "% of the pool (time-weighted)"),
                 ("preemptions", _count(s.get("num_preemptions")), ""),
                 ("swaps", _count(s.get("num_swaps")), ""),
             ],

@@ -59,6 +59,10 @@ ITERATION_COLUMNS: dict[str, str] = {
     "kv_blocks_cached": "Free blocks that still hold a cached prefix (hittable, evictable).",
     "kv_blocks_free": "Free blocks (including the cached ones).",
     "kv_usage": "kv_blocks_used / total blocks.",
+    "kv_tokens_stored": "Tokens whose KV the running requests hold once the iteration is done "
+    "(their computed tokens; a shared prefix counts once per request).",
+    "kv_token_usage": "kv_tokens_stored / (total blocks x block_size): the share of the KV pool "
+    "holding token states (the vLLM paper's measure of memory waste).",
 }
 
 #: Event log.
@@ -140,9 +144,20 @@ def summarize(
     if len(iterations):
         usage = iterations["kv_usage"].to_numpy(dtype=float)
         dur = iterations["duration_s"].to_numpy(dtype=float)
+        tokens = iterations["kv_token_usage"].to_numpy(dtype=float)
+        weighted = dur.sum() > 0
         out["kv_usage_peak"] = float(usage.max())
-        out["kv_usage_mean"] = float(np.average(usage, weights=dur)) if dur.sum() > 0 else float(usage.mean())
+        out["kv_usage_mean"] = float(np.average(usage, weights=dur)) if weighted else float(usage.mean())
+        out["kv_token_usage_mean"] = (
+            float(np.average(tokens, weights=dur)) if weighted else float(tokens.mean())
+        )
+        loaded = iterations["num_waiting"].to_numpy() > 0
+        out["kv_token_usage_loaded_mean"] = (
+            float(np.average(tokens[loaded], weights=dur[loaded])) if dur[loaded].sum() > 0 else float("nan")
+        )
     else:
         out["kv_usage_peak"] = 0.0
         out["kv_usage_mean"] = 0.0
+        out["kv_token_usage_mean"] = 0.0
+        out["kv_token_usage_loaded_mean"] = float("nan")
     return out

@@ -105,3 +105,18 @@ def test_too_many_blocks_requested_is_an_error():
 def test_bad_policy_is_rejected():
     with pytest.raises(ValueError, match="eviction_policy"):
         BlockPool(2, eviction_policy="fifo")
+
+
+def test_contiguous_reservation_is_first_fit_and_suffers_external_fragmentation():
+    pool = BlockPool(8)
+    a = pool.get_contiguous_blocks(3)
+    b = pool.get_contiguous_blocks(2)
+    c = pool.get_contiguous_blocks(3)
+    assert (ids(a), ids(b), ids(c)) == ([0, 1, 2], [3, 4], [5, 6, 7])
+    pool.free_blocks(reversed(a))
+    pool.free_blocks(reversed(c))
+    # 6 blocks are free, but the longest run is 3: a 4-block reservation must wait.
+    assert pool.num_free_blocks == 6
+    assert pool.get_contiguous_blocks(4) is None
+    assert ids(pool.get_contiguous_blocks(3)) == [0, 1, 2]
+    pool.check_invariants()

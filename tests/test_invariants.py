@@ -92,8 +92,12 @@ class SchedulerMachine(RuleBasedStateMachine):
         policy=st.sampled_from(["fcfs", "priority"]),
         eviction=st.sampled_from(["lru", "lfu"]),
         caching=st.booleans(),
+        allocation=st.sampled_from(["paged", "paged", "reserve_pow2", "reserve_oracle"]),
     )
-    def configure(self, budget, max_seqs, chunked, threshold, mode, policy, eviction, caching) -> None:
+    def configure(
+        self, budget, max_seqs, chunked, threshold, mode, policy, eviction, caching, allocation
+    ) -> None:
+        caching = caching and allocation == "paged"
         cfg = EngineConfig(
             block_size=4,
             max_num_batched_tokens=budget,
@@ -104,6 +108,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             scheduling_policy=policy,
             eviction_policy=eviction,
             enable_prefix_caching=caching,
+            kv_allocation=allocation,
         )
         pool = BlockPool(NUM_BLOCKS, enable_caching=caching, eviction_policy=eviction)
         self.sched = Scheduler(cfg, pool, num_host_blocks=6)
@@ -184,6 +189,7 @@ class SchedulerMachine(RuleBasedStateMachine):
                 assert r.num_output_tokens < r.target_output_tokens
             if r.status in (Status.WAITING, Status.SWAPPED, Status.REJECTED):
                 assert not r.blocks
+        assert s.num_tokens_stored == sum(r.num_computed_tokens for r in s.running)
         # Blocks conserved: used blocks are exactly the distinct blocks running requests hold.
         held = {b.block_id for r in s.running for b in r.blocks if b is not None}
         assert s.pool.num_used_blocks == len(held)

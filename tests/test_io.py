@@ -65,6 +65,8 @@ def small_result(num_requests: int = 3) -> Result:
             "kv_blocks_cached": [0, 0],
             "kv_blocks_free": [60, 59],
             "kv_usage": [0.40, 0.41],
+            "kv_tokens_stored": [640, 641],
+            "kv_token_usage": [640 / 1600, 641 / 1600],
         }
     )
     events = pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(EVENT_COLUMNS, _EVENT_DTYPES, strict=True)})

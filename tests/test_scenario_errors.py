@@ -88,3 +88,8 @@ def test_run_checks_a_scenario_built_in_code():
     bad = Scenario(replicas=[ReplicaGroup(gpu="no-such-gpu")])
     with pytest.raises(ScenarioError, match=r"replicas\.0\.gpu"):
         kvsim.run(bad)
+
+
+def test_contiguous_reservation_needs_prefix_caching_off():
+    ((path, rule),) = problems({"replicas": [{"engine": {"kv_allocation": "reserve_oracle"}}]})
+    assert path == "replicas.0.engine" and "enable_prefix_caching: false" in rule

@@ -188,3 +188,21 @@ def test_without_chunked_prefill_a_prompt_over_the_budget_is_rejected():
     assert not s.add_request(Request(spec(0, 9, output=1)))
     assert s.add_request(Request(spec(1, 8, output=1)))
     assert [e.kind for e in s.events] == ["reject"]
+
+
+def test_orca_style_reservation_holds_the_whole_sequence_from_admission():
+    # pow2 reserves prompt + next power of two of the output: 6 + 8 = 14 tokens = 4 blocks.
+    s = make(num_blocks=10, kv_allocation="reserve_pow2", enable_prefix_caching=False)
+    a = Request(spec(0, 6, output=5))
+    s.add_request(a)
+    assert step(s, 0) == [(0, 6)]
+    assert block_ids(a) == [0, 1, 2, 3] and s.num_tokens_stored == 6
+    step(s, 1)
+    assert block_ids(a) == [0, 1, 2, 3] and s.num_tokens_stored == 7  # no new block ever
+    # oracle reserves exactly prompt + output; max reserves max_model_len.
+    s2 = Scheduler(EngineConfig(block_size=4, kv_allocation="reserve_max", enable_prefix_caching=False),
+                   BlockPool(10), max_model_len=32)  # fmt: skip
+    b = Request(spec(1, 6, output=5))
+    s2.add_request(b)
+    step(s2, 0)
+    assert len(block_ids(b)) == 8

@@ -223,6 +223,28 @@ class BlockPool:
         fq.num_free_blocks -= n
         return out
 
+    def get_contiguous_blocks(self, n: int) -> list[KVBlock] | None:
+        """Take the first run of ``n`` free blocks with consecutive ids (first fit), or None.
+
+        For contiguous-reservation allocators (Orca-style baselines): free memory can be
+        plentiful yet too scattered for a run of ``n`` (external fragmentation). O(blocks).
+        """
+        if n > len(self.free_queue):
+            return None
+        run_start = 0
+        for block in self.blocks:
+            if block.ref_cnt:
+                run_start = block.block_id + 1
+            elif block.block_id - run_start + 1 == n:
+                out = self.blocks[run_start : run_start + n]
+                for b in out:
+                    self.free_queue.remove(b)
+                    if b.block_hash is not None:
+                        self._evict(b)
+                    b.ref_cnt = 1
+                return out
+        return None
+
     def _evict(self, block: KVBlock) -> None:
         h = block.block_hash
         assert h is not None

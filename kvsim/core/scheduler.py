@@ -43,6 +43,7 @@ class SchedulerOutput:
     prefill_tokens: int = 0
     decode_tokens: int = 0
     num_preempted: int = 0
+    num_scheduled_tokens: int = 0
     swap_out_blocks: int = 0
     swap_in_blocks: int = 0
     all_running_decode: bool = False
@@ -102,6 +103,12 @@ class Scheduler:
         self.num_host_blocks = num_host_blocks
         self.host_blocks_used = 0
         self.max_model_len = max_model_len
+        self.kv_allocation = config.kv_allocation
+        if self.kv_allocation == "reserve_max" and max_model_len is None:
+            raise ValueError('kv_allocation "reserve_max" needs max_model_len')
+        # Tokens whose KV the running requests hold (their computed tokens), kept exactly
+        # with O(1) work per iteration; shared prefix blocks count once per request.
+        self.num_tokens_stored = 0
         self.running: list[Request] = []
         self.swapped: deque[Request] = deque()
         self._waiting_fifo: deque[Request] = deque()
@@ -147,7 +154,7 @@ class Scheduler:
     def add_request(self, req: Request) -> bool:
         """Queue a new request; returns False (and marks it rejected) if it can never run."""
         limit = self.max_model_len
-        needed_blocks = -(-req.total_tokens // self.block_size)
+        needed_blocks = -(-self._reserved_tokens(req) // self.block_size)
         if self.sliding_window is not None:
             needed_blocks = min(needed_blocks, -(-self.sliding_window // self.block_size) + 1)
         # Without chunked prefill a prompt must fit one iteration's budget (vLLM refuses
@@ -164,6 +171,15 @@ class Scheduler:
         self._push_waiting(req)
         return True
 
+    def _reserved_tokens(self, req: Request) -> int:
+        """Token slots the request needs reserved: all it will hold (paged: grows on demand)."""
+        if self.kv_allocation == "reserve_max":
+            assert self.max_model_len is not None
+            return max(self.max_model_len, req.total_tokens)
+        if self.kv_allocation == "reserve_pow2":
+            return req.prompt_tokens + (1 << (req.target_output_tokens - 1).bit_length())
+        return req.total_tokens
+
     # -- scheduling ------------------------------------------------------------------
     def _pick_victim(self) -> Request:
         if self.priority_policy:
@@ -178,6 +194,7 @@ class Scheduler:
             if self.sliding_window is not None:
                 need = min(need, kv.num_held_blocks(victim))
             if need and self.host_blocks_used + need <= self.num_host_blocks:
+                self.num_tokens_stored -= victim.num_computed_tokens
                 kv.free(victim)
                 self.host_blocks_used += need
                 victim.swapped_blocks = need
@@ -190,6 +207,7 @@ class Scheduler:
         held = kv.num_held_blocks(victim)
         kv.publish_private_blocks(victim)
         kv.free(victim)
+        self.num_tokens_stored -= victim.num_computed_tokens
         victim.num_computed_tokens = 0
         self._push_waiting(victim, front=True)
         self.events.append(KvEvent("preempt_recompute", victim.request_id, held))
@@ -272,6 +290,7 @@ class Scheduler:
                 swap_in_blocks += req.swapped_blocks
                 self.events.append(KvEvent("swap_in", req.request_id, req.swapped_blocks))
                 req.swapped_blocks = 0
+                self.num_tokens_stored += req.num_computed_tokens
                 req.status = Status.RUNNING
                 running.append(req)
                 scheduled[req] = num_new
@@ -288,6 +307,13 @@ class Scheduler:
                 if not self.chunked_prefill and num_new > budget:
                     break
                 num_new = self._chunk(num_new, budget)
+                if self.kv_allocation != "paged":
+                    # Orca-style: reserve one contiguous run for everything the request will
+                    # hold; its tokens then never need another block.
+                    run = self.pool.get_contiguous_blocks(-(-self._reserved_tokens(req) // self.block_size))
+                    if run is None:
+                        break  # no free run that long, however much is free (external fragmentation)
+                    req.blocks = list(run)
                 if not kv.allocate_slots(req, num_new, hits):
                     break
                 self._pop_waiting()
@@ -301,6 +327,7 @@ class Scheduler:
                     req.prefix_hit_tokens = num_hit_tokens
                     req.first_scheduled_s = now
                 req.num_computed_tokens = num_hit_tokens
+                self.num_tokens_stored += num_hit_tokens
                 req.status = Status.RUNNING
                 running.append(req)
                 scheduled[req] = num_new
@@ -308,7 +335,13 @@ class Scheduler:
 
         swap_out_blocks = sum(e.num_blocks for e in self.events[swap_out_before:] if e.kind == "swap_out")
         return self._make_output(
-            scheduled, num_fast_decodes, fast_decode_ctx, num_preempted, swap_out_blocks, swap_in_blocks
+            scheduled,
+            num_fast_decodes,
+            fast_decode_ctx,
+            num_preempted,
+            swap_out_blocks,
+            swap_in_blocks,
+            self.max_num_batched_tokens - budget,
         )
 
     def _make_output(
@@ -319,6 +352,7 @@ class Scheduler:
         num_preempted: int,
         swap_out_blocks: int,
         swap_in_blocks: int,
+        num_scheduled_tokens: int,
     ) -> SchedulerOutput:
         """Classify what was scheduled; ``num_decode`` / ``decode_ctx`` already count the
         fast-path decodes, marked 0 in ``scheduled``."""
@@ -337,6 +371,7 @@ class Scheduler:
                 else:
                     chunks.append((n, c if window is None or c < window else window))
         out = SchedulerOutput(
+            num_scheduled_tokens=num_scheduled_tokens,
             tokens=scheduled,
             batch=Batch(prefill_chunks=chunks, num_decode_seqs=num_decode, decode_context_tokens=decode_ctx),
             num_prefill_seqs=len(chunks),
@@ -354,6 +389,7 @@ class Scheduler:
     def update(self, out: SchedulerOutput, t_end: float) -> None:
         """Apply an iteration's outcome at its end time: advance tokens, sample, finish."""
         any_finished = False
+        self.num_tokens_stored += out.num_scheduled_tokens
         for req, n in out.tokens.items():
             nc = req.num_computed_tokens + (n or 1)
             req.num_computed_tokens = nc
@@ -376,6 +412,7 @@ class Scheduler:
             self.running = [r for r in self.running if r.status is Status.RUNNING]
 
     def _finish(self, req: Request, t_end: float) -> None:
+        self.num_tokens_stored -= req.num_computed_tokens
         req.status = Status.FINISHED
         req.finish_s = t_end
         self.kv.free(req)
@@ -451,6 +488,7 @@ class Scheduler:
         rest_max = float(durations[1:num_steps].max()) if num_steps > 1 else -1.0
         t_first = float(ends[0])
         any_finished = False
+        self.num_tokens_stored += len(run.reqs) * num_steps
         for req in run.reqs:
             if caching:
                 num_full = (req.num_computed_tokens + num_steps) // bs

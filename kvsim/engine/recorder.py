@@ -28,15 +28,15 @@ _ITER_FIELDS = (
     "kv_blocks_used",
     "kv_blocks_cached",
     "kv_blocks_free",
+    "kv_tokens_stored",
 )
 
 
 class Recorder:
     """Flat column store for iterations and events of all replicas."""
 
-    def __init__(self, replica_names: list[str], total_blocks: list[int]) -> None:
+    def __init__(self, replica_names: list[str]) -> None:
         self.replica_names = replica_names
-        self.total_blocks = np.asarray(total_blocks, dtype=np.float64)
         self._cols: dict[str, list] = {f: [] for f in _ITER_FIELDS}
         self._events: list[tuple[float, int, str, int, int, float]] = []
 
@@ -61,6 +61,7 @@ class Recorder:
         c["kv_blocks_used"].append(pool.num_blocks - free)
         c["kv_blocks_cached"].append(pool.num_cached_free)
         c["kv_blocks_free"].append(free)
+        c["kv_tokens_stored"].append(sched.num_tokens_stored + out.num_scheduled_tokens)
 
     def add_decode_run(
         self,
@@ -75,6 +76,7 @@ class Recorder:
         total: int,
         new_blocks: np.ndarray,
         evicted: np.ndarray,
+        stored0: int,
     ) -> None:
         c = self._cols
         m = len(ends)
@@ -91,13 +93,15 @@ class Recorder:
         c["kv_blocks_used"].extend(used.tolist())
         c["kv_blocks_cached"].extend((cached0 - evicted).tolist())
         c["kv_blocks_free"].extend((total - used).tolist())
+        c["kv_tokens_stored"].extend(range(stored0 + batch_size, stored0 + batch_size * (m + 1), batch_size))
 
     def add_event(
         self, time_s: float, replica: int, kind: str, request_id: int, num_blocks: int, num_bytes: float
     ) -> None:
         self._events.append((time_s, replica, kind, request_id, num_blocks, num_bytes))
 
-    def iterations_frame(self) -> pd.DataFrame:
+    def iterations_frame(self, total_blocks: list[int], block_sizes: list[int]) -> pd.DataFrame:
+        """The iteration table; ``total_blocks`` / ``block_sizes`` per replica give the usages."""
         c = self._cols
         replica = np.asarray(c["replica"], dtype=np.int64)
         names = np.asarray(self.replica_names, dtype=object)
@@ -116,8 +120,11 @@ class Recorder:
                 "kv_blocks_free": np.asarray(c["kv_blocks_free"], dtype=np.int64),
             }
         )
-        total = self.total_blocks[replica] if len(replica) else np.asarray([], dtype=np.float64)
-        df["kv_usage"] = df["kv_blocks_used"].to_numpy(dtype=np.float64) / total
+        blocks = np.asarray(total_blocks, dtype=np.float64)[replica]
+        slots = blocks * np.asarray(block_sizes, dtype=np.float64)[replica]
+        df["kv_usage"] = df["kv_blocks_used"].to_numpy(dtype=np.float64) / blocks
+        df["kv_tokens_stored"] = np.asarray(c["kv_tokens_stored"], dtype=np.int64)
+        df["kv_token_usage"] = df["kv_tokens_stored"].to_numpy(dtype=np.float64) / slots
         if len(self.replica_names) > 1:
             df = df.sort_values(["start_s", "replica_id"], kind="stable", ignore_index=True)
         assert list(df.columns) == list(ITERATION_COLUMNS)

@@ -148,6 +148,7 @@ class Replica:
                 self.clock = float(ends[m - 1])
                 used0 = sched.pool.num_used_blocks
                 cached0 = sched.pool.num_cached_free
+                stored0 = sched.num_tokens_stored
                 new_blocks, evicted = sched.apply_decode_run(run, m, ends, dts)
                 rec.add_decode_run(
                     self.index,
@@ -161,6 +162,7 @@ class Replica:
                     sched.pool.num_blocks,
                     new_blocks,
                     evicted,
+                    stored0,
                 )
                 self._record_kv_events(now, ends[:m], evicted)
             self._drain_finished()

@@ -130,7 +130,7 @@ def run(
 
     env = simpy.Environment()
     layout = _replica_layout(scenario)
-    recorder = Recorder([name for name, _ in layout], [])
+    recorder = Recorder([name for name, _ in layout])
     all_reqs: dict[int, Request] = {}
     children: dict[int, list[RequestSpec]] = defaultdict(list)
     roots: list[RequestSpec] = []
@@ -156,7 +156,6 @@ def run(
         _build_replica(env, i, name, group, model, scenario, recorder, base_dir, on_finish)
         for i, (name, group) in enumerate(layout)
     ]
-    recorder.total_blocks = np.asarray([r.scheduler.pool.num_blocks for r in replicas], dtype=np.float64)
     router = make_router(scenario.router, replicas)
 
     def _submit(spec: RequestSpec, at: float) -> None:
@@ -193,7 +192,9 @@ def run(
         progress(env.now, state["finished"], num_requests)
 
     req_df = _requests_frame(list(all_reqs.values()), [name for name, _ in layout])
-    it_df = recorder.iterations_frame()
+    it_df = recorder.iterations_frame(
+        [r.scheduler.pool.num_blocks for r in replicas], [r.scheduler.block_size for r in replicas]
+    )
     ev_df = recorder.events_frame()
     sim_time = float((it_df["start_s"] + it_df["duration_s"]).max()) if len(it_df) else 0.0
     scheds = [r.scheduler for r in replicas]

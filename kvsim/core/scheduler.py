@@ -230,7 +230,7 @@ class Scheduler:
         # 1. Running requests, in order.
         bs = self.block_size
         caching = kv.enable_caching
-        no_window = self.sliding_window is None and self.kv_cache_enabled  # the hot path's premise
+        hot_path_ok = self.sliding_window is None and self.kv_cache_enabled
         # Decodes are tallied as they are scheduled (the hot path); everything else is
         # classified in _make_output.
         num_fast_decodes = 0
@@ -239,7 +239,7 @@ class Scheduler:
         while i < len(running) and budget > 0:
             req = running[i]
             nc = req.num_computed_tokens
-            if no_window and req.num_tokens - nc == 1 and req.num_output_tokens and len(req.blocks) * bs > nc:
+            if hot_path_ok and req.num_tokens - nc == 1 and req.num_output_tokens and len(req.blocks) * bs > nc:
                 # Hot path (a decode whose slot is already allocated): what allocate_slots
                 # would do, minus the block arithmetic. The token may fill its block.
                 if caching and (nc + 1) % bs == 0 and (nc + 1) // bs > req.num_cached_blocks:

@@ -119,9 +119,17 @@ class ReplicaGroup(_CostHolder):
 class RouterConfig(_Frozen):
     """How an arriving request picks a replica."""
 
-    kind: Literal["round_robin", "least_loaded"] = Field(
+    kind: Literal["round_robin", "least_loaded", "prefix_aware"] = Field(
         default="round_robin",
-        description="round_robin: in turn; least_loaded: fewest unfinished requests (ties: lowest index).",
+        description="round_robin: in turn; least_loaded: fewest unfinished requests (ties: lowest "
+        "index); prefix_aware: the best score cached-prefix share - load_weight x relative load "
+        "(vLLM production stack's load-aware KV routing).",
+    )
+    load_weight: float = Field(
+        default=0.5,
+        ge=0,
+        description="prefix_aware: weight of a replica's relative load, (load - mean) / max(1, mean), "
+        "against the share of the prompt it has cached; 0 routes on cache hits alone.",
     )
 
 
@@ -160,6 +168,16 @@ class Scenario(_Frozen):
     workload: WorkloadConfig = Field(default_factory=SyntheticWorkload, description="Traffic.")
     slo: SloConfig = Field(default_factory=SloConfig, description="Latency targets for goodput.")
     sim: SimConfig = Field(default_factory=SimConfig, description="Simulator knobs.")
+
+    @model_validator(mode="after")
+    def _prefix_router_needs_one_block_size(self) -> Scenario:
+        sizes = {g.engine.block_size for g in self.replicas}
+        if self.router.kind == "prefix_aware" and len(sizes) > 1:
+            raise ValueError(
+                f"router.kind prefix_aware compares cached prefixes block by block: all replica "
+                f"groups need the same engine.block_size (got {sorted(sizes)})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _unique_groups(self) -> Scenario:

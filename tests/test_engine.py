@@ -248,3 +248,33 @@ def test_without_a_kv_cache_each_decode_recomputes_the_sequence():
     )
     assert longer.requests.e2e_s[0] > 3.3 * res.requests.e2e_s[0]
     assert longer_cached.requests.e2e_s[0] < 2.1 * cached.requests.e2e_s[0]
+
+
+def test_fast_forward_equals_step_by_step_under_a_prefix_aware_router():
+    # The router reads every pool at each arrival, also in the middle of a decode run:
+    # Replica.sync must first make the allocations (and evictions) stepping would have
+    # made by then. Multi-turn sessions with a system-prompt pool on a small pool evict
+    # prefixes the router is looking for (without sync the tables differ).
+    ov = [
+        "workload.num_requests=400",
+        "replicas.0.count=2",
+        "router.kind=prefix_aware",
+        "replicas.0.engine.num_gpu_blocks_override=600",
+    ]
+    fast = kvsim.run(ROOT / "scenarios" / "chat_sessions.yaml", overrides=ov)
+    slow = kvsim.run(ROOT / "scenarios" / "chat_sessions.yaml", overrides=[*ov, "sim.fast_forward=false"])
+    assert fast.summary["num_evicted_blocks"] > 10_000
+    assert_frame_equal(fast.requests, slow.requests)
+    assert_frame_equal(fast.iterations, slow.iterations)
+    assert_frame_equal(fast.events, slow.events)
+
+
+def test_prefix_aware_routing_keeps_sessions_on_their_cache():
+    ov = ["workload.num_requests=600", "replicas.0.count=4"]
+    spread = kvsim.run(ROOT / "scenarios" / "chat_sessions.yaml", overrides=[*ov, "router.kind=least_loaded"])
+    aware = kvsim.run(ROOT / "scenarios" / "chat_sessions.yaml", overrides=[*ov, "router.kind=prefix_aware"])
+    assert aware.summary["prefix_hit_rate"] > spread.summary["prefix_hit_rate"] + 0.1
+    assert aware.summary["ttft_p50_s"] < spread.summary["ttft_p50_s"]
+    # load_weight keeps it from piling everything on one replica
+    counts = aware.requests.replica_id.value_counts()
+    assert counts.min() > 0.1 * len(aware.requests)

@@ -59,7 +59,10 @@ class DecodeRun:
     """A stretch of ``num_steps`` pure-decode iterations with an unchanged batch.
 
     Step 0 is the already-scheduled iteration; ``alloc_steps[i]`` / ``alloc_reqs[i]`` list
-    the later block allocations in the order stepping would make them.
+    the later block allocations in the order stepping would make them. The first
+    ``num_allocated`` of them are done (`Scheduler.advance_decode_run` can do them early,
+    so that a router looking into the pool mid-run sees what stepping would show);
+    ``new_blocks[j]`` / ``evicted[j]`` count what step j allocated and evicted.
     """
 
     num_steps: int
@@ -67,6 +70,9 @@ class DecodeRun:
     base_context_tokens: int
     alloc_steps: list[int] = field(default_factory=list)
     alloc_reqs: list[Request] = field(default_factory=list)
+    num_allocated: int = 0
+    new_blocks: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    evicted: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 @dataclass(slots=True)
@@ -239,7 +245,12 @@ class Scheduler:
         while i < len(running) and budget > 0:
             req = running[i]
             nc = req.num_computed_tokens
-            if hot_path_ok and req.num_tokens - nc == 1 and req.num_output_tokens and len(req.blocks) * bs > nc:
+            if (
+                hot_path_ok
+                and req.num_tokens - nc == 1
+                and req.num_output_tokens
+                and len(req.blocks) * bs > nc
+            ):
                 # Hot path (a decode whose slot is already allocated): what allocate_slots
                 # would do, minus the block arithmetic. The token may fill its block.
                 if caching and (nc + 1) % bs == 0 and (nc + 1) // bs > req.num_cached_blocks:
@@ -459,11 +470,27 @@ class Scheduler:
             base_context_tokens=base_ctx,
             alloc_steps=[j for j, _ in events],
             alloc_reqs=[reqs[i] for _, i in events],
+            new_blocks=np.zeros(k, dtype=np.int64),
+            evicted=np.zeros(k, dtype=np.int64),
         )
 
     def run_context_tokens(self, run: DecodeRun) -> np.ndarray:
         """``decode_context_tokens`` of each iteration of the run."""
         return run.base_context_tokens + len(run.reqs) * np.arange(run.num_steps, dtype=np.int64)
+
+    def advance_decode_run(self, run: DecodeRun, num_started: int) -> None:
+        """Make the block allocations of the run's first ``num_started`` iterations."""
+        pool = self.pool
+        steps, reqs = run.alloc_steps, run.alloc_reqs
+        i = run.num_allocated
+        while i < len(steps) and steps[i] < num_started:
+            j = steps[i]
+            before = pool.num_evicted
+            reqs[i].blocks.extend(pool.get_new_blocks(1))
+            run.new_blocks[j] += 1
+            run.evicted[j] += pool.num_evicted - before
+            i += 1
+        run.num_allocated = i
 
     def apply_decode_run(
         self, run: DecodeRun, num_steps: int, ends: np.ndarray, durations: np.ndarray
@@ -473,17 +500,10 @@ class Scheduler:
         Returns per-iteration cumulative (new blocks, evicted blocks) after each step's
         allocations, for the engine's records.
         """
-        pool, kv, bs = self.pool, self.kv, self.block_size
-        new_blocks = np.zeros(num_steps, dtype=np.int64)
-        evicted = np.zeros(num_steps, dtype=np.int64)
+        kv, bs = self.kv, self.block_size
+        self.advance_decode_run(run, num_steps)
+        new_blocks, evicted = run.new_blocks[:num_steps], run.evicted[:num_steps]
         caching = kv.enable_caching
-        for j, req in zip(run.alloc_steps, run.alloc_reqs, strict=True):
-            if j >= num_steps:
-                break
-            before = pool.num_evicted
-            req.blocks.extend(pool.get_new_blocks(1))
-            new_blocks[j] += 1
-            evicted[j] += pool.num_evicted - before
         t_last = float(ends[num_steps - 1])
         rest_max = float(durations[1:num_steps].max()) if num_steps > 1 else -1.0
         t_first = float(ends[0])

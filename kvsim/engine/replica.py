@@ -20,7 +20,7 @@ import simpy
 from simpy.events import NORMAL
 
 from kvsim.core.request_state import Request
-from kvsim.core.scheduler import Scheduler
+from kvsim.core.scheduler import DecodeRun, Scheduler
 from kvsim.cost.base import CostModel
 from kvsim.engine.recorder import Recorder
 
@@ -72,6 +72,9 @@ class Replica:
         self.num_outstanding = 0  # submitted and not finished (router load signal)
         self._wake: simpy.Event | None = None
         self._in_run = False
+        self._run: DecodeRun | None = None  # the decode run being waited for, if any
+        self._run_ends = np.zeros(0)
+        self._run_steps = 0
         self.process = env.process(self._loop())
 
     # -- arrivals ------------------------------------------------------------------
@@ -79,7 +82,7 @@ class Replica:
         """Hand a request to this replica at the current simulated time."""
         req.replica = self.index
         if not self.scheduler.add_request(req):
-            self._record_kv_events(self.env.now)
+            self._record_scheduler_events(self.env.now)
             self.on_finish(req)
             return
         self.num_outstanding += 1
@@ -91,6 +94,22 @@ class Replica:
         elif self._in_run:
             self._in_run = False
             self.process.interrupt()
+
+    def sync(self) -> None:
+        """Bring the block pool up to the current time for someone looking into it.
+
+        During a fast-forwarded decode run the iterations' block allocations (and the
+        evictions they cause) are made when the run is committed; a router reading the
+        prefix cache mid-run first makes those of the iterations already started, exactly
+        as stepping would have made them by now.
+        """
+        run = self._run
+        if run is None:
+            return
+        # Step 0 started before now (a run is never entered at the time of the query);
+        # step k >= 1 starts at ends[k - 1] and is seen only once strictly past it.
+        started = 1 + int(np.searchsorted(self._run_ends[: self._run_steps - 1], self.env.now, side="left"))
+        self.scheduler.advance_decode_run(run, started)
 
     # -- the engine loop -----------------------------------------------------------
     def _wait_until(self, t: float) -> simpy.Event:
@@ -111,7 +130,7 @@ class Replica:
             if max_time is not None and now >= max_time:
                 return
             out = sched.schedule(now)
-            self._record_kv_events(now)
+            self._record_iteration_events(now)
             if not out.tokens:  # cannot happen with an empty pool, but never spin
                 self._wake = simpy.Event(env)
                 yield self._wake
@@ -136,8 +155,14 @@ class Replica:
                     # Iterations starting at or after max_time never start.
                     k = int(np.searchsorted(ends, max_time, side="left")) + 1
                 m = k
-                num_waiting = sched.num_waiting  # as scheduled; arrivals during the run come later
+                # The pool and queues as scheduled: arrivals and early allocations (`sync`)
+                # during the run must not leak into step 0's record.
+                num_waiting = sched.num_waiting
+                used0 = sched.pool.num_used_blocks
+                cached0 = sched.pool.num_cached_free
+                stored0 = sched.num_tokens_stored
                 self._in_run = True
+                self._run, self._run_ends, self._run_steps = run, ends, k
                 try:
                     yield self._wait_until(float(ends[k - 1]))
                 except simpy.Interrupt:
@@ -145,10 +170,8 @@ class Replica:
                     m = min(int(np.searchsorted(ends, env.now, side="left")) + 1, k)
                     yield self._wait_until(float(ends[m - 1]))
                 self._in_run = False
+                self._run = None
                 self.clock = float(ends[m - 1])
-                used0 = sched.pool.num_used_blocks
-                cached0 = sched.pool.num_cached_free
-                stored0 = sched.num_tokens_stored
                 new_blocks, evicted = sched.apply_decode_run(run, m, ends, dts)
                 rec.add_decode_run(
                     self.index,
@@ -164,40 +187,39 @@ class Replica:
                     evicted,
                     stored0,
                 )
-                self._record_kv_events(now, ends[:m], evicted)
+                self._record_run_evictions(now, ends[:m], evicted)
             self._drain_finished()
 
-    def _record_kv_events(
-        self, now: float, ends: np.ndarray | None = None, evicted: np.ndarray | None = None
-    ) -> None:
+    def _record_scheduler_events(self, t: float) -> None:
+        """Log the scheduler's pending events (rejections, preemptions, swaps) at ``t``."""
         sched = self.scheduler
-        rec = self.recorder
-        if ends is None:
-            for ev in sched.events:
-                rec.add_event(
-                    now,
-                    self.index,
-                    ev.kind,
-                    ev.request_id,
-                    ev.num_blocks,
-                    ev.num_blocks * self.block_bytes_per_shard * self.tp,
-                )
-            sched.events.clear()
-            n = sched.pool.num_evicted
-            if n:
-                rec.add_event(now, self.index, "evict", -1, n, n * self.block_bytes_per_shard * self.tp)
-                sched.pool.num_evicted = 0
-            return
-        # A decode run: one eviction record per iteration that evicted blocks.
-        assert evicted is not None
+        bytes_per_block = self.block_bytes_per_shard * self.tp
+        for ev in sched.events:
+            self.recorder.add_event(
+                t, self.index, ev.kind, ev.request_id, ev.num_blocks, ev.num_blocks * bytes_per_block
+            )
+        sched.events.clear()
+
+    def _record_iteration_events(self, now: float) -> None:
+        """After scheduling an iteration at ``now``: its scheduler events and evictions."""
+        self._record_scheduler_events(now)
+        pool = self.scheduler.pool
+        n = pool.num_evicted
+        if n:
+            self.recorder.add_event(now, self.index, "evict", -1, n, n * self.block_bytes_per_shard * self.tp)
+            pool.num_evicted = 0
+
+    def _record_run_evictions(self, now: float, ends: np.ndarray, evicted: np.ndarray) -> None:
+        """A committed decode run: one eviction record per iteration that evicted blocks."""
         per_step = np.diff(evicted, prepend=0)
         starts = np.concatenate(([now], ends[:-1]))
         for j in np.flatnonzero(per_step):
             n = int(per_step[j])
-            rec.add_event(
+            self.recorder.add_event(
                 float(starts[j]), self.index, "evict", -1, n, n * self.block_bytes_per_shard * self.tp
             )
-        sched.pool.num_evicted = 0
+        # The run's evictions (some made early by `sync`) are all in its per-step counts.
+        self.scheduler.pool.num_evicted = 0
 
     def _drain_finished(self) -> None:
         sched = self.scheduler

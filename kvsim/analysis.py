@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 #: Event kinds that explain latency spikes, in the order their causes are listed.
-SPIKE_EVENT_KINDS = ("preempt_recompute", "preempt_swap", "swap_out", "swap_in", "evict", "reject")
+SPIKE_EVENT_KINDS = ("preempt_recompute", "swap_out", "swap_in", "offload_load", "evict", "reject")
 
 
 def _qname(q: float) -> str:
@@ -121,7 +121,7 @@ def preemption_gap_samples(requests: pd.DataFrame, events: pd.DataFrame) -> pd.D
     request's first preemption plus the gap (at most its finish). Returns ``time_s``,
     ``itl_s``, ``request_id``.
     """
-    kinds = ("preempt_recompute", "preempt_swap")
+    kinds = ("preempt_recompute", "swap_out")  # a swap-out is a preemption by swap
     pre = events[events["kind"].isin(kinds) & (events["request_id"] >= 0)]
     first = pre.groupby("request_id")["time_s"].min()
     req = requests.set_index("request_id").loc[first.index.intersection(requests["request_id"])]
@@ -243,7 +243,7 @@ def attribute_spikes(
         ev = events[(ev_t >= lo) & (ev_t <= hi)]
         kinds = ev["kind"]
         n_rec = int((kinds == "preempt_recompute").sum())
-        n_swp = int((kinds == "preempt_swap").sum())
+        n_swp = int((kinds == "swap_out").sum())  # preemptions by swap
         swap_bytes = int(ev.loc[kinds.isin(["swap_out", "swap_in"]), "num_bytes"].sum())
         evicted = int(ev.loc[kinds == "evict", "num_blocks"].sum())
         rejected = int((kinds == "reject").sum())

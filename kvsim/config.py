@@ -68,6 +68,13 @@ class EngineConfig(_Frozen):
     eviction_policy: Literal["lru", "lfu"] = Field(
         default="lru", description="Which cached-but-free block is reused first."
     )
+    cpu_offload_gib: float = Field(
+        default=0.0,
+        ge=0,
+        description="Host memory per GPU for a second-tier prefix cache: evicted cached blocks are "
+        "written back to it and a prefix hit there is loaded over PCIe instead of recomputed "
+        "(vLLM CPU offloading, LMCache, SGLang HiCache); 0 disables.",
+    )
     swap_space_gib: float = Field(
         default=4.0, ge=0, description="Host memory per GPU for swapped-out blocks, GiB (vLLM's swap_space)."
     )

@@ -21,7 +21,7 @@ from kvsim import analysis
 #: Colours of event kinds and run series (colour-blind safe, Okabe-Ito).
 EVENT_COLORS = {
     "preempt_recompute": "#D55E00",
-    "preempt_swap": "#CC79A7",
+    "offload_load": "#CC79A7",
     "swap_out": "#E69F00",
     "swap_in": "#F0E442",
     "evict": "#0072B2",

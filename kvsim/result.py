@@ -40,6 +40,7 @@ REQUEST_COLUMNS: dict[str, str] = {
     "output_tokens": "Output tokens produced (equals the requested length when finished).",
     "prefix_hit_tokens": "Prompt tokens found in the prefix cache at first admission.",
     "recompute_hit_tokens": "Tokens found in the cache when re-admitted after preemption by recompute.",
+    "offload_hit_tokens": "Tokens loaded from the host tier (CPU offload) instead of recomputed.",
     "num_preemptions": "Times the request was preempted.",
     "num_swaps": "Times the request was swapped out to host memory.",
     "finished": "Whether the request produced all its output tokens.",
@@ -69,7 +70,7 @@ ITERATION_COLUMNS: dict[str, str] = {
 EVENT_COLUMNS: dict[str, str] = {
     "time_s": "When it happened (start of the iteration that caused it).",
     "replica_id": "Where.",
-    "kind": "evict | preempt_recompute | preempt_swap | swap_out | swap_in | reject.",
+    "kind": "evict | preempt_recompute | swap_out | swap_in | offload_load | reject.",
     "request_id": "Request concerned (-1 for pool-level events such as evictions).",
     "num_blocks": "Blocks involved.",
     "num_bytes": "Bytes moved or freed (all tensor-parallel shards together).",
@@ -136,6 +137,7 @@ def summarize(
     out["prefix_hit_rate"] = prefix_hits_tokens / prefix_queries_tokens if prefix_queries_tokens else 0.0
     out["recompute_queries_tokens"] = int(recompute_queries_tokens)
     out["recompute_hits_tokens"] = int(recompute_hits_tokens)
+    out["offload_hits_tokens"] = int(requests["offload_hit_tokens"].sum())
     out["num_preemptions"] = int(requests["num_preemptions"].sum())
     out["num_swaps"] = int(requests["num_swaps"].sum())
     out["num_evicted_blocks"] = int(events.loc[events["kind"] == "evict", "num_blocks"].sum())

@@ -92,7 +92,7 @@ def test_preemption_gap_samples_place_the_gap_after_the_first_preemption() -> No
         [
             (3.0, "r-0", "preempt_recompute", 1, 8, 0),
             (9.0, "r-0", "preempt_recompute", 1, 8, 0),
-            (8.0, "r-0", "preempt_swap", 2, 8, 4096),
+            (8.0, "r-0", "swap_out", 2, 8, 4096),
             (8.5, "r-0", "evict", -1, 2, 0),
         ]
     )

@@ -120,3 +120,24 @@ def test_contiguous_reservation_is_first_fit_and_suffers_external_fragmentation(
     assert pool.get_contiguous_blocks(4) is None
     assert ids(pool.get_contiguous_blocks(3)) == [0, 1, 2]
     pool.check_invariants()
+
+
+def test_evicted_cached_blocks_are_written_back_to_the_host_tier_in_eviction_order():
+    from kvsim.core.block_pool import PRIVATE
+    from kvsim.core.offload import HostTier
+
+    pool = BlockPool(4)
+    pool.offload = HostTier(2)
+    b = pool.get_new_blocks(3)
+    pool.cache_block(b[0], 10)
+    pool.cache_block(b[1], 11)
+    b[2].block_hash = PRIVATE  # cached, but only its own request could ever hit it
+    pool.free_blocks(reversed(b))  # queue: 3, 2(private), 1(h11), 0(h10)
+    assert pool.num_cached_free == 3
+    pool.get_new_blocks(4)  # evicts 2, 1, 0 in that order
+    tier = pool.offload
+    assert tier.num_stored == 3 and tier.num_dropped == 1  # capacity 2: the placeholder went first
+    assert 11 in tier and 10 in tier and len(tier) == 2
+    tier.touch(11)
+    tier.store(12)  # drops the least recently used: 10
+    assert 10 not in tier and 11 in tier and 12 in tier

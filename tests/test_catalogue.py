@@ -49,6 +49,22 @@ HEADLINE = (
 # scenario with its overrides and copying the summary values; say why in the commit.
 GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
+        "cpu_offload.yaml",
+        {"workload.num_requests": 300},
+        {
+            "num_finished": 300,
+            "total_kv_blocks": 3792,
+            "num_preemptions": 0,
+            "num_swaps": 0,
+            "prefix_hit_rate": 0.8173713484020881,
+            "ttft_p50_s": 0.010830747399513285,
+            "ttft_p99_s": 0.04015888799408499,
+            "max_itl_p99_s": 0.04211040348814521,
+            "throughput_tokens_per_s": 362.927056995494,
+            "kv_usage_peak": 0.4029535864978903,
+        },
+    ),
+    (
         "kv_memory_waste.yaml",
         {"workload.num_requests": 200},
         {
@@ -533,3 +549,17 @@ def test_kv_memory_waste_reproduces_the_vllm_paper_figure_2() -> None:
     assert got["reserve_max"] == pytest.approx(0.204, abs=0.03)
     assert got["reserve_pow2"] == pytest.approx(0.268, abs=0.045)
     assert got["reserve_max"] < got["reserve_pow2"] < got["reserve_oracle"] < 0.40
+
+
+def test_cpu_offload_tier_serves_history_the_gpu_cache_lost() -> None:
+    ov = ["workload.num_requests=800"]
+    on = kvsim.run(SCENARIOS / "cpu_offload.yaml", overrides=ov).summary
+    off = kvsim.run(
+        SCENARIOS / "cpu_offload.yaml", overrides=[*ov, "replicas.0.engine.cpu_offload_gib=0"]
+    ).summary
+    assert off["offload_hits_tokens"] == 0 and on["offload_hits_tokens"] > 0
+    not_recomputed = (on["prefix_cache_hits_tokens"] + on["offload_hits_tokens"]) / on[
+        "prefix_cache_queries_tokens"
+    ]
+    assert not_recomputed > off["prefix_hit_rate"] + 0.15
+    assert on["ttft_p50_s"] < off["ttft_p50_s"]

@@ -62,6 +62,7 @@ def fake_run(scenario: kvsim.Scenario, *, progress: Any = None) -> Result:
             "output_tokens": np.where(finished, 10, 0),
             "prefix_hit_tokens": 0,
             "recompute_hit_tokens": 0,
+            "offload_hit_tokens": 0,
             "num_preemptions": 0,
             "num_swaps": 0,
             "finished": finished,

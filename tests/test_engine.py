@@ -117,6 +117,7 @@ FF_CASES = {
     "seq-limit-time-limit": ["replicas.0.engine.max_num_seqs=4", "sim.max_time_s=20"],
     "two-replicas": ["replicas.0.count=2", "router.kind=least_loaded"],
     "tp2-no-cache": ["replicas.0.tp=2", "replicas.0.engine.enable_prefix_caching=false"],
+    "cpu-offload": ["replicas.0.engine.num_gpu_blocks_override=500", "replicas.0.engine.cpu_offload_gib=2"],
 }
 
 
@@ -198,20 +199,25 @@ class _EverythingShared:
         return True
 
 
-@pytest.mark.parametrize("mode", ["recompute", "swap"])
+@pytest.mark.parametrize("mode", ["recompute", "swap", "offload"])
 def test_private_blocks_change_nothing_but_speed(monkeypatch, mode):
     # Unique prompt text is cached without hashing; preempted requests publish the real
     # hashes. Turning that off (every id treated as shared) must give identical tables.
     ov = [
         "workload.num_requests=250",
         "replicas.0.engine.num_gpu_blocks_override=450",
-        f"replicas.0.engine.preemption_mode={mode}",
+        f"replicas.0.engine.preemption_mode={'swap' if mode == 'swap' else 'recompute'}",
     ]
+    if mode == "offload":  # private blocks take host capacity under placeholders
+        ov.append("replicas.0.engine.cpu_offload_gib=0.05")  # small: capacity pressure matters
     fast = kvsim.run(None, overrides=ov)
     assert fast.summary["num_preemptions"] > 20
-    assert (
-        fast.summary["recompute_hits_tokens"] > 0 if mode == "recompute" else fast.summary["num_swaps"] > 20
-    )
+    if mode == "recompute":
+        assert fast.summary["recompute_hits_tokens"] > 0
+    elif mode == "swap":
+        assert fast.summary["num_swaps"] > 20
+    else:
+        assert fast.summary["offload_hits_tokens"] > 0
     monkeypatch.setattr("kvsim.engine.simulator._shared_content_ids", lambda specs: _EverythingShared())
     plain = kvsim.run(None, overrides=ov)
     assert_frame_equal(fast.requests, plain.requests)
@@ -278,3 +284,22 @@ def test_prefix_aware_routing_keeps_sessions_on_their_cache():
     # load_weight keeps it from piling everything on one replica
     counts = aware.requests.replica_id.value_counts()
     assert counts.min() > 0.1 * len(aware.requests)
+
+
+def test_host_tier_loads_cost_pcie_time():
+    # Constant 10 ms iterations, host bandwidth = H100 PCIe (64 GB/s). Request 0 caches a
+    # 64-token prefix (4 blocks); a filler evicts it to the host tier; request 2 loads the
+    # 4 blocks back: its prefill iteration takes 10 ms + 4 blocks x 2 MiB / 64 GB/s.
+    block_bytes = 16 * 2 * 32 * 8 * 128 * 2  # Llama-3-8B bf16: 128 KiB per token, 16 tokens
+    engine = {"num_gpu_blocks_override": 10, "cpu_offload_gib": 1, "max_num_seqs": 1}
+    reqs = [
+        spec(0, [(1, 64), (2, 1)], output=1, arrival=0.0),
+        spec(1, 159, output=1, arrival=0.1),  # 160 tokens: all 10 blocks
+        spec(2, [(1, 64), (3, 8)], output=1, arrival=0.2),
+    ]
+    res = kvsim.run(constant_scenario(0.01, **engine), requests=reqs)
+    r2 = res.requests.iloc[2]
+    assert r2.offload_hit_tokens == 64 and r2.prefix_hit_tokens == 0
+    assert r2.ttft_s == pytest.approx(0.01 + 4 * block_bytes / 64e9, rel=1e-12)
+    assert list(res.events.kind).count("offload_load") == 1
+    assert res.summary["offload_hits_tokens"] == 64

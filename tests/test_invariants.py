@@ -8,6 +8,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kvsim.config import EngineConfig
 from kvsim.core.block_pool import BlockPool
+from kvsim.core.offload import HostTier
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler import Scheduler
 from kvsim.request import RequestSpec, Segment
@@ -93,9 +94,10 @@ class SchedulerMachine(RuleBasedStateMachine):
         eviction=st.sampled_from(["lru", "lfu"]),
         caching=st.booleans(),
         allocation=st.sampled_from(["paged", "paged", "reserve_pow2", "reserve_oracle"]),
+        host_blocks=st.sampled_from([0, 0, 3, 16]),
     )
     def configure(
-        self, budget, max_seqs, chunked, threshold, mode, policy, eviction, caching, allocation
+        self, budget, max_seqs, chunked, threshold, mode, policy, eviction, caching, allocation, host_blocks
     ) -> None:
         caching = caching and allocation == "paged"
         cfg = EngineConfig(
@@ -115,6 +117,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         # A twin that hashes every block (no private marks) must behave identically.
         twin_pool = BlockPool(NUM_BLOCKS, enable_caching=caching, eviction_policy=eviction)
         self.twin = Scheduler(cfg, twin_pool, num_host_blocks=6)
+        if host_blocks:  # a CPU offload tier below each pool
+            pool.offload, twin_pool.offload = HostTier(host_blocks), HostTier(host_blocks)
         self.twin_reqs: dict[int, Request] = {}
 
     @precondition(lambda self: self.sched is not None)

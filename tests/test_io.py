@@ -46,6 +46,7 @@ def small_result(num_requests: int = 3) -> Result:
             "output_tokens": np.where(finished, 11, 0).astype(np.int64),
             "prefix_hit_tokens": np.where(ids > 0, 512, 0).astype(np.int64),
             "recompute_hit_tokens": np.zeros(num_requests, dtype=np.int64),
+            "offload_hit_tokens": np.zeros(num_requests, dtype=np.int64),
             "num_preemptions": np.zeros(num_requests, dtype=np.int64),
             "num_swaps": np.zeros(num_requests, dtype=np.int64),
             "finished": finished,

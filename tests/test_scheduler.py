@@ -206,3 +206,25 @@ def test_orca_style_reservation_holds_the_whole_sequence_from_admission():
     s2.add_request(b)
     step(s2, 0)
     assert len(block_ids(b)) == 8
+
+
+def test_a_prefix_evicted_to_the_host_tier_is_loaded_back_instead_of_recomputed():
+    from kvsim.core.offload import HostTier
+
+    s = make(num_blocks=6)
+    s.pool.offload = HostTier(16)
+    a = Request(spec(0, [(1, 8), (2, 1)], output=1))  # 9 tokens: blocks 0, 1 full and cached
+    s.add_request(a)
+    step(s, 0)  # a finishes; its blocks are freed tail first but stay cached
+    filler = Request(spec(1, 23, output=1))  # 24 tokens: takes all 6 blocks, evicting a's
+    s.add_request(filler)
+    step(s, 1)
+    assert len(s.pool.offload) == 2  # a's two cached blocks, written back when evicted
+    b = Request(spec(2, [(1, 8), (3, 4)], output=1))  # same 8-token prefix
+    s.add_request(b)
+    out = s.schedule(2.0)
+    assert [(r.request_id, n) for r, n in out.scheduled] == [(2, 4)]  # only its own 4 tokens
+    assert out.offload_load_blocks == 2 and b.offload_hit_tokens == 8 and b.prefix_hit_tokens == 0
+    assert [e.kind for e in s.events] == ["offload_load"]
+    assert s.offload_hits_tokens == 8 and s.num_tokens_stored == 8
+    assert b.num_cached_blocks == 3  # the 2 loaded blocks are cached on the GPU again, and its own

@@ -27,6 +27,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator
 
+from kvsim.core.offload import HostTier
+
 #: Stand-in hash of a cached block that only its own request could hit (never indexed).
 PRIVATE = -3
 
@@ -165,6 +167,8 @@ class BlockPool:
         self._dupes: dict[int, list[KVBlock]] = {}
         self.num_cached_free = 0  # free blocks that still hold a hash
         self.num_evicted = 0
+        # Second tier that evicted cached blocks are written back to (CPU offload), if any.
+        self.offload: HostTier | None = None
 
     # -- queries -------------------------------------------------------------------
     @property
@@ -204,12 +208,16 @@ class BlockPool:
                     node.block_hash = None
                     self.num_cached_free -= 1
                     self.num_evicted += 1
+                    if self.offload is not None:
+                        self.offload.store(None)
                 elif not self._dupes and cached.get(h) is node:
                     del cached[h]
                     node.block_hash = None
                     node.num_hits = 0
                     self.num_cached_free -= 1
                     self.num_evicted += 1
+                    if self.offload is not None:
+                        self.offload.store(h)
                 else:
                     self._evict(node)
             node.ref_cnt = 1
@@ -245,7 +253,7 @@ class BlockPool:
                 return out
         return None
 
-    def _evict(self, block: KVBlock) -> None:
+    def _evict(self, block: KVBlock, *, write_back: bool = True) -> None:
         h = block.block_hash
         assert h is not None
         dupes = self._dupes.get(h)
@@ -267,6 +275,8 @@ class BlockPool:
         block.num_hits = 0
         self.num_cached_free -= 1
         self.num_evicted += 1
+        if write_back and self.offload is not None:
+            self.offload.store(None if h == PRIVATE else h)
 
     def touch(self, blocks: Iterable[KVBlock]) -> None:
         """Take a reference on prefix-hit blocks, pulling free ones out of the queue."""
@@ -323,7 +333,7 @@ class BlockPool:
         """Drop every hash held by a free block (like vLLM's reset_prefix_cache)."""
         for block in list(self.free_queue):
             if block.block_hash is not None:
-                self._evict(block)
+                self._evict(block, write_back=False)
                 self.num_evicted -= 1
 
     def check_invariants(self) -> None:

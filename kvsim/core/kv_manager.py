@@ -46,16 +46,36 @@ class KVCacheManager:
             hits.append(block)
         return hits
 
-    def allocate_slots(self, req: Request, num_new_tokens: int, new_computed: Sequence[KVBlock] = ()) -> bool:
+    def host_hits(self, req: Request, start: int) -> int:
+        """Blocks ``start, start+1, ...`` of ``req`` found in the host tier (0 without one)."""
+        tier = self.pool.offload
+        if tier is None or not self.enable_caching:
+            return 0
+        max_blocks = (req.num_tokens - 1) // self.block_size
+        hashes = req.block_hashes
+        n = start
+        while n < max_blocks:
+            if n == len(hashes):
+                req.ensure_hashes(n + 1, self.block_size)
+            if hashes[n] not in tier:
+                break
+            n += 1
+        return n - start
+
+    def allocate_slots(
+        self, req: Request, num_new_tokens: int, new_computed: Sequence[KVBlock] = (), num_loaded: int = 0
+    ) -> bool:
         """Make room for ``num_new_tokens`` more tokens (after any prefix hits).
 
+        ``new_computed`` are GPU hits; ``num_loaded`` more blocks after them come from the
+        host tier: computed already, but they need fresh GPU blocks to be loaded into.
         Returns False, changing nothing, when the pool cannot supply the blocks. Hit
         blocks that are currently free count against the free blocks, since taking a
         reference pulls them out of the free queue.
         """
         bs = self.block_size
         pool = self.pool
-        num_computed = req.num_computed_tokens + len(new_computed) * bs
+        num_computed = req.num_computed_tokens + (len(new_computed) + num_loaded) * bs
         num_required = -(-(num_computed + num_new_tokens) // bs)
         num_new_blocks = num_required - len(req.blocks) - len(new_computed)
         num_evictable = sum(1 for b in new_computed if b.ref_cnt == 0) if new_computed else 0
@@ -65,6 +85,12 @@ class KVCacheManager:
             pool.touch(new_computed)
             req.blocks.extend(new_computed)
             req.num_cached_blocks = len(req.blocks)
+        if num_loaded:
+            tier = pool.offload
+            assert tier is not None
+            hashes = req.block_hashes
+            for j in range(len(req.blocks), len(req.blocks) + num_loaded):
+                tier.touch(hashes[j])
         if num_new_blocks > 0:
             req.blocks.extend(pool.get_new_blocks(num_new_blocks))
         if self.enable_caching:

@@ -70,6 +70,7 @@ class Request:
         "num_skipped_blocks",
         "num_swaps",
         "num_tokens",
+        "offload_hit_tokens",
         "prefix_hit_tokens",
         "priority",
         "private_from_token",
@@ -129,6 +130,7 @@ class Request:
         self.max_itl_s = math.nan
         self.prefix_hit_tokens = 0
         self.recompute_hit_tokens = 0
+        self.offload_hit_tokens = 0
         self.num_preemptions = 0
         self.num_swaps = 0
         self.swapped_blocks = 0

@@ -44,6 +44,7 @@ class SchedulerOutput:
     decode_tokens: int = 0
     num_preempted: int = 0
     num_scheduled_tokens: int = 0
+    offload_load_blocks: int = 0
     swap_out_blocks: int = 0
     swap_in_blocks: int = 0
     all_running_decode: bool = False
@@ -128,6 +129,8 @@ class Scheduler:
         self.prefix_hits_tokens = 0
         self.recompute_queries_tokens = 0
         self.recompute_hits_tokens = 0
+        # Tokens loaded from the host tier instead of recomputed (any admission).
+        self.offload_hits_tokens = 0
 
     # -- queues ----------------------------------------------------------------------
     @property
@@ -289,6 +292,7 @@ class Scheduler:
             i += 1
 
         swap_in_blocks = 0
+        loaded_blocks = 0
         if not num_preempted:
             # 2. Swapped-out requests come back first (their KV is on the host).
             while self.swapped and budget > 0 and len(running) < self.max_num_seqs:
@@ -314,7 +318,8 @@ class Scheduler:
                     break
                 hits = kv.get_computed_blocks(req)
                 num_hit_tokens = len(hits) * self.block_size
-                num_new = req.num_tokens - num_hit_tokens
+                num_loaded = kv.host_hits(req, len(hits))
+                num_new = req.num_tokens - num_hit_tokens - num_loaded * self.block_size
                 if not self.chunked_prefill and num_new > budget:
                     break
                 num_new = self._chunk(num_new, budget)
@@ -325,9 +330,14 @@ class Scheduler:
                     if run is None:
                         break  # no free run that long, however much is free (external fragmentation)
                     req.blocks = list(run)
-                if not kv.allocate_slots(req, num_new, hits):
+                if not kv.allocate_slots(req, num_new, hits, num_loaded):
                     break
                 self._pop_waiting()
+                if num_loaded:
+                    loaded_blocks += num_loaded
+                    self.offload_hits_tokens += num_loaded * self.block_size
+                    req.offload_hit_tokens += num_loaded * self.block_size
+                    self.events.append(KvEvent("offload_load", req.request_id, num_loaded))
                 if req.num_preemptions:
                     self.recompute_queries_tokens += req.num_tokens
                     self.recompute_hits_tokens += num_hit_tokens
@@ -337,8 +347,8 @@ class Scheduler:
                     self.prefix_hits_tokens += num_hit_tokens
                     req.prefix_hit_tokens = num_hit_tokens
                     req.first_scheduled_s = now
-                req.num_computed_tokens = num_hit_tokens
-                self.num_tokens_stored += num_hit_tokens
+                req.num_computed_tokens = num_hit_tokens + num_loaded * self.block_size
+                self.num_tokens_stored += req.num_computed_tokens
                 req.status = Status.RUNNING
                 running.append(req)
                 scheduled[req] = num_new
@@ -353,6 +363,7 @@ class Scheduler:
             swap_out_blocks,
             swap_in_blocks,
             self.max_num_batched_tokens - budget,
+            loaded_blocks,
         )
 
     def _make_output(
@@ -364,6 +375,7 @@ class Scheduler:
         swap_out_blocks: int,
         swap_in_blocks: int,
         num_scheduled_tokens: int,
+        offload_load_blocks: int,
     ) -> SchedulerOutput:
         """Classify what was scheduled; ``num_decode`` / ``decode_ctx`` already count the
         fast-path decodes, marked 0 in ``scheduled``."""
@@ -383,6 +395,7 @@ class Scheduler:
                     chunks.append((n, c if window is None or c < window else window))
         out = SchedulerOutput(
             num_scheduled_tokens=num_scheduled_tokens,
+            offload_load_blocks=offload_load_blocks,
             tokens=scheduled,
             batch=Batch(prefill_chunks=chunks, num_decode_seqs=num_decode, decode_context_tokens=decode_ctx),
             num_prefill_seqs=len(chunks),
@@ -393,7 +406,11 @@ class Scheduler:
             swap_in_blocks=swap_in_blocks,
         )
         out.all_running_decode = (
-            not chunks and not num_preempted and not swap_in_blocks and num_decode == len(self.running)
+            not chunks
+            and not num_preempted
+            and not swap_in_blocks
+            and not offload_load_blocks
+            and num_decode == len(self.running)
         )
         return out
 

@@ -139,7 +139,7 @@ class Replica:
             run = sched.plan_decode_run(out, MAX_RUN_STEPS) if self.fast_forward else None
             if run is None:
                 dt = cost.step_time_s(out.batch)
-                moved = out.swap_in_blocks + out.swap_out_blocks
+                moved = out.swap_in_blocks + out.swap_out_blocks + out.offload_load_blocks
                 if moved:
                     dt += cost.host_transfer_s(moved * self.block_bytes_per_shard)
                 rec.add_iteration(self.index, now, dt, out, sched)

@@ -21,6 +21,7 @@ import simpy
 
 from kvsim.config import ReplicaGroup, Scenario
 from kvsim.core.block_pool import BlockPool
+from kvsim.core.offload import HostTier
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler import Scheduler
 from kvsim.cost.factory import build_cost_model
@@ -57,6 +58,9 @@ def _build_replica(
         cap.num_blocks, enable_caching=eng.enable_prefix_caching, eviction_policy=eng.eviction_policy
     )
     num_host_blocks = int(eng.swap_space_gib * GIB // cap.bytes_per_block_per_shard)
+    offload_blocks = int(eng.cpu_offload_gib * GIB // cap.bytes_per_block_per_shard)
+    if offload_blocks and eng.enable_prefix_caching:
+        pool.offload = HostTier(offload_blocks)
     sched = Scheduler(
         eng,
         pool,
@@ -259,6 +263,7 @@ def _requests_frame(reqs: list[Request], names: list[str]) -> pd.DataFrame:
             "output_tokens": out_tokens,
             "prefix_hit_tokens": col("prefix_hit_tokens", np.int64),
             "recompute_hit_tokens": col("recompute_hit_tokens", np.int64),
+            "offload_hit_tokens": col("offload_hit_tokens", np.int64),
             "num_preemptions": col("num_preemptions", np.int64),
             "num_swaps": col("num_swaps", np.int64),
             "finished": finished,

@@ -11,14 +11,18 @@ or draws anything (the figures are in `kvsim.plots`).
 - `prefix_hit_rate_over_time`   prefix hit rate of the requests admitted in a sliding window
 - `find_knee`                   highest load (or least capacity) that still meets the SLO
 - `compare_summaries`           summary metrics of several runs side by side, with differences
+- `cross_tenant_exposure`       prefix hits a tenant could only owe to another tenant (side channel)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from kvsim.request import RequestSpec
 
 #: Event kinds that explain latency spikes, in the order their causes are listed.
 SPIKE_EVENT_KINDS = ("preempt_recompute", "swap_out", "swap_in", "offload_load", "evict", "reject")
@@ -435,3 +439,39 @@ def nice_window(span_s: float, num_windows: int = 60) -> float:
         if raw <= m * power:
             return float(m * power)
     return float(10 * power)
+
+
+def cross_tenant_exposure(requests: pd.DataFrame, specs: Sequence[RequestSpec]) -> pd.DataFrame:
+    """Requests that send a prompt prefix their tenant never sent before, and whether they hit.
+
+    Such a request can only hit the prefix cache on blocks another tenant put there, and a
+    hit shows in its TTFT: the timing side channel of a cache shared between tenants. The
+    prefix is the prompt's first segment (a system prompt, a document, a session's start).
+    With ``cache_isolation: tenant`` none of these requests hits. Columns: request_id,
+    tenant, arrival_s, hit, ttft_s; only first uses that were admitted.
+    """
+    first = {s.request_id: s.prompt[0].content_id for s in specs}
+    df = requests[["request_id", "tenant", "arrival_s", "prefix_hit_tokens", "ttft_s"]].dropna(
+        subset=["ttft_s"]
+    )
+    df = df.sort_values(["arrival_s", "request_id"], kind="stable")
+    seen: set[tuple[str, int]] = set()
+    keep = []
+    for rid, tenant in zip(df["request_id"], df["tenant"], strict=True):
+        key = (tenant, first[int(rid)])
+        keep.append(key not in seen)
+        seen.add(key)
+    out = df[np.asarray(keep, dtype=bool)].copy()
+    out["hit"] = out["prefix_hit_tokens"] > 0
+    return out[["request_id", "tenant", "arrival_s", "hit", "ttft_s"]].reset_index(drop=True)
+
+
+def exposure_summary(exposure: pd.DataFrame) -> dict[str, Any]:
+    """How often first uses hit, and how far apart hit and miss TTFTs lie (medians, seconds)."""
+    hits, misses = exposure[exposure["hit"]], exposure[~exposure["hit"]]
+    return {
+        "first_uses": len(exposure),
+        "first_use_hit_rate": float(exposure["hit"].mean()) if len(exposure) else float("nan"),
+        "ttft_p50_hit_s": float(hits["ttft_s"].median()) if len(hits) else float("nan"),
+        "ttft_p50_miss_s": float(misses["ttft_s"].median()) if len(misses) else float("nan"),
+    }

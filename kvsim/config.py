@@ -94,6 +94,12 @@ class EngineConfig(_Frozen):
         "prompt + output rounded up to a power of two (pow2), or exactly prompt + output (oracle); "
         "the vLLM paper's baselines (Kwon et al., SOSP 2023, section 6.1).",
     )
+    cache_isolation: Literal["tenant", "shared"] = Field(
+        default="tenant",
+        description="tenant: the first block of every prompt is salted with its tenant, so tenants "
+        "never share cache entries (vLLM's cache_salt, one per tenant); shared: one cache for "
+        "everyone (vLLM without cache_salt), whose hits reveal through timing what others sent.",
+    )
     enable_kv_cache: bool = Field(
         default=True,
         description="False prices every decode step as recomputing the whole sequence, as a model "
@@ -175,6 +181,16 @@ class Scenario(_Frozen):
     workload: WorkloadConfig = Field(default_factory=SyntheticWorkload, description="Traffic.")
     slo: SloConfig = Field(default_factory=SloConfig, description="Latency targets for goodput.")
     sim: SimConfig = Field(default_factory=SimConfig, description="Simulator knobs.")
+
+    @model_validator(mode="after")
+    def _one_cache_isolation(self) -> Scenario:
+        modes = {g.engine.cache_isolation for g in self.replicas}
+        if len(modes) > 1:
+            raise ValueError(
+                "all replica groups need the same engine.cache_isolation: a request's block "
+                f"hashes must not depend on where it runs (got {sorted(modes)})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _prefix_router_needs_one_block_size(self) -> Scenario:

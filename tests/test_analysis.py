@@ -268,3 +268,30 @@ def test_nice_window() -> None:
     assert analysis.nice_window(61.0) == 2.0  # 1.02 -> 2
     assert analysis.nice_window(3.0) == 0.05
     assert analysis.nice_window(0.0) == 1.0
+
+
+def test_cross_tenant_exposure_lists_first_uses_per_tenant_in_arrival_order() -> None:
+    from kvsim.analysis import cross_tenant_exposure, exposure_summary
+    from kvsim.request import RequestSpec, Segment
+
+    def s(rid: int, first: int) -> RequestSpec:
+        return RequestSpec(
+            request_id=rid, arrival_s=rid, prompt=(Segment(first, 32), Segment(100 + rid, 4)), output_tokens=1
+        )
+
+    specs = [s(0, 7), s(1, 7), s(2, 7), s(3, 8)]
+    requests = pd.DataFrame(
+        {
+            "request_id": [0, 1, 2, 3],
+            "tenant": ["a", "b", "a", "b"],
+            "arrival_s": [0.0, 1.0, 2.0, 3.0],
+            "prefix_hit_tokens": [0, 32, 32, 0],
+            "ttft_s": [0.05, 0.01, 0.01, 0.05],
+        }
+    )
+    ex = cross_tenant_exposure(requests, specs)
+    # a's first 7 (0), b's first 7 (1, hit: only a could have put it there), b's first 8 (3).
+    assert ex["request_id"].tolist() == [0, 1, 3] and ex["hit"].tolist() == [False, True, False]
+    summary = exposure_summary(ex)
+    assert summary["first_uses"] == 3 and summary["first_use_hit_rate"] == pytest.approx(1 / 3)
+    assert (summary["ttft_p50_hit_s"], summary["ttft_p50_miss_s"]) == (0.01, 0.05)

@@ -49,6 +49,22 @@ HEADLINE = (
 # scenario with its overrides and copying the summary values; say why in the commit.
 GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
+        "prefix_cache_side_channel.yaml",
+        {"workload.num_requests": 300},
+        {
+            "num_finished": 300,
+            "total_kv_blocks": 28168,
+            "num_preemptions": 0,
+            "num_swaps": 0,
+            "prefix_hit_rate": 0.7875868382620826,
+            "ttft_p50_s": 0.009658925743451618,
+            "ttft_p99_s": 0.05920526295277466,
+            "max_itl_p99_s": 0.056362047992884357,
+            "throughput_tokens_per_s": 200.33509244236396,
+            "kv_usage_peak": 0.03450724226072139,
+        },
+    ),
+    (
         "cpu_offload.yaml",
         {"workload.num_requests": 300},
         {
@@ -563,3 +579,23 @@ def test_cpu_offload_tier_serves_history_the_gpu_cache_lost() -> None:
     ]
     assert not_recomputed > off["prefix_hit_rate"] + 0.15
     assert on["ttft_p50_s"] < off["ttft_p50_s"]
+
+
+def test_a_shared_prefix_cache_leaks_other_tenants_prompts_through_ttft() -> None:
+    from kvsim.analysis import cross_tenant_exposure, exposure_summary
+    from kvsim.engine.simulator import scenario_workload
+
+    got = {}
+    for isolation in ("shared", "tenant"):
+        res = kvsim.run(
+            SCENARIOS / "prefix_cache_side_channel.yaml",
+            overrides=[f"replicas.0.engine.cache_isolation={isolation}", "workload.num_requests=600"],
+        )
+        got[isolation] = exposure_summary(
+            cross_tenant_exposure(res.requests, scenario_workload(res.scenario).requests)
+        )
+    shared, isolated = got["shared"], got["tenant"]
+    assert shared["first_uses"] == isolated["first_uses"] > 50
+    assert isolated["first_use_hit_rate"] == 0.0
+    assert shared["first_use_hit_rate"] > 0.3
+    assert shared["ttft_p50_miss_s"] > 3 * shared["ttft_p50_hit_s"]  # one probe tells hit from miss

@@ -93,3 +93,10 @@ def test_run_checks_a_scenario_built_in_code():
 def test_contiguous_reservation_needs_prefix_caching_off():
     ((path, rule),) = problems({"replicas": [{"engine": {"kv_allocation": "reserve_oracle"}}]})
     assert path == "replicas.0.engine" and "enable_prefix_caching: false" in rule
+
+
+def test_replica_groups_must_agree_on_cache_isolation():
+    ((path, rule),) = problems(
+        {"replicas": [{"name": "a"}, {"name": "b", "engine": {"cache_isolation": "shared"}}]}
+    )
+    assert path == "" and "cache_isolation" in rule

@@ -87,7 +87,12 @@ class Request:
     )
 
     def __init__(
-        self, spec: RequestSpec, arrival_s: float | None = None, *, shared_content_ids: Set[int] | None = None
+        self,
+        spec: RequestSpec,
+        arrival_s: float | None = None,
+        *,
+        shared_content_ids: Set[int] | None = None,
+        salt_by_tenant: bool = True,
     ) -> None:
         self.spec = spec
         self.request_id = spec.request_id
@@ -114,7 +119,7 @@ class Request:
         self.num_tokens = self.prompt_tokens
         self.num_computed_tokens = 0
         self.num_output_tokens = 0
-        self.salt = tenant_salt(spec.tenant)
+        self.salt = tenant_salt(spec.tenant) if salt_by_tenant else 0
         self.blocks: list[KVBlock | None] = []
         self.num_cached_blocks = 0  # leading blocks registered in the prefix cache
         self.num_skipped_blocks = 0  # leading blocks dropped by a sliding window

@@ -139,10 +139,13 @@ def run(
     children: dict[int, list[RequestSpec]] = defaultdict(list)
     roots: list[RequestSpec] = []
     shared_ids = _shared_content_ids(specs)
+    salt_by_tenant = scenario.replicas[0].engine.cache_isolation == "tenant"  # one mode (validated)
     for spec in specs:
         if spec.request_id in all_reqs:
             raise ValueError(f"duplicate request_id {spec.request_id}")
-        all_reqs[spec.request_id] = Request(spec, shared_content_ids=shared_ids)
+        all_reqs[spec.request_id] = Request(
+            spec, shared_content_ids=shared_ids, salt_by_tenant=salt_by_tenant
+        )
         (children[spec.parent_id] if spec.parent_id is not None else roots).append(spec)
     num_requests = len(specs)
     state = {"finished": 0, "iters": 0}

@@ -127,6 +127,11 @@ class ReplicaGroup(_CostHolder):
     cost_model: CostModelConfig = Field(
         default_factory=RooflineCostConfig, description="How iteration times are computed."
     )
+    role: Literal["both", "prefill", "decode"] = Field(
+        default="both",
+        description="both: prefill and decode on the same replica; prefill / decode: "
+        "disaggregated serving, prompts on prefill replicas, KV sent to decode replicas.",
+    )
 
 
 class RouterConfig(_Frozen):
@@ -143,6 +148,20 @@ class RouterConfig(_Frozen):
         ge=0,
         description="prefix_aware: weight of a replica's relative load, (load - mean) / max(1, mean), "
         "against the share of the prompt it has cached; 0 routes on cache hits alone.",
+    )
+
+
+class KvTransferConfig(_Frozen):
+    """The link that carries KV from prefill to decode replicas (disaggregated serving)."""
+
+    bandwidth_bytes_per_s: float = Field(
+        default=50e9,
+        gt=0,
+        description="Bytes per second between a prefill and a decode replica; default one 400 Gb/s "
+        "RDMA NIC (50 GB/s), the class of link Mooncake and DistServe transfer KV over.",
+    )
+    latency_s: float = Field(
+        default=50e-6, ge=0, description="Fixed cost of one request's transfer, seconds."
     )
 
 
@@ -177,10 +196,27 @@ class Scenario(_Frozen):
     replicas: list[ReplicaGroup] = Field(
         default_factory=lambda: [ReplicaGroup()], min_length=1, description="Replica groups of the cluster."
     )
-    router: RouterConfig = Field(default_factory=RouterConfig, description="Request routing.")
+    router: RouterConfig = Field(
+        default_factory=RouterConfig,
+        description="Request routing (to prefill replicas when disaggregated; decode replicas are "
+        "then chosen least loaded).",
+    )
+    kv_transfer: KvTransferConfig = Field(
+        default_factory=KvTransferConfig, description="KV link between prefill and decode replicas."
+    )
     workload: WorkloadConfig = Field(default_factory=SyntheticWorkload, description="Traffic.")
     slo: SloConfig = Field(default_factory=SloConfig, description="Latency targets for goodput.")
     sim: SimConfig = Field(default_factory=SimConfig, description="Simulator knobs.")
+
+    @model_validator(mode="after")
+    def _disaggregation_needs_both_sides(self) -> Scenario:
+        roles = {g.role for g in self.replicas}
+        if roles != {"both"} and roles != {"prefill", "decode"}:
+            raise ValueError(
+                "replica roles: either every group is 'both', or groups are split into 'prefill' "
+                f"and 'decode' (at least one of each) for disaggregated serving; got {sorted(roles)}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_cache_isolation(self) -> Scenario:

@@ -24,7 +24,8 @@ from kvsim.config import Scenario
 #: Per-request table. ``*_s`` are times (absolute) or durations (latencies) in seconds.
 REQUEST_COLUMNS: dict[str, str] = {
     "request_id": "Request id from the workload.",
-    "replica_id": "Replica that served the request (e.g. 'replica-0').",
+    "replica_id": "Replica that served the request (e.g. 'replica-0'); disaggregated: the decode replica.",
+    "prefill_replica_id": "Disaggregated serving: the replica that prefilled the prompt ('' otherwise).",
     "tenant": "Tenant (its cache salt).",
     "priority": "Scheduling priority (lower runs first under the priority policy).",
     "arrival_s": "Arrival time.",
@@ -70,7 +71,7 @@ ITERATION_COLUMNS: dict[str, str] = {
 EVENT_COLUMNS: dict[str, str] = {
     "time_s": "When it happened (start of the iteration that caused it).",
     "replica_id": "Where.",
-    "kind": "evict | preempt_recompute | swap_out | swap_in | offload_load | reject.",
+    "kind": "evict | preempt_recompute | swap_out | swap_in | offload_load | kv_transfer | reject.",
     "request_id": "Request concerned (-1 for pool-level events such as evictions).",
     "num_blocks": "Blocks involved.",
     "num_bytes": "Bytes moved or freed (all tensor-parallel shards together).",

@@ -49,6 +49,22 @@ HEADLINE = (
 # scenario with its overrides and copying the summary values; say why in the commit.
 GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
+        "disaggregated_prefill_decode.yaml",
+        {"workload.num_requests": 200},
+        {
+            "num_finished": 200,
+            "total_kv_blocks": 56336,
+            "num_preemptions": 0,
+            "num_swaps": 0,
+            "prefix_hit_rate": 0.0,
+            "ttft_p50_s": 0.12065415089716858,
+            "ttft_p99_s": 0.453951597192812,
+            "max_itl_p99_s": 0.03391027379712726,
+            "throughput_tokens_per_s": 1068.3436457275427,
+            "kv_usage_peak": 0.18354160749786994,
+        },
+    ),
+    (
         "prefix_cache_side_channel.yaml",
         {"workload.num_requests": 300},
         {
@@ -599,3 +615,15 @@ def test_a_shared_prefix_cache_leaks_other_tenants_prompts_through_ttft() -> Non
     assert isolated["first_use_hit_rate"] == 0.0
     assert shared["first_use_hit_rate"] > 0.3
     assert shared["ttft_p50_miss_s"] > 3 * shared["ttft_p50_hit_s"]  # one probe tells hit from miss
+
+
+def test_disaggregation_removes_prefill_interference_from_decodes() -> None:
+    ov = ["workload.num_requests=500"]
+    pd_ = kvsim.run(SCENARIOS / "disaggregated_prefill_decode.yaml", overrides=ov).summary
+    colocated = kvsim.run(
+        SCENARIOS / "disaggregated_prefill_decode.yaml",
+        overrides=[*ov, "replicas.0.role=both", "replicas.1.role=both", "router.kind=least_loaded"],
+    ).summary
+    assert pd_["max_itl_p99_s"] < 0.5 * colocated["max_itl_p99_s"]  # decodes never wait for a prefill
+    assert pd_["tpot_p99_s"] < colocated["tpot_p99_s"]
+    assert pd_["ttft_p99_s"] > colocated["ttft_p99_s"]  # one GPU does every prefill

@@ -47,6 +47,7 @@ def fake_run(scenario: kvsim.Scenario, *, progress: Any = None) -> Result:
         {
             "request_id": ids,
             "replica_id": "replica-0",
+            "prefill_replica_id": "",
             "tenant": "default",
             "priority": 0,
             "arrival_s": arrival,

@@ -303,3 +303,55 @@ def test_host_tier_loads_cost_pcie_time():
     assert r2.ttft_s == pytest.approx(0.01 + 4 * block_bytes / 64e9, rel=1e-12)
     assert list(res.events.kind).count("offload_load") == 1
     assert res.summary["offload_hits_tokens"] == 64
+
+
+def _disaggregated(step_s: float | None = None, **engine) -> dict:
+    cost = {"kind": "constant", "step_time_s": step_s} if step_s else "roofline"
+    return {
+        "model": "llama-3-8b",
+        "replicas": [
+            {"name": "prefill", "gpu": "h100-sxm", "role": "prefill", "engine": engine, "cost_model": cost},
+            {"name": "decode", "gpu": "h100-sxm", "role": "decode", "engine": engine, "cost_model": cost},
+        ],
+        "kv_transfer": {"bandwidth_bytes_per_s": 50e9, "latency_s": 1e-4},
+    }
+
+
+def test_disaggregated_request_prefills_on_one_replica_and_decodes_on_another():
+    # Constant 10 ms iterations. Prefill replica: one iteration computes the 100-token
+    # prompt and samples token 1 (TTFT 10 ms). Its KV, 100 tokens x 128 KiB, crosses the
+    # 50 GB/s link after 0.1 ms latency; the decode replica then runs 4 iterations.
+    res = kvsim.run(_disaggregated(0.01), requests=[spec(0, 100, output=5)])
+    r = res.requests.iloc[0]
+    transfer = 1e-4 + 100 * 131072 / 50e9
+    assert (r.prefill_replica_id, r.replica_id) == ("prefill-0", "decode-0")
+    assert r.ttft_s == pytest.approx(0.01)
+    assert r.e2e_s == pytest.approx(0.01 + transfer + 4 * 0.01, rel=1e-12)
+    assert r.max_itl_s == pytest.approx(transfer + 0.01, rel=1e-12)  # the transfer shows as a gap
+    (ev,) = res.events.itertuples()
+    assert (ev.kind, ev.replica_id, ev.num_blocks, ev.num_bytes) == (
+        "kv_transfer",
+        "prefill-0",
+        7,
+        100 * 131072,
+    )
+    it = res.iterations
+    assert list(it.replica_id) == ["prefill-0"] + ["decode-0"] * 4
+    assert list(it.prefill_tokens) == [100, 0, 0, 0, 0]  # the decode replica prefills nothing
+    assert res.summary["prefix_cache_queries_tokens"] == 100  # counted once, where it was prefilled
+
+
+def test_disaggregated_fast_forward_equals_step_by_step():
+    scenario = _disaggregated(num_gpu_blocks_override=600) | {
+        "workload": {
+            "num_requests": 250,
+            "arrival": {"kind": "poisson", "rate_per_s": 8.0},
+            "shared_prefix_tokens": 512,
+        }
+    }
+    fast = kvsim.run(scenario)
+    slow = kvsim.run(scenario | {"sim": {"fast_forward": False}})
+    assert fast.summary["num_finished"] > 200 and fast.summary["num_preemptions"] > 0
+    assert_frame_equal(fast.requests, slow.requests)
+    assert_frame_equal(fast.iterations, slow.iterations)
+    assert_frame_equal(fast.events, slow.events)

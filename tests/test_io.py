@@ -31,6 +31,7 @@ def small_result(num_requests: int = 3) -> Result:
         {
             "request_id": ids,
             "replica_id": ["replica-0"] * num_requests,
+            "prefill_replica_id": [""] * num_requests,
             "tenant": ["default"] * num_requests,
             "priority": np.zeros(num_requests, dtype=np.int64),
             "arrival_s": arrival,

@@ -100,3 +100,10 @@ def test_replica_groups_must_agree_on_cache_isolation():
         {"replicas": [{"name": "a"}, {"name": "b", "engine": {"cache_isolation": "shared"}}]}
     )
     assert path == "" and "cache_isolation" in rule
+
+
+def test_disaggregated_roles_need_both_sides():
+    ((path, rule),) = problems({"replicas": [{"name": "p", "role": "prefill"}]})
+    assert path == "" and "'prefill' and 'decode'" in rule
+    ((path, rule),) = problems({"replicas": [{"name": "p", "role": "prefill"}, {"name": "b"}]})
+    assert "either every group is 'both'" in rule

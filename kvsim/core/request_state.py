@@ -47,6 +47,7 @@ class Status(Enum):
     SWAPPED = "swapped"
     FINISHED = "finished"
     REJECTED = "rejected"
+    TRANSFERRING = "transferring"  # prefilled; its KV is on the way to a decode replica
 
 
 class Request:
@@ -61,6 +62,7 @@ class Request:
         "finish_s",
         "first_scheduled_s",
         "first_token_s",
+        "kv_transferred",
         "last_token_s",
         "max_itl_s",
         "num_cached_blocks",
@@ -71,6 +73,7 @@ class Request:
         "num_swaps",
         "num_tokens",
         "offload_hit_tokens",
+        "prefill_replica",
         "prefix_hit_tokens",
         "priority",
         "private_from_token",
@@ -128,6 +131,8 @@ class Request:
         self._cursor_off = 0
         self.status = Status.WAITING
         self.replica = -1
+        self.prefill_replica = -1  # disaggregated serving: where the prompt was prefilled
+        self.kv_transferred = False  # its computed tokens' KV arrived from a prefill replica
         self.first_scheduled_s = math.nan
         self.first_token_s = math.nan
         self.last_token_s = math.nan

@@ -94,6 +94,7 @@ class Scheduler:
         sliding_window: int | None = None,
         num_host_blocks: int = 0,
         max_model_len: int | None = None,
+        role: str = "both",
     ) -> None:
         self.config = config
         self.pool = pool
@@ -111,6 +112,11 @@ class Scheduler:
         self.host_blocks_used = 0
         self.max_model_len = max_model_len
         self.kv_allocation = config.kv_allocation
+        # Disaggregated serving: a prefill replica hands each request over after its first
+        # token (to `handoffs`, drained by the engine); a decode replica admits them with
+        # their KV already computed.
+        self.hands_off = role == "prefill"
+        self.handoffs: list[Request] = []
         if self.kv_allocation == "reserve_max" and max_model_len is None:
             raise ValueError('kv_allocation "reserve_max" needs max_model_len')
         # Tokens whose KV the running requests hold (their computed tokens), kept exactly
@@ -316,6 +322,18 @@ class Scheduler:
                 req = self._peek_waiting()
                 if req is None:
                     break
+                if req.kv_transferred:  # KV computed on a prefill replica: just room for it
+                    num_new = self._chunk(req.num_tokens - req.num_computed_tokens, budget)
+                    if not kv.allocate_slots(req, num_new):
+                        break
+                    self._pop_waiting()
+                    req.kv_transferred = False
+                    self.num_tokens_stored += req.num_computed_tokens
+                    req.status = Status.RUNNING
+                    running.append(req)
+                    scheduled[req] = num_new
+                    budget -= num_new
+                    continue
                 hits = kv.get_computed_blocks(req)
                 num_hit_tokens = len(hits) * self.block_size
                 num_loaded = kv.host_hits(req, len(hits))
@@ -436,8 +454,17 @@ class Scheduler:
             if n_out == req.target_output_tokens:
                 self._finish(req, t_end)
                 any_finished = True
+            elif self.hands_off:  # first token out: send the KV to a decode replica
+                self._hand_off(req)
+                any_finished = True
         if any_finished:
             self.running = [r for r in self.running if r.status is Status.RUNNING]
+
+    def _hand_off(self, req: Request) -> None:
+        req.status = Status.TRANSFERRING
+        self.num_tokens_stored -= req.num_computed_tokens
+        self.kv.free(req)  # freed tail first; the prompt stays cached here for later hits
+        self.handoffs.append(req)
 
     def _finish(self, req: Request, t_end: float) -> None:
         self.num_tokens_stored -= req.num_computed_tokens

@@ -56,6 +56,7 @@ class Replica:
         fast_forward: bool = True,
         max_time_s: float | None = None,
         on_finish: Callable[[Request], None],
+        on_handoff: Callable[[Request], None] | None = None,
     ) -> None:
         self.env = env
         self.index = index
@@ -68,6 +69,7 @@ class Replica:
         self.fast_forward = fast_forward
         self.max_time_s = max_time_s
         self.on_finish = on_finish
+        self.on_handoff = on_handoff
         self.clock = 0.0  # exact end of the last iteration (SimPy's clock may differ by an ulp)
         self.num_outstanding = 0  # submitted and not finished (router load signal)
         self._wake: simpy.Event | None = None
@@ -228,3 +230,9 @@ class Replica:
             for req in done:
                 self.num_outstanding -= 1
                 self.on_finish(req)
+        if sched.handoffs:
+            assert self.on_handoff is not None, "a prefill replica needs somewhere to send its KV"
+            sent, sched.handoffs = sched.handoffs, []
+            for req in sent:
+                self.num_outstanding -= 1
+                self.on_handoff(req)

@@ -27,7 +27,7 @@ from kvsim.core.scheduler import Scheduler
 from kvsim.cost.factory import build_cost_model
 from kvsim.engine.recorder import Recorder
 from kvsim.engine.replica import Replica
-from kvsim.engine.router import make_router
+from kvsim.engine.router import LeastLoadedRouter, make_router
 from kvsim.kv_sizing import GIB, engine_kv_capacity
 from kvsim.presets import resolve_gpu, resolve_model
 from kvsim.request import RequestSpec
@@ -50,6 +50,7 @@ def _build_replica(
     recorder: Recorder,
     base_dir: Path | None,
     on_finish: Callable[[Request], None],
+    on_handoff: Callable[[Request], None],
 ) -> Replica:
     gpu = resolve_gpu(group.gpu)
     eng = group.engine
@@ -67,6 +68,7 @@ def _build_replica(
         sliding_window=model.sliding_window,
         num_host_blocks=num_host_blocks,
         max_model_len=eng.max_model_len or model.max_model_len,
+        role=group.role,
     )
     cost = build_cost_model(
         group.cost_model,
@@ -88,6 +90,7 @@ def _build_replica(
         fast_forward=scenario.sim.fast_forward,
         max_time_s=scenario.sim.max_time_s,
         on_finish=on_finish,
+        on_handoff=on_handoff if group.role == "prefill" else None,
     )
 
 
@@ -159,11 +162,32 @@ def run(
         if progress is not None and state["finished"] % 64 == 0:
             progress(env.now, state["finished"], num_requests)
 
+    def on_handoff(req: Request) -> None:
+        # Disaggregated serving: the prompt's KV goes from its prefill replica to the
+        # least-loaded decode replica over the KV link, then decoding resumes there.
+        source = replicas[req.replica]
+        num_bytes = (
+            req.num_computed_tokens * source.block_bytes_per_shard * source.tp / source.scheduler.block_size
+        )
+        delay = scenario.kv_transfer.latency_s + num_bytes / scenario.kv_transfer.bandwidth_bytes_per_s
+        num_blocks = -(-req.num_computed_tokens // source.scheduler.block_size)
+        recorder.add_event(env.now, source.index, "kv_transfer", req.request_id, num_blocks, num_bytes)
+        req.prefill_replica = req.replica
+        env.process(_deliver(req, delay))
+
+    def _deliver(req: Request, delay: float) -> Generator[simpy.Event, Any, None]:
+        yield env.timeout(delay)
+        req.kv_transferred = True
+        decode_router.route(req).submit(req)
+
     replicas = [
-        _build_replica(env, i, name, group, model, scenario, recorder, base_dir, on_finish)
+        _build_replica(env, i, name, group, model, scenario, recorder, base_dir, on_finish, on_handoff)
         for i, (name, group) in enumerate(layout)
     ]
-    router = make_router(scenario.router, replicas)
+    entry = [r for r, (_, g) in zip(replicas, layout, strict=True) if g.role in ("both", "prefill")]
+    router = make_router(scenario.router, entry)
+    decoders = [r for r, (_, g) in zip(replicas, layout, strict=True) if g.role == "decode"]
+    decode_router = LeastLoadedRouter(decoders)  # used only when disaggregated
 
     def _submit(spec: RequestSpec, at: float) -> None:
         req = all_reqs[spec.request_id]
@@ -251,6 +275,7 @@ def _requests_frame(reqs: list[Request], names: list[str]) -> pd.DataFrame:
         {
             "request_id": col("request_id", np.int64),
             "replica_id": replica_names[col("replica", np.int64)],
+            "prefill_replica_id": replica_names[col("prefill_replica", np.int64)],
             "tenant": pd.Series([r.spec.tenant for r in reqs], dtype=object),
             "priority": col("priority", np.int64),
             "arrival_s": arrival,

@@ -445,17 +445,20 @@ class Scheduler:
             req.num_output_tokens = n_out
             req.num_tokens = nc + 1
             if n_out == 1:
-                req.first_token_s = t_end
-            else:
-                gap = t_end - req.last_token_s
-                if not gap <= req.max_itl_s:  # also replaces the initial NaN
-                    req.max_itl_s = gap
+                req.first_token_s = req.last_token_s = t_end
+                if n_out == req.target_output_tokens:
+                    self._finish(req, t_end)
+                    any_finished = True
+                elif self.hands_off:  # first token out: send the KV to a decode replica
+                    self._hand_off(req)
+                    any_finished = True
+                continue
+            gap = t_end - req.last_token_s
+            if not gap <= req.max_itl_s:  # also replaces the initial NaN
+                req.max_itl_s = gap
             req.last_token_s = t_end
             if n_out == req.target_output_tokens:
                 self._finish(req, t_end)
-                any_finished = True
-            elif self.hands_off:  # first token out: send the KV to a decode replica
-                self._hand_off(req)
                 any_finished = True
         if any_finished:
             self.running = [r for r in self.running if r.status is Status.RUNNING]

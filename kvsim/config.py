@@ -219,6 +219,14 @@ class Scenario(_Frozen):
         return self
 
     @model_validator(mode="after")
+    def _disaggregation_needs_paged_kv(self) -> Scenario:
+        if any(g.role != "both" for g in self.replicas) and any(
+            g.engine.kv_allocation != "paged" for g in self.replicas
+        ):
+            raise ValueError("disaggregated serving is modelled with paged KV only (kv_allocation: paged)")
+        return self
+
+    @model_validator(mode="after")
     def _one_cache_isolation(self) -> Scenario:
         modes = {g.engine.cache_isolation for g in self.replicas}
         if len(modes) > 1:

@@ -392,6 +392,11 @@ def check_scenario_references(scenario: Scenario) -> list[tuple[str, str]]:
         model = resolve_model(scenario.model)
     except UnknownPresetError as exc:
         problems.append(("model", str(exc)))
+    disaggregated = any(g.role != "both" for g in scenario.replicas)
+    if disaggregated and model is not None and model.sliding_window is not None:
+        problems.append(
+            ("replicas", f"disaggregated serving of a sliding-window model ({model.name}) is not modelled")
+        )
     for i, group in enumerate(scenario.replicas):
         where = f"replicas.{i}"
         try:

@@ -107,3 +107,12 @@ def test_disaggregated_roles_need_both_sides():
     assert path == "" and "'prefill' and 'decode'" in rule
     ((path, rule),) = problems({"replicas": [{"name": "p", "role": "prefill"}, {"name": "b"}]})
     assert "either every group is 'both'" in rule
+
+
+def test_disaggregation_limits_are_named():
+    pd_ = [{"name": "p", "role": "prefill"}, {"name": "d", "role": "decode"}]
+    ((path, rule),) = problems({"model": "mistral-7b", "replicas": pd_})
+    assert path == "replicas" and "sliding-window" in rule
+    reserve = {"engine": {"kv_allocation": "reserve_oracle", "enable_prefix_caching": False}}
+    ((path, rule),) = problems({"replicas": [pd_[0] | reserve, pd_[1]]})
+    assert "paged KV only" in rule

@@ -8,6 +8,20 @@ import pytest
 
 from kvsim.request import RequestSpec, Segment
 
+#: Summary keys issue 2 requires in every summary.json.
+REQUIRED_SUMMARY_KEYS = (
+    "num_requests",
+    "num_finished",
+    "ttft_p50_s",
+    "ttft_p99_s",
+    "tpot_p50_s",
+    "e2e_p99_s",
+    "throughput_tokens_per_s",
+    "prefix_hit_rate",
+    "num_preemptions",
+    "kv_usage_peak",
+)
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 TRACES = SHARED / "traces"

@@ -16,25 +16,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from conftest import REQUIRED_SUMMARY_KEYS
 
 import kvsim
 from kvsim.cli import main
 from kvsim.cli.run_cmd import ProgressBar
 from kvsim.io import RESULT_FILES, load_result
 from kvsim.result import EVENT_COLUMNS, ITERATION_COLUMNS, Result, summarize
-
-REQUIRED_SUMMARY_KEYS = (
-    "num_requests",
-    "num_finished",
-    "ttft_p50_s",
-    "ttft_p99_s",
-    "tpot_p50_s",
-    "e2e_p99_s",
-    "throughput_tokens_per_s",
-    "prefix_hit_rate",
-    "num_preemptions",
-    "kv_usage_peak",
-)
 
 
 def fake_run(scenario: kvsim.Scenario, *, progress: Any = None) -> Result:

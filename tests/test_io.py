@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import REQUIRED_SUMMARY_KEYS
 
 import kvsim
 from kvsim.io import RESULT_FILES, ResultDirError, json_safe, load_result, save_result, summary_to_json
@@ -142,18 +143,7 @@ def test_summary_json_has_required_keys_and_null_for_nan(tmp_path: Path) -> None
     text = (out / "summary.json").read_text()
     assert "NaN" not in text and "Infinity" not in text
     data = json.loads(text)
-    for key in (
-        "num_requests",
-        "num_finished",
-        "ttft_p50_s",
-        "ttft_p99_s",
-        "tpot_p50_s",
-        "e2e_p99_s",
-        "throughput_tokens_per_s",
-        "prefix_hit_rate",
-        "num_preemptions",
-        "kv_usage_peak",
-    ):
+    for key in REQUIRED_SUMMARY_KEYS:
         assert key in data, key
     assert data["ttft_p99_s"] is None
     assert data["kv_usage_peak"] is None

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 import kvsim
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
-from kvsim.scenario_io import apply_overrides, parse_yaml, validate
+from kvsim.scenario.loading import apply_overrides, parse_yaml, validate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCENARIO_DIR = REPO_ROOT / "scenarios"

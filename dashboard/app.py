@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 import kvsim
-from kvsim.scenario_io import read_yaml
+from kvsim.scenario.loading import read_yaml
 from kvsim.workload import resolve_workload_paths
 
 SOURCES = ("Built-in default", "Catalogue (scenarios/)", "Upload a YAML file", "Edit YAML")
@@ -23,7 +23,7 @@ HEADLINE = (
     ("p99 TTFT", "ttft_p99_s", "{:.3g} s"),
     ("p99 TPOT", "tpot_p99_s", "{:.3g} s"),
     ("Throughput (tok/s)", "throughput_tokens_per_s", "{:,.0f}"),
-    ("Prefix hit rate", "prefix_hit_rate", "{:.1%}"),
+    ("Prefix hit rate", "prefix_cache_hit_rate", "{:.1%}"),
     ("Preemptions", "num_preemptions", "{:,}"),
     ("Peak KV usage", "kv_usage_peak", "{:.1%}"),
 )

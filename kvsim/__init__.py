@@ -9,11 +9,10 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from kvsim.config import Scenario
 from kvsim.engine.simulator import run
 from kvsim.errors import KvsimError, ProfileError, ResultDirError, ScenarioError, TraceError
 from kvsim.result import Result
-from kvsim.scenario_io import dump_scenario, load_scenario
+from kvsim.scenario import Scenario, dump_scenario, load_scenario
 
 __all__ = [
     "KvsimError",

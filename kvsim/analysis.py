@@ -65,7 +65,8 @@ def rolling_quantiles(
     t, v = t[order], v[order]
     if w is not None:
         w = w[keep][order]
-    cols: dict[str, list[float]] = {"time_s": [], "count": []} | {_qname(q): [] for q in quantiles}
+    cols: dict[str, list[float]] = {"time_s": [], "count": []}
+    cols |= {_qname(q): [] for q in quantiles}
     if len(t):
         n_steps = max(1, int(np.ceil((t[-1] - start_s) / step - 1e-9)))
         for k in range(1, n_steps + 1):
@@ -227,7 +228,7 @@ def attribute_spikes(
     prefill = iterations["prefill_tokens"].to_numpy(float)
     decode = iterations["decode_tokens"].to_numpy(float)
     ev_t = events["time_s"].to_numpy(float)
-    extra: dict[str, list] = {
+    extra: dict[str, list[Any]] = {
         "from_s": [],
         "num_preempt_recompute": [],
         "num_preempt_swap": [],
@@ -366,7 +367,7 @@ def prefix_hit_rate_over_time(
     """
     adm = requests.dropna(subset=["first_scheduled_s"]).sort_values("first_scheduled_s", kind="stable")
     t = adm["first_scheduled_s"].to_numpy(float)
-    hits = np.concatenate([[0.0], np.cumsum(adm["prefix_hit_tokens"].to_numpy(float))])
+    hits = np.concatenate([[0.0], np.cumsum(adm["prefix_cache_hits_tokens"].to_numpy(float))])
     toks = np.concatenate([[0.0], np.cumsum(adm["prompt_tokens"].to_numpy(float))])
     step = window_s if step_s is None else step_s
     if not len(t):
@@ -451,7 +452,7 @@ def cross_tenant_exposure(requests: pd.DataFrame, specs: Sequence[RequestSpec]) 
     tenant, arrival_s, hit, ttft_s; only first uses that were admitted.
     """
     first = {s.request_id: s.prompt[0].content_id for s in specs}
-    df = requests[["request_id", "tenant", "arrival_s", "prefix_hit_tokens", "ttft_s"]].dropna(
+    df = requests[["request_id", "tenant", "arrival_s", "prefix_cache_hits_tokens", "ttft_s"]].dropna(
         subset=["ttft_s"]
     )
     df = df.sort_values(["arrival_s", "request_id"], kind="stable")
@@ -462,7 +463,7 @@ def cross_tenant_exposure(requests: pd.DataFrame, specs: Sequence[RequestSpec]) 
         keep.append(key not in seen)
         seen.add(key)
     out = df[np.asarray(keep, dtype=bool)].copy()
-    out["hit"] = out["prefix_hit_tokens"] > 0
+    out["hit"] = out["prefix_cache_hits_tokens"] > 0
     return out[["request_id", "tenant", "arrival_s", "hit", "ttft_s"]].reset_index(drop=True)
 
 

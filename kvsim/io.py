@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 from kvsim.errors import ResultDirError, ScenarioError
-from kvsim.result import Result
-from kvsim.scenario_io import dump_scenario, load_scenario
+from kvsim.result import RENAMED_REQUEST_COLUMNS, SUMMARY_ALIASES, Result
+from kvsim.scenario.loading import dump_scenario, load_scenario
 
 SUMMARY_FILE = "summary.json"
 SCENARIO_FILE = "scenario.yaml"
@@ -152,4 +152,9 @@ def load_result(result_dir: str | Path) -> Result:
         scenario = load_scenario(result_dir / SCENARIO_FILE)
     except ScenarioError as exc:
         raise ResultDirError(str(exc)) from None
+    # Folders written before the 0.2 renames read under the new names.
+    tables["requests"] = tables["requests"].rename(columns=RENAMED_REQUEST_COLUMNS)
+    for old, new in SUMMARY_ALIASES.items():
+        if old in summary and new not in summary:
+            summary[new] = summary[old]
     return Result(scenario=scenario, summary=summary, **tables)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
 
 if TYPE_CHECKING:
-    from kvsim.config import EngineConfig
+    from kvsim.scenario.schema import EngineConfig
 
 GIB = 1024**3
 

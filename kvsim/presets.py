@@ -1,4 +1,4 @@
-"""Model and GPU presets, name resolution, and scenario checks that need them.
+"""Model and GPU presets and name resolution.
 
     resolve_model("Llama-2-70B")    # case-insensitive; unknown names suggest close ones
     resolve_gpu("h100-sxm")
@@ -19,14 +19,10 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from kvsim.errors import KvsimError
-from kvsim.kv_sizing import GIB, engine_kv_capacity, weight_bytes
+from kvsim.kv_sizing import GIB
 from kvsim.specs import GpuSpec, ModelSpec
-
-if TYPE_CHECKING:
-    from kvsim.config import Scenario
 
 _HF = "https://huggingface.co"
 
@@ -372,71 +368,3 @@ def tp_problem(model: ModelSpec, tp: int) -> str | None:
             "(KV heads are split, or replicated when tp exceeds them)"
         )
     return None
-
-
-def _gib(num_bytes: float) -> str:
-    return f"{num_bytes / GIB:.2f} GiB"
-
-
-def check_scenario_references(scenario: Scenario) -> list[tuple[str, str]]:
-    """Problems a scenario has that need the presets, as ``(field_path, rule)`` pairs.
-
-    Unknown model or GPU names; a tp that cannot shard the model; weights that do not fit
-    in ``memory x gpu_memory_utilization`` on one shard; no room for a single KV block;
-    an engine max_model_len beyond the model's. A fp8 KV cache on a GPU without fp8
-    compute is allowed: vLLM stores fp8 and upcasts to fp16 for attention.
-    """
-    problems: list[tuple[str, str]] = []
-    model: ModelSpec | None = None
-    try:
-        model = resolve_model(scenario.model)
-    except UnknownPresetError as exc:
-        problems.append(("model", str(exc)))
-    disaggregated = any(g.role != "both" for g in scenario.replicas)
-    if disaggregated and model is not None and model.sliding_window is not None:
-        problems.append(
-            ("replicas", f"disaggregated serving of a sliding-window model ({model.name}) is not modelled")
-        )
-    for i, group in enumerate(scenario.replicas):
-        where = f"replicas.{i}"
-        try:
-            gpu = resolve_gpu(group.gpu)
-        except UnknownPresetError as exc:
-            problems.append((f"{where}.gpu", str(exc)))
-            continue
-        if model is None:
-            continue
-        engine = group.engine
-        bad_tp = tp_problem(model, group.tp)
-        if bad_tp:
-            problems.append((f"{where}.tp", bad_tp))
-            continue
-        if engine.max_model_len is not None and engine.max_model_len > model.max_model_len:
-            problems.append(
-                (
-                    f"{where}.engine.max_model_len",
-                    f"{engine.max_model_len} exceeds {model.name}'s max_model_len ({model.max_model_len})",
-                )
-            )
-        cap = engine_kv_capacity(model, gpu, group.tp, engine, use_override=False)
-        if cap.weight_bytes_per_shard > cap.budget_bytes:
-            problems.append(
-                (
-                    f"{where}.tp",
-                    f"{model.name} weights need {_gib(cap.weight_bytes_per_shard)} per GPU "
-                    f"({_gib(weight_bytes(model))} / tp={group.tp}) but {gpu.name} allows "
-                    f"{_gib(cap.budget_bytes)} ({_gib(gpu.memory_bytes)} x gpu_memory_utilization "
-                    f"{engine.gpu_memory_utilization}); raise tp or pick a larger GPU",
-                )
-            )
-        elif engine.num_gpu_blocks_override is None and cap.num_blocks < 1:
-            problems.append(
-                (
-                    f"{where}.engine.gpu_memory_utilization",
-                    f"no room for one KV block ({cap.bytes_per_block_per_shard:,.0f} bytes): "
-                    f"{_gib(cap.budget_bytes)} budget - {_gib(cap.weight_bytes_per_shard)} weights - "
-                    f"{_gib(cap.activation_reserve_bytes)} activation reserve = "
-                    f"{_gib(cap.kv_bytes_per_shard)} per GPU",
-                )
-            )
-    return problems

@@ -76,7 +76,7 @@ def _sections(s: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str, str]
         (
             "Cache",
             [
-                ("prefix hit rate", _percent(s.get("prefix_hit_rate")), "%"),
+                ("prefix hit rate", _percent(s.get("prefix_cache_hit_rate")), "%"),
                 ("prefix hits", _count(hits), f"tokens (of {_count(queries)} queried)"),
                 (
                     "recompute hits",

@@ -14,12 +14,16 @@ Latencies of unfinished requests are NaN.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from kvsim.config import Scenario
+from kvsim.core.outcome import EventKind
+from kvsim.scenario.schema import Scenario
+
+if TYPE_CHECKING:
+    from kvsim.core.outcome import CacheStats
 
 #: Per-request table. ``*_s`` are times (absolute) or durations (latencies) in seconds.
 REQUEST_COLUMNS: dict[str, str] = {
@@ -39,11 +43,11 @@ REQUEST_COLUMNS: dict[str, str] = {
     "e2e_s": "finish_s - arrival_s.",
     "prompt_tokens": "Prompt length.",
     "output_tokens": "Output tokens produced (equals the requested length when finished).",
-    "prefix_hit_tokens": "Prompt tokens found in the prefix cache at first admission.",
-    "recompute_hit_tokens": "Tokens found in the cache when re-admitted after preemption by recompute.",
-    "offload_hit_tokens": "Tokens loaded from the host tier (CPU offload) instead of recomputed.",
+    "prefix_cache_hits_tokens": "Prompt tokens found in the GPU prefix cache at first admission.",
+    "recompute_hits_tokens": "Tokens found in the cache when re-admitted after preemption by recompute.",
+    "offload_hits_tokens": "Tokens loaded from the offload tier (CPU offload) instead of recomputed.",
     "num_preemptions": "Times the request was preempted.",
-    "num_swaps": "Times the request was swapped out to host memory.",
+    "num_swaps": "Times the request was swapped out to the swap space.",
     "finished": "Whether the request produced all its output tokens.",
 }
 
@@ -71,10 +75,21 @@ ITERATION_COLUMNS: dict[str, str] = {
 EVENT_COLUMNS: dict[str, str] = {
     "time_s": "When it happened (start of the iteration that caused it).",
     "replica_id": "Where.",
-    "kind": "evict | preempt_recompute | swap_out | swap_in | offload_load | kv_transfer | reject.",
+    "kind": " | ".join(k.value for k in EventKind) + " (kvsim.core.outcome.EventKind).",
     "request_id": "Request concerned (-1 for pool-level events such as evictions).",
     "num_blocks": "Blocks involved.",
     "num_bytes": "Bytes moved or freed (all tensor-parallel shards together).",
+}
+
+
+#: Old summary keys kept for one release (0.2) beside their new names; removed in 0.3.
+SUMMARY_ALIASES: dict[str, str] = {"prefix_hit_rate": "prefix_cache_hit_rate"}
+
+#: Request columns renamed in 0.2 (old -> new); `kvsim.io.load_result` reads old folders.
+RENAMED_REQUEST_COLUMNS: dict[str, str] = {
+    "prefix_hit_tokens": "prefix_cache_hits_tokens",
+    "recompute_hit_tokens": "recompute_hits_tokens",
+    "offload_hit_tokens": "offload_hits_tokens",
 }
 
 
@@ -99,10 +114,7 @@ def summarize(
     iterations: pd.DataFrame,
     events: pd.DataFrame,
     *,
-    prefix_queries_tokens: int,
-    prefix_hits_tokens: int,
-    recompute_queries_tokens: int,
-    recompute_hits_tokens: int,
+    cache: CacheStats,
     total_kv_blocks: int,
     sim_time_s: float,
 ) -> dict[str, Any]:
@@ -133,12 +145,13 @@ def summarize(
     ok = fin[(fin["ttft_s"] <= scenario.slo.ttft_s) & ~(fin["tpot_s"] > scenario.slo.tpot_s)]
     out["goodput_requests_per_s"] = len(ok) / span
     out["slo_attainment"] = len(ok) / len(requests) if len(requests) else float("nan")
-    out["prefix_cache_queries_tokens"] = int(prefix_queries_tokens)
-    out["prefix_cache_hits_tokens"] = int(prefix_hits_tokens)
-    out["prefix_hit_rate"] = prefix_hits_tokens / prefix_queries_tokens if prefix_queries_tokens else 0.0
-    out["recompute_queries_tokens"] = int(recompute_queries_tokens)
-    out["recompute_hits_tokens"] = int(recompute_hits_tokens)
-    out["offload_hits_tokens"] = int(requests["offload_hit_tokens"].sum())
+    queries, hits = cache.prefix_cache_queries_tokens, cache.prefix_cache_hits_tokens
+    out["prefix_cache_queries_tokens"] = int(queries)
+    out["prefix_cache_hits_tokens"] = int(hits)
+    out["prefix_cache_hit_rate"] = hits / queries if queries else 0.0
+    out["recompute_queries_tokens"] = int(cache.recompute_queries_tokens)
+    out["recompute_hits_tokens"] = int(cache.recompute_hits_tokens)
+    out["offload_hits_tokens"] = int(requests["offload_hits_tokens"].sum())
     out["num_preemptions"] = int(requests["num_preemptions"].sum())
     out["num_swaps"] = int(requests["num_swaps"].sum())
     out["num_evicted_blocks"] = int(events.loc[events["kind"] == "evict", "num_blocks"].sum())
@@ -163,4 +176,6 @@ def summarize(
         out["kv_usage_mean"] = 0.0
         out["kv_token_usage_mean"] = 0.0
         out["kv_token_usage_loaded_mean"] = float("nan")
+    for old, new in SUMMARY_ALIASES.items():
+        out[old] = out[new]
     return out

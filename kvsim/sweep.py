@@ -44,10 +44,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import kvsim
-from kvsim.config import Scenario
 from kvsim.errors import KvsimError
 from kvsim.io import json_safe, save_result
-from kvsim.scenario_io import apply_overrides, read_yaml, validate
+from kvsim.scenario.loading import apply_overrides, read_yaml, validate
+from kvsim.scenario.schema import Scenario
 from kvsim.workload import resolve_workload_paths
 
 #: A runner simulates one scenario and returns its summary and files to save (name -> bytes).
@@ -131,7 +131,7 @@ def load_sweep(path: str | Path) -> tuple[SweepSpec, list[Point]]:
     keys = list(spec.grid)
     combos = [dict(zip(keys, values, strict=True)) for values in itertools.product(*spec.grid.values())]
     listed = spec.points or [{}]
-    points = []
+    points: list[Point] = []
     seen: set[str] = set()
     for listed_overrides in listed:
         for combo in combos:

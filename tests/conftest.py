@@ -8,7 +8,7 @@ import pytest
 
 from kvsim.request import RequestSpec, Segment
 
-#: Summary keys issue 2 requires in every summary.json.
+#: Summary keys every summary.json must hold (the headline figures users read first).
 REQUIRED_SUMMARY_KEYS = (
     "num_requests",
     "num_finished",
@@ -17,7 +17,7 @@ REQUIRED_SUMMARY_KEYS = (
     "tpot_p50_s",
     "e2e_p99_s",
     "throughput_tokens_per_s",
-    "prefix_hit_rate",
+    "prefix_cache_hit_rate",
     "num_preemptions",
     "kv_usage_peak",
 )

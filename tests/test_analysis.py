@@ -232,7 +232,7 @@ def test_prefix_hit_rate_over_time() -> None:
         {
             "first_scheduled_s": [0.5, 0.7, 1.5, np.nan],
             "prompt_tokens": [100, 300, 200, 50],
-            "prefix_hit_tokens": [0, 200, 100, 0],
+            "prefix_cache_hits_tokens": [0, 200, 100, 0],
         }
     )
     out = analysis.prefix_hit_rate_over_time(req, window_s=1)
@@ -285,7 +285,7 @@ def test_cross_tenant_exposure_lists_first_uses_per_tenant_in_arrival_order() ->
             "request_id": [0, 1, 2, 3],
             "tenant": ["a", "b", "a", "b"],
             "arrival_s": [0.0, 1.0, 2.0, 3.0],
-            "prefix_hit_tokens": [0, 32, 32, 0],
+            "prefix_cache_hits_tokens": [0, 32, 32, 0],
             "ttft_s": [0.05, 0.01, 0.01, 0.05],
         }
     )

@@ -122,12 +122,12 @@ def test_contiguous_reservation_is_first_fit_and_suffers_external_fragmentation(
     pool.check_invariants()
 
 
-def test_evicted_cached_blocks_are_written_back_to_the_host_tier_in_eviction_order():
+def test_evicted_cached_blocks_are_written_back_to_the_offload_tier_in_eviction_order():
     from kvsim.core.block_pool import PRIVATE
-    from kvsim.core.offload import HostTier
+    from kvsim.kv.tiers import CpuOffloadTier
 
     pool = BlockPool(4)
-    pool.offload = HostTier(2)
+    pool.offload = CpuOffloadTier(2)
     b = pool.get_new_blocks(3)
     pool.cache_block(b[0], 10)
     pool.cache_block(b[1], 11)

@@ -12,16 +12,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim.config import Scenario
 from kvsim.cost.base import Batch, ConstantCostModel
 from kvsim.cost.calibrated import CalibratedCostModel, Curve1D
 from kvsim.cost.config import ConstantCostConfig, ProfileCostConfig, RooflineCostConfig
-from kvsim.cost.factory import build_cost_model, check_cost_references
+from kvsim.cost.factory import build_cost_model
 from kvsim.cost.fit import point_time_s, read_points
 from kvsim.cost.profile import load_profile, model_shape, validate_profile
 from kvsim.cost.roofline import RooflineCostModel
 from kvsim.errors import ProfileError
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
+from kvsim.scenario.checks import check_cost_references
+from kvsim.scenario.schema import Scenario
 
 LLAMA3 = MODEL_PRESETS["llama-3-8b"]
 H100 = GPU_PRESETS["h100-sxm"]
@@ -116,7 +117,7 @@ def test_mixed_iteration_matches_the_known_curves(profile_path: Path) -> None:
         + 2e-4
     )
     assert m.step_time_s(batch) == pytest.approx(expected, rel=1e-12)
-    assert m.host_transfer_s(5e10) == 1.0
+    assert m.pcie_transfer_s(5e10) == 1.0
 
 
 def test_extrapolation_is_proportional_to_work_and_flat_below_the_grid(profile_path: Path) -> None:

@@ -14,7 +14,7 @@ import kvsim
 from kvsim.cache_curve import cache_curve
 from kvsim.kv_sizing import kv_bytes_for_context, kv_bytes_per_token
 from kvsim.presets import resolve_model
-from kvsim.scenario_io import read_yaml
+from kvsim.scenario.loading import read_yaml
 from kvsim.sweep import load_sweep
 from kvsim.workload import generate_requests, resolve_workload_paths
 from kvsim.workload.config import TraceWorkload
@@ -37,7 +37,7 @@ HEADLINE = (
     "total_kv_blocks",
     "num_preemptions",
     "num_swaps",
-    "prefix_hit_rate",
+    "prefix_cache_hit_rate",
     "ttft_p50_s",
     "ttft_p99_s",
     "max_itl_p99_s",
@@ -56,7 +56,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 56336,
             "num_preemptions": 0,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.0,
+            "prefix_cache_hit_rate": 0.0,
             "ttft_p50_s": 0.12065415089716858,
             "ttft_p99_s": 0.453951597192812,
             "max_itl_p99_s": 0.03391027379712726,
@@ -72,7 +72,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 28168,
             "num_preemptions": 0,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.7875868382620826,
+            "prefix_cache_hit_rate": 0.7875868382620826,
             "ttft_p50_s": 0.009658925743451618,
             "ttft_p99_s": 0.05920526295277466,
             "max_itl_p99_s": 0.056362047992884357,
@@ -88,7 +88,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 3792,
             "num_preemptions": 0,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.8173713484020881,
+            "prefix_cache_hit_rate": 0.8173713484020881,
             "ttft_p50_s": 0.010830747399513285,
             "ttft_p99_s": 0.04015888799408499,
             "max_itl_p99_s": 0.04211040348814521,
@@ -104,7 +104,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 811,
             "num_preemptions": 102,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.0,
+            "prefix_cache_hit_rate": 0.0,
             "ttft_p50_s": 0.052271923477083426,
             "ttft_p99_s": 7.010825488687608,
             "max_itl_p99_s": 1.6353990229686448,
@@ -120,7 +120,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 28293,
             "num_preemptions": 0,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.0,
+            "prefix_cache_hit_rate": 0.0,
             "ttft_p50_s": 0.006101472573107003,
             "ttft_p99_s": 0.006101472573107003,
             "max_itl_p99_s": 0.05088748306866364,
@@ -136,7 +136,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 28168,
             "num_preemptions": 0,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.9063869609059999,
+            "prefix_cache_hit_rate": 0.9063869609059999,
             "ttft_p50_s": 0.010222987753037316,
             "ttft_p99_s": 0.044372145766225064,
             "max_itl_p99_s": 0.049855107083530206,
@@ -152,7 +152,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 31327,
             "num_preemptions": 0,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.0,
+            "prefix_cache_hit_rate": 0.0,
             "ttft_p50_s": 0.22405988229269935,
             "ttft_p99_s": 0.7372018183933896,
             "max_itl_p99_s": 0.42114731530283933,
@@ -168,7 +168,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 2785,
             "num_preemptions": 65,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.0,
+            "prefix_cache_hit_rate": 0.0,
             "ttft_p50_s": 10.023694144136357,
             "ttft_p99_s": 29.852926497100267,
             "max_itl_p99_s": 0.6658081811416566,
@@ -184,7 +184,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 9736,
             "num_preemptions": 0,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.0,
+            "prefix_cache_hit_rate": 0.0,
             "ttft_p50_s": 0.1235011823194494,
             "ttft_p99_s": 0.5693097854114882,
             "max_itl_p99_s": 0.41804644882584086,
@@ -200,7 +200,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 172134,
             "num_preemptions": 0,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.0,
+            "prefix_cache_hit_rate": 0.0,
             "ttft_p50_s": 0.09681714514263295,
             "ttft_p99_s": 0.35139205857880274,
             "max_itl_p99_s": 0.28612870291008363,
@@ -216,7 +216,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 11029,
             "num_preemptions": 0,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.0,
+            "prefix_cache_hit_rate": 0.0,
             "ttft_p50_s": 0.026670033605006083,
             "ttft_p99_s": 0.0626515929812725,
             "max_itl_p99_s": 0.06247162323145261,
@@ -232,7 +232,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 2363,
             "num_preemptions": 21,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.0,
+            "prefix_cache_hit_rate": 0.0,
             "ttft_p50_s": 19.061550401186274,
             "ttft_p99_s": 30.07931675410358,
             "max_itl_p99_s": 3.392764234860525,
@@ -248,7 +248,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 4727,
             "num_preemptions": 0,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.0,
+            "prefix_cache_hit_rate": 0.0,
             "ttft_p50_s": 0.357130552620049,
             "ttft_p99_s": 1.4280320176531238,
             "max_itl_p99_s": 1.4055572122128908,
@@ -264,7 +264,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 10582,
             "num_preemptions": 0,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.0,
+            "prefix_cache_hit_rate": 0.0,
             "ttft_p50_s": 1.6064920142292891,
             "ttft_p99_s": 3.033806414936413,
             "max_itl_p99_s": 0.7993051295835905,
@@ -280,7 +280,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 2048,
             "num_preemptions": 19,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.0,
+            "prefix_cache_hit_rate": 0.0,
             "ttft_p50_s": 0.02902613723002112,
             "ttft_p99_s": 0.824463567037314,
             "max_itl_p99_s": 0.3307721183494901,
@@ -296,7 +296,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 2048,
             "num_preemptions": 29,
             "num_swaps": 29,
-            "prefix_hit_rate": 0.0,
+            "prefix_cache_hit_rate": 0.0,
             "ttft_p50_s": 0.02953573950225774,
             "ttft_p99_s": 0.3682614184901027,
             "max_itl_p99_s": 0.32097236782710575,
@@ -312,7 +312,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 28168,
             "num_preemptions": 0,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.0,
+            "prefix_cache_hit_rate": 0.0,
             "ttft_p50_s": 0.15330301457567508,
             "ttft_p99_s": 0.533086832819692,
             "max_itl_p99_s": 0.2114069005748611,
@@ -332,7 +332,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 28468,
             "num_preemptions": 0,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.0,
+            "prefix_cache_hit_rate": 0.0,
             "ttft_p50_s": 0.16296846544550725,
             "ttft_p99_s": 0.5955015590870827,
             "max_itl_p99_s": 0.05963317540888724,
@@ -348,7 +348,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 517020,
             "num_preemptions": 0,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.04160777672728925,
+            "prefix_cache_hit_rate": 0.04160777672728925,
             "ttft_p50_s": 0.6237248508768884,
             "ttft_p99_s": 5.921009955414061,
             "max_itl_p99_s": 0.6967589975827764,
@@ -364,7 +364,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 517020,
             "num_preemptions": 0,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.016946069010800213,
+            "prefix_cache_hit_rate": 0.016946069010800213,
             "ttft_p50_s": 0.3741166148719408,
             "ttft_p99_s": 3.4026632017522718,
             "max_itl_p99_s": 0.430081890609639,
@@ -380,7 +380,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 65007,
             "num_preemptions": 0,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.0,
+            "prefix_cache_hit_rate": 0.0,
             "ttft_p50_s": 0.026123722459338694,
             "ttft_p99_s": 0.10123704896570032,
             "max_itl_p99_s": 0.10509825180976407,
@@ -396,7 +396,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "total_kv_blocks": 65007,
             "num_preemptions": 0,
             "num_swaps": 0,
-            "prefix_hit_rate": 0.0,
+            "prefix_cache_hit_rate": 0.0,
             "ttft_p50_s": 0.22777015046553117,
             "ttft_p99_s": 0.9497858938873639,
             "max_itl_p99_s": 0.2000716297889184,
@@ -544,7 +544,7 @@ def test_timed_hit_rate_stays_below_the_unbounded_cache_curve() -> None:
         "replicas.0.engine.num_gpu_blocks_override": 300_000,
     }
     timed = kvsim.run(SCENARIOS / "mooncake_conversation.yaml", overrides=overrides).summary[
-        "prefix_hit_rate"
+        "prefix_cache_hit_rate"
     ]
     path = TRACES / "mooncake" / "conversation_trace.jsonl"
     reqs, _ = replay_trace(TraceWorkload(path=str(path), format="mooncake", max_requests=300))
@@ -559,7 +559,7 @@ def test_chat_sessions_hit_rate_matches_the_cache_only_replay() -> None:
     rate is at most the cache-only one and within 0.005; without outputs it is far lower."""
     scenario = kvsim.load_scenario(SCENARIOS / "chat_sessions.yaml", {"workload.num_requests": 300})
     reqs = generate_requests(scenario.workload, np.random.default_rng(0))
-    timed = kvsim.run(scenario, requests=reqs).summary["prefix_hit_rate"]
+    timed = kvsim.run(scenario, requests=reqs).summary["prefix_cache_hit_rate"]
     (with_outputs,) = cache_curve(reqs, [None], block_size=16, partial_blocks=False, cache_outputs=True)
     (prompts_only,) = cache_curve(reqs, [None], block_size=16, partial_blocks=False)
     assert timed <= with_outputs.token_hit_ratio < timed + 0.005
@@ -593,7 +593,7 @@ def test_cpu_offload_tier_serves_history_the_gpu_cache_lost() -> None:
     not_recomputed = (on["prefix_cache_hits_tokens"] + on["offload_hits_tokens"]) / on[
         "prefix_cache_queries_tokens"
     ]
-    assert not_recomputed > off["prefix_hit_rate"] + 0.15
+    assert not_recomputed > off["prefix_cache_hit_rate"] + 0.15
     assert on["ttft_p50_s"] < off["ttft_p50_s"]
 
 

@@ -21,6 +21,7 @@ from conftest import REQUIRED_SUMMARY_KEYS
 import kvsim
 from kvsim.cli import main
 from kvsim.cli.run_cmd import ProgressBar
+from kvsim.core.outcome import CacheStats
 from kvsim.io import RESULT_FILES, load_result
 from kvsim.result import EVENT_COLUMNS, ITERATION_COLUMNS, Result, summarize
 
@@ -49,9 +50,9 @@ def fake_run(scenario: kvsim.Scenario, *, progress: Any = None) -> Result:
             "e2e_s": np.where(finished, 1.0, np.nan),
             "prompt_tokens": 100,
             "output_tokens": np.where(finished, 10, 0),
-            "prefix_hit_tokens": 0,
-            "recompute_hit_tokens": 0,
-            "offload_hit_tokens": 0,
+            "prefix_cache_hits_tokens": 0,
+            "recompute_hits_tokens": 0,
+            "offload_hits_tokens": 0,
             "num_preemptions": 0,
             "num_swaps": 0,
             "finished": finished,
@@ -69,10 +70,7 @@ def fake_run(scenario: kvsim.Scenario, *, progress: Any = None) -> Result:
         requests,
         iterations,
         events,
-        prefix_queries_tokens=100 * n,
-        prefix_hits_tokens=0,
-        recompute_queries_tokens=0,
-        recompute_hits_tokens=0,
+        cache=CacheStats(prefix_cache_queries_tokens=100 * n, prefix_cache_hits_tokens=0),
         total_kv_blocks=100,
         sim_time_s=float(n),
     )

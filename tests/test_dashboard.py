@@ -13,6 +13,7 @@ import pytest
 
 import kvsim
 import kvsim.io
+from kvsim.cost.profile import shipped_profiles
 
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
@@ -211,7 +212,7 @@ def test_compare_page_runs_a_variant_and_compares() -> None:
     assert not at.exception
     assert _charts(at) == 1
     table = at.dataframe[0].value.set_index("metric")
-    assert table.loc["prefix_hit_rate"].iloc[1] == 0.0  # the variant has caching off
+    assert table.loc["prefix_cache_hit_rate"].iloc[1] == 0.0  # the variant has caching off
     assert any(c.endswith("(%)") for c in table.columns)
 
 
@@ -242,7 +243,7 @@ def test_compare_page_shows_invalid_overrides() -> None:
 
 def test_calibration_page() -> None:
     at = _page(_app(), "5_Calibration")
-    profiles = list((DASHBOARD.parent / "calibration" / "profiles").glob("*.json"))
+    profiles = shipped_profiles()
     if profiles:
         assert _charts(at) == 1
     else:

@@ -155,7 +155,7 @@ def test_follow_up_turn_is_released_after_the_parent_finishes_plus_think_time():
     assert c.arrival_s == pytest.approx(p.finish_s + 1.5)
     # The child re-sends prompt + answer: 64 + 4 cached tokens minus the unfinished last block
     # (the parent's 4th token was sampled, never computed) -> 64 hit tokens.
-    assert c.prefix_hit_tokens == 64
+    assert c.prefix_cache_hits_tokens == 64
 
 
 def test_time_limit_leaves_requests_unfinished_and_reported():
@@ -218,7 +218,7 @@ def test_private_blocks_change_nothing_but_speed(monkeypatch, mode):
         assert fast.summary["num_swaps"] > 20
     else:
         assert fast.summary["offload_hits_tokens"] > 0
-    monkeypatch.setattr("kvsim.engine.simulator._shared_content_ids", lambda specs: _EverythingShared())
+    monkeypatch.setattr("kvsim.engine.cluster.shared_content_ids", lambda specs: _EverythingShared())
     plain = kvsim.run(None, overrides=ov)
     assert_frame_equal(fast.requests, plain.requests)
     assert_frame_equal(fast.iterations, plain.iterations)
@@ -279,7 +279,7 @@ def test_prefix_aware_routing_keeps_sessions_on_their_cache():
     ov = ["workload.num_requests=600", "replicas.0.count=4"]
     spread = kvsim.run(ROOT / "scenarios" / "chat_sessions.yaml", overrides=[*ov, "router.kind=least_loaded"])
     aware = kvsim.run(ROOT / "scenarios" / "chat_sessions.yaml", overrides=[*ov, "router.kind=prefix_aware"])
-    assert aware.summary["prefix_hit_rate"] > spread.summary["prefix_hit_rate"] + 0.1
+    assert aware.summary["prefix_cache_hit_rate"] > spread.summary["prefix_cache_hit_rate"] + 0.1
     assert aware.summary["ttft_p50_s"] < spread.summary["ttft_p50_s"]
     # load_weight keeps it from piling everything on one replica
     counts = aware.requests.replica_id.value_counts()
@@ -288,7 +288,7 @@ def test_prefix_aware_routing_keeps_sessions_on_their_cache():
 
 def test_host_tier_loads_cost_pcie_time():
     # Constant 10 ms iterations, host bandwidth = H100 PCIe (64 GB/s). Request 0 caches a
-    # 64-token prefix (4 blocks); a filler evicts it to the host tier; request 2 loads the
+    # 64-token prefix (4 blocks); a filler evicts it to the offload tier; request 2 loads the
     # 4 blocks back: its prefill iteration takes 10 ms + 4 blocks x 2 MiB / 64 GB/s.
     block_bytes = 16 * 2 * 32 * 8 * 128 * 2  # Llama-3-8B bf16: 128 KiB per token, 16 tokens
     engine = {"num_gpu_blocks_override": 10, "cpu_offload_gib": 1, "max_num_seqs": 1}
@@ -299,7 +299,7 @@ def test_host_tier_loads_cost_pcie_time():
     ]
     res = kvsim.run(constant_scenario(0.01, **engine), requests=reqs)
     r2 = res.requests.iloc[2]
-    assert r2.offload_hit_tokens == 64 and r2.prefix_hit_tokens == 0
+    assert r2.offload_hits_tokens == 64 and r2.prefix_cache_hits_tokens == 0
     assert r2.ttft_s == pytest.approx(0.01 + 4 * block_bytes / 64e9, rel=1e-12)
     assert list(res.events.kind).count("offload_load") == 1
     assert res.summary["offload_hits_tokens"] == 64

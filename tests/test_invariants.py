@@ -6,12 +6,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from kvsim.config import EngineConfig
 from kvsim.core.block_pool import BlockPool
-from kvsim.core.offload import HostTier
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler import Scheduler
+from kvsim.kv.tiers import CpuOffloadTier
 from kvsim.request import RequestSpec, Segment
+from kvsim.scenario.schema import EngineConfig
 
 NUM_BLOCKS = 12
 
@@ -94,10 +94,20 @@ class SchedulerMachine(RuleBasedStateMachine):
         eviction=st.sampled_from(["lru", "lfu"]),
         caching=st.booleans(),
         allocation=st.sampled_from(["paged", "paged", "reserve_pow2", "reserve_oracle"]),
-        host_blocks=st.sampled_from([0, 0, 3, 16]),
+        offload_blocks=st.sampled_from([0, 0, 3, 16]),
     )
     def configure(
-        self, budget, max_seqs, chunked, threshold, mode, policy, eviction, caching, allocation, host_blocks
+        self,
+        budget,
+        max_seqs,
+        chunked,
+        threshold,
+        mode,
+        policy,
+        eviction,
+        caching,
+        allocation,
+        offload_blocks,
     ) -> None:
         caching = caching and allocation == "paged"
         cfg = EngineConfig(
@@ -112,13 +122,15 @@ class SchedulerMachine(RuleBasedStateMachine):
             enable_prefix_caching=caching,
             kv_allocation=allocation,
         )
-        pool = BlockPool(NUM_BLOCKS, enable_caching=caching, eviction_policy=eviction)
-        self.sched = Scheduler(cfg, pool, num_host_blocks=6)
+
+        def tier() -> CpuOffloadTier | None:  # a CPU offload tier below each pool
+            return CpuOffloadTier(offload_blocks) if offload_blocks else None
+
+        pool = BlockPool(NUM_BLOCKS, enable_caching=caching, eviction_policy=eviction, offload=tier())
+        self.sched = Scheduler(cfg, pool, num_swap_blocks=6)
         # A twin that hashes every block (no private marks) must behave identically.
-        twin_pool = BlockPool(NUM_BLOCKS, enable_caching=caching, eviction_policy=eviction)
-        self.twin = Scheduler(cfg, twin_pool, num_host_blocks=6)
-        if host_blocks:  # a CPU offload tier below each pool
-            pool.offload, twin_pool.offload = HostTier(host_blocks), HostTier(host_blocks)
+        twin_pool = BlockPool(NUM_BLOCKS, enable_caching=caching, eviction_policy=eviction, offload=tier())
+        self.twin = Scheduler(cfg, twin_pool, num_swap_blocks=6)
         self.twin_reqs: dict[int, Request] = {}
 
     @precondition(lambda self: self.sched is not None)
@@ -158,20 +170,17 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert [(r.request_id, n) for r, n in twin_out.scheduled] == [
             (r.request_id, n) for r, n in out.scheduled
         ]
-        assert [(e.kind, e.request_id) for e in self.twin.events] == [
-            (e.kind, e.request_id) for e in s.events
+        assert [(e.kind, e.request_id) for e in twin_out.events] == [
+            (e.kind, e.request_id) for e in out.events
         ]
-        assert self.twin.pool.num_evicted == s.pool.num_evicted
+        assert twin_out.num_evicted == out.num_evicted and self.twin.pool.num_evicted == s.pool.num_evicted
         for rid, r in self.reqs.items():
             assert [b.block_id for b in self.twin_reqs[rid].blocks if b] == [
                 b.block_id for b in r.blocks if b
             ]
         self.t += 1.0
-        s.update(out, self.t)
-        self.twin.update(twin_out, self.t)
-        for sched in (s, self.twin):
-            sched.events.clear()
-            sched.finished.clear()
+        done, twin_done = s.update(out, self.t), self.twin.update(twin_out, self.t)
+        assert [r.request_id for r in done.finished] == [r.request_id for r in twin_done.finished]
 
     @invariant()
     def nothing_lost_or_duplicated(self) -> None:
@@ -197,7 +206,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         # Blocks conserved: used blocks are exactly the distinct blocks running requests hold.
         held = {b.block_id for r in s.running for b in r.blocks if b is not None}
         assert s.pool.num_used_blocks == len(held)
-        assert 0 <= s.host_blocks_used <= s.num_host_blocks
+        assert 0 <= s.swap.num_used_blocks <= s.swap.num_blocks
         s.pool.check_invariants()
 
 

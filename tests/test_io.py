@@ -12,6 +12,7 @@ import pytest
 from conftest import REQUIRED_SUMMARY_KEYS
 
 import kvsim
+from kvsim.core.outcome import CacheStats
 from kvsim.io import RESULT_FILES, ResultDirError, json_safe, load_result, save_result, summary_to_json
 from kvsim.result import EVENT_COLUMNS, ITERATION_COLUMNS, REQUEST_COLUMNS, Result, summarize
 
@@ -46,9 +47,9 @@ def small_result(num_requests: int = 3) -> Result:
             "e2e_s": finish - arrival,
             "prompt_tokens": np.full(num_requests, 640, dtype=np.int64),
             "output_tokens": np.where(finished, 11, 0).astype(np.int64),
-            "prefix_hit_tokens": np.where(ids > 0, 512, 0).astype(np.int64),
-            "recompute_hit_tokens": np.zeros(num_requests, dtype=np.int64),
-            "offload_hit_tokens": np.zeros(num_requests, dtype=np.int64),
+            "prefix_cache_hits_tokens": np.where(ids > 0, 512, 0).astype(np.int64),
+            "recompute_hits_tokens": np.zeros(num_requests, dtype=np.int64),
+            "offload_hits_tokens": np.zeros(num_requests, dtype=np.int64),
             "num_preemptions": np.zeros(num_requests, dtype=np.int64),
             "num_swaps": np.zeros(num_requests, dtype=np.int64),
             "finished": finished,
@@ -78,10 +79,9 @@ def small_result(num_requests: int = 3) -> Result:
         requests,
         iterations,
         events,
-        prefix_queries_tokens=640 * num_requests,
-        prefix_hits_tokens=512 * (num_requests - 1),
-        recompute_queries_tokens=0,
-        recompute_hits_tokens=0,
+        cache=CacheStats(
+            prefix_cache_queries_tokens=640 * num_requests, prefix_cache_hits_tokens=512 * (num_requests - 1)
+        ),
         total_kv_blocks=100,
         sim_time_s=float(num_requests),
     )
@@ -152,7 +152,7 @@ def test_summary_json_has_required_keys_and_null_for_nan(tmp_path: Path) -> None
     assert data["num_finished"] == 2
     assert data["ttft_p50_s"] == pytest.approx(0.1)
     assert data["throughput_tokens_per_s"] == pytest.approx(22 / 3)
-    assert data["prefix_hit_rate"] == pytest.approx(1024 / 1920)
+    assert data["prefix_cache_hit_rate"] == pytest.approx(1024 / 1920)
 
 
 def test_json_safe_converts_numpy_and_non_finite() -> None:

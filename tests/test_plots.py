@@ -20,7 +20,7 @@ def _requests() -> pd.DataFrame:
             "tpot_s": [0.01, 0.02, 0.03, np.nan],
             "e2e_s": [1.0, 2.0, 3.0, 4.0],
             "prompt_tokens": [100, 100, 100, 100],
-            "prefix_hit_tokens": [0, 50, 50, 100],
+            "prefix_cache_hits_tokens": [0, 50, 50, 100],
             "request_id": [0, 1, 2, 3],
             "max_itl_s": [0.05, 0.9, 0.05, np.nan],
             "finish_s": [1.0, 3.0, 4.0, 5.0],

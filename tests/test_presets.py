@@ -18,7 +18,7 @@ from kvsim.presets import (
     resolve_model,
     tp_problem,
 )
-from kvsim.scenario_io import load_scenario
+from kvsim.scenario.loading import load_scenario
 from kvsim.specs import GpuSpec, ModelSpec
 
 REQUIRED_MODELS = {

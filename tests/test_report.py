@@ -41,7 +41,7 @@ SUMMARY = {
     "slo_attainment": 0.9375,
     "prefix_cache_queries_tokens": 3_072_000,
     "prefix_cache_hits_tokens": 1_024_000,
-    "prefix_hit_rate": 1_024_000 / 3_072_000,
+    "prefix_cache_hit_rate": 1_024_000 / 3_072_000,
     "recompute_queries_tokens": 0,
     "recompute_hits_tokens": 0,
     "num_evicted_blocks": 17,

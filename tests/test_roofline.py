@@ -91,7 +91,7 @@ def test_prefill_grows_with_chunk_and_context_decode_with_batch_and_context() ->
 def test_empty_batch_costs_nothing_and_host_transfer_uses_pcie() -> None:
     m = RooflineCostModel(MODEL, GPU, CFG)
     assert m.step_time_s(Batch()) == 0.0
-    assert m.host_transfer_s(2e10) == 2.0
+    assert m.pcie_transfer_s(2e10) == 2.0
 
 
 @settings(max_examples=60, deadline=None)

@@ -63,7 +63,7 @@ def test_scenario_is_frozen():
 
 
 def test_every_schema_field_has_a_description():
-    from kvsim.scenario_io import scenario_json_schema
+    from kvsim.scenario.loading import scenario_json_schema
 
     missing: list[str] = []
 
@@ -83,7 +83,7 @@ def test_every_schema_field_has_a_description():
 
 
 def test_run_checks_a_scenario_built_in_code():
-    from kvsim.config import ReplicaGroup, Scenario
+    from kvsim.scenario.schema import ReplicaGroup, Scenario
 
     bad = Scenario(replicas=[ReplicaGroup(gpu="no-such-gpu")])
     with pytest.raises(ScenarioError, match=r"replicas\.0\.gpu"):

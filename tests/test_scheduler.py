@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import weakref
+
 from conftest import spec
 
-from kvsim.config import EngineConfig
 from kvsim.core.block_pool import BlockPool
+from kvsim.core.outcome import KvEvent, SchedulerOutput
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler import Scheduler
+from kvsim.scenario.schema import EngineConfig
+
+# Every event each scheduler reported, in order, as the engine would record them.
+_LOG: weakref.WeakKeyDictionary[Scheduler, list[KvEvent]] = weakref.WeakKeyDictionary()
 
 
 def make(num_blocks: int = 10, **engine) -> Scheduler:
@@ -15,11 +21,29 @@ def make(num_blocks: int = 10, **engine) -> Scheduler:
     pool = BlockPool(
         num_blocks, enable_caching=cfg.enable_prefix_caching, eviction_policy=cfg.eviction_policy
     )
-    return Scheduler(cfg, pool, num_host_blocks=engine.pop("host", 0) if "host" in engine else 8)
+    return Scheduler(cfg, pool, num_swap_blocks=8)
+
+
+def events(s: Scheduler) -> list[KvEvent]:
+    return _LOG.setdefault(s, [])
+
+
+def add(s: Scheduler, req: Request) -> bool:
+    """Queue ``req``; False (and its rejection logged) if it can never run."""
+    rejection = s.add_request(req)
+    if rejection is not None:
+        events(s).append(rejection)
+    return rejection is None
+
+
+def schedule(s: Scheduler, t: float) -> SchedulerOutput:
+    out = s.schedule(t)
+    events(s).extend(out.events)
+    return out
 
 
 def step(s: Scheduler, t: float) -> list[tuple[int, int]]:
-    out = s.schedule(t)
+    out = schedule(s, t)
     s.update(out, t + 1.0)
     return [(r.request_id, n) for r, n in out.scheduled]
 
@@ -31,7 +55,7 @@ def block_ids(r: Request) -> list[int]:
 def test_prefill_then_decode_with_exact_blocks_and_cached_hashes():
     s = make()
     a = Request(spec(0, [(1, 10)], output=3))
-    s.add_request(a)
+    add(s, a)
     assert step(s, 0) == [(0, 10)]  # whole prompt in one chunk; first token sampled
     assert a.num_output_tokens == 1 and a.first_token_s == 1.0
     assert block_ids(a) == [0, 1, 2] and a.num_cached_blocks == 2  # 10 tokens: 2 full blocks
@@ -47,29 +71,29 @@ def test_shared_prefix_hits_whole_blocks_and_leaves_one_token_to_compute():
     b = Request(spec(1, [(1, 8), (3, 5)], output=2))
     c = Request(spec(2, [(1, 8)], output=2))  # prompt entirely cached: recompute the last block
     for r in (a, b, c):
-        s.add_request(r)
+        add(s, r)
     assert step(s, 0) == [(0, 10), (1, 5), (2, 4)]
-    assert (a.prefix_hit_tokens, b.prefix_hit_tokens, c.prefix_hit_tokens) == (0, 8, 4)
+    assert (a.prefix_cache_hits_tokens, b.prefix_cache_hits_tokens, c.prefix_cache_hits_tokens) == (0, 8, 4)
     assert block_ids(b)[:2] == block_ids(a)[:2] == [0, 1]
-    assert s.prefix_queries_tokens == 10 + 13 + 8 and s.prefix_hits_tokens == 12
+    assert s.stats.prefix_cache_queries_tokens == 10 + 13 + 8 and s.stats.prefix_cache_hits_tokens == 12
 
 
 def test_tenants_never_share_blocks():
     s = make()
     a = Request(spec(0, [(1, 8), (2, 1)], output=2, tenant="a"))
     b = Request(spec(1, [(1, 8), (2, 1)], output=2, tenant="b"))
-    s.add_request(a)
-    s.add_request(b)
+    add(s, a)
+    add(s, b)
     step(s, 0)
-    assert b.prefix_hit_tokens == 0 and not set(block_ids(a)) & set(block_ids(b))
+    assert b.prefix_cache_hits_tokens == 0 and not set(block_ids(a)) & set(block_ids(b))
 
 
 def test_chunked_prefill_respects_budget_and_threshold():
     s = make(num_blocks=20, max_num_batched_tokens=8, long_prefill_token_threshold=6)
     a = Request(spec(0, 20, output=2))
     b = Request(spec(1, 3, output=2))
-    s.add_request(a)
-    s.add_request(b)
+    add(s, a)
+    add(s, b)
     assert step(s, 0) == [(0, 6), (1, 2)]  # a capped at 6, b gets the 2 left
     assert a.num_output_tokens == 0 and b.num_output_tokens == 0
     assert step(s, 1) == [(0, 6), (1, 1)]  # b's prompt completes: first token
@@ -83,8 +107,8 @@ def test_without_chunked_prefill_a_long_prompt_waits_for_a_whole_budget():
     s = make(num_blocks=20, max_num_batched_tokens=8, enable_chunked_prefill=False)
     a = Request(spec(0, 3, output=3))
     b = Request(spec(1, 8, output=1))
-    s.add_request(a)
-    s.add_request(b)
+    add(s, a)
+    add(s, b)
     assert step(s, 0) == [(0, 3)]  # b (8 tokens) does not fit in the 5 left
     assert step(s, 1) == [(0, 1)]  # still 7 left: b waits (head of line)
     assert step(s, 2) == [(0, 1)]
@@ -94,7 +118,7 @@ def test_without_chunked_prefill_a_long_prompt_waits_for_a_whole_budget():
 def test_max_num_seqs_caps_running_requests():
     s = make(num_blocks=20, max_num_seqs=2)
     for i in range(3):
-        s.add_request(Request(spec(i, 2, output=2)))
+        add(s, Request(spec(i, 2, output=2)))
     assert step(s, 0) == [(0, 2), (1, 2)]
     assert s.num_waiting == 1
 
@@ -104,12 +128,12 @@ def test_preemption_by_recompute_takes_the_last_admitted_and_requeues_it_first()
     s = make(num_blocks=4)
     a = Request(spec(0, 7, output=4))
     b = Request(spec(1, 8, output=4))
-    s.add_request(a)
-    s.add_request(b)
+    add(s, a)
+    add(s, b)
     assert step(s, 0) == [(0, 7), (1, 8)]
     assert step(s, 1) == [(0, 1)]  # b needs a 3rd block, none is free: b (last admitted) goes
     assert b.status is Status.WAITING and b.num_preemptions == 1 and b.num_computed_tokens == 0
-    assert [e.kind for e in s.events] == ["preempt_recompute"]
+    assert [e.kind for e in events(s)] == ["preempt_recompute"]
     # b's blocks were freed tail first (queue: 3, 2). a's next block evicts block 3, the
     # tail of b's prompt; b comes back hitting only its first block.
     step(s, 2)
@@ -117,16 +141,16 @@ def test_preemption_by_recompute_takes_the_last_admitted_and_requeues_it_first()
     step(s, 3)
     assert a.status is Status.FINISHED
     assert step(s, 4) == [(1, 9 - 4)]  # 8 prompt tokens + 1 sampled, minus 4 hit
-    assert b.recompute_hit_tokens == 4 and s.recompute_hits_tokens == 4
-    assert b.prefix_hit_tokens == 0  # first admission: nothing cached
+    assert b.recompute_hits_tokens == 4 and s.stats.recompute_hits_tokens == 4
+    assert b.prefix_cache_hits_tokens == 0  # first admission: nothing cached
 
 
 def test_priority_policy_preempts_the_lowest_priority_request():
     s = make(num_blocks=5, scheduling_policy="priority")
     hi = Request(spec(0, 8, output=4, priority=0))
     lo = Request(spec(1, 8, output=4, priority=5))
-    s.add_request(lo)
-    s.add_request(hi)
+    add(s, lo)
+    add(s, hi)
     assert step(s, 0) == [(0, 8), (1, 8)]  # the heap admits the higher priority first
     step(s, 1)  # both need a 3rd block; 1 free: hi gets it
     step(s, 2)  # lo needs one more -> itself the lowest priority -> preempted
@@ -137,46 +161,46 @@ def test_swap_moves_blocks_to_the_host_and_back():
     s = make(num_blocks=4, preemption_mode="swap")
     a = Request(spec(0, 7, output=4))
     b = Request(spec(1, 8, output=4))
-    s.add_request(a)
-    s.add_request(b)
+    add(s, a)
+    add(s, b)
     step(s, 0)
-    out = s.schedule(1.0)
-    assert out.swap_out_blocks == 2 and b.status is Status.SWAPPED and s.host_blocks_used == 2
+    out = schedule(s, 1.0)
+    assert out.swap_out_blocks == 2 and b.status is Status.SWAPPED and s.swap.num_used_blocks == 2
     s.update(out, 2.0)
     step(s, 2)
     step(s, 3)  # a finishes
-    out = s.schedule(4.0)
-    assert out.swap_in_blocks == 2 and b.status is Status.RUNNING and s.host_blocks_used == 0
+    out = schedule(s, 4.0)
+    assert out.swap_in_blocks == 2 and b.status is Status.RUNNING and s.swap.num_used_blocks == 0
     assert b.num_computed_tokens == 8  # nothing recomputed
-    assert [e.kind for e in s.events] == ["swap_out", "swap_in"]
+    assert [e.kind for e in events(s)] == ["swap_out", "swap_in"]
 
 
 def test_swap_falls_back_to_recompute_when_the_host_pool_is_full():
     cfg = EngineConfig(block_size=4, preemption_mode="swap")
-    s = Scheduler(cfg, BlockPool(4), num_host_blocks=1)
+    s = Scheduler(cfg, BlockPool(4), num_swap_blocks=1)
     a = Request(spec(0, 7, output=4))
     b = Request(spec(1, 8, output=4))
-    s.add_request(a)
-    s.add_request(b)
+    add(s, a)
+    add(s, b)
     step(s, 0)
     step(s, 1)
     assert b.status is Status.WAITING and b.num_swaps == 0
-    assert [e.kind for e in s.events] == ["preempt_recompute"]
+    assert [e.kind for e in events(s)] == ["preempt_recompute"]
 
 
 def test_requests_that_can_never_fit_are_rejected():
     s = make(num_blocks=4)
-    assert not s.add_request(Request(spec(0, 16, output=1)))  # 17 tokens need 5 blocks
+    assert not add(s, Request(spec(0, 16, output=1)))  # 17 tokens need 5 blocks
     s2 = Scheduler(EngineConfig(block_size=4), BlockPool(100), max_model_len=10)
-    assert not s2.add_request(Request(spec(1, 8, output=3)))
-    assert s2.events[0].kind == "reject"
+    assert not add(s2, Request(spec(1, 8, output=3)))
+    assert events(s2)[0].kind == "reject"
 
 
 def test_sliding_window_frees_blocks_out_of_the_window():
     cfg = EngineConfig(block_size=4)
     s = Scheduler(cfg, BlockPool(20), sliding_window=8)
     a = Request(spec(0, 16, output=6))
-    s.add_request(a)
+    add(s, a)
     step(s, 0)
     assert len(block_ids(a)) == 4
     step(s, 1)  # computed 16 -> tokens before 16-8+1=9 are out: blocks 0 and 1 freed
@@ -185,16 +209,16 @@ def test_sliding_window_frees_blocks_out_of_the_window():
 
 def test_without_chunked_prefill_a_prompt_over_the_budget_is_rejected():
     s = make(num_blocks=20, max_num_batched_tokens=8, enable_chunked_prefill=False)
-    assert not s.add_request(Request(spec(0, 9, output=1)))
-    assert s.add_request(Request(spec(1, 8, output=1)))
-    assert [e.kind for e in s.events] == ["reject"]
+    assert not add(s, Request(spec(0, 9, output=1)))
+    assert add(s, Request(spec(1, 8, output=1)))
+    assert [e.kind for e in events(s)] == ["reject"]
 
 
 def test_orca_style_reservation_holds_the_whole_sequence_from_admission():
     # pow2 reserves prompt + next power of two of the output: 6 + 8 = 14 tokens = 4 blocks.
     s = make(num_blocks=10, kv_allocation="reserve_pow2", enable_prefix_caching=False)
     a = Request(spec(0, 6, output=5))
-    s.add_request(a)
+    add(s, a)
     assert step(s, 0) == [(0, 6)]
     assert block_ids(a) == [0, 1, 2, 3] and s.num_tokens_stored == 6
     step(s, 1)
@@ -203,28 +227,27 @@ def test_orca_style_reservation_holds_the_whole_sequence_from_admission():
     s2 = Scheduler(EngineConfig(block_size=4, kv_allocation="reserve_max", enable_prefix_caching=False),
                    BlockPool(10), max_model_len=32)  # fmt: skip
     b = Request(spec(1, 6, output=5))
-    s2.add_request(b)
+    add(s2, b)
     step(s2, 0)
     assert len(block_ids(b)) == 8
 
 
 def test_a_prefix_evicted_to_the_host_tier_is_loaded_back_instead_of_recomputed():
-    from kvsim.core.offload import HostTier
+    from kvsim.kv.tiers import CpuOffloadTier
 
-    s = make(num_blocks=6)
-    s.pool.offload = HostTier(16)
+    s = Scheduler(EngineConfig(block_size=4), BlockPool(6, offload=CpuOffloadTier(16)))
     a = Request(spec(0, [(1, 8), (2, 1)], output=1))  # 9 tokens: blocks 0, 1 full and cached
-    s.add_request(a)
+    add(s, a)
     step(s, 0)  # a finishes; its blocks are freed tail first but stay cached
     filler = Request(spec(1, 23, output=1))  # 24 tokens: takes all 6 blocks, evicting a's
-    s.add_request(filler)
+    add(s, filler)
     step(s, 1)
     assert len(s.pool.offload) == 2  # a's two cached blocks, written back when evicted
     b = Request(spec(2, [(1, 8), (3, 4)], output=1))  # same 8-token prefix
-    s.add_request(b)
-    out = s.schedule(2.0)
+    add(s, b)
+    out = schedule(s, 2.0)
     assert [(r.request_id, n) for r, n in out.scheduled] == [(2, 4)]  # only its own 4 tokens
-    assert out.offload_load_blocks == 2 and b.offload_hit_tokens == 8 and b.prefix_hit_tokens == 0
-    assert [e.kind for e in s.events] == ["offload_load"]
-    assert s.offload_hits_tokens == 8 and s.num_tokens_stored == 8
+    assert out.offload_load_blocks == 2 and b.offload_hits_tokens == 8 and b.prefix_cache_hits_tokens == 0
+    assert [e.kind for e in events(s)] == ["offload_load"]
+    assert s.stats.offload_hits_tokens == 8 and s.num_tokens_stored == 8
     assert b.num_cached_blocks == 3  # the 2 loaded blocks are cached on the GPU again, and its own

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from kvsim.cli import main
-from kvsim.config import Scenario
+from kvsim.scenario.schema import Scenario
 from kvsim.sweep import SweepError, load_sweep, point_id, run_sweep
 
 BASE = """\

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from kvsim.config import Scenario
 from kvsim.request import Segment
+from kvsim.scenario.schema import Scenario
 from kvsim.workload import generate_requests, generate_workload, resolve_workload_paths
 from kvsim.workload.config import (
     ConstantArrivals,

@@ -23,7 +23,7 @@ SWEEP_METRICS = (
     "tpot_p99_s",
     "e2e_p99_s",
     "num_preemptions",
-    "prefix_hit_rate",
+    "prefix_cache_hit_rate",
     "kv_usage_peak",
     "total_kv_blocks",
 )

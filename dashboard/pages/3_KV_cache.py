@@ -11,7 +11,7 @@ import kvsim
 from kvsim import analysis, plots
 from kvsim.cache_curve import cache_curve
 from kvsim.engine.simulator import scenario_workload
-from kvsim.scenario_io import parse_yaml
+from kvsim.scenario.loading import parse_yaml
 
 
 @st.cache_data(show_spinner="Replaying the workload against LRU caches ...", max_entries=8)
@@ -42,7 +42,7 @@ def main() -> None:
     cols = st.columns(4)
     cols[0].metric("KV blocks (all replicas)", f"{summary.get('total_kv_blocks', 0):,}")
     cols[1].metric("Peak KV usage", f"{summary.get('kv_usage_peak', 0.0):.1%}")
-    cols[2].metric("Prefix hit rate", f"{summary.get('prefix_hit_rate', 0.0):.1%}")
+    cols[2].metric("Prefix hit rate", f"{summary.get('prefix_cache_hit_rate', 0.0):.1%}")
     cols[3].metric("Evicted blocks", f"{summary.get('num_evicted_blocks', 0):,}")
 
     kv = analysis.kv_blocks_over_time(res.iterations)
@@ -61,7 +61,7 @@ def main() -> None:
         help="Requests first scheduled within this window count towards each point.",
     )
     hr = analysis.prefix_hit_rate_over_time(res.requests, window_s=window_s, step_s=window_s / 2)
-    fig = plots.prefix_hit_rate_figure(hr, overall=summary.get("prefix_hit_rate"))
+    fig = plots.prefix_hit_rate_figure(hr, overall=summary.get("prefix_cache_hit_rate"))
     common.show_figure(fig, f"{res.scenario.name}_prefix_hit_rate")
 
     st.subheader("How much cache does this reuse need?")
@@ -81,7 +81,7 @@ def main() -> None:
         curve,
         policy=res.scenario.replicas[0].engine.eviction_policy,
         run_capacity_blocks=per_replica or None,
-        run_hit_rate=summary.get("prefix_hit_rate"),
+        run_hit_rate=summary.get("prefix_cache_hit_rate"),
     )
     common.show_figure(fig, f"{res.scenario.name}_cache_curve")
     common.show_table(curve, f"{res.scenario.name}_cache_curve")

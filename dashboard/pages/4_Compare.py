@@ -23,7 +23,7 @@ METRICS = (
     "throughput_tokens_per_s",
     "goodput_requests_per_s",
     "slo_attainment",
-    "prefix_hit_rate",
+    "prefix_cache_hit_rate",
     "num_preemptions",
     "num_swaps",
     "num_evicted_blocks",

@@ -44,7 +44,7 @@ def main() -> None:
     profiles = shipped_profiles()
     if not profiles:
         st.info(
-            "No cost profiles found in calibration/profiles/. Measure one on a GPU with "
+            "No cost profiles found in kvsim/data/profiles/. Measure one on a GPU with "
             "`kvsim calibrate --model MODEL --out PROFILE` and put it there; the roofline cost model "
             "is used until then."
         )

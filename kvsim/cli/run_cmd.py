@@ -27,7 +27,7 @@ import kvsim
 from kvsim.errors import KvsimError, ScenarioError
 from kvsim.io import RESULT_FILES, json_safe, save_result, summary_to_json
 from kvsim.report import format_summary
-from kvsim.scenario_io import DEFAULT_SCENARIO, load_scenario, scenario_json_schema
+from kvsim.scenario.loading import DEFAULT_SCENARIO, load_scenario, scenario_json_schema
 
 #: Wall time a run must last before its progress bar appears, seconds.
 PROGRESS_DELAY_S = 1.0

@@ -53,7 +53,9 @@ def _load(args: argparse.Namespace) -> tuple[list[RequestSpec], TraceReport]:
     except json.JSONDecodeError as exc:
         raise UsageError(f"--columns must be a JSON object: {exc.msg}") from None
     try:
-        cfg = TraceWorkload(path=str(path), format=fmt, columns=columns, max_requests=args.max_requests)
+        cfg = TraceWorkload.model_validate(
+            {"path": str(path), "format": fmt, "columns": columns, "max_requests": args.max_requests}
+        )
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'trace'}: {e['msg']}" for e in err.errors())
         raise UsageError(problems) from None

@@ -11,164 +11,65 @@ data. The queue's order is the eviction order:
 
 A request frees its blocks tail first (vLLM passes them in reverse), so the end of a
 prompt, the least likely part to be shared, is evicted before its shared beginning.
-
-`LfuFreeQueue` is the alternative policy: among free blocks, the one hit least often is
-reused first (ties: least recently freed).
+Other reuse orders are pluggable (`kvsim.core.eviction`).
 
 A cached block whose content no other request can ever ask for (see
 `kvsim.core.request_state`) carries the hash `PRIVATE` instead of its real hash and is not
 indexed: it is cached and evicted like any other block, so every count and order stays
 the same, but costs no hashing. Its owner publishes the real hashes when it is preempted,
 the one case where it could look them up again.
+
+An evicted cached block is written back to the offload tier below the pool, if any
+(`kvsim.kv.tiers`).
 """
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 
-from kvsim.core.offload import HostTier
+from kvsim.core.block import PRIVATE, KVBlock
+from kvsim.core.eviction import FreeQueue, LruFreeQueue
+from kvsim.kv.tiers import OffloadTier
+from kvsim.registry import EVICTION_POLICIES
 
-#: Stand-in hash of a cached block that only its own request could hit (never indexed).
-PRIVATE = -3
-
-
-class KVBlock:
-    """One block of KV slots. ``block_hash`` is None until the block is full and cached."""
-
-    __slots__ = ("block_hash", "block_id", "next", "num_hits", "prev", "ref_cnt")
-
-    def __init__(self, block_id: int) -> None:
-        self.block_id = block_id
-        self.ref_cnt = 0
-        self.block_hash: int | None = None
-        self.num_hits = 0  # times a prefix lookup reused this block (LFU's key)
-        self.prev: KVBlock | None = None
-        self.next: KVBlock | None = None
-
-    def __repr__(self) -> str:
-        return f"KVBlock(id={self.block_id}, ref={self.ref_cnt}, hash={self.block_hash})"
-
-
-class LruFreeQueue:
-    """Doubly linked list of free blocks; O(1) append, popleft and removal from the middle."""
-
-    def __init__(self, blocks: Iterable[KVBlock] = ()) -> None:
-        self._head = KVBlock(-1)  # sentinels
-        self._tail = KVBlock(-1)
-        self._head.next = self._tail
-        self._tail.prev = self._head
-        self.num_free_blocks = 0
-        for b in blocks:
-            self.append(b)
-
-    def __len__(self) -> int:
-        return self.num_free_blocks
-
-    def append(self, block: KVBlock) -> None:
-        last = self._tail.prev
-        assert last is not None
-        last.next = block
-        block.prev = last
-        block.next = self._tail
-        self._tail.prev = block
-        self.num_free_blocks += 1
-
-    def popleft(self) -> KVBlock:
-        block = self._head.next
-        if block is self._tail or block is None:
-            raise IndexError("no free blocks")
-        nxt = block.next
-        assert nxt is not None
-        self._head.next = nxt
-        nxt.prev = self._head
-        block.prev = block.next = None
-        self.num_free_blocks -= 1
-        return block
-
-    def remove(self, block: KVBlock) -> None:
-        prev, nxt = block.prev, block.next
-        assert prev is not None and nxt is not None, "block is not in the free queue"
-        prev.next = nxt
-        nxt.prev = prev
-        block.prev = block.next = None
-        self.num_free_blocks -= 1
-
-    def __iter__(self) -> Iterator[KVBlock]:
-        node = self._head.next
-        while node is not None and node is not self._tail:
-            yield node
-            node = node.next
-
-
-class LfuFreeQueue:
-    """Free blocks ordered by (num_hits, time freed): the least used block is reused first.
-
-    A heap with lazy deletion: removing a block from the middle only marks its entry stale.
-    """
-
-    def __init__(self, blocks: Iterable[KVBlock] = ()) -> None:
-        self._heap: list[tuple[int, int, KVBlock]] = []
-        self._entry: dict[int, int] = {}  # block_id -> tick of its live heap entry
-        self._tick = 0
-        for b in blocks:
-            self.append(b)
-
-    def __len__(self) -> int:
-        return len(self._entry)
-
-    @property
-    def num_free_blocks(self) -> int:
-        return len(self._entry)
-
-    def append(self, block: KVBlock) -> None:
-        self._tick += 1
-        self._entry[block.block_id] = self._tick
-        heapq.heappush(self._heap, (block.num_hits, self._tick, block))
-
-    def popleft(self) -> KVBlock:
-        while self._heap:
-            _, tick, block = heapq.heappop(self._heap)
-            if self._entry.get(block.block_id) == tick:
-                del self._entry[block.block_id]
-                return block
-        raise IndexError("no free blocks")
-
-    def remove(self, block: KVBlock) -> None:
-        del self._entry[block.block_id]
-
-    def __iter__(self) -> Iterator[KVBlock]:
-        live = [(h, t, b) for h, t, b in self._heap if self._entry.get(b.block_id) == t]
-        return iter(b for _, _, b in sorted(live, key=lambda e: (e[0], e[1])))
+__all__ = ["PRIVATE", "BlockPool", "KVBlock"]
 
 
 class BlockPool:
     """All KV blocks of one replica, the free queue and the prefix-cache index.
 
-    ``num_evicted`` counts cached blocks handed out for new data (their hash dropped);
-    the engine reads and resets it to log evictions.
+    ``num_evicted`` counts every cached block handed out for new data since the pool was
+    built (a running total: readers take differences).
     """
 
-    def __init__(self, num_blocks: int, *, enable_caching: bool = True, eviction_policy: str = "lru") -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        *,
+        enable_caching: bool = True,
+        eviction_policy: str | Callable[[Iterable[KVBlock]], FreeQueue] = "lru",
+        offload: OffloadTier | None = None,
+    ) -> None:
         if num_blocks < 1:
             raise ValueError('"num_blocks" must be >= 1')
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
         self.blocks = [KVBlock(i) for i in range(num_blocks)]
-        if eviction_policy == "lru":
-            self.free_queue: LruFreeQueue | LfuFreeQueue = LruFreeQueue(self.blocks)
-        elif eviction_policy == "lfu":
-            self.free_queue = LfuFreeQueue(self.blocks)
+        if isinstance(eviction_policy, str):
+            if eviction_policy not in EVICTION_POLICIES:
+                raise ValueError(f'"eviction_policy": {EVICTION_POLICIES.unknown(eviction_policy)}')
+            make_queue: Callable[[Iterable[KVBlock]], FreeQueue] = EVICTION_POLICIES[eviction_policy]
         else:
-            raise ValueError(f'"eviction_policy" must be "lru" or "lfu", got {eviction_policy!r}')
+            make_queue = eviction_policy
+        self.free_queue: FreeQueue = make_queue(self.blocks)
         # hash -> block. A second block with the same hash (the same content computed
         # twice at once) is kept in `_dupes` so that both can be found and evicted.
         self.cached: dict[int, KVBlock] = {}
         self._dupes: dict[int, list[KVBlock]] = {}
         self.num_cached_free = 0  # free blocks that still hold a hash
         self.num_evicted = 0
-        # Second tier that evicted cached blocks are written back to (CPU offload), if any.
-        self.offload: HostTier | None = None
+        # Tier below the pool that evicted cached blocks are written back to, if any.
+        self.offload = offload
 
     # -- queries -------------------------------------------------------------------
     @property
@@ -195,11 +96,15 @@ class BlockPool:
                     self._evict(block)
                 block.ref_cnt = 1
             return out
-        # Hot path: unlink n blocks from the head of the LRU list in one sweep.
+        return self._take_lru_head(fq, n)
+
+    def _take_lru_head(self, fq: LruFreeQueue, n: int) -> list[KVBlock]:
+        """Hot path of `get_new_blocks`: unlink n blocks from the head of the LRU list at once."""
         out = []
-        head = fq._head
+        head = fq.head
         node = head.next
         cached = self.cached
+        offload = self.offload
         for _ in range(n):
             assert node is not None and node.ref_cnt == 0
             h = node.block_hash
@@ -208,16 +113,16 @@ class BlockPool:
                     node.block_hash = None
                     self.num_cached_free -= 1
                     self.num_evicted += 1
-                    if self.offload is not None:
-                        self.offload.store(None)
+                    if offload is not None:
+                        offload.store(None)
                 elif not self._dupes and cached.get(h) is node:
                     del cached[h]
                     node.block_hash = None
                     node.num_hits = 0
                     self.num_cached_free -= 1
                     self.num_evicted += 1
-                    if self.offload is not None:
-                        self.offload.store(h)
+                    if offload is not None:
+                        offload.store(h)
                 else:
                     self._evict(node)
             node.ref_cnt = 1
@@ -253,7 +158,7 @@ class BlockPool:
                 return out
         return None
 
-    def _evict(self, block: KVBlock, *, write_back: bool = True) -> None:
+    def _evict(self, block: KVBlock) -> None:
         h = block.block_hash
         assert h is not None
         dupes = self._dupes.get(h)
@@ -275,7 +180,7 @@ class BlockPool:
         block.num_hits = 0
         self.num_cached_free -= 1
         self.num_evicted += 1
-        if write_back and self.offload is not None:
+        if self.offload is not None:
             self.offload.store(None if h == PRIVATE else h)
 
     def touch(self, blocks: Iterable[KVBlock]) -> None:
@@ -301,7 +206,7 @@ class BlockPool:
                         self.num_cached_free += 1
             return
         # Hot path: splice freed blocks onto the tail of the LRU list.
-        tail = fq._tail
+        tail = fq.tail
         last = tail.prev
         assert last is not None
         n_freed = n_cached = 0
@@ -328,13 +233,6 @@ class BlockPool:
             self._dupes.setdefault(block_hash, []).append(block)
         else:
             self.cached[block_hash] = block
-
-    def reset_prefix_cache(self) -> None:
-        """Drop every hash held by a free block (like vLLM's reset_prefix_cache)."""
-        for block in list(self.free_queue):
-            if block.block_hash is not None:
-                self._evict(block, write_back=False)
-                self.num_evicted -= 1
 
     def check_invariants(self) -> None:
         """Assert the pool's bookkeeping is consistent (used by tests)."""

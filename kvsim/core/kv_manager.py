@@ -1,74 +1,78 @@
 """Per-request block bookkeeping over a `BlockPool`: prefix lookup, slot allocation, freeing.
 
-Mirrors vLLM v1's KVCacheManager for full attention, plus a sliding window that drops
-blocks whose tokens every future token has stopped attending to.
+One manager class per attention kind, after vLLM v1's single-type KV cache managers:
+
+    FullAttentionManager    every token's KV is kept while the request runs
+    SlidingWindowManager    blocks whose tokens every future token has stopped attending
+                            to are freed as the request advances (left as None holes):
+
+        window 8, block_size 4, 16 tokens computed:
+        block table   [None][None][ b2 ][ b3 ]      tokens 0..7 out of the window
+                                 ^ tokens 8.. still attended by token 16
+
+`make_kv_manager` picks the class for a model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvsim.core.block_pool import PRIVATE, BlockPool, KVBlock
+from kvsim.core.block import PRIVATE, KVBlock
+from kvsim.core.block_pool import BlockPool
 from kvsim.core.request_state import Request
 
 
-class KVCacheManager:
+class FullAttentionManager:
     """Allocates and frees a request's blocks and keeps the prefix cache up to date."""
 
-    def __init__(self, pool: BlockPool, block_size: int, *, sliding_window: int | None = None) -> None:
+    #: Whether a decode whose slot is allocated can skip the allocator (the scheduler's
+    #: hot path) and runs of decode iterations can be fast-forwarded.
+    supports_decode_fast_path = True
+
+    def __init__(self, pool: BlockPool, block_size: int) -> None:
         if block_size < 1:
             raise ValueError('"block_size" must be >= 1')
         self.pool = pool
         self.block_size = block_size
         self.enable_caching = pool.enable_caching
-        self.sliding_window = sliding_window
 
+    # -- what the attention kind implies -------------------------------------------
+    def attended_tokens(self, num_tokens: int) -> int:
+        """Tokens the next token of a request with ``num_tokens`` computed attends to."""
+        return num_tokens
+
+    def max_blocks_needed(self, num_tokens: int) -> int:
+        """Most blocks a request of ``num_tokens`` tokens ever holds at once."""
+        return -(-num_tokens // self.block_size)
+
+    def num_held_blocks(self, req: Request) -> int:
+        return len(req.blocks)
+
+    def remove_skipped_blocks(self, req: Request) -> None:
+        """Free blocks no future token attends to (none under full attention)."""
+
+    # -- prefix lookup -------------------------------------------------------------
     def get_computed_blocks(self, req: Request) -> list[KVBlock]:
-        """Longest run of cached blocks matching the start of the request's tokens.
-
-        At least one token is always left to compute (its logits give the next token),
-        so at most ``(num_tokens - 1) // block_size`` blocks can hit.
-        """
+        """Longest run of cached blocks matching the start of the request's tokens."""
         if not self.enable_caching:
             return []
-        max_blocks = (req.num_tokens - 1) // self.block_size
-        if max_blocks <= 0:
-            return []
-        cached = self.pool.cached
-        hashes = req.block_hashes  # extended in place, lazily: stop hashing at the first miss
-        hits: list[KVBlock] = []
-        for j in range(max_blocks):
-            if j == len(hashes):
-                req.ensure_hashes(j + 1, self.block_size)
-            block = cached.get(hashes[j])
-            if block is None:
-                break
-            hits.append(block)
-        return hits
+        return req.match_prefix(self.block_size, self.pool.cached.get)
 
-    def host_hits(self, req: Request, start: int) -> int:
-        """Blocks ``start, start+1, ...`` of ``req`` found in the host tier (0 without one)."""
+    def offload_hits(self, req: Request, start: int) -> int:
+        """Blocks ``start, start+1, ...`` of ``req`` found in the offload tier (0 without one)."""
         tier = self.pool.offload
         if tier is None or not self.enable_caching:
             return 0
-        max_blocks = (req.num_tokens - 1) // self.block_size
-        hashes = req.block_hashes
-        n = start
-        while n < max_blocks:
-            if n == len(hashes):
-                req.ensure_hashes(n + 1, self.block_size)
-            if hashes[n] not in tier:
-                break
-            n += 1
-        return n - start
+        return len(req.match_prefix(self.block_size, tier.lookup, start))
 
+    # -- allocation ----------------------------------------------------------------
     def allocate_slots(
         self, req: Request, num_new_tokens: int, new_computed: Sequence[KVBlock] = (), num_loaded: int = 0
     ) -> bool:
         """Make room for ``num_new_tokens`` more tokens (after any prefix hits).
 
         ``new_computed`` are GPU hits; ``num_loaded`` more blocks after them come from the
-        host tier: computed already, but they need fresh GPU blocks to be loaded into.
+        offload tier: computed already, but they need fresh GPU blocks to be loaded into.
         Returns False, changing nothing, when the pool cannot supply the blocks. Hit
         blocks that are currently free count against the free blocks, since taking a
         reference pulls them out of the free queue.
@@ -149,12 +153,39 @@ class KVCacheManager:
                 block.block_hash = None
                 cache(block, hashes[j])
 
+    def free(self, req: Request) -> None:
+        """Release all of the request's blocks, tail first (the tail is evicted first)."""
+        self.pool.free_blocks(reversed(req.blocks))  # type: ignore[arg-type]  # no holes here
+        req.blocks = []
+        req.num_cached_blocks = 0
+
+
+class SlidingWindowManager(FullAttentionManager):
+    """Full attention's bookkeeping, minus the blocks that fell out of the window.
+
+    Prefix hits still need the whole chain of blocks from the start (vLLM can hit with
+    only the last window's blocks cached): conservative, see docs/engine.md.
+    """
+
+    supports_decode_fast_path = False
+
+    def __init__(self, pool: BlockPool, block_size: int, sliding_window: int) -> None:
+        super().__init__(pool, block_size)
+        if sliding_window < 1:
+            raise ValueError('"sliding_window" must be >= 1')
+        self.sliding_window = sliding_window
+
+    def attended_tokens(self, num_tokens: int) -> int:
+        return min(num_tokens, self.sliding_window)
+
+    def max_blocks_needed(self, num_tokens: int) -> int:
+        return min(-(-num_tokens // self.block_size), -(-self.sliding_window // self.block_size) + 1)
+
+    def num_held_blocks(self, req: Request) -> int:
+        return sum(1 for b in req.blocks if b is not None)
+
     def remove_skipped_blocks(self, req: Request) -> None:
-        """Sliding window: free blocks no future token attends to (kept as None holes)."""
-        window = self.sliding_window
-        if window is None:
-            return
-        num_skipped_tokens = req.num_computed_tokens - window + 1
+        num_skipped_tokens = req.num_computed_tokens - self.sliding_window + 1
         n_skip = min(num_skipped_tokens // self.block_size, len(req.blocks))
         if n_skip <= req.num_skipped_blocks:
             return
@@ -166,14 +197,16 @@ class KVCacheManager:
         self.pool.free_blocks(reversed(dropped))
 
     def free(self, req: Request) -> None:
-        """Release all of the request's blocks, tail first (the tail is evicted first)."""
-        if req.num_skipped_blocks:
-            self.pool.free_blocks(b for b in reversed(req.blocks) if b is not None)
-        else:
-            self.pool.free_blocks(reversed(req.blocks))  # type: ignore[arg-type]
+        self.pool.free_blocks(b for b in reversed(req.blocks) if b is not None)
         req.blocks = []
         req.num_cached_blocks = 0
         req.num_skipped_blocks = 0
 
-    def num_held_blocks(self, req: Request) -> int:
-        return sum(1 for b in req.blocks if b is not None)
+
+def make_kv_manager(
+    pool: BlockPool, block_size: int, sliding_window: int | None = None
+) -> FullAttentionManager:
+    """The manager for a model's attention: sliding window if it has one, else full."""
+    if sliding_window is None:
+        return FullAttentionManager(pool, block_size)
+    return SlidingWindowManager(pool, block_size, sliding_window)

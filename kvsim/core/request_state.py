@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Set
+from collections.abc import Callable, Set
 from enum import Enum
+from typing import TypeVar
 
-from kvsim.core.block_pool import KVBlock
+from kvsim.core.block import KVBlock
 from kvsim.request import RequestSpec, Segment
+
+T = TypeVar("T")
 
 _FIRST_BLOCK_MARK = 0x6B7673696D  # distinguishes the first block's parent from real hashes
 _ALIAS_OF_MINUS_ONE = -(2**60) - 1
@@ -72,13 +75,13 @@ class Request:
         "num_skipped_blocks",
         "num_swaps",
         "num_tokens",
-        "offload_hit_tokens",
+        "offload_hits_tokens",
         "prefill_replica",
-        "prefix_hit_tokens",
+        "prefix_cache_hits_tokens",
         "priority",
         "private_from_token",
         "prompt_tokens",
-        "recompute_hit_tokens",
+        "recompute_hits_tokens",
         "replica",
         "request_id",
         "salt",
@@ -138,9 +141,9 @@ class Request:
         self.last_token_s = math.nan
         self.finish_s = math.nan
         self.max_itl_s = math.nan
-        self.prefix_hit_tokens = 0
-        self.recompute_hit_tokens = 0
-        self.offload_hit_tokens = 0
+        self.prefix_cache_hits_tokens = 0
+        self.recompute_hits_tokens = 0
+        self.offload_hits_tokens = 0
         self.num_preemptions = 0
         self.num_swaps = 0
         self.swapped_blocks = 0
@@ -156,9 +159,25 @@ class Request:
         """Prompt plus all requested output tokens (the most KV it will ever need)."""
         return self.prompt_tokens + self.target_output_tokens
 
-    @property
-    def is_decoding(self) -> bool:
-        return self.num_output_tokens > 0 and self.num_computed_tokens == self.num_tokens - 1
+    def match_prefix(self, block_size: int, lookup: Callable[[int], T | None], start: int = 0) -> list[T]:
+        """The longest run of blocks ``start, start+1, ...`` whose hashes ``lookup`` finds.
+
+        The one prefix walk of kvsim: the GPU pool, the offload tier and routers all look
+        prefixes up through it. At least one token is always left to compute (its logits
+        give the next token), so at most ``(num_tokens - 1) // block_size`` blocks match.
+        Hashes are computed lazily and stop at the first miss.
+        """
+        max_blocks = (self.num_tokens - 1) // block_size
+        hashes = self.block_hashes
+        found: list[T] = []
+        for j in range(start, max_blocks):
+            if j >= len(hashes):
+                self.ensure_hashes(j + 1, block_size)
+            value = lookup(hashes[j])
+            if value is None:
+                break
+            found.append(value)
+        return found
 
     def ensure_hashes(self, num_blocks: int, block_size: int) -> list[int]:
         """Extend ``block_hashes`` to cover the first ``num_blocks`` full blocks.

@@ -57,7 +57,7 @@ class CostModel(Protocol):
         """
         ...
 
-    def host_transfer_s(self, num_bytes: float) -> float:
+    def pcie_transfer_s(self, num_bytes: float) -> float:
         """Time to copy ``num_bytes`` between host and one GPU (swap, CPU offload), seconds."""
         ...
 
@@ -65,19 +65,19 @@ class CostModel(Protocol):
 class ConstantCostModel:
     """Every iteration takes the same time."""
 
-    def __init__(self, step_time_s: float, host_bandwidth_bytes_per_s: float = float("inf")) -> None:
+    def __init__(self, step_time_s: float, pcie_bandwidth_bytes_per_s: float = float("inf")) -> None:
         if step_time_s <= 0:
             raise ValueError('"step_time_s" must be > 0')
-        if host_bandwidth_bytes_per_s <= 0:
-            raise ValueError('"host_bandwidth_bytes_per_s" must be > 0')
+        if pcie_bandwidth_bytes_per_s <= 0:
+            raise ValueError('"pcie_bandwidth_bytes_per_s" must be > 0')
         self._step = float(step_time_s)
-        self._host_bw = float(host_bandwidth_bytes_per_s)
+        self._pcie_bw = float(pcie_bandwidth_bytes_per_s)
 
     def step_time_s(self, batch: Batch) -> float:
         return self._step
 
-    def host_transfer_s(self, num_bytes: float) -> float:
-        return num_bytes / self._host_bw
+    def pcie_transfer_s(self, num_bytes: float) -> float:
+        return num_bytes / self._pcie_bw
 
     def decode_steps_s(self, num_seqs: int, context_tokens: np.ndarray) -> np.ndarray:
         return np.full(len(context_tokens), self._step)

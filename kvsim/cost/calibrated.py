@@ -44,7 +44,8 @@ class Curve1D:
         if np.any(np.diff(x) <= 0):
             raise ValueError("curve x values must be strictly increasing")
         self.x, self.y = x, y
-        self._xl, self._yl = x.tolist(), y.tolist()
+        self._xl: list[float] = x.tolist()
+        self._yl: list[float] = y.tolist()
 
     def __call__(self, x: float) -> float:
         xs, ys = self._xl, self._yl
@@ -73,7 +74,9 @@ class Table2D:
         if kind not in ("prefill", "decode"):
             raise ValueError(f"unknown table kind {kind!r}")
         self.kind = kind
-        self._xl, self._yl, self._zl = self.x.tolist(), self.y.tolist(), zz.tolist()
+        self._xl: list[float] = self.x.tolist()
+        self._yl: list[float] = self.y.tolist()
+        self._zl: list[list[float]] = zz.tolist()
 
     def _work(self, x: float, y: float) -> float:
         if self.kind == "prefill":
@@ -125,7 +128,8 @@ class Table2D:
         out = (y > yc) | (x > xc)
         if out.any():
             v = np.where(out, v * (self._work_array(x, y) / self._work_array(xc, yc)), v)
-        return v
+        result: np.ndarray = v
+        return result
 
     def _work_array(self, x: float, y: np.ndarray) -> np.ndarray:
         if self.kind == "prefill":
@@ -184,7 +188,7 @@ class CalibratedCostModel:
         self._ar_lat = gpu.interconnect_latency_s
         self._ar_s_per_byte = 2.0 * (tp - 1) / tp / gpu.interconnect_bandwidth_bytes_per_s
         host = data["host_transfer"]
-        self._host_bw = (
+        self._pcie_bw = (
             float(host["bandwidth_bytes_per_s"])
             if host["status"] == "measured"
             else gpu.pcie_bandwidth_bytes_per_s
@@ -230,5 +234,5 @@ class CalibratedCostModel:
         t = t + self._allreduce_s(num_seqs)
         return t + self.per_iteration_overhead_s
 
-    def host_transfer_s(self, num_bytes: float) -> float:
-        return num_bytes / self._host_bw
+    def pcie_transfer_s(self, num_bytes: float) -> float:
+        return num_bytes / self._pcie_bw

@@ -7,14 +7,13 @@
         profile (roofline-fit) -> RooflineCostModel with the fitted parameters
 
 A profile that is missing, malformed, or made for another model, dtype, KV dtype, TP
-degree or GPU raises `ProfileError`; it is never silently used. `check_cost_references`
-reports the same problems as ``(field_path, rule)`` pairs for the scenario validator.
+degree or GPU raises `ProfileError`; it is never silently used (the scenario checks,
+`kvsim.scenario.checks`, report the same problems with their field paths).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from kvsim.cost.base import ConstantCostModel, CostModel
 from kvsim.cost.calibrated import CalibratedCostModel
@@ -26,12 +25,8 @@ from kvsim.cost.config import (
 )
 from kvsim.cost.profile import Profile, check_profile_matches, load_profile
 from kvsim.cost.roofline import RooflineCostModel
-from kvsim.errors import KvsimError, ProfileError
-from kvsim.presets import resolve_gpu, resolve_model
+from kvsim.errors import ProfileError
 from kvsim.specs import GpuSpec, ModelSpec
-
-if TYPE_CHECKING:
-    from kvsim.config import Scenario
 
 
 def roofline_config_from_profile(
@@ -73,28 +68,3 @@ def build_cost_model(
             per_iteration_overhead_s=config.per_iteration_overhead_s,
         )
     raise ProfileError(f"unknown cost model config {type(config).__name__}")
-
-
-def check_cost_references(scenario: Scenario, base_dir: Path | None = None) -> list[tuple[str, str]]:
-    """Problems with the profiles a scenario names, as ``(field_path, rule)`` pairs."""
-    problems: list[tuple[str, str]] = []
-    try:
-        model = resolve_model(scenario.model)
-    except LookupError:
-        return problems  # reported by the presets check
-    for i, group in enumerate(scenario.replicas):
-        cfg = group.cost_model
-        if not isinstance(cfg, ProfileCostConfig):
-            continue
-        try:
-            gpu = resolve_gpu(group.gpu)
-        except LookupError:
-            continue
-        try:
-            profile = load_profile(cfg.profile, base_dir)
-            check_profile_matches(
-                profile, model=model, gpu=gpu, tp=group.tp, kv_cache_dtype=group.engine.kv_cache_dtype
-            )
-        except KvsimError as exc:
-            problems.append((f"replicas.{i}.cost_model.profile", str(exc)))
-    return problems

@@ -186,13 +186,14 @@ class _Features:
     def predict(self, theta: np.ndarray) -> np.ndarray:
         ce, me, kve, fixed, lat, bw = np.exp(theta)
         rate_f, rate_b, rate_kv = self.peak * ce, self.hbm * me, self.hbm * kve
-        return (
+        times: np.ndarray = (
             np.maximum(self.lin_flops / rate_f, self.weight_bytes / rate_b)
             + np.maximum(self.attn_flops / rate_f, self.kv_bytes / rate_kv)
             + self.num_allreduces * lat
             + self.ar_bytes / bw
             + fixed
         )
+        return times
 
 
 def _levenberg_marquardt(
@@ -250,7 +251,7 @@ def fit_roofline(
     if plo < 0:
         raise KvsimError('"per_layer_overhead_s" must be >= 0')
     feats = _Features(measured, model, gpu, kv_cache_dtype)
-    log_t = np.log([p.time_s for p in measured])
+    log_t = np.log(np.asarray([p.time_s for p in measured], dtype=np.float64))
     with_tp = any(p.tp > 1 for p in measured)
     free = np.array([True, True, True, True, with_tp, with_tp])
     lat0 = init.allreduce_latency_s if init.allreduce_latency_s is not None else gpu.interconnect_latency_s

@@ -45,10 +45,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from calibration import PROFILES_DIR
 from kvsim.cost.config import RooflineCostConfig
 from kvsim.errors import ProfileError
 from kvsim.specs import GpuSpec, ModelSpec
+
+#: Folder of the profiles shipped with kvsim (package data; ``kvsim profiles`` lists them).
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
 
 PROFILE_FORMAT = "kvsim-profile"
 PROFILE_VERSION = 1
@@ -145,7 +147,7 @@ class _Checker:
             self.fail(path, f"must start at >= {minimum}")
         if any(b <= a for a, b in itertools.pairwise(values)):
             self.fail(path, "must be strictly increasing")
-        return values
+        return list(values)
 
     def times(self, values: Any, path: str, length: int) -> None:
         if not isinstance(values, list) or len(values) != length:
@@ -260,7 +262,7 @@ def _status(c: _Checker, obj: dict[str, Any], path: str) -> str | None:
     status = c.get(obj, "status", f"{path}.status", str)
     if status not in (None, "measured", "skipped"):
         c.fail(f"{path}.status", f"must be 'measured' or 'skipped', got {status!r}")
-    return status
+    return None if status is None else str(status)
 
 
 def _validate_roofline_fit(c: _Checker, data: dict[str, Any]) -> None:

@@ -112,7 +112,7 @@ class RooflineCostModel:
         )
         self._ar_fixed_s = self._num_allreduces * self.allreduce_latency_s
         self._ar_s_per_token = self._ar_bus_bytes_per_token / self.allreduce_bandwidth_bytes_per_s
-        self._host_bw = gpu.pcie_bandwidth_bytes_per_s
+        self._pcie_bw = gpu.pcie_bandwidth_bytes_per_s
 
     def terms(self, batch: Batch) -> RooflineTerms:
         """The iteration's FLOPs, bytes and all-reduce volume on one shard."""
@@ -159,5 +159,5 @@ class RooflineCostModel:
         t = t + (self._ar_fixed_s + self._ar_s_per_token * num_seqs)
         return t + self._fixed_s
 
-    def host_transfer_s(self, num_bytes: float) -> float:
-        return num_bytes / self._host_bw
+    def pcie_transfer_s(self, num_bytes: float) -> float:
+        return num_bytes / self._pcie_bw

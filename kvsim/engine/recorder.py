@@ -1,20 +1,20 @@
 """Collects per-iteration rows and events as flat columns, turned into DataFrames at the end.
 
 Appending to Python lists is the cheapest thing the hot loop can do; decode runs append
-whole numpy arrays at once.
+whole numpy arrays at once. The recorder is given plain numbers and scheduler outputs;
+it never looks into a scheduler or a block pool.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from kvsim.core.outcome import EventKind, SchedulerOutput
 from kvsim.result import EVENT_COLUMNS, ITERATION_COLUMNS
-
-if TYPE_CHECKING:
-    from kvsim.core.scheduler import Scheduler, SchedulerOutput
 
 _ITER_FIELDS = (
     "replica",
@@ -33,23 +33,36 @@ _ITER_FIELDS = (
 
 
 class Recorder:
-    """Flat column store for iterations and events of all replicas."""
+    """Flat column store for iterations and events of all replicas.
 
-    def __init__(self, replica_names: list[str]) -> None:
-        self.replica_names = replica_names
-        self._cols: dict[str, list] = {f: [] for f in _ITER_FIELDS}
+    ``total_blocks`` and ``block_sizes`` (one per replica) turn block counts into usages.
+    """
+
+    def __init__(
+        self, replica_names: Sequence[str], total_blocks: Sequence[int], block_sizes: Sequence[int]
+    ) -> None:
+        if not len(replica_names) == len(total_blocks) == len(block_sizes):
+            raise ValueError("one name, block count and block size per replica")
+        self.replica_names = list(replica_names)
+        self.total_blocks = list(total_blocks)
+        self.block_sizes = list(block_sizes)
+        self._cols: dict[str, list[Any]] = {f: [] for f in _ITER_FIELDS}
         self._events: list[tuple[float, int, str, int, int, float]] = []
 
-    @property
-    def num_iterations(self) -> int:
-        return len(self._cols["start_s"])
-
     def add_iteration(
-        self, replica: int, start_s: float, duration_s: float, out: SchedulerOutput, sched: Scheduler
+        self,
+        replica: int,
+        start_s: float,
+        duration_s: float,
+        out: SchedulerOutput,
+        *,
+        num_waiting: int,
+        kv_blocks_used: int,
+        kv_blocks_cached: int,
+        kv_tokens_stored: int,
     ) -> None:
+        """One stepped iteration; the KV figures are those once it is scheduled."""
         c = self._cols
-        pool = sched.pool
-        free = pool.num_free_blocks
         c["replica"].append(replica)
         c["start_s"].append(start_s)
         c["duration_s"].append(duration_s)
@@ -57,11 +70,11 @@ class Recorder:
         c["num_prefill_seqs"].append(out.num_prefill_seqs)
         c["prefill_tokens"].append(out.prefill_tokens)
         c["decode_tokens"].append(out.decode_tokens)
-        c["num_waiting"].append(sched.num_waiting)
-        c["kv_blocks_used"].append(pool.num_blocks - free)
-        c["kv_blocks_cached"].append(pool.num_cached_free)
-        c["kv_blocks_free"].append(free)
-        c["kv_tokens_stored"].append(sched.num_tokens_stored + out.num_scheduled_tokens)
+        c["num_waiting"].append(num_waiting)
+        c["kv_blocks_used"].append(kv_blocks_used)
+        c["kv_blocks_cached"].append(kv_blocks_cached)
+        c["kv_blocks_free"].append(self.total_blocks[replica] - kv_blocks_used)
+        c["kv_tokens_stored"].append(kv_tokens_stored)
 
     def add_decode_run(
         self,
@@ -70,14 +83,19 @@ class Recorder:
         ends: np.ndarray,
         durations: np.ndarray,
         batch_size: int,
+        *,
         num_waiting: int,
-        used0: int,
-        cached0: int,
-        total: int,
+        kv_blocks_used: int,
+        kv_blocks_cached: int,
+        kv_tokens_stored: int,
         new_blocks: np.ndarray,
         evicted: np.ndarray,
-        stored0: int,
     ) -> None:
+        """A fast-forwarded decode run: ``len(ends)`` iterations of ``batch_size`` decodes.
+
+        The KV figures are those before the run's first iteration was scheduled;
+        ``new_blocks`` / ``evicted`` are cumulative per iteration.
+        """
         c = self._cols
         m = len(ends)
         c["replica"].extend([replica] * m)
@@ -89,19 +107,20 @@ class Recorder:
         c["prefill_tokens"].extend([0] * m)
         c["decode_tokens"].extend([batch_size] * m)
         c["num_waiting"].extend([num_waiting] * m)
-        used = used0 + new_blocks
+        used = kv_blocks_used + new_blocks
         c["kv_blocks_used"].extend(used.tolist())
-        c["kv_blocks_cached"].extend((cached0 - evicted).tolist())
-        c["kv_blocks_free"].extend((total - used).tolist())
+        c["kv_blocks_cached"].extend((kv_blocks_cached - evicted).tolist())
+        c["kv_blocks_free"].extend((self.total_blocks[replica] - used).tolist())
+        stored0 = kv_tokens_stored
         c["kv_tokens_stored"].extend(range(stored0 + batch_size, stored0 + batch_size * (m + 1), batch_size))
 
     def add_event(
-        self, time_s: float, replica: int, kind: str, request_id: int, num_blocks: int, num_bytes: float
+        self, time_s: float, replica: int, kind: EventKind, request_id: int, num_blocks: int, num_bytes: float
     ) -> None:
-        self._events.append((time_s, replica, kind, request_id, num_blocks, num_bytes))
+        self._events.append((time_s, replica, kind.value, request_id, num_blocks, num_bytes))
 
-    def iterations_frame(self, total_blocks: list[int], block_sizes: list[int]) -> pd.DataFrame:
-        """The iteration table; ``total_blocks`` / ``block_sizes`` per replica give the usages."""
+    def iterations_frame(self) -> pd.DataFrame:
+        """The iteration table, all replicas, ordered by start time (then replica)."""
         c = self._cols
         replica = np.asarray(c["replica"], dtype=np.int64)
         names = np.asarray(self.replica_names, dtype=object)
@@ -120,8 +139,8 @@ class Recorder:
                 "kv_blocks_free": np.asarray(c["kv_blocks_free"], dtype=np.int64),
             }
         )
-        blocks = np.asarray(total_blocks, dtype=np.float64)[replica]
-        slots = blocks * np.asarray(block_sizes, dtype=np.float64)[replica]
+        blocks = np.asarray(self.total_blocks, dtype=np.float64)[replica]
+        slots = blocks * np.asarray(self.block_sizes, dtype=np.float64)[replica]
         df["kv_usage"] = df["kv_blocks_used"].to_numpy(dtype=np.float64) / blocks
         df["kv_tokens_stored"] = np.asarray(c["kv_tokens_stored"], dtype=np.int64)
         df["kv_token_usage"] = df["kv_tokens_stored"].to_numpy(dtype=np.float64) / slots

@@ -1,13 +1,13 @@
 """One serving replica as a SimPy process: schedule -> wait the iteration's time -> apply.
 
 This loop is kvsim's hot path: one SimPy event per engine iteration, never per token.
-Runs of identical pure-decode iterations are priced and waited for as one event
-(``fast_forward``) and committed afterwards; an arrival in the middle interrupts the
-wait, which then ends at the first iteration boundary at or after the arrival, exactly
-where stepping one iteration at a time would have admitted it.
+Runs of identical pure-decode iterations (`kvsim.core.decode_run`) are priced and waited
+for as one event (``fast_forward``) and committed afterwards; an arrival in the middle
+interrupts the wait, which then ends at the first iteration boundary at or after the
+arrival, exactly where stepping one iteration at a time would have admitted it.
 
-Iteration boundaries are scheduled with a priority *after* ordinary events, so requests
-arriving exactly at a boundary are seen by the iteration starting there.
+Iteration boundaries come after ordinary events of the same instant (`kvsim.engine.clock`),
+so requests arriving exactly at a boundary are seen by the iteration starting there.
 """
 
 from __future__ import annotations
@@ -17,26 +17,20 @@ from typing import Any
 
 import numpy as np
 import simpy
-from simpy.events import NORMAL
 
+from kvsim.core.decode_run import DecodeRun, plan_decode_run
+from kvsim.core.outcome import EventKind, KvEvent, SchedulerOutput, StepOutcome
 from kvsim.core.request_state import Request
-from kvsim.core.scheduler import DecodeRun, Scheduler
+from kvsim.core.scheduler import Scheduler
 from kvsim.cost.base import CostModel
+from kvsim.engine.clock import LateTimeout
 from kvsim.engine.recorder import Recorder
+from kvsim.plan import KvGeometry
 
-#: Event priority of iteration boundaries and wake-ups: after NORMAL events at the same time.
-LATE = NORMAL + 1
 #: Longest decode run priced in one piece (bounds the arrays it needs).
 MAX_RUN_STEPS = 4096
 
-
-def _late_event(env: simpy.Environment, delay: float) -> simpy.Event:
-    """A timeout processed after all NORMAL-priority events of its time."""
-    ev = simpy.Event(env)
-    ev._ok = True  # triggered successfully, as simpy.Timeout does
-    ev._value = None
-    env.schedule(ev, LATE, delay)
-    return ev
+Process = Generator[simpy.Event, Any, None]
 
 
 class Replica:
@@ -50,9 +44,8 @@ class Replica:
         scheduler: Scheduler,
         cost: CostModel,
         recorder: Recorder,
+        geometry: KvGeometry,
         *,
-        block_bytes_per_shard: float,
-        tp: int,
         fast_forward: bool = True,
         max_time_s: float | None = None,
         on_finish: Callable[[Request], None],
@@ -64,14 +57,13 @@ class Replica:
         self.scheduler = scheduler
         self.cost = cost
         self.recorder = recorder
-        self.block_bytes_per_shard = block_bytes_per_shard
-        self.tp = tp
+        self.geometry = geometry
         self.fast_forward = fast_forward
         self.max_time_s = max_time_s
         self.on_finish = on_finish
         self.on_handoff = on_handoff
         self.clock = 0.0  # exact end of the last iteration (SimPy's clock may differ by an ulp)
-        self.num_outstanding = 0  # submitted and not finished (router load signal)
+        self.num_outstanding = 0  # submitted and not finished or handed off (router load signal)
         self._wake: simpy.Event | None = None
         self._in_run = False
         self._run: DecodeRun | None = None  # the decode run being waited for, if any
@@ -79,23 +71,28 @@ class Replica:
         self._run_steps = 0
         self.process = env.process(self._loop())
 
-    # -- arrivals ------------------------------------------------------------------
-    def submit(self, req: Request) -> None:
-        """Hand a request to this replica at the current simulated time."""
-        req.replica = self.index
-        if not self.scheduler.add_request(req):
-            self._record_scheduler_events(self.env.now)
-            self.on_finish(req)
-            return
-        self.num_outstanding += 1
-        if self._wake is not None:
-            wake, self._wake = self._wake, None
-            wake._ok = True
-            wake._value = None
-            self.env.schedule(wake, LATE, 0)
-        elif self._in_run:
-            self._in_run = False
-            self.process.interrupt()
+    # -- what a router may read (through kvsim.engine.view) ------------------------
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return self.scheduler.num_waiting
+
+    @property
+    def kv_usage(self) -> float:
+        pool = self.scheduler.pool
+        return pool.num_used_blocks / pool.num_blocks
+
+    def cached_prefix_tokens(self, req: Request) -> int:
+        """Prompt tokens this replica would hit for ``req`` now (whole blocks)."""
+        self.sync()  # mid-run pools first catch up with the iterations already started
+        pool = self.scheduler.pool
+        if not pool.enable_caching:
+            return 0
+        bs = self.geometry.block_size
+        return len(req.match_prefix(bs, pool.cached.get)) * bs
 
     def sync(self) -> None:
         """Bring the block pool up to the current time for someone looking into it.
@@ -111,128 +108,146 @@ class Replica:
         # Step 0 started before now (a run is never entered at the time of the query);
         # step k >= 1 starts at ends[k - 1] and is seen only once strictly past it.
         started = 1 + int(np.searchsorted(self._run_ends[: self._run_steps - 1], self.env.now, side="left"))
-        self.scheduler.advance_decode_run(run, started)
+        run.advance(started)
+
+    # -- arrivals ------------------------------------------------------------------
+    def submit(self, req: Request) -> None:
+        """Hand a request to this replica at the current simulated time."""
+        req.replica = self.index
+        rejection = self.scheduler.add_request(req)
+        if rejection is not None:
+            self._record_events(self.env.now, [rejection])
+            self.on_finish(req)
+            return
+        self.num_outstanding += 1
+        if self._wake is not None:
+            wake, self._wake = self._wake, None
+            wake.succeed()
+        elif self._in_run:
+            self._in_run = False
+            self.process.interrupt()
 
     # -- the engine loop -----------------------------------------------------------
-    def _wait_until(self, t: float) -> simpy.Event:
-        return _late_event(self.env, max(t - self.env.now, 0.0))
+    def _sleep(self) -> Process:
+        """Wait for a submission, then for the rest of that instant's events."""
+        self._wake = self.env.event()
+        yield self._wake
+        yield LateTimeout(self.env, 0)
+        self.clock = self.env.now
 
-    def _loop(self) -> Generator[simpy.Event, Any, None]:
+    def _loop(self) -> Process:
         sched = self.scheduler
-        rec = self.recorder
-        cost = self.cost
-        env = self.env
         max_time = self.max_time_s
         while True:
             if not sched.has_work():
-                self._wake = simpy.Event(env)
-                yield self._wake
-                self.clock = env.now
+                yield from self._sleep()
             now = self.clock
             if max_time is not None and now >= max_time:
                 return
             out = sched.schedule(now)
-            self._record_iteration_events(now)
+            self._record_events(now, out.events)
+            self._record_evictions(now, out.num_evicted)
             if not out.tokens:  # cannot happen with an empty pool, but never spin
-                self._wake = simpy.Event(env)
-                yield self._wake
-                self.clock = env.now
+                yield from self._sleep()
                 continue
-            run = sched.plan_decode_run(out, MAX_RUN_STEPS) if self.fast_forward else None
+            run = plan_decode_run(sched, out, MAX_RUN_STEPS) if self.fast_forward else None
             if run is None:
-                dt = cost.step_time_s(out.batch)
-                moved = out.swap_in_blocks + out.swap_out_blocks + out.offload_load_blocks
-                if moved:
-                    dt += cost.host_transfer_s(moved * self.block_bytes_per_shard)
-                rec.add_iteration(self.index, now, dt, out, sched)
-                t_end = now + dt
-                yield self._wait_until(t_end)
-                self.clock = t_end
-                sched.update(out, t_end)
+                yield from self._step(now, out)
             else:
-                dts = cost.decode_steps_s(len(run.reqs), sched.run_context_tokens(run))
-                ends = np.cumsum(np.concatenate(([now], dts)))[1:]
-                k = run.num_steps
-                if max_time is not None and ends[k - 2] >= max_time:
-                    # Iterations starting at or after max_time never start.
-                    k = int(np.searchsorted(ends, max_time, side="left")) + 1
-                m = k
-                # The pool and queues as scheduled: arrivals and early allocations (`sync`)
-                # during the run must not leak into step 0's record.
-                num_waiting = sched.num_waiting
-                used0 = sched.pool.num_used_blocks
-                cached0 = sched.pool.num_cached_free
-                stored0 = sched.num_tokens_stored
-                self._in_run = True
-                self._run, self._run_ends, self._run_steps = run, ends, k
-                try:
-                    yield self._wait_until(float(ends[k - 1]))
-                except simpy.Interrupt:
-                    # An arrival: finish the iteration in progress, then schedule anew.
-                    m = min(int(np.searchsorted(ends, env.now, side="left")) + 1, k)
-                    yield self._wait_until(float(ends[m - 1]))
-                self._in_run = False
-                self._run = None
-                self.clock = float(ends[m - 1])
-                new_blocks, evicted = sched.apply_decode_run(run, m, ends, dts)
-                rec.add_decode_run(
-                    self.index,
-                    now,
-                    ends[:m],
-                    dts[:m],
-                    len(run.reqs),
-                    num_waiting,
-                    used0,
-                    cached0,
-                    sched.pool.num_blocks,
-                    new_blocks,
-                    evicted,
-                    stored0,
-                )
-                self._record_run_evictions(now, ends[:m], evicted)
-            self._drain_finished()
+                yield from self._decode_run(now, run)
 
-    def _record_scheduler_events(self, t: float) -> None:
-        """Log the scheduler's pending events (rejections, preemptions, swaps) at ``t``."""
+    def _step(self, now: float, out: SchedulerOutput) -> Process:
+        """One iteration: price it, record it, wait for its end, apply it."""
         sched = self.scheduler
-        bytes_per_block = self.block_bytes_per_shard * self.tp
-        for ev in sched.events:
+        dt = self.cost.step_time_s(out.batch)
+        moved = out.swap_in_blocks + out.swap_out_blocks + out.offload_load_blocks
+        if moved:
+            dt += self.cost.pcie_transfer_s(moved * self.geometry.bytes_per_block_per_shard)
+        pool = sched.pool
+        self.recorder.add_iteration(
+            self.index,
+            now,
+            dt,
+            out,
+            num_waiting=sched.num_waiting,
+            kv_blocks_used=pool.num_used_blocks,
+            kv_blocks_cached=pool.num_cached_free,
+            kv_tokens_stored=sched.num_tokens_stored + out.num_scheduled_tokens,
+        )
+        t_end = now + dt
+        yield LateTimeout(self.env, max(t_end - self.env.now, 0.0))
+        self.clock = t_end
+        self._dispatch(sched.update(out, t_end))
+
+    def _decode_run(self, now: float, run: DecodeRun) -> Process:
+        """A fast-forwarded stretch of decode iterations, cut short by an arrival."""
+        sched, env = self.scheduler, self.env
+        dts = self.cost.decode_steps_s(len(run.reqs), run.context_tokens())
+        ends = np.cumsum(np.concatenate(([now], dts)))[1:]
+        k = run.num_steps
+        if self.max_time_s is not None and ends[k - 2] >= self.max_time_s:
+            # Iterations starting at or after max_time never start.
+            k = int(np.searchsorted(ends, self.max_time_s, side="left")) + 1
+        m = k
+        # The pool and queues as scheduled: arrivals and early allocations (`sync`)
+        # during the run must not leak into step 0's record.
+        pool = sched.pool
+        num_waiting, used0, cached0 = sched.num_waiting, pool.num_used_blocks, pool.num_cached_free
+        stored0 = sched.num_tokens_stored
+        self._in_run = True
+        self._run, self._run_ends, self._run_steps = run, ends, k
+        try:
+            yield LateTimeout(env, max(float(ends[k - 1]) - env.now, 0.0))
+        except simpy.Interrupt:
+            # An arrival: finish the iteration in progress, then schedule anew.
+            m = min(int(np.searchsorted(ends, env.now, side="left")) + 1, k)
+            yield LateTimeout(env, max(float(ends[m - 1]) - env.now, 0.0))
+        self._in_run = False
+        self._run = None
+        self.clock = float(ends[m - 1])
+        new_blocks, evicted, outcome = run.commit(m, ends, dts)
+        self.recorder.add_decode_run(
+            self.index,
+            now,
+            ends[:m],
+            dts[:m],
+            len(run.reqs),
+            num_waiting=num_waiting,
+            kv_blocks_used=used0,
+            kv_blocks_cached=cached0,
+            kv_tokens_stored=stored0,
+            new_blocks=new_blocks,
+            evicted=evicted,
+        )
+        self._record_run_evictions(now, ends[:m], evicted)
+        self._dispatch(outcome)
+
+    # -- records and hand-overs ------------------------------------------------------
+    def _record_events(self, t: float, events: list[KvEvent]) -> None:
+        bytes_per_block = self.geometry.bytes_per_block
+        for ev in events:
             self.recorder.add_event(
                 t, self.index, ev.kind, ev.request_id, ev.num_blocks, ev.num_blocks * bytes_per_block
             )
-        sched.events.clear()
 
-    def _record_iteration_events(self, now: float) -> None:
-        """After scheduling an iteration at ``now``: its scheduler events and evictions."""
-        self._record_scheduler_events(now)
-        pool = self.scheduler.pool
-        n = pool.num_evicted
+    def _record_evictions(self, t: float, n: int) -> None:
         if n:
-            self.recorder.add_event(now, self.index, "evict", -1, n, n * self.block_bytes_per_shard * self.tp)
-            pool.num_evicted = 0
+            self.recorder.add_event(t, self.index, EventKind.EVICT, -1, n, n * self.geometry.bytes_per_block)
 
     def _record_run_evictions(self, now: float, ends: np.ndarray, evicted: np.ndarray) -> None:
         """A committed decode run: one eviction record per iteration that evicted blocks."""
         per_step = np.diff(evicted, prepend=0)
         starts = np.concatenate(([now], ends[:-1]))
         for j in np.flatnonzero(per_step):
-            n = int(per_step[j])
-            self.recorder.add_event(
-                float(starts[j]), self.index, "evict", -1, n, n * self.block_bytes_per_shard * self.tp
-            )
-        # The run's evictions (some made early by `sync`) are all in its per-step counts.
-        self.scheduler.pool.num_evicted = 0
+            self._record_evictions(float(starts[j]), int(per_step[j]))
 
-    def _drain_finished(self) -> None:
-        sched = self.scheduler
-        if sched.finished:
-            done, sched.finished = sched.finished, []
-            for req in done:
-                self.num_outstanding -= 1
-                self.on_finish(req)
-        if sched.handoffs:
+    def _dispatch(self, outcome: StepOutcome) -> None:
+        """Hand the requests an iteration's end took out of the batch to the cluster."""
+        for req in outcome.finished:
+            self.num_outstanding -= 1
+            self.on_finish(req)
+        if outcome.handoffs:
             assert self.on_handoff is not None, "a prefill replica needs somewhere to send its KV"
-            sent, sched.handoffs = sched.handoffs, []
-            for req in sent:
+            for req in outcome.handoffs:
                 self.num_outstanding -= 1
                 self.on_handoff(req)

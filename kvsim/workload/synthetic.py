@@ -102,7 +102,8 @@ def _zipf(cfg: ZipfLength, n: int, rng: np.random.Generator) -> np.ndarray:
     k = np.arange(cfg.min_tokens, cfg.max_tokens + 1, dtype=np.int64)
     cdf = np.cumsum(k.astype(float) ** -cfg.exponent)
     idx = np.searchsorted(cdf, rng.random(n) * cdf[-1], side="right")
-    return k[np.minimum(idx, len(k) - 1)]
+    out: np.ndarray = k[np.minimum(idx, len(k) - 1)]
+    return out
 
 
 def sample_lengths(

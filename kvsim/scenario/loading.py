@@ -17,10 +17,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from kvsim.config import Scenario
-from kvsim.cost.factory import check_cost_references
 from kvsim.errors import ScenarioError
-from kvsim.presets import check_scenario_references
+from kvsim.scenario.checks import check_scenario
+from kvsim.scenario.schema import Scenario
 from kvsim.workload import resolve_workload_paths
 
 DEFAULT_SCENARIO = "default.yaml"
@@ -123,10 +122,7 @@ def validate(data: Mapping[str, Any], source: str = "<scenario>", base_dir: Path
         scenario = Scenario.model_validate(dict(data))
     except ValidationError as err:
         raise ScenarioError(source, _validation_problems(err)) from None
-    # Checks that need the presets (unknown model or GPU names and so on).
-    problems = check_scenario_references(scenario)
-    if not problems:
-        problems = check_cost_references(scenario, base_dir)
+    problems = check_scenario(scenario, base_dir)
     if problems:
         raise ScenarioError(source, problems)
     return scenario
@@ -164,7 +160,8 @@ def load_scenario(
 
 def dump_scenario(scenario: Scenario) -> str:
     """The fully resolved scenario as YAML (every default written out)."""
-    return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    text: str = yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    return text
 
 
 def scenario_json_schema() -> dict[str, Any]:

@@ -1,9 +1,10 @@
-"""The scenario: everything one simulation needs, validated up front.
+"""The scenario schema: every field one simulation reads, with its type, range and description.
 
 A scenario names a model, one or more *replica groups* (GPU type, tensor parallelism,
 engine knobs named as vLLM names them, cost model), a router and a workload. Every model
 is frozen and rejects unknown keys; every field carries a description that the CLI's
-``kvsim schema`` and the dashboard render.
+``kvsim schema`` and the dashboard render. Rules that involve several fields, presets or
+profiles live in `kvsim.scenario.checks`; loading and overrides in `kvsim.scenario.loading`.
 
     scenario
     ├── model                  preset name or inline ModelSpec
@@ -18,9 +19,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kvsim.cost.config import CostModelConfig, RooflineCostConfig, _CostHolder
+from kvsim.registry import EVICTION_POLICIES, ROUTERS, SCHEDULING_POLICIES
 from kvsim.specs import GpuSpec, KvDtype, ModelSpec
 from kvsim.workload.config import SyntheticWorkload, WorkloadConfig
 
@@ -62,11 +64,19 @@ class EngineConfig(_Frozen):
         default="recompute",
         description="How a preempted request comes back: prefill again, or swap its blocks via host memory.",
     )
-    scheduling_policy: Literal["fcfs", "priority"] = Field(
-        default="fcfs", description="Order of the waiting queue and choice of preemption victim."
+    scheduling_policy: str = Field(
+        default="fcfs",
+        description="Order of the waiting queue and choice of preemption victim: fcfs (arrival "
+        "order; the last admitted is preempted) or priority (lowest priority value first; the "
+        "lowest priority, latest arrival is preempted); or a policy registered in "
+        "kvsim.registry.SCHEDULING_POLICIES.",
+        json_schema_extra=SCHEDULING_POLICIES.json_schema_enum,
     )
-    eviction_policy: Literal["lru", "lfu"] = Field(
-        default="lru", description="Which cached-but-free block is reused first."
+    eviction_policy: str = Field(
+        default="lru",
+        description="Which cached-but-free block is reused first: lru (least recently freed) or "
+        "lfu (least often hit); or a policy registered in kvsim.registry.EVICTION_POLICIES.",
+        json_schema_extra=EVICTION_POLICIES.json_schema_enum,
     )
     cpu_offload_gib: float = Field(
         default=0.0,
@@ -106,14 +116,15 @@ class EngineConfig(_Frozen):
         "without a KV cache must (the quadratic-cost demonstration); memory accounting is unchanged.",
     )
 
-    @model_validator(mode="after")
-    def _check(self) -> EngineConfig:
-        if self.kv_allocation != "paged" and self.enable_prefix_caching:
-            raise ValueError(
-                f"kv_allocation {self.kv_allocation!r} reserves private contiguous memory per request: "
-                "set enable_prefix_caching: false"
-            )
-        return self
+    @field_validator("scheduling_policy")
+    @classmethod
+    def _known_scheduling_policy(cls, name: str) -> str:
+        return SCHEDULING_POLICIES.check(name)
+
+    @field_validator("eviction_policy")
+    @classmethod
+    def _known_eviction_policy(cls, name: str) -> str:
+        return EVICTION_POLICIES.check(name)
 
 
 class ReplicaGroup(_CostHolder):
@@ -137,11 +148,13 @@ class ReplicaGroup(_CostHolder):
 class RouterConfig(_Frozen):
     """How an arriving request picks a replica."""
 
-    kind: Literal["round_robin", "least_loaded", "prefix_aware"] = Field(
+    kind: str = Field(
         default="round_robin",
         description="round_robin: in turn; least_loaded: fewest unfinished requests (ties: lowest "
         "index); prefix_aware: the best score cached-prefix share - load_weight x relative load "
-        "(vLLM production stack's load-aware KV routing).",
+        "(vLLM production stack's load-aware KV routing); or a router registered in "
+        "kvsim.registry.ROUTERS.",
+        json_schema_extra=ROUTERS.json_schema_enum,
     )
     load_weight: float = Field(
         default=0.5,
@@ -149,6 +162,11 @@ class RouterConfig(_Frozen):
         description="prefix_aware: weight of a replica's relative load, (load - mean) / max(1, mean), "
         "against the share of the prompt it has cached; 0 routes on cache hits alone.",
     )
+
+    @field_validator("kind")
+    @classmethod
+    def _known_router(cls, name: str) -> str:
+        return ROUTERS.check(name)
 
 
 class KvTransferConfig(_Frozen):
@@ -207,52 +225,6 @@ class Scenario(_Frozen):
     workload: WorkloadConfig = Field(default_factory=SyntheticWorkload, description="Traffic.")
     slo: SloConfig = Field(default_factory=SloConfig, description="Latency targets for goodput.")
     sim: SimConfig = Field(default_factory=SimConfig, description="Simulator knobs.")
-
-    @model_validator(mode="after")
-    def _disaggregation_needs_both_sides(self) -> Scenario:
-        roles = {g.role for g in self.replicas}
-        if roles != {"both"} and roles != {"prefill", "decode"}:
-            raise ValueError(
-                "replica roles: either every group is 'both', or groups are split into 'prefill' "
-                f"and 'decode' (at least one of each) for disaggregated serving; got {sorted(roles)}"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _disaggregation_needs_paged_kv(self) -> Scenario:
-        if any(g.role != "both" for g in self.replicas) and any(
-            g.engine.kv_allocation != "paged" for g in self.replicas
-        ):
-            raise ValueError("disaggregated serving is modelled with paged KV only (kv_allocation: paged)")
-        return self
-
-    @model_validator(mode="after")
-    def _one_cache_isolation(self) -> Scenario:
-        modes = {g.engine.cache_isolation for g in self.replicas}
-        if len(modes) > 1:
-            raise ValueError(
-                "all replica groups need the same engine.cache_isolation: a request's block "
-                f"hashes must not depend on where it runs (got {sorted(modes)})"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _prefix_router_needs_one_block_size(self) -> Scenario:
-        sizes = {g.engine.block_size for g in self.replicas}
-        if self.router.kind == "prefix_aware" and len(sizes) > 1:
-            raise ValueError(
-                f"router.kind prefix_aware compares cached prefixes block by block: all replica "
-                f"groups need the same engine.block_size (got {sorted(sizes)})"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _unique_groups(self) -> Scenario:
-        names = [g.name for g in self.replicas]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"replica group names must be unique; repeated: {', '.join(dup)}")
-        return self
 
     @property
     def num_replicas(self) -> int:

@@ -1,0 +1,140 @@
+"""Fast-forward: many identical pure-decode iterations advanced at once, exactly as stepping.
+
+When every running request decodes, nobody was preempted, swapped or admitted, nothing can
+change the batch until a request finishes or the pool runs out of free blocks (admission
+cannot open up meanwhile: free blocks only shrink, and max_num_seqs and the budget stay as
+they are). New arrivals end the stretch too; the engine handles that. Such a stretch is a
+`DecodeRun`: the engine prices all its iterations in one vectorised cost-model call, waits
+once, then commits the iterations that happened with the block allocations, cache
+registrations and evictions stepping would have made, in the same order.
+
+    step:        0        1        2        3   ...   k-1
+    request a:   decode   decode  [new block] decode
+    request b:   decode  [new block] decode   decode
+                 ^ scheduled normally; 1.. are the run's
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kvsim.core.outcome import SchedulerOutput, StepOutcome
+from kvsim.core.request_state import Request
+from kvsim.core.scheduler import Scheduler
+
+
+@dataclass(slots=True)
+class DecodeRun:
+    """A stretch of ``num_steps`` pure-decode iterations with an unchanged batch.
+
+    Step 0 is the already-scheduled iteration; ``alloc_steps[i]`` / ``alloc_reqs[i]`` list
+    the later block allocations in the order stepping would make them. The first
+    ``num_allocated`` of them are done (`advance` can do them early, so that someone
+    looking into the pool mid-run sees what stepping would show); ``new_blocks[j]`` /
+    ``evicted[j]`` count what step j allocated and evicted.
+    """
+
+    scheduler: Scheduler
+    num_steps: int
+    reqs: list[Request]
+    base_context_tokens: int
+    alloc_steps: list[int] = field(default_factory=list)
+    alloc_reqs: list[Request] = field(default_factory=list)
+    num_allocated: int = 0
+    new_blocks: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    evicted: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def context_tokens(self) -> np.ndarray:
+        """``decode_context_tokens`` of each iteration of the run."""
+        return self.base_context_tokens + len(self.reqs) * np.arange(self.num_steps, dtype=np.int64)
+
+    def advance(self, num_started: int) -> None:
+        """Make the block allocations of the run's first ``num_started`` iterations."""
+        pool = self.scheduler.pool
+        steps, reqs = self.alloc_steps, self.alloc_reqs
+        i = self.num_allocated
+        while i < len(steps) and steps[i] < num_started:
+            j = steps[i]
+            before = pool.num_evicted
+            reqs[i].blocks.extend(pool.get_new_blocks(1))
+            self.new_blocks[j] += 1
+            self.evicted[j] += pool.num_evicted - before
+            i += 1
+        self.num_allocated = i
+
+    def commit(
+        self, num_steps: int, ends: np.ndarray, durations: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, StepOutcome]:
+        """Commit the first ``num_steps`` iterations (step 0 included), ending at ``ends``.
+
+        Returns the cumulative (new blocks, evicted blocks) after each step's allocations,
+        for the engine's records, and the requests that finished.
+        """
+        sched = self.scheduler
+        kv, bs = sched.kv, sched.kv.block_size
+        self.advance(num_steps)
+        new_blocks, evicted = self.new_blocks[:num_steps], self.evicted[:num_steps]
+        caching = kv.enable_caching
+        t_last = float(ends[num_steps - 1])
+        rest_max = float(durations[1:num_steps].max()) if num_steps > 1 else -1.0
+        t_first = float(ends[0])
+        outcome = StepOutcome()
+        sched.num_tokens_stored += len(self.reqs) * num_steps
+        for req in self.reqs:
+            if caching:
+                num_full = (req.num_computed_tokens + num_steps) // bs
+                if num_full > req.num_cached_blocks:
+                    kv.cache_full_blocks(req, num_full)
+            gap = t_first - req.last_token_s
+            if rest_max > gap:
+                gap = rest_max
+            if not gap <= req.max_itl_s:
+                req.max_itl_s = gap
+            req.num_computed_tokens += num_steps
+            req.num_output_tokens += num_steps
+            req.num_tokens += num_steps
+            req.last_token_s = t_last
+            if req.num_output_tokens == req.target_output_tokens:
+                sched.finish(req, t_last)
+                outcome.finished.append(req)
+        if outcome:
+            sched.prune_running()
+        return np.cumsum(new_blocks), np.cumsum(evicted), outcome
+
+
+def plan_decode_run(sched: Scheduler, out: SchedulerOutput, max_steps: int) -> DecodeRun | None:
+    """If ``out`` starts a stretch of identical pure-decode iterations, describe it."""
+    if not out.all_running_decode or not sched.kv.supports_decode_fast_path or max_steps < 2:
+        return None
+    reqs = sched.running
+    k = min(min(r.target_output_tokens - r.num_output_tokens for r in reqs), max_steps)
+    if k < 2:
+        return None
+    bs = sched.kv.block_size
+    # Blocks needed at step j >= 1: request with c computed tokens before step 0 needs a
+    # new block at step j when c + j is a multiple of the block size.
+    events: list[tuple[int, int]] = []
+    for idx, r in enumerate(reqs):
+        j = bs - r.num_computed_tokens % bs
+        while j < k:
+            events.append((j, idx))
+            j += bs
+    free = sched.pool.num_free_blocks
+    events.sort()
+    if len(events) > free:
+        k = events[free][0]  # the first allocation that cannot be served starts a normal step
+        if k < 2:
+            return None
+        events = events[:free]
+    return DecodeRun(
+        scheduler=sched,
+        num_steps=k,
+        reqs=list(reqs),
+        base_context_tokens=out.batch.decode_context_tokens,
+        alloc_steps=[j for j, _ in events],
+        alloc_reqs=[reqs[i] for _, i in events],
+        new_blocks=np.zeros(k, dtype=np.int64),
+        evicted=np.zeros(k, dtype=np.int64),
+    )

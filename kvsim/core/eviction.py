@@ -1,0 +1,141 @@
+"""Free-block queues: the order in which free blocks are reused, i.e. the eviction order.
+
+A free block may still hold a cached prefix; the queue decides which one new data takes
+first (and so which cached prefix is evicted first):
+
+    lru  a doubly linked list: freed blocks join the tail, new data takes the head, a
+         prefix hit pulls a block out of the middle in O(1)  (vLLM: FreeKVCacheBlockQueue)
+    lfu  the free block hit least often first, ties by time freed (a heap)
+
+A policy is a class built from the pool's blocks with `append`, `popleft`, `remove`,
+`__len__` and `__iter__` (head first); adding one is one class registered in
+`kvsim.registry.EVICTION_POLICIES`, and the scenario's ``engine.eviction_policy`` names it. The block pool's hot paths special-case
+`LruFreeQueue` (unlinking runs of blocks at once); every other policy goes through these
+five methods.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator
+from typing import Protocol
+
+from kvsim.core.block import KVBlock
+from kvsim.registry import EVICTION_POLICIES
+
+
+class FreeQueue(Protocol):
+    """Free blocks in reuse order (head: reused first)."""
+
+    def __len__(self) -> int: ...
+
+    def append(self, block: KVBlock) -> None:
+        """A block whose last reference was dropped."""
+        ...
+
+    def popleft(self) -> KVBlock:
+        """Take the block to reuse next (raises IndexError when empty)."""
+        ...
+
+    def remove(self, block: KVBlock) -> None:
+        """Take out a free block that a prefix hit reuses."""
+        ...
+
+    def __iter__(self) -> Iterator[KVBlock]: ...
+
+
+@EVICTION_POLICIES.register("lru")
+class LruFreeQueue:
+    """Doubly linked list of free blocks; O(1) append, popleft and removal from the middle.
+
+    ``head`` and ``tail`` are sentinels; the block pool splices runs of blocks directly.
+    """
+
+    __slots__ = ("head", "num_free_blocks", "tail")
+
+    def __init__(self, blocks: Iterable[KVBlock] = ()) -> None:
+        self.head = KVBlock(-1)
+        self.tail = KVBlock(-1)
+        self.head.next = self.tail
+        self.tail.prev = self.head
+        self.num_free_blocks = 0
+        for b in blocks:
+            self.append(b)
+
+    def __len__(self) -> int:
+        return self.num_free_blocks
+
+    def append(self, block: KVBlock) -> None:
+        last = self.tail.prev
+        assert last is not None
+        last.next = block
+        block.prev = last
+        block.next = self.tail
+        self.tail.prev = block
+        self.num_free_blocks += 1
+
+    def popleft(self) -> KVBlock:
+        block = self.head.next
+        if block is self.tail or block is None:
+            raise IndexError("no free blocks")
+        nxt = block.next
+        assert nxt is not None
+        self.head.next = nxt
+        nxt.prev = self.head
+        block.prev = block.next = None
+        self.num_free_blocks -= 1
+        return block
+
+    def remove(self, block: KVBlock) -> None:
+        prev, nxt = block.prev, block.next
+        assert prev is not None and nxt is not None, "block is not in the free queue"
+        prev.next = nxt
+        nxt.prev = prev
+        block.prev = block.next = None
+        self.num_free_blocks -= 1
+
+    def __iter__(self) -> Iterator[KVBlock]:
+        node = self.head.next
+        while node is not None and node is not self.tail:
+            yield node
+            node = node.next
+
+
+@EVICTION_POLICIES.register("lfu")
+class LfuFreeQueue:
+    """Free blocks ordered by (num_hits, time freed): the least used block is reused first.
+
+    A heap with lazy deletion: removing a block from the middle only marks its entry stale.
+    """
+
+    __slots__ = ("_entry", "_heap", "_tick")
+
+    def __init__(self, blocks: Iterable[KVBlock] = ()) -> None:
+        self._heap: list[tuple[int, int, KVBlock]] = []
+        self._entry: dict[int, int] = {}  # block_id -> tick of its live heap entry
+        self._tick = 0
+        for b in blocks:
+            self.append(b)
+
+    def __len__(self) -> int:
+        return len(self._entry)
+
+    def append(self, block: KVBlock) -> None:
+        self._tick += 1
+        self._entry[block.block_id] = self._tick
+        heapq.heappush(self._heap, (block.num_hits, self._tick, block))
+
+    def popleft(self) -> KVBlock:
+        while self._heap:
+            _, tick, block = heapq.heappop(self._heap)
+            if self._entry.get(block.block_id) == tick:
+                del self._entry[block.block_id]
+                return block
+        raise IndexError("no free blocks")
+
+    def remove(self, block: KVBlock) -> None:
+        del self._entry[block.block_id]
+
+    def __iter__(self) -> Iterator[KVBlock]:
+        live = [(h, t, b) for h, t, b in self._heap if self._entry.get(b.block_id) == t]
+        return iter(b for _, _, b in sorted(live, key=lambda e: (e[0], e[1])))

@@ -1,0 +1,107 @@
+"""Waiting queues, one class per scheduling policy, each with its choice of victim.
+
+A queue orders the requests waiting for admission (new ones, and running ones preempted
+for recompute, which go back in front under FCFS) and, when a running request cannot get
+blocks, says which running request to preempt:
+
+    fcfs      arrival order; preempt the last admitted       (vLLM: FCFSRequestQueue)
+    priority  (priority, arrival); preempt the lowest priority,
+              latest arrival among equals                     (vLLM: PriorityRequestQueue)
+
+Adding a policy is one class registered in `kvsim.registry.SCHEDULING_POLICIES`; the
+scenario's ``engine.scheduling_policy`` names it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from typing import Protocol
+
+from kvsim.core.request_state import Request
+from kvsim.registry import SCHEDULING_POLICIES
+
+
+class RequestQueue(Protocol):
+    """The waiting queue of one replica."""
+
+    def __len__(self) -> int: ...
+
+    def push(self, req: Request) -> None:
+        """Queue a request at its place (new arrival, hand-off)."""
+        ...
+
+    def push_preempted(self, req: Request) -> None:
+        """Queue a request preempted for recompute."""
+        ...
+
+    def peek(self) -> Request | None:
+        """The request admission tries next, or None."""
+        ...
+
+    def pop(self) -> Request:
+        """Remove and return the request `peek` returns."""
+        ...
+
+    def victim_index(self, running: list[Request]) -> int:
+        """Index in ``running`` (non-empty) of the request to preempt."""
+        ...
+
+
+@SCHEDULING_POLICIES.register("fcfs")
+class FcfsQueue:
+    """First come, first served: preempted requests go back in front."""
+
+    __slots__ = ("_fifo",)
+
+    def __init__(self) -> None:
+        self._fifo: deque[Request] = deque()
+
+    def __len__(self) -> int:
+        return len(self._fifo)
+
+    def push(self, req: Request) -> None:
+        self._fifo.append(req)
+
+    def push_preempted(self, req: Request) -> None:
+        self._fifo.appendleft(req)
+
+    def peek(self) -> Request | None:
+        return self._fifo[0] if self._fifo else None
+
+    def pop(self) -> Request:
+        return self._fifo.popleft()
+
+    def victim_index(self, running: list[Request]) -> int:
+        return len(running) - 1
+
+
+@SCHEDULING_POLICIES.register("priority")
+class PriorityQueue:
+    """Lowest ``priority`` first, then earliest arrival, then insertion order."""
+
+    __slots__ = ("_heap", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, float, int, Request]] = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, req: Request) -> None:
+        heapq.heappush(self._heap, (req.priority, req.arrival_s, next(self._seq), req))
+
+    def push_preempted(self, req: Request) -> None:
+        self.push(req)  # its priority and arrival decide, as for everyone
+
+    def peek(self) -> Request | None:
+        return self._heap[0][3] if self._heap else None
+
+    def pop(self) -> Request:
+        return heapq.heappop(self._heap)[3]
+
+    def victim_index(self, running: list[Request]) -> int:
+        worst = max(running, key=lambda r: (r.priority, r.arrival_s))
+        return running.index(worst)

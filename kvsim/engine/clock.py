@@ -1,0 +1,30 @@
+"""Ordering within one simulated instant.
+
+An iteration boundary at time t must come after every ordinary event of t, so that a
+request arriving exactly at a boundary joins the iteration starting there (and, at a
+wake-up, all of the instant's arrivals are in before the first decision). SimPy orders
+events of one instant by priority, then by insertion; its `Timeout` always has NORMAL
+priority and it has no public way to give an event another one, so `LateTimeout` does
+what `simpy.Timeout.__init__` does with the `LATE` priority. It is the only place kvsim
+touches SimPy's event internals.
+"""
+
+from __future__ import annotations
+
+import simpy
+from simpy.events import NORMAL, EventPriority
+
+#: Event priority of iteration boundaries and wake-ups: after NORMAL events at the same time.
+LATE = EventPriority(NORMAL + 1)
+
+
+class LateTimeout(simpy.Event):
+    """A timeout of ``delay`` seconds processed after all NORMAL events of its instant."""
+
+    def __init__(self, env: simpy.Environment, delay: float) -> None:
+        if delay < 0:
+            raise ValueError(f"negative delay {delay}")
+        super().__init__(env)
+        self._ok = True  # its outcome is set at creation, as simpy.Timeout's is
+        self._value = None
+        env.schedule(self, LATE, delay)

@@ -1,0 +1,202 @@
+"""Every rule of a scenario that involves more than one field: which combinations exist.
+
+Field types and ranges are the schema's (`kvsim.scenario.schema`); this module holds the
+rest, as ``(field_path, rule)`` problems, checked in three rounds (a round runs only if
+the ones before found nothing, as each assumes the last passed):
+
+1. combinations of fields: disaggregated roles, one cache isolation and block size where
+   the router or hashing needs it, unique group names, contiguous KV without caching;
+2. presets: model and GPU names, TP against the heads, weights and one KV block in memory,
+   an engine max_model_len within the model's;
+3. cost profiles: readable, and measured for the scenario's model, GPU, dtype, KV dtype, TP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvsim.cost.config import ProfileCostConfig
+from kvsim.cost.profile import check_profile_matches, load_profile
+from kvsim.errors import KvsimError
+from kvsim.kv_sizing import GIB, engine_kv_capacity, weight_bytes
+from kvsim.presets import UnknownPresetError, resolve_gpu, resolve_model, tp_problem
+from kvsim.scenario.schema import ReplicaGroup, Scenario
+from kvsim.specs import GpuSpec, ModelSpec
+
+Problems = list[tuple[str, str]]
+
+
+def check_scenario(scenario: Scenario, base_dir: Path | None = None) -> Problems:
+    """All problems of a schema-valid scenario (empty if it can run)."""
+    problems = check_combinations(scenario)
+    if problems:
+        return problems
+    specs = _Specs.resolve(scenario)
+    return check_presets(scenario, specs) or check_cost_references(scenario, base_dir, specs)
+
+
+@dataclass(frozen=True)
+class _Specs:
+    """The scenario's model and GPUs looked up once (None where the name is unknown)."""
+
+    model: ModelSpec | None
+    gpus: tuple[GpuSpec | None, ...]
+    problems: Problems
+
+    @classmethod
+    def resolve(cls, scenario: Scenario) -> _Specs:
+        problems: Problems = []
+        model: ModelSpec | None = None
+        try:
+            model = resolve_model(scenario.model)
+        except UnknownPresetError as exc:
+            problems.append(("model", str(exc)))
+        gpus: list[GpuSpec | None] = []
+        for i, group in enumerate(scenario.replicas):
+            try:
+                gpus.append(resolve_gpu(group.gpu))
+            except UnknownPresetError as exc:
+                gpus.append(None)
+                problems.append((f"replicas.{i}.gpu", str(exc)))
+        return cls(model, tuple(gpus), problems)
+
+
+# -- 1. combinations -----------------------------------------------------------------
+
+
+def check_combinations(scenario: Scenario) -> Problems:
+    problems: Problems = []
+    for i, group in enumerate(scenario.replicas):
+        eng = group.engine
+        if eng.kv_allocation != "paged" and eng.enable_prefix_caching:
+            problems.append(
+                (
+                    f"replicas.{i}.engine",
+                    f"kv_allocation {eng.kv_allocation!r} reserves private contiguous memory per "
+                    "request: set enable_prefix_caching: false",
+                )
+            )
+    roles = {g.role for g in scenario.replicas}
+    if roles != {"both"} and roles != {"prefill", "decode"}:
+        problems.append(
+            (
+                "",
+                "replica roles: either every group is 'both', or groups are split into 'prefill' "
+                f"and 'decode' (at least one of each) for disaggregated serving; got {sorted(roles)}",
+            )
+        )
+    elif roles == {"prefill", "decode"} and any(g.engine.kv_allocation != "paged" for g in scenario.replicas):
+        problems.append(("", "disaggregated serving is modelled with paged KV only (kv_allocation: paged)"))
+    modes = {g.engine.cache_isolation for g in scenario.replicas}
+    if len(modes) > 1:
+        problems.append(
+            (
+                "",
+                "all replica groups need the same engine.cache_isolation: a request's block "
+                f"hashes must not depend on where it runs (got {sorted(modes)})",
+            )
+        )
+    sizes = {g.engine.block_size for g in scenario.replicas}
+    if scenario.router.kind == "prefix_aware" and len(sizes) > 1:
+        problems.append(
+            (
+                "",
+                "router.kind prefix_aware compares cached prefixes block by block: all replica "
+                f"groups need the same engine.block_size (got {sorted(sizes)})",
+            )
+        )
+    names = [g.name for g in scenario.replicas]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        problems.append(("", f"replica group names must be unique; repeated: {', '.join(dup)}"))
+    return problems
+
+
+# -- 2. presets ------------------------------------------------------------------------
+
+
+def _gib(num_bytes: float) -> str:
+    return f"{num_bytes / GIB:.2f} GiB"
+
+
+def check_presets(scenario: Scenario, specs: _Specs | None = None) -> Problems:
+    """Unknown names, TP, weights and KV in memory, max_model_len (needs the presets).
+
+    A fp8 KV cache on a GPU without fp8 compute is allowed: vLLM stores fp8 and upcasts
+    to fp16 for attention.
+    """
+    specs = specs or _Specs.resolve(scenario)
+    problems = [p for p in specs.problems if p[0] == "model"]
+    model = specs.model
+    disaggregated = any(g.role != "both" for g in scenario.replicas)
+    if disaggregated and model is not None and model.sliding_window is not None:
+        problems.append(
+            ("replicas", f"disaggregated serving of a sliding-window model ({model.name}) is not modelled")
+        )
+    for i, (group, gpu) in enumerate(zip(scenario.replicas, specs.gpus, strict=True)):
+        if gpu is None:
+            problems += [p for p in specs.problems if p[0] == f"replicas.{i}.gpu"]
+        elif model is not None:
+            problems += _group_fits(model, gpu, group, f"replicas.{i}")
+    return problems
+
+
+def _group_fits(model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, where: str) -> Problems:
+    engine = group.engine
+    bad_tp = tp_problem(model, group.tp)
+    if bad_tp:
+        return [(f"{where}.tp", bad_tp)]
+    problems: Problems = []
+    if engine.max_model_len is not None and engine.max_model_len > model.max_model_len:
+        problems.append(
+            (
+                f"{where}.engine.max_model_len",
+                f"{engine.max_model_len} exceeds {model.name}'s max_model_len ({model.max_model_len})",
+            )
+        )
+    cap = engine_kv_capacity(model, gpu, group.tp, engine, use_override=False)
+    if cap.weight_bytes_per_shard > cap.budget_bytes:
+        problems.append(
+            (
+                f"{where}.tp",
+                f"{model.name} weights need {_gib(cap.weight_bytes_per_shard)} per GPU "
+                f"({_gib(weight_bytes(model))} / tp={group.tp}) but {gpu.name} allows "
+                f"{_gib(cap.budget_bytes)} ({_gib(gpu.memory_bytes)} x gpu_memory_utilization "
+                f"{engine.gpu_memory_utilization}); raise tp or pick a larger GPU",
+            )
+        )
+    elif engine.num_gpu_blocks_override is None and cap.num_blocks < 1:
+        problems.append(
+            (
+                f"{where}.engine.gpu_memory_utilization",
+                f"no room for one KV block ({cap.bytes_per_block_per_shard:,.0f} bytes): "
+                f"{_gib(cap.budget_bytes)} budget - {_gib(cap.weight_bytes_per_shard)} weights - "
+                f"{_gib(cap.activation_reserve_bytes)} activation reserve = "
+                f"{_gib(cap.kv_bytes_per_shard)} per GPU",
+            )
+        )
+    return problems
+
+
+# -- 3. cost profiles ------------------------------------------------------------------
+
+
+def check_cost_references(
+    scenario: Scenario, base_dir: Path | None = None, specs: _Specs | None = None
+) -> Problems:
+    """Problems with the profiles a scenario names (unreadable, or measured for another setup)."""
+    specs = specs or _Specs.resolve(scenario)
+    problems: Problems = []
+    for i, (group, gpu) in enumerate(zip(scenario.replicas, specs.gpus, strict=True)):
+        cfg = group.cost_model
+        if not isinstance(cfg, ProfileCostConfig) or specs.model is None or gpu is None:
+            continue  # unknown names are check_presets' to report
+        try:
+            profile = load_profile(cfg.profile, base_dir)
+            check_profile_matches(
+                profile, model=specs.model, gpu=gpu, tp=group.tp, kv_cache_dtype=group.engine.kv_cache_dtype
+            )
+        except KvsimError as exc:
+            problems.append((f"replicas.{i}.cost_model.profile", str(exc)))
+    return problems

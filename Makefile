@@ -4,7 +4,7 @@
 #
 #   make run        set up, then simulate the embedded default scenario (ARGS="..." passes options)
 #   make test       set up (dev, dashboard, calibration and ray extras), then run the test suite
-#   make lint       ruff check + ruff format --check
+#   make lint       ruff check + ruff format --check + mypy (strict)
 #   make bench      the speed benchmark (benchmarks/run.py)
 #   make dashboard  the Streamlit dashboard
 #   make calibrate-deps  install the calibration extra (torch 2.13.0, CPU build)
@@ -26,6 +26,7 @@ test: $(VENV)/.installed-dev,dashboard,calibration,ray
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/run.py $(ARGS)

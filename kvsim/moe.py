@@ -85,6 +85,6 @@ def expected_distinct_experts(
     if num_tokens <= 0:
         return 0.0
     if zipf_exponent == 0:
-        return num_experts * (1.0 - (1.0 - top_k / num_experts) ** num_tokens)
+        return float(num_experts * (1.0 - (1.0 - top_k / num_experts) ** num_tokens))
     q = inclusion_probabilities(num_experts, top_k, zipf_exponent)
     return float(np.sum(1.0 - (1.0 - q) ** num_tokens))

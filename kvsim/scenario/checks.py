@@ -19,7 +19,8 @@ from pathlib import Path
 from kvsim.cost.config import ProfileCostConfig
 from kvsim.cost.profile import check_profile_matches, load_profile
 from kvsim.errors import KvsimError
-from kvsim.kv_sizing import GIB, engine_kv_capacity, weight_bytes
+from kvsim.kv_sizing import GIB, KvCapacity, engine_kv_capacity, weight_bytes
+from kvsim.memory_fit import max_model_len_problem
 from kvsim.presets import UnknownPresetError, resolve_gpu, resolve_model, tp_problem
 from kvsim.scenario.schema import ReplicaGroup, Scenario
 from kvsim.specs import GpuSpec, ModelSpec
@@ -176,7 +177,28 @@ def _group_fits(model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, where: str)
                 f"{_gib(cap.kv_bytes_per_shard)} per GPU",
             )
         )
+    elif engine.num_gpu_blocks_override is None:
+        problems += _max_model_len_fits(model, gpu, group, cap, where)
     return problems
+
+
+def _max_model_len_fits(
+    model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, cap: KvCapacity, where: str
+) -> Problems:
+    """vLLM's start-up check: one request of max_model_len tokens fits the KV pool.
+
+    Skipped with ``num_gpu_blocks_override`` (vLLM applies it there too): tiny pools are
+    kvsim's way to study pressure, and a request longer than the pool is rejected at
+    arrival instead (docs/engine.md).
+    """
+    engine = group.engine
+    limit = engine.max_model_len or model.max_model_len
+    problem = max_model_len_problem(model, cap, limit, engine.max_num_batched_tokens)
+    if problem is None:
+        return []
+    if engine.max_model_len is None:
+        problem += f" (engine.max_model_len is unset: {model.name}'s own limit applies)"
+    return [(f"{where}.engine.max_model_len", f"{problem}; on {gpu.name} x tp {group.tp}")]
 
 
 # -- 3. cost profiles ------------------------------------------------------------------

@@ -50,6 +50,25 @@ def shared_expert_params(model: ModelSpec) -> float:
     return num_moe_layers(model) * model.num_shared_experts * expert_params_per_layer(model)
 
 
+def embedding_params(model: ModelSpec) -> float:
+    """Parameters of the embedding and the LM head (one matrix when they are tied)."""
+    return model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
+
+
+def non_expert_layer_params(model: ModelSpec) -> float:
+    """Parameters of the transformer layers outside the experts: attention, router, norms, and
+    the dense layers' MLPs (``num_params`` less experts and embeddings; never negative)."""
+    rest = model.num_params - routed_expert_params(model) - shared_expert_params(model)
+    return max(rest - embedding_params(model), 0.0)
+
+
+def active_layer_params(model: ModelSpec) -> float:
+    """Layer parameters one token uses: the non-expert ones, the shared and its top-k experts."""
+    assert model.num_experts_per_token is not None
+    routed = num_moe_layers(model) * model.num_experts_per_token * expert_params_per_layer(model)
+    return non_expert_layer_params(model) + shared_expert_params(model) + routed
+
+
 def inclusion_probabilities(num_experts: int, top_k: int, zipf_exponent: float = 0.0) -> np.ndarray:
     """Chance that one token's top-k includes each expert; sums to ``top_k``.
 

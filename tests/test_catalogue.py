@@ -212,16 +212,18 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         "attention_variants.yaml",
         {"workload.num_requests": 300, "model": "deepseek-v2-lite"},
         {
+            # Issue 11: decode reads the experts a batch activates (about 60 of 64 at these
+            # batch sizes), no longer the top-6 at every batch size: slower steps, more KV held.
             "num_finished": 300,
             "total_kv_blocks": 11029,
             "num_preemptions": 0,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.0,
-            "ttft_p50_s": 0.026670033605006083,
-            "ttft_p99_s": 0.0626515929812725,
-            "max_itl_p99_s": 0.06247162323145261,
-            "throughput_tokens_per_s": 1553.362430856081,
-            "kv_usage_peak": 0.13645842778130385,
+            "ttft_p50_s": 0.045603086779011814,
+            "ttft_p99_s": 0.0853616610307827,
+            "max_itl_p99_s": 0.07142873513572567,
+            "throughput_tokens_per_s": 1414.431440552491,
+            "kv_usage_peak": 0.3742859733430048,
         },
     ),
     (

@@ -47,18 +47,26 @@ def build_cost_model(
     tp: int,
     kv_cache_dtype: str,
     base_dir: Path | None = None,
+    expert_parallel: bool = False,
 ) -> CostModel:
-    """The cost model of one replica; ``base_dir`` resolves relative profile paths (the scenario's folder)."""
+    """The cost model of one replica; ``base_dir`` resolves relative profile paths (the scenario's folder).
+
+    ``expert_parallel`` (a mixture of experts placed whole on the GPUs) is priced by the roofline.
+    """
     if isinstance(config, ConstantCostConfig):
         return ConstantCostModel(config.step_time_s, gpu.pcie_bandwidth_bytes_per_s)
     if isinstance(config, RooflineCostConfig):
-        return RooflineCostModel(model, gpu, config, tp=tp, kv_cache_dtype=kv_cache_dtype)
+        return RooflineCostModel(
+            model, gpu, config, tp=tp, kv_cache_dtype=kv_cache_dtype, expert_parallel=expert_parallel
+        )
     if isinstance(config, ProfileCostConfig):
         profile = load_profile(config.profile, base_dir)
         check_profile_matches(profile, model=model, gpu=gpu, tp=tp, kv_cache_dtype=kv_cache_dtype)
         if profile.kind == "roofline-fit":
             cfg = roofline_config_from_profile(profile, config.per_iteration_overhead_s)
-            return RooflineCostModel(model, gpu, cfg, tp=tp, kv_cache_dtype=kv_cache_dtype)
+            return RooflineCostModel(
+                model, gpu, cfg, tp=tp, kv_cache_dtype=kv_cache_dtype, expert_parallel=expert_parallel
+            )
         return CalibratedCostModel(
             profile,
             model=model,

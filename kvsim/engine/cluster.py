@@ -120,6 +120,7 @@ class Cluster:
                 tp=group.tp,
                 kv_cache_dtype=group.engine.kv_cache_dtype,
                 base_dir=base_dir,
+                expert_parallel=group.config.expert_parallel,
             )
         if isinstance(given, CostModel):
             return given

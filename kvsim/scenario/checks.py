@@ -149,6 +149,18 @@ def _group_fits(model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, where: str)
     if bad_tp:
         return [(f"{where}.tp", bad_tp)]
     problems: Problems = []
+    if group.expert_parallel and (model.num_experts is None or model.num_experts % group.tp):
+        problems.append(
+            (
+                f"{where}.expert_parallel",
+                f"expert parallelism places num_experts / tp whole experts on each GPU: {model.name} "
+                + (
+                    "is not a mixture of experts"
+                    if model.num_experts is None
+                    else f"has {model.num_experts} experts, not a multiple of tp={group.tp}"
+                ),
+            )
+        )
     if engine.max_model_len is not None and engine.max_model_len > model.max_model_len:
         problems.append(
             (

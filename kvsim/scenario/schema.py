@@ -143,6 +143,12 @@ class ReplicaGroup(_CostHolder):
         description="both: prefill and decode on the same replica; prefill / decode: "
         "disaggregated serving, prompts on prefill replicas, KV sent to decode replicas.",
     )
+    expert_parallel: bool = Field(
+        default=False,
+        description="Mixture of experts: place whole experts on the tp GPUs (num_experts / tp each) "
+        "and exchange tokens by all-to-all, as vLLM's --enable-expert-parallel does, instead of "
+        "splitting every expert over them (tensor parallelism).",
+    )
 
 
 class RouterConfig(_Frozen):

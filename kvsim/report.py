@@ -100,6 +100,41 @@ def _sections(s: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str, str]
     ]
 
 
+def _optional_sections(s: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """Sections shown only when the run computed them (side channel analysis)."""
+    out = []
+    if "side_channel_num_probes" in s:
+        out.append(
+            (
+                "Side channel (attacker probes)",
+                [
+                    (
+                        "probes",
+                        _count(s.get("side_channel_num_probes")),
+                        f"({_count(s.get('side_channel_num_test'))} held out)",
+                    ),
+                    ("victim had sent", _percent(s.get("side_channel_victim_sent_rate")), "%"),
+                    (
+                        "attacker accuracy",
+                        _percent(s.get("side_channel_accuracy")),
+                        f"% (chance {_percent(s.get('side_channel_chance_accuracy'))}%)",
+                    ),
+                    (
+                        "balanced accuracy",
+                        _percent(s.get("side_channel_balanced_accuracy")),
+                        f"% (chance 50.0 +- {_percent(s.get('side_channel_noise'))})",
+                    ),
+                    (
+                        "KS statistic",
+                        _fixed(s.get("side_channel_ks_statistic"), 3),
+                        f"(5% critical {_fixed(s.get('side_channel_ks_critical_value'), 3)}, p {_fixed(s.get('side_channel_ks_p_value'), 3)})",
+                    ),
+                ],
+            )
+        )
+    return out
+
+
 def _title(s: Mapping[str, Any]) -> str:
     name = s.get("scenario", "scenario")
     details = []
@@ -113,7 +148,7 @@ def _title(s: Mapping[str, Any]) -> str:
 
 def format_summary(summary: Mapping[str, Any]) -> str:
     """The summary as an aligned, sectioned table (no trailing newline)."""
-    sections = _sections(summary)
+    sections = _sections(summary) + _optional_sections(summary)
     latency = [
         (label, [_fixed(summary.get(f"{stem}_{stat}_s"), 1, 1000.0) for stat in LATENCY_STATS])
         for label, stem in LATENCY_ROWS

@@ -111,7 +111,29 @@ def check_combinations(scenario: Scenario) -> Problems:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         problems.append(("", f"replica group names must be unique; repeated: {', '.join(dup)}"))
-    return problems
+    return problems + _side_channel_tenants(scenario)
+
+
+def _side_channel_tenants(scenario: Scenario) -> Problems:
+    """The side-channel analysis names two distinct tenants of a synthetic workload's list."""
+    cfg = scenario.analysis.side_channel
+    if cfg is None:
+        return []
+    if cfg.attacker == cfg.victim:
+        return [("analysis.side_channel", "attacker and victim must be different tenants")]
+    tenants = getattr(scenario.workload, "tenants", None)
+    if tenants is None:
+        return []  # a trace names its tenants per row
+    known = {t.name for t in tenants}
+    missing = [n for n in (cfg.attacker, cfg.victim) if n not in known]
+    if missing:
+        return [
+            (
+                "analysis.side_channel",
+                f"tenant(s) {', '.join(missing)} not in workload.tenants ({', '.join(sorted(known)) or 'none'})",
+            )
+        ]
+    return []
 
 
 # -- 2. presets ------------------------------------------------------------------------

@@ -208,6 +208,25 @@ class SimConfig(_Frozen):
     )
 
 
+class SideChannelAnalysis(_Frozen):
+    """Measure the prefix-cache timing side channel as an attacker tenant would (kvsim.side_channel)."""
+
+    attacker: str = Field(default="attacker", min_length=1, description="Tenant that probes prefixes.")
+    victim: str = Field(
+        default="victim", min_length=1, description="Tenant whose prefixes the attacker tries to detect."
+    )
+
+
+class AnalysisConfig(_Frozen):
+    """Analyses computed after the run and added to its summary."""
+
+    side_channel: SideChannelAnalysis | None = Field(
+        default=None,
+        description="Attacker's accuracy at telling from its own TTFT whether the victim sent a prefix, "
+        "and the KS statistic of those TTFTs (summary keys side_channel_*); None: not computed.",
+    )
+
+
 class Scenario(_Frozen):
     """One simulation: model, replicas, router, workload, SLOs and seed."""
 
@@ -231,6 +250,9 @@ class Scenario(_Frozen):
     workload: WorkloadConfig = Field(default_factory=SyntheticWorkload, description="Traffic.")
     slo: SloConfig = Field(default_factory=SloConfig, description="Latency targets for goodput.")
     sim: SimConfig = Field(default_factory=SimConfig, description="Simulator knobs.")
+    analysis: AnalysisConfig = Field(
+        default_factory=AnalysisConfig, description="Analyses added to the summary after the run."
+    )
 
     @property
     def num_replicas(self) -> int:

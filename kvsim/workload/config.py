@@ -25,6 +25,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from kvsim.request import DEFAULT_RETENTION, Retention
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -241,12 +243,51 @@ class SessionConfig(_Frozen):
     )
 
 
+class RetentionConfig(_Frozen):
+    """What happens to a request's cached KV when it finishes (TensorRT-LLM's KvCacheRetentionConfig).
+
+    ``retention: none`` / ``default`` is short for ``{kind: none}`` / ``{kind: default}``.
+    """
+
+    kind: Literal["default", "none", "priority"] = Field(
+        default="default",
+        description="default: its blocks stay cached in the free queue (vLLM); none: the blocks it "
+        "computed are freed uncached and reused first (a one-off history such as a classifier's); "
+        "priority: they stay cached at `priority` until `duration_s` after they were freed.",
+    )
+    priority: int = Field(
+        default=35,
+        ge=0,
+        le=100,
+        description="kind priority: 0 (evicted first) .. 100 (last); TensorRT-LLM's default is 35.",
+    )
+    duration_s: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="kind priority: seconds after being freed at which the blocks fall back to the "
+        "default priority 35 (None: never).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"kind": data} if isinstance(data, str) else data
+
+    def to_retention(self) -> Retention:
+        out = Retention(self.kind, self.priority, self.duration_s)
+        return DEFAULT_RETENTION if out == DEFAULT_RETENTION else out
+
+
 class TenantShare(_Frozen):
     """A tenant: its share of the traffic, its cache salt (the name) and its priority."""
 
     name: str = Field(min_length=1, description="Tenant name; the engine salts its block hashes with it.")
     weight: float = Field(default=1.0, gt=0, description="Relative share of sessions/requests.")
     priority: int = Field(default=0, description="Scheduling priority of its requests (lower runs first).")
+    retention: RetentionConfig | None = Field(
+        default=None, description="Retention of its requests' KV (None: the workload's `retention`)."
+    )
 
 
 # --------------------------------------------------------------------------- workloads
@@ -295,6 +336,10 @@ class SyntheticWorkload(_Frozen):
         ge=1,
         description="Beam search approximated as beam_width requests sharing the prompt and output length.",
     )
+    retention: RetentionConfig = Field(
+        default_factory=RetentionConfig,
+        description="Retention of the requests' KV once they finish (per tenant: tenants[].retention).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> SyntheticWorkload:
@@ -319,7 +364,8 @@ class TraceWorkload(_Frozen):
     columns: dict[str, str] = Field(
         default_factory=dict,
         description="Generic formats: our field -> file column, for timestamp, prompt_tokens, "
-        "output_tokens and optionally hash_ids, tenant, priority.",
+        "output_tokens and optionally hash_ids, tenant, priority, retention (none, default, "
+        "priority:P or priority:P:DURATION_S).",
     )
     timestamp_unit: Literal["s", "ms", "us", "datetime"] = Field(
         default="s", description="Generic formats: unit of the timestamp column."
@@ -359,8 +405,30 @@ class TraceWorkload(_Frozen):
         return self
 
 
+ComponentConfig = Annotated[
+    Annotated[SyntheticWorkload, Tag("synthetic")] | Annotated[TraceWorkload, Tag("trace")],
+    Discriminator(_kind_or("synthetic")),
+]
+
+
+class MixtureWorkload(_Frozen):
+    """Several workloads served together, e.g. a chat tier beside a classifier tier.
+
+    Each component is drawn on its own (from its own child of the seed) with its own
+    arrivals, lengths, tenants and retention; their requests are merged by arrival and
+    renumbered, and their content ids kept apart, so components share no prefixes.
+    """
+
+    kind: Literal["mixture"] = Field(default="mixture", description="Selects this variant (mixture).")
+    components: list[ComponentConfig] = Field(
+        min_length=2, max_length=64, description="The workloads mixed (synthetic or trace)."
+    )
+
+
 # ``kind`` may be omitted: a workload without one is synthetic (as in the first schema).
 WorkloadConfig = Annotated[
-    Annotated[SyntheticWorkload, Tag("synthetic")] | Annotated[TraceWorkload, Tag("trace")],
+    Annotated[SyntheticWorkload, Tag("synthetic")]
+    | Annotated[TraceWorkload, Tag("trace")]
+    | Annotated[MixtureWorkload, Tag("mixture")],
     Discriminator(_kind_or("synthetic")),
 ]

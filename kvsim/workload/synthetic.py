@@ -222,16 +222,19 @@ def generate_synthetic(
         else np.zeros(0, dtype=np.int64)
     )
 
+    workload_retention = cfg.retention.to_retention()
+    tenant_retention = [(t.retention or cfg.retention).to_retention() for t in cfg.tenants]
     turns.sort(key=lambda u: (u.arrival_s, u.session, u.turn))
     shared = [Segment(0, cfg.shared_prefix_tokens)] if cfg.shared_prefix_tokens else []
     last_of_session: dict[int, RequestSpec] = {}
     requests: list[RequestSpec] = []
     for i, u in enumerate(turns):
         s = u.session
-        tenant, priority = cfg.tenant, 0
+        tenant, priority, retention = cfg.tenant, 0, workload_retention
         if cfg.tenants:
             share = cfg.tenants[int(tenant_pick[s])]
             tenant, priority = share.name, share.priority
+            retention = tenant_retention[int(tenant_pick[s])]
         user = Segment(next_id + i, u.user_tokens)
         parent = last_of_session.get(s)
         if parent is None:
@@ -259,6 +262,7 @@ def generate_synthetic(
                 priority=priority,
                 parent_id=parent.request_id if parent is not None else None,
                 think_time_s=u.think_time_s,
+                retention=retention,
             )
             requests.append(req)
             if c == 0:

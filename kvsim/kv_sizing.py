@@ -274,13 +274,23 @@ class KvCapacity:
 
 
 def engine_kv_capacity(
-    model: ModelSpec, gpu: GpuSpec, tp: int, engine: EngineConfig, *, use_override: bool = True
+    model: ModelSpec,
+    gpu: GpuSpec,
+    tp: int,
+    engine: EngineConfig,
+    *,
+    use_override: bool = True,
+    draft_model: ModelSpec | None = None,
 ) -> KvCapacity:
-    """`kv_capacity` with the knobs of a replica group's ``engine`` section."""
+    """`kv_capacity` with the knobs of a replica group's ``engine`` section.
+
+    ``draft_model``: the speculative draft model whose weights and KV share the GPU.
+    """
     reserve = engine.activation_reserve_gib
     return kv_capacity(
         model,
         gpu,
+        draft_model=draft_model,
         tp=tp,
         kv_cache_dtype=engine.kv_cache_dtype,
         block_size=engine.block_size,
@@ -304,12 +314,15 @@ def kv_capacity(
     max_num_seqs: int = 256,
     activation_reserve_bytes: float | None = None,
     num_gpu_blocks_override: int | None = None,
+    draft_model: ModelSpec | None = None,
 ) -> KvCapacity:
     """KV blocks one TP shard can hold after weights and activations (vLLM's rule).
 
     ``activation_reserve_bytes`` None uses `activation_reserve_estimate`;
     ``num_gpu_blocks_override`` fixes the block count regardless of memory (as vLLM's
-    option of that name does), while the other figures are still reported.
+    option of that name does), while the other figures are still reported. A speculative
+    ``draft_model`` adds its weights, and its KV to every block (vLLM keeps the draft's
+    layers in the same KV cache, one block table for both).
     """
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
@@ -317,12 +330,17 @@ def kv_capacity(
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     per_token_shard = kv_bytes_per_token(model, kv_cache_dtype, tp)
     weights = weight_bytes(model) / tp
+    if draft_model is not None:
+        per_token_shard += kv_bytes_per_token(draft_model, kv_cache_dtype, tp)
+        weights += weight_bytes(draft_model) / tp
     if activation_reserve_bytes is None:
         activation_reserve_bytes = activation_reserve_estimate(
             model, tp=tp, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs
         )
     kv_bytes = gpu.memory_bytes * gpu_memory_utilization - weights - activation_reserve_bytes
     per_block = bytes_per_block_per_shard(model, kv_cache_dtype, tp, block_size)
+    if draft_model is not None:
+        per_block = per_token_shard * block_size
     if num_gpu_blocks_override is not None:
         num_blocks = num_gpu_blocks_override
     else:

@@ -57,6 +57,7 @@ class GroupPlan:
     kv: KvGeometry
     max_model_len: int
     replica_names: tuple[str, ...]
+    draft_model: ModelSpec | None = None  # speculative decoding's draft model (method draft_model)
 
     @property
     def name(self) -> str:
@@ -101,7 +102,8 @@ class Plan:
 def resolve_group(model: ModelSpec, group: ReplicaGroup, index: int = 0) -> GroupPlan:
     gpu = resolve_gpu(group.gpu)
     eng = group.engine
-    cap = engine_kv_capacity(model, gpu, group.tp, eng)
+    draft = draft_model_of(eng)
+    cap = engine_kv_capacity(model, gpu, group.tp, eng, draft_model=draft)
     per_shard = cap.bytes_per_block_per_shard
     kv = KvGeometry(
         block_size=eng.block_size,
@@ -119,7 +121,16 @@ def resolve_group(model: ModelSpec, group: ReplicaGroup, index: int = 0) -> Grou
         kv=kv,
         max_model_len=eng.max_model_len or model.max_model_len,
         replica_names=tuple(f"{group.name}-{i}" for i in range(group.count)),
+        draft_model=draft,
     )
+
+
+def draft_model_of(engine: EngineConfig) -> ModelSpec | None:
+    """The speculative draft model an engine names (None without one)."""
+    spec = engine.speculative_config
+    if spec is None or spec.model is None:
+        return None
+    return resolve_model(spec.model)
 
 
 def resolve_plan(scenario: Scenario) -> Plan:

@@ -121,6 +121,8 @@ class Cluster:
                 kv_cache_dtype=group.engine.kv_cache_dtype,
                 base_dir=base_dir,
                 expert_parallel=group.config.expert_parallel,
+                speculative=group.engine.speculative_config,
+                draft_model=group.draft_model,
             )
         if isinstance(given, CostModel):
             return given

@@ -190,7 +190,10 @@ def _group_fits(model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, where: str)
                 f"{engine.max_model_len} exceeds {model.name}'s max_model_len ({model.max_model_len})",
             )
         )
-    cap = engine_kv_capacity(model, gpu, group.tp, engine, use_override=False)
+    draft, draft_problems = _draft_model(model, group, where)
+    if draft_problems:
+        return problems + draft_problems
+    cap = engine_kv_capacity(model, gpu, group.tp, engine, use_override=False, draft_model=draft)
     if cap.weight_bytes_per_shard > cap.budget_bytes:
         problems.append(
             (
@@ -214,6 +217,26 @@ def _group_fits(model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, where: str)
     elif engine.num_gpu_blocks_override is None:
         problems += _max_model_len_fits(model, gpu, group, cap, where)
     return problems
+
+
+def _draft_model(model: ModelSpec, group: ReplicaGroup, where: str) -> tuple[ModelSpec | None, Problems]:
+    """The speculative draft model, or why it cannot serve ``model`` on this group."""
+    spec = group.engine.speculative_config
+    if spec is None or spec.model is None:
+        return None, []
+    field = f"{where}.engine.speculative_config.model"
+    try:
+        draft = resolve_model(spec.model)
+    except UnknownPresetError as exc:
+        return None, [(field, str(exc))]
+    if model.sliding_window is not None or draft.sliding_window is not None:
+        return draft, [
+            (field, "a draft model beside a sliding-window model is not modelled (their KV shares blocks)")
+        ]
+    bad_tp = tp_problem(draft, group.tp)
+    if bad_tp:
+        return draft, [(field, f"the draft model {draft.name}: {bad_tp}")]
+    return draft, []
 
 
 def _max_model_len_fits(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kvsim.cost.config import CostModelConfig, RooflineCostConfig, _CostHolder
 from kvsim.registry import EVICTION_POLICIES, ROUTERS, SCHEDULING_POLICIES
@@ -29,6 +29,74 @@ from kvsim.workload.config import SyntheticWorkload, WorkloadConfig
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SpeculativeConfig(_Frozen):
+    """Speculative decoding, as vLLM's ``speculative_config``: a draft proposes
+    ``num_speculative_tokens`` tokens per step, the target verifies them in one pass.
+
+    Acceptance is per draft position, each conditional on the ones before (a rejected token
+    ends the run): ``acceptance_rate`` alpha at every position, or ``acceptance_per_position``.
+    Expected tokens per verify step: 1 + sum_i prod_{j <= i} p_j (Leviathan et al. 2023,
+    "Fast Inference from Transformers via Speculative Decoding", ICML, section 3.1).
+    """
+
+    method: Literal["draft_model", "eagle", "ngram"] = Field(
+        default="draft_model",
+        description="draft_model: a smaller model with its own weights, cost and KV (`model`); "
+        "eagle: a one-layer draft head on the target's hidden states (its cost, no KV of its own "
+        "here); ngram: prompt-lookup drafting on the CPU (free, no KV).",
+    )
+    num_speculative_tokens: int = Field(
+        ge=1, le=32, description="Draft tokens proposed per step (vLLM's num_speculative_tokens)."
+    )
+    model: str | ModelSpec | None = Field(
+        default=None, description="method draft_model: the draft model, a preset name or an inline spec."
+    )
+    acceptance_rate: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Chance each draft token is accepted given the ones before it were (alpha).",
+    )
+    acceptance_per_position: list[float] | None = Field(
+        default=None,
+        description="Conditional acceptance of draft position 1..num_speculative_tokens, each in [0, 1] "
+        "(replaces acceptance_rate).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> SpeculativeConfig:
+        per_pos = self.acceptance_per_position
+        if (self.acceptance_rate is None) == (per_pos is None):
+            raise ValueError("give exactly one of acceptance_rate and acceptance_per_position")
+        if per_pos is not None:
+            if len(per_pos) != self.num_speculative_tokens:
+                raise ValueError(
+                    f"acceptance_per_position has {len(per_pos)} entries for "
+                    f"num_speculative_tokens {self.num_speculative_tokens}"
+                )
+            if not all(0 <= p <= 1 for p in per_pos):  # also refuses NaN
+                raise ValueError("acceptance_per_position entries must lie in [0, 1]")
+        if (self.method == "draft_model") != (self.model is not None):
+            raise ValueError("method draft_model needs `model`; eagle and ngram take none")
+        return self
+
+    def acceptance(self) -> tuple[float, ...]:
+        """Conditional acceptance of each draft position."""
+        if self.acceptance_per_position is not None:
+            return tuple(self.acceptance_per_position)
+        assert self.acceptance_rate is not None
+        return (self.acceptance_rate,) * self.num_speculative_tokens
+
+    def expected_tokens_per_step(self) -> float:
+        """Tokens a verify step produces on average: the accepted run plus the bonus token."""
+        total, run = 1.0, 1.0
+        for p in self.acceptance():
+            run *= p
+            total += run
+        return total
 
 
 class EngineConfig(_Frozen):
@@ -109,6 +177,10 @@ class EngineConfig(_Frozen):
         description="tenant: the first block of every prompt is salted with its tenant, so tenants "
         "never share cache entries (vLLM's cache_salt, one per tenant); shared: one cache for "
         "everyone (vLLM without cache_salt), whose hits reveal through timing what others sent.",
+    )
+    speculative_config: SpeculativeConfig | None = Field(
+        default=None,
+        description="Speculative decoding (vLLM's speculative_config); None: off.",
     )
     enable_kv_cache: bool = Field(
         default=True,

@@ -92,21 +92,17 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str] | Mapping[str
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping with the safe loader; errors name the file and line."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(str(path), [("", f"cannot read file: {exc.strerror or exc}")]) from None
-    return parse_yaml(text, str(path))
+    # Bounded reading (size cap, UTF-8 with the offset, kvsim.yaml_safe's limits).
+    from kvsim.yaml_safe import decode_utf8, read_capped
+
+    return parse_yaml(decode_utf8(read_capped(path, str(path)), str(path)), str(path))
 
 
 def parse_yaml(text: str, source: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ScenarioError(source, [(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
+    # The bounded loader: depth, size, aliases, scalars, integers, duplicate keys.
+    from kvsim.yaml_safe import load_yaml_text
+
+    data = load_yaml_text(text, source)
     if data is None:
         data = {}
     if not isinstance(data, dict):

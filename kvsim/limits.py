@@ -87,12 +87,13 @@ MIN_ONOFF_ARRIVALS_PER_CYCLE = 0.01
 #: Fixed times of the cost model (a step, a per-layer or per-iteration overhead, a
 #: collective's latency), seconds.
 MAX_STEP_TIME_S = 3600.0
-#: Bandwidths (HBM, interconnect, PCIe, all-reduce), bytes per second.
+#: Bandwidths (HBM, interconnect, PCIe, all-reduce), bytes per second, and peak compute,
+#: FLOP/s or OP/s. The minimum keeps times (bytes / bandwidth) finite; the maximum is only
+#: finite, so that 1e30 still says "this costs nothing" (a use in the tests).
 MIN_BANDWIDTH_BYTES_PER_S = 1e3
-MAX_BANDWIDTH_BYTES_PER_S = 1e16
-#: Peak compute, FLOP/s or OP/s.
+MAX_BANDWIDTH_BYTES_PER_S = 1e30
 MIN_FLOPS = 1e6
-MAX_FLOPS = 1e19
+MAX_FLOPS = 1e30
 #: GPU memory, bytes (16 TiB; the largest GPUs hold 288 GB).
 MAX_GPU_MEMORY_BYTES = 2**44
 #: Parameter counts (a quadrillion; the largest models have a few trillion).
@@ -108,3 +109,5 @@ MAX_EXPERTS = 65_536
 
 #: Largest cost profile read (JSON), bytes; shipped profiles are about 13 KB.
 MAX_PROFILE_BYTES = 16 * 1024 * 1024
+#: Largest summary.json of a result folder read back, bytes (one is about 3 KB).
+MAX_SUMMARY_BYTES = 16 * 1024 * 1024

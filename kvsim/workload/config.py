@@ -25,9 +25,32 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from kvsim.limits import (
+    MAX_CV,
+    MAX_EXPONENT,
+    MAX_NUM_REQUESTS,
+    MAX_PRIORITY,
+    MAX_RAMP_RATE_RATIO,
+    MAX_RATE_PER_S,
+    MAX_SAMPLES,
+    MAX_SHARED_PROMPTS,
+    MAX_TENANTS,
+    MAX_TIME_S,
+    MAX_TIME_SCALE,
+    MAX_TOKENS,
+    MAX_WEIGHT,
+    MIN_CV,
+    MIN_ONOFF_ARRIVALS_PER_CYCLE,
+    MIN_PERIOD_S,
+    MIN_RATE_PER_S,
+    MIN_TIME_SCALE,
+)
+
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Floats are finite: NaN and infinities are refused ("Input should be a finite number");
+    # every float field also has a finite maximum, which `kvsim schema` shows.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 def _kind_or(default: str) -> Callable[[Any], str]:
@@ -48,22 +71,30 @@ class PoissonArrivals(_Frozen):
     """Exponential inter-arrival times at a constant rate."""
 
     kind: Literal["poisson"] = Field(default="poisson", description="Selects this variant (poisson).")
-    rate_per_s: float = Field(gt=0, description="Mean arrival rate, requests per second.")
+    rate_per_s: float = Field(
+        ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S, description="Mean arrival rate, requests per second."
+    )
 
 
 class GammaArrivals(_Frozen):
     """Gamma inter-arrival times: a given mean rate and coefficient of variation (CV > 1: bursty)."""
 
     kind: Literal["gamma"] = Field(default="gamma", description="Selects this variant (gamma).")
-    rate_per_s: float = Field(gt=0, description="Mean arrival rate, requests per second.")
-    cv: float = Field(gt=0, description="Coefficient of variation of inter-arrival times (1: Poisson).")
+    rate_per_s: float = Field(
+        ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S, description="Mean arrival rate, requests per second."
+    )
+    cv: float = Field(
+        ge=MIN_CV, le=MAX_CV, description="Coefficient of variation of inter-arrival times (1: Poisson)."
+    )
 
 
 class ConstantArrivals(_Frozen):
     """Evenly spaced arrivals (a deterministic process, for queueing checks)."""
 
     kind: Literal["constant"] = Field(default="constant", description="Selects this variant (constant).")
-    rate_per_s: float = Field(gt=0, description="Arrivals per second; the gap is 1 / rate.")
+    rate_per_s: float = Field(
+        ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S, description="Arrivals per second; the gap is 1 / rate."
+    )
 
 
 class OnOffArrivals(_Frozen):
@@ -73,10 +104,24 @@ class OnOffArrivals(_Frozen):
     """
 
     kind: Literal["onoff"] = Field(default="onoff", description="Selects this variant (onoff).")
-    rate_on_per_s: float = Field(gt=0, description="Arrival rate during bursts, requests per second.")
-    rate_off_per_s: float = Field(default=0.0, ge=0, description="Arrival rate between bursts.")
-    mean_on_s: float = Field(gt=0, description="Mean length of a burst, seconds.")
-    mean_off_s: float = Field(gt=0, description="Mean length of a quiet period, seconds.")
+    rate_on_per_s: float = Field(
+        ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S, description="Arrival rate during bursts, requests per second."
+    )
+    rate_off_per_s: float = Field(
+        default=0.0, ge=0, le=MAX_RATE_PER_S, description="Arrival rate between bursts."
+    )
+    mean_on_s: float = Field(gt=0, le=MAX_TIME_S, description="Mean length of a burst, seconds.")
+    mean_off_s: float = Field(gt=0, le=MAX_TIME_S, description="Mean length of a quiet period, seconds.")
+
+    @model_validator(mode="after")
+    def _check(self) -> OnOffArrivals:
+        per_cycle = self.rate_on_per_s * self.mean_on_s + self.rate_off_per_s * self.mean_off_s
+        if per_cycle < MIN_ONOFF_ARRIVALS_PER_CYCLE:
+            raise ValueError(
+                f"rate_on_per_s x mean_on_s + rate_off_per_s x mean_off_s (arrivals per ON+OFF cycle) "
+                f"must be >= {MIN_ONOFF_ARRIVALS_PER_CYCLE}, got {per_cycle:.3g}"
+            )
+        return self
 
     @property
     def mean_rate_per_s(self) -> float:
@@ -88,14 +133,25 @@ class RampArrivals(_Frozen):
     """Poisson arrivals whose rate changes linearly, then stays at the end rate."""
 
     kind: Literal["ramp"] = Field(default="ramp", description="Selects this variant (ramp).")
-    start_rate_per_s: float = Field(ge=0, description="Rate at time 0, requests per second.")
-    end_rate_per_s: float = Field(ge=0, description="Rate from ``duration_s`` on, requests per second.")
-    duration_s: float = Field(gt=0, description="Length of the ramp, seconds.")
+    start_rate_per_s: float = Field(
+        ge=0, le=MAX_RATE_PER_S, description="Rate at time 0, requests per second."
+    )
+    end_rate_per_s: float = Field(
+        ge=0, le=MAX_RATE_PER_S, description="Rate from ``duration_s`` on, requests per second."
+    )
+    duration_s: float = Field(gt=0, le=MAX_TIME_S, description="Length of the ramp, seconds.")
 
     @model_validator(mode="after")
     def _check(self) -> RampArrivals:
         if self.end_rate_per_s <= 0:
             raise ValueError("end_rate_per_s must be > 0 (otherwise arrivals stop forever)")
+        if self.end_rate_per_s < MIN_RATE_PER_S:
+            raise ValueError(f"end_rate_per_s must be >= {MIN_RATE_PER_S}")
+        if self.start_rate_per_s > MAX_RAMP_RATE_RATIO * self.end_rate_per_s:
+            raise ValueError(
+                f"start_rate_per_s may be at most {MAX_RAMP_RATE_RATIO:g} x end_rate_per_s "
+                "(arrivals after a steeper down-ramp take too long to draw)"
+            )
         return self
 
     def rate(self, t: float) -> float:
@@ -107,12 +163,20 @@ class DiurnalArrivals(_Frozen):
     """Poisson arrivals with a sinusoidal rate: mean x (1 + amplitude x sin(2 pi (t + phase) / period))."""
 
     kind: Literal["diurnal"] = Field(default="diurnal", description="Selects this variant (diurnal).")
-    mean_rate_per_s: float = Field(gt=0, description="Mean arrival rate over a period, requests per second.")
+    mean_rate_per_s: float = Field(
+        ge=MIN_RATE_PER_S,
+        le=MAX_RATE_PER_S,
+        description="Mean arrival rate over a period, requests per second.",
+    )
     amplitude: float = Field(
         default=0.5, ge=0, lt=1, description="Relative swing of the rate around its mean (0: constant)."
     )
-    period_s: float = Field(default=86400.0, gt=0, description="Length of one cycle, seconds (a day).")
-    phase_s: float = Field(default=0.0, description="Shift of the cycle, seconds.")
+    period_s: float = Field(
+        default=86400.0, ge=MIN_PERIOD_S, le=MAX_TIME_S, description="Length of one cycle, seconds (a day)."
+    )
+    phase_s: float = Field(
+        default=0.0, ge=-MAX_TIME_S, le=MAX_TIME_S, description="Shift of the cycle, seconds."
+    )
 
     def rate(self, t: float) -> float:
         return self.mean_rate_per_s * (
@@ -137,15 +201,15 @@ class FixedLength(_Frozen):
     """Every request has the same number of tokens."""
 
     kind: Literal["fixed"] = Field(default="fixed", description="Selects this variant (fixed).")
-    tokens: int = Field(ge=1, description="Number of tokens.")
+    tokens: int = Field(ge=1, le=MAX_TOKENS, description="Number of tokens.")
 
 
 class UniformLength(_Frozen):
     """Token counts uniform on the integers ``min_tokens..max_tokens`` (both included)."""
 
     kind: Literal["uniform"] = Field(default="uniform", description="Selects this variant (uniform).")
-    min_tokens: int = Field(ge=1, description="Smallest count.")
-    max_tokens: int = Field(ge=1, description="Largest count.")
+    min_tokens: int = Field(ge=1, le=MAX_TOKENS, description="Smallest count.")
+    max_tokens: int = Field(ge=1, le=MAX_TOKENS, description="Largest count.")
 
     @model_validator(mode="after")
     def _check(self) -> UniformLength:
@@ -158,10 +222,15 @@ class LognormalLength(_Frozen):
     """Lognormal token counts with a given mean and coefficient of variation, rounded and clipped."""
 
     kind: Literal["lognormal"] = Field(default="lognormal", description="Selects this variant (lognormal).")
-    mean_tokens: float = Field(gt=0, description="Mean number of tokens before clipping.")
-    cv: float = Field(default=1.0, gt=0, description="Coefficient of variation (std / mean).")
-    min_tokens: int = Field(default=1, ge=1, description="Lower clip.")
-    max_tokens: int | None = Field(default=None, ge=1, description="Upper clip (None: no clip).")
+    mean_tokens: float = Field(gt=0, le=MAX_TOKENS, description="Mean number of tokens before clipping.")
+    cv: float = Field(default=1.0, ge=MIN_CV, le=MAX_CV, description="Coefficient of variation (std / mean).")
+    min_tokens: int = Field(default=1, ge=1, le=MAX_TOKENS, description="Lower clip.")
+    max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_TOKENS,
+        description=f"Upper clip (None: clipped only at the token limit, {MAX_TOKENS:,}).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> LognormalLength:
@@ -182,8 +251,10 @@ class ZipfLength(_Frozen):
     """Bounded Zipf (power-law) token counts: P(k) proportional to k^-exponent on min..max."""
 
     kind: Literal["zipf"] = Field(default="zipf", description="Selects this variant (zipf).")
-    exponent: float = Field(default=1.2, gt=0, description="Power-law exponent (larger: shorter).")
-    min_tokens: int = Field(default=1, ge=1, description="Smallest count.")
+    exponent: float = Field(
+        default=1.2, gt=0, le=MAX_EXPONENT, description="Power-law exponent (larger: shorter)."
+    )
+    min_tokens: int = Field(default=1, ge=1, le=10_000_000, description="Smallest count.")
     max_tokens: int = Field(ge=1, le=10_000_000, description="Largest count.")
 
     @model_validator(mode="after")
@@ -220,9 +291,11 @@ class SharedPrefixPool(_Frozen):
     """``num_prompts`` distinct shared texts (system prompts or few-shot templates); each request
     picks one with Zipf popularity: P(k) proportional to (k + 1)^-zipf_exponent (0: uniform)."""
 
-    num_prompts: int = Field(ge=1, description="Number of distinct shared texts.")
+    num_prompts: int = Field(ge=1, le=MAX_SHARED_PROMPTS, description="Number of distinct shared texts.")
     tokens: LengthConfig = Field(description="Length of each shared text (drawn once per text).")
-    zipf_exponent: float = Field(default=1.0, ge=0, description="Popularity skew (0: all equally popular).")
+    zipf_exponent: float = Field(
+        default=1.0, ge=0, le=MAX_EXPONENT, description="Popularity skew (0: all equally popular)."
+    )
 
 
 class SessionConfig(_Frozen):
@@ -232,7 +305,9 @@ class SessionConfig(_Frozen):
     """
 
     turns: LengthConfig = Field(description="Turns per session (a length distribution over counts).")
-    think_time_s: float = Field(default=10.0, ge=0, description="Mean user think time between turns, s.")
+    think_time_s: float = Field(
+        default=10.0, ge=0, le=MAX_TIME_S, description="Mean user think time between turns, s."
+    )
     think_time_dist: Literal["exponential", "fixed"] = Field(
         default="exponential", description="Distribution of the think time."
     )
@@ -245,8 +320,15 @@ class TenantShare(_Frozen):
     """A tenant: its share of the traffic, its cache salt (the name) and its priority."""
 
     name: str = Field(min_length=1, description="Tenant name; the engine salts its block hashes with it.")
-    weight: float = Field(default=1.0, gt=0, description="Relative share of sessions/requests.")
-    priority: int = Field(default=0, description="Scheduling priority of its requests (lower runs first).")
+    weight: float = Field(
+        default=1.0, gt=0, le=MAX_WEIGHT, description="Relative share of sessions/requests."
+    )
+    priority: int = Field(
+        default=0,
+        ge=-MAX_PRIORITY,
+        le=MAX_PRIORITY,
+        description="Scheduling priority of its requests (lower runs first).",
+    )
 
 
 # --------------------------------------------------------------------------- workloads
@@ -257,7 +339,10 @@ class SyntheticWorkload(_Frozen):
 
     kind: Literal["synthetic"] = Field(default="synthetic", description="Selects this variant (synthetic).")
     num_requests: int = Field(
-        default=1000, ge=1, description="Number of prompts sent (turns of all sessions; before sampling n)."
+        default=1000,
+        ge=1,
+        le=MAX_NUM_REQUESTS,
+        description="Number of prompts sent (turns of all sessions; before sampling n).",
     )
     arrival: ArrivalConfig = Field(
         default_factory=lambda: PoissonArrivals(rate_per_s=4.0),
@@ -272,7 +357,10 @@ class SyntheticWorkload(_Frozen):
         description="Output length distribution (known to the simulator, not to the scheduler).",
     )
     shared_prefix_tokens: int = Field(
-        default=0, ge=0, description="Length of a system prompt shared by every request (0: none)."
+        default=0,
+        ge=0,
+        le=MAX_TOKENS,
+        description="Length of a system prompt shared by every request (0: none).",
     )
     system_prompts: SharedPrefixPool | None = Field(
         default=None, description="K system prompts with Zipf popularity (after shared_prefix_tokens)."
@@ -285,14 +373,20 @@ class SyntheticWorkload(_Frozen):
     )
     tenant: str = Field(default="default", description="Tenant of every request when `tenants` is empty.")
     tenants: list[TenantShare] = Field(
-        default_factory=list, description="Tenants with traffic weights (empty: all requests are `tenant`)."
+        default_factory=list,
+        max_length=MAX_TENANTS,
+        description="Tenants with traffic weights (empty: all requests are `tenant`).",
     )
     parallel_samples: int = Field(
-        default=1, ge=1, description="n > 1: each prompt becomes n requests sharing the prompt (vLLM v1 way)."
+        default=1,
+        ge=1,
+        le=MAX_SAMPLES,
+        description="n > 1: each prompt becomes n requests sharing the prompt (vLLM v1 way).",
     )
     beam_width: int = Field(
         default=1,
         ge=1,
+        le=MAX_SAMPLES,
         description="Beam search approximated as beam_width requests sharing the prompt and output length.",
     )
 
@@ -325,21 +419,30 @@ class TraceWorkload(_Frozen):
         default="s", description="Generic formats: unit of the timestamp column."
     )
     hash_block_tokens: int = Field(
-        default=512, ge=1, description="Tokens per hash id (Mooncake: 512); the last block may be partial."
+        default=512,
+        ge=1,
+        le=MAX_TOKENS,
+        description="Tokens per hash id (Mooncake: 512); the last block may be partial.",
     )
     time_scale: float = Field(
-        default=1.0, gt=0, description="Replay this many times faster (arrival gaps divided by it)."
+        default=1.0,
+        ge=MIN_TIME_SCALE,
+        le=MAX_TIME_SCALE,
+        description="Replay this many times faster (arrival gaps divided by it).",
     )
-    start_s: float = Field(default=0.0, ge=0, description="Keep arrivals from this trace time on, seconds.")
+    start_s: float = Field(
+        default=0.0, ge=0, le=MAX_TIME_S, description="Keep arrivals from this trace time on, seconds."
+    )
     end_s: float | None = Field(
-        default=None, gt=0, description="Keep arrivals before this trace time (None: all)."
+        default=None, gt=0, le=MAX_TIME_S, description="Keep arrivals before this trace time (None: all)."
     )
     max_requests: int | None = Field(
-        default=None, ge=1, description="Keep only the first N requests in the window."
+        default=None, ge=1, le=MAX_NUM_REQUESTS, description="Keep only the first N requests in the window."
     )
     rate_per_s: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_RATE_PER_S,
+        le=MAX_RATE_PER_S,
         description="Override the mean arrival rate by rescaling time (keeps the trace's burstiness).",
     )
     zero_output: Literal["drop", "one"] = Field(

@@ -111,3 +111,15 @@ MAX_EXPERTS = 65_536
 MAX_PROFILE_BYTES = 16 * 1024 * 1024
 #: Largest summary.json of a result folder read back, bytes (one is about 3 KB).
 MAX_SUMMARY_BYTES = 16 * 1024 * 1024
+
+
+def exact_int_if_huge(value: object) -> object:
+    """A float too large for int64 but integral (1e30) as the exact Python int.
+
+    Used as a before-validator on every field of the schema models: pydantic would report
+    such a float given to an integer field as "unable to parse input string as an integer";
+    as an int, it is reported by the field's bound ("less than or equal to 2147483647").
+    """
+    if isinstance(value, float) and value.is_integer() and abs(value) >= 2**63:
+        return int(value)
+    return value

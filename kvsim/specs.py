@@ -7,7 +7,7 @@ KV element sizes for each `kv_cache_dtype` are in `KV_DTYPE_BYTES`.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -24,6 +24,7 @@ from kvsim.limits import (
     MAX_WIDTH,
     MIN_BANDWIDTH_BYTES_PER_S,
     MIN_FLOPS,
+    exact_int_if_huge,
 )
 
 KvDtype = Literal["auto", "fp16", "bf16", "fp8", "int8", "int4"]
@@ -42,6 +43,13 @@ KV_DTYPE_BYTES: dict[str, float] = {
 class _Frozen(BaseModel):
     # Floats are finite (NaN and infinities refused); every number field has a finite maximum.
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _huge_integral_floats(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k: exact_int_if_huge(v) for k, v in data.items()}
+        return data
 
 
 class ModelSpec(_Frozen):

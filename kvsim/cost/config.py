@@ -13,12 +13,24 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kvsim.limits import MAX_BANDWIDTH_BYTES_PER_S, MAX_STEP_TIME_S, MIN_BANDWIDTH_BYTES_PER_S
+from kvsim.limits import (
+    MAX_BANDWIDTH_BYTES_PER_S,
+    MAX_STEP_TIME_S,
+    MIN_BANDWIDTH_BYTES_PER_S,
+    exact_int_if_huge,
+)
 
 
 class _Frozen(BaseModel):
     # Floats are finite (NaN and infinities refused); every float field has a finite maximum.
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _huge_integral_floats(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k: exact_int_if_huge(v) for k, v in data.items()}
+        return data
 
 
 class RooflineCostConfig(_Frozen):

@@ -44,6 +44,7 @@ from kvsim.limits import (
     MIN_PERIOD_S,
     MIN_RATE_PER_S,
     MIN_TIME_SCALE,
+    exact_int_if_huge,
 )
 
 
@@ -51,6 +52,13 @@ class _Frozen(BaseModel):
     # Floats are finite: NaN and infinities are refused ("Input should be a finite number");
     # every float field also has a finite maximum, which `kvsim schema` shows.
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _huge_integral_floats(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k: exact_int_if_huge(v) for k, v in data.items()}
+        return data
 
 
 def _kind_or(default: str) -> Callable[[Any], str]:

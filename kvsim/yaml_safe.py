@@ -177,7 +177,8 @@ def _problem(exc: yaml.YAMLError, text: str) -> tuple[str, str]:
         return f"line {line}, column {column}", f"character #x{exc.character:04x} is not allowed in YAML"
     if isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
-        return _where(mark), f"not valid YAML: {exc.problem or exc.context}"
+        text = "; ".join(str(part) for part in (exc.context, exc.problem) if part)
+        return _where(mark), f"not valid YAML: {text}"
     return "", f"not valid YAML: {exc}"
 
 

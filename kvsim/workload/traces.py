@@ -228,7 +228,7 @@ def _hash_ids(value: Any, path: str, line: int) -> list[int]:
 def _open(path: Path, counter: list[int] | None = None) -> Iterator[str]:
     """The file's lines as text, each checked for length and UTF-8 (errors name line and byte).
 
-    ``counter[0]`` (if given) is advanced by the characters of each line handed out.
+    ``counter`` (if given) is ``[characters, lines]`` handed out so far.
     """
     line_no, offset = 0, 0
     try:
@@ -251,6 +251,7 @@ def _open(path: Path, counter: list[int] | None = None) -> Iterator[str]:
                     text = text.removeprefix("\ufeff")  # a byte-order mark
                 if counter is not None:
                     counter[0] += len(text)
+                    counter[1] = line_no
                 offset += len(raw)
                 yield text
     except OSError as exc:
@@ -274,7 +275,7 @@ def _json_rows(path: Path, table: TraceTable) -> Iterator[tuple[int, dict[str, A
 
 def _csv_rows(path: Path, required: list[str], table: TraceTable) -> Iterator[tuple[int, dict[str, Any]]]:
     p = str(path)
-    consumed = [0]  # characters handed to the csv module so far
+    consumed = [0, 0]  # characters and lines handed to the csv module so far
     reader = csv.DictReader(_open(path, consumed))
     try:
         header = reader.fieldnames
@@ -299,11 +300,11 @@ def _csv_rows(path: Path, required: list[str], table: TraceTable) -> Iterator[tu
                 raise _err(p, reader.line_num, f"a cell longer than {MAX_TRACE_CELL_CHARS:,} characters")
             row_start = consumed[0]
             yield reader.line_num, row
-    except csv.Error as exc:
+    except csv.Error as exc:  # on the line last handed to the csv module
         limit = csv.field_size_limit()
         if "field larger than field limit" in str(exc):
-            raise _err(p, reader.line_num, f"a cell longer than {limit:,} characters") from None
-        raise _err(p, reader.line_num, f"not valid CSV: {exc}") from None
+            raise _err(p, consumed[1], f"a cell longer than {limit:,} characters") from None
+        raise _err(p, consumed[1], f"not valid CSV: {exc}") from None
 
 
 def _get(row: dict[str, Any], key: str, path: str, line: int) -> Any:

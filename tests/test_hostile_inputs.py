@@ -72,6 +72,8 @@ BAD_FILES = [
     ("long_scalar", ("name: " + "x" * 70_000 + "\n").encode(), "a scalar of 70,000 characters"),
     ("nul_character", b"name: a\x00b\n", "character #x0000 is not allowed"),
     ("bad_timestamp", b"name: 2023-13-45\n", "cannot read timestamp value"),
+    ("escape_beyond_unicode", b'name: "\\U0A0010000"\n', "chr() arg not in range"),
+    ("escape_beyond_c_int", b'name: "\\UA00010000"\n', "too large to convert"),
     ("bad_bool_tag", b"sim: {fast_forward: !!bool maybe}\n", "cannot read bool value"),
     ("python_tag", b"name: !!python/object/apply:os.system [ls]\n", "not valid YAML"),
     ("two_documents", b"seed: 1\n---\nseed: 2\n", "expected a single document"),

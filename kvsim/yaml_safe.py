@@ -202,7 +202,9 @@ def load_yaml_text(text: str, source: str, *, what: str = "scenario") -> Any:
         raise YamlError(source, [("", "nested too deeply to read")], what=what) from None
     except Exception as exc:  # PyYAML's own failures on hostile text, e.g. chr() of "\UA0010000"
         where = _where(loader.get_mark()) if loader is not None else ""
-        raise YamlError(source, [(where, f"not valid YAML: {type(exc).__name__}: {exc}")], what=what) from None
+        raise YamlError(
+            source, [(where, f"not valid YAML: {type(exc).__name__}: {exc}")], what=what
+        ) from None
     finally:
         if loader is not None:
             loader.dispose()

@@ -712,5 +712,13 @@ def test_a_closed_stdout_ends_quietly(args: list[str]) -> None:
     assert proc.wait(timeout=120) == 0 and err == ""
 
 
+def test_docs_list_every_limit() -> None:
+    import kvsim.limits
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "limits.md").read_text()
+    names = [n for n in vars(kvsim.limits) if n.isupper() and not n.startswith("_")]
+    assert names and [n for n in names if f"`{n}`" not in doc] == []
+
+
 def test_kvsim_errors_are_kvsim_errors() -> None:
     assert issubclass(TraceError, KvsimError) and issubclass(SweepError, KvsimError)

@@ -23,7 +23,8 @@ MAX_YAML_NODES = 20_000
 #: Most anchors (``&name``) and most aliases (``*name``) in one document.
 MAX_YAML_ANCHORS = 100
 MAX_YAML_ALIASES = 100
-#: Longest scalar (a string, a number), characters.
+#: Longest scalar (a string, a number), characters; also the longest string field of a
+#: scenario, so that every valid scenario reloads from its saved scenario.yaml.
 MAX_YAML_SCALAR_CHARS = 65_536
 #: Most digits of an integer written in a YAML file (Python refuses to convert integers of
 #: more than 4,300 digits; every integer field is far below 10**64 anyway).
@@ -54,8 +55,9 @@ MAX_NUM_REQUESTS = 2**31 - 1
 MAX_SAMPLES = 1024
 #: Most distinct shared prompts in a pool (system prompts, few-shot templates).
 MAX_SHARED_PROMPTS = 1_000_000
-#: Most tenants of a workload.
-MAX_TENANTS = 10_000
+#: Most tenants of a workload (a resolved scenario with this many stays within
+#: MAX_YAML_NODES, so that its saved scenario.yaml reloads).
+MAX_TENANTS = 1_000
 #: Largest scheduling priority in absolute value (int32).
 MAX_PRIORITY = 2**31 - 1
 #: Arrival rates, requests per second: one a day and a half at least (so that gaps stay

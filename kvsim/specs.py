@@ -22,6 +22,7 @@ from kvsim.limits import (
     MAX_STEP_TIME_S,
     MAX_TOKENS,
     MAX_WIDTH,
+    MAX_YAML_SCALAR_CHARS,
     MIN_BANDWIDTH_BYTES_PER_S,
     MIN_FLOPS,
     exact_int_if_huge,
@@ -42,7 +43,9 @@ KV_DTYPE_BYTES: dict[str, float] = {
 
 class _Frozen(BaseModel):
     # Floats are finite (NaN and infinities refused); every number field has a finite maximum.
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", allow_inf_nan=False, str_max_length=MAX_YAML_SCALAR_CHARS
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -55,7 +58,7 @@ class _Frozen(BaseModel):
 class ModelSpec(_Frozen):
     """Shape of a decoder-only transformer, enough to size its KV cache and its FLOPs."""
 
-    name: str = Field(description="Model name, e.g. 'llama-2-70b'.")
+    name: str = Field(max_length=MAX_YAML_SCALAR_CHARS, description="Model name, e.g. 'llama-2-70b'.")
     num_layers: int = Field(gt=0, le=MAX_LAYERS, description="Number of transformer layers.")
     hidden_size: int = Field(gt=0, le=MAX_WIDTH, description="Model (residual stream) width.")
     num_attention_heads: int = Field(gt=0, le=MAX_HEADS, description="Query heads per layer.")
@@ -98,7 +101,11 @@ class ModelSpec(_Frozen):
     num_experts_per_token: int | None = Field(
         default=None, gt=0, le=MAX_EXPERTS, description="MoE: experts routed per token."
     )
-    source: str = Field(default="", description="Where these numbers come from (model card, config).")
+    source: str = Field(
+        max_length=MAX_YAML_SCALAR_CHARS,
+        default="",
+        description="Where these numbers come from (model card, config).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
@@ -141,7 +148,7 @@ class ModelSpec(_Frozen):
 class GpuSpec(_Frozen):
     """Datasheet figures of one accelerator."""
 
-    name: str = Field(description="GPU name, e.g. 'h100-sxm'.")
+    name: str = Field(max_length=MAX_YAML_SCALAR_CHARS, description="GPU name, e.g. 'h100-sxm'.")
     memory_bytes: int = Field(gt=0, le=MAX_GPU_MEMORY_BYTES, description="HBM capacity in bytes.")
     hbm_bandwidth_bytes_per_s: float = Field(
         ge=MIN_BANDWIDTH_BYTES_PER_S, le=MAX_BANDWIDTH_BYTES_PER_S, description="Peak HBM bandwidth, bytes/s."
@@ -177,7 +184,9 @@ class GpuSpec(_Frozen):
         le=MAX_BANDWIDTH_BYTES_PER_S,
         description="Host<->device bandwidth per direction (swap, CPU offload), bytes/s.",
     )
-    source: str = Field(default="", description="Datasheet the figures come from.")
+    source: str = Field(
+        max_length=MAX_YAML_SCALAR_CHARS, default="", description="Datasheet the figures come from."
+    )
 
     def peak_flops(self, dtype: str) -> float:
         """Dense tensor-core peak for a compute dtype, falling back to bf16."""

@@ -36,14 +36,15 @@ from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
 from kvsim.workload.config import TraceWorkload
 from kvsim.workload.traces import replay_trace
 
-#: Longest any one input may take, seconds (generous: CI machines are shared).
-INPUT_TIME_BOUND_S = 10.0
+#: Longest any one input may take, seconds: a hang detector, generous because CI machines
+#: are shared (the slowest input takes about 0.5 s on an idle core).
+INPUT_TIME_BOUND_S = 20.0
 
 #: Examples per test; together >= 2,000 scenario documents per run (see the summary).
 NUM_DICT_DOCS = 800
 NUM_YAML_DOCS = 800
 NUM_VALIDATE_CALLS = 250  # 1-3 files each
-NUM_RUNS = 60
+NUM_RUNS = 100
 NUM_TRACE_FILES = 300  # per format, 1-6 lines each
 
 FUZZ_SETTINGS: dict[str, Any] = {
@@ -502,20 +503,31 @@ def test_fuzz_validate_cli_several_files(
     run_fuzz(check, stats, record_property)
 
 
+#: KV blocks per replica in `test_fuzz_run_short_workloads`: sized from memory, a
+#: falcon-7b (one KV head) pool on an H200 has millions of blocks and takes seconds to build.
+RUN_MAX_BLOCKS = 4096
+
+
+def _small_pools(doc: dict[str, Any]) -> dict[str, Any]:
+    for group in doc.setdefault("replicas", [{}]):
+        engine = group.setdefault("engine", {})
+        engine["num_gpu_blocks_override"] = min(
+            engine.get("num_gpu_blocks_override", RUN_MAX_BLOCKS), RUN_MAX_BLOCKS
+        )
+    return doc
+
+
 def test_fuzz_run_short_workloads(
     record_property: Callable[[str, Any], None], trace_paths: dict[str, str]
 ) -> None:
+    """Generated documents, unbroken, with small pools: absurd work (2**31 requests, 10**60
+    replicas, a billion blocks) is for the per-run work estimate to refuse, not the parser."""
     stats = FuzzStats("short scenarios (<= 8 requests) -> kvsim.run")
 
     @settings(max_examples=NUM_RUNS, **FUZZ_SETTINGS)
-    @given(
-        doc=scenario_docs(trace_paths),
-        broken_doc=broken(scenario_docs(trace_paths)),
-        use_broken=st.booleans(),
-    )
-    def check(doc: dict[str, Any], broken_doc: dict[str, Any], use_broken: bool) -> None:
-        chosen = broken_doc if use_broken else doc
-        out = stats.timed(lambda: kvsim.run(chosen))
+    @given(doc=scenario_docs(trace_paths).map(_small_pools))
+    def check(doc: dict[str, Any]) -> None:
+        out = stats.timed(lambda: kvsim.run(doc))
         assert isinstance(out, kvsim.Result | KvsimError)
 
     run_fuzz(check, stats, record_property)

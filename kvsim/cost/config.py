@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from kvsim.limits import (
     MAX_BANDWIDTH_BYTES_PER_S,
     MAX_STEP_TIME_S,
+    MAX_YAML_SCALAR_CHARS,
     MIN_BANDWIDTH_BYTES_PER_S,
     exact_int_if_huge,
 )
@@ -23,7 +24,9 @@ from kvsim.limits import (
 
 class _Frozen(BaseModel):
     # Floats are finite (NaN and infinities refused); every float field has a finite maximum.
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", allow_inf_nan=False, str_max_length=MAX_YAML_SCALAR_CHARS
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -109,7 +112,10 @@ class ProfileCostConfig(_Frozen):
     """Cost curves measured on a real GPU by ``kvsim calibrate``."""
 
     kind: Literal["profile"] = Field(default="profile", description="Selects this variant (profile).")
-    profile: str = Field(description="Name of a shipped profile (see `kvsim profiles`) or a path to one.")
+    profile: str = Field(
+        max_length=MAX_YAML_SCALAR_CHARS,
+        description="Name of a shipped profile (see `kvsim profiles`) or a path to one.",
+    )
     per_iteration_overhead_s: float | None = Field(
         default=None,
         ge=0,

@@ -39,6 +39,7 @@ from kvsim.limits import (
     MAX_TIME_SCALE,
     MAX_TOKENS,
     MAX_WEIGHT,
+    MAX_YAML_SCALAR_CHARS,
     MIN_CV,
     MIN_ONOFF_ARRIVALS_PER_CYCLE,
     MIN_PERIOD_S,
@@ -51,7 +52,9 @@ from kvsim.limits import (
 class _Frozen(BaseModel):
     # Floats are finite: NaN and infinities are refused ("Input should be a finite number");
     # every float field also has a finite maximum, which `kvsim schema` shows.
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", allow_inf_nan=False, str_max_length=MAX_YAML_SCALAR_CHARS
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -279,7 +282,10 @@ class EmpiricalLength(_Frozen):
     """Token counts resampled (with replacement) from a trace file's prompt or output lengths."""
 
     kind: Literal["empirical"] = Field(default="empirical", description="Selects this variant (empirical).")
-    path: str = Field(description="Trace file; a relative path is relative to the scenario file's folder.")
+    path: str = Field(
+        max_length=MAX_YAML_SCALAR_CHARS,
+        description="Trace file; a relative path is relative to the scenario file's folder.",
+    )
     format: TraceFormat = Field(default="azure", description="Format of the trace file.")
     field: Literal["prompt", "output"] = Field(description="Which lengths to resample.")
     columns: dict[str, str] = Field(
@@ -327,7 +333,11 @@ class SessionConfig(_Frozen):
 class TenantShare(_Frozen):
     """A tenant: its share of the traffic, its cache salt (the name) and its priority."""
 
-    name: str = Field(min_length=1, description="Tenant name; the engine salts its block hashes with it.")
+    name: str = Field(
+        max_length=MAX_YAML_SCALAR_CHARS,
+        min_length=1,
+        description="Tenant name; the engine salts its block hashes with it.",
+    )
     weight: float = Field(
         default=1.0, gt=0, le=MAX_WEIGHT, description="Relative share of sessions/requests."
     )
@@ -379,7 +389,11 @@ class SyntheticWorkload(_Frozen):
     sessions: SessionConfig | None = Field(
         default=None, description="Multi-turn sessions (None: single turn)."
     )
-    tenant: str = Field(default="default", description="Tenant of every request when `tenants` is empty.")
+    tenant: str = Field(
+        max_length=MAX_YAML_SCALAR_CHARS,
+        default="default",
+        description="Tenant of every request when `tenants` is empty.",
+    )
     tenants: list[TenantShare] = Field(
         default_factory=list,
         max_length=MAX_TENANTS,
@@ -416,7 +430,10 @@ class TraceWorkload(_Frozen):
     """
 
     kind: Literal["trace"] = Field(default="trace", description="Selects this variant (trace).")
-    path: str = Field(description="Trace file; a relative path is relative to the scenario file's folder.")
+    path: str = Field(
+        max_length=MAX_YAML_SCALAR_CHARS,
+        description="Trace file; a relative path is relative to the scenario file's folder.",
+    )
     format: TraceFormat = Field(description="File format.")
     columns: dict[str, str] = Field(
         default_factory=dict,
@@ -456,8 +473,12 @@ class TraceWorkload(_Frozen):
     zero_output: Literal["drop", "one"] = Field(
         default="drop", description="Rows with 0 output tokens: drop them (counted) or treat as 1 token."
     )
-    tenant: str = Field(default="default", description="Tenant of rows that name none.")
-    model_filter: str | None = Field(default=None, description="burstgpt: keep only rows of this Model.")
+    tenant: str = Field(
+        max_length=MAX_YAML_SCALAR_CHARS, default="default", description="Tenant of rows that name none."
+    )
+    model_filter: str | None = Field(
+        default=None, max_length=MAX_YAML_SCALAR_CHARS, description="burstgpt: keep only rows of this Model."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TraceWorkload:

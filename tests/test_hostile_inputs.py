@@ -27,7 +27,9 @@ from kvsim.sweep import SweepError, load_sweep
 from kvsim.workload.config import TraceWorkload
 from kvsim.workload.traces import replay_trace
 
-#: Wall-time bound of one refusal, seconds (the alias bomb must be refused in < 1 s).
+#: Bound on the CPU time of one refusal, seconds (the alias bomb must be refused in < 1 s).
+#: CPU time, not wall time: this machine's cores are shared, and a loaded neighbour must
+#: not fail the test (the refusals take milliseconds).
 REFUSE_WITHIN_S = 1.0
 
 ALIAS_BOMB = """\
@@ -197,9 +199,9 @@ CONFIG_PY_VALUES = [
 
 
 def _validate(path: str | Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, float]:
-    start = time.perf_counter()
+    start = time.process_time()
     code = main(["validate", str(path)])
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     captured = capsys.readouterr()
     return code, captured.err, elapsed
 
@@ -216,10 +218,10 @@ def test_bad_scenario_file_is_refused_fast_by_cli_and_api(
     code, err, elapsed = _validate(path, capsys)
     assert code == 2 and message in err and str(path) in err, err
     assert "Traceback" not in err and elapsed < REFUSE_WITHIN_S
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(ScenarioError) as info:
         kvsim.load_scenario(path)
-    assert time.perf_counter() - start < REFUSE_WITHIN_S
+    assert time.process_time() - start < REFUSE_WITHIN_S
     assert message in str(info.value) and info.value.source == str(path)
 
 
@@ -232,10 +234,10 @@ def test_alias_bomb_is_refused_by_the_sweep_loader(tmp_path: Path) -> None:
     }
     for name, text in cases.items():
         (tmp_path / name).write_text(text)
-        start = time.perf_counter()
+        start = time.process_time()
         with pytest.raises((SweepError, ScenarioError), match="once aliases are expanded"):
             load_sweep(tmp_path / name)
-        assert time.perf_counter() - start < REFUSE_WITHIN_S, name
+        assert time.process_time() - start < REFUSE_WITHIN_S, name
 
 
 def test_sweep_file_errors_say_sweep_file(tmp_path: Path) -> None:
@@ -558,10 +560,10 @@ def test_bad_trace_is_a_trace_error_naming_file_and_line(
 ) -> None:
     path = tmp_path / ("t.jsonl" if fmt == "mooncake" else "t.csv")
     path.write_bytes(content)
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(TraceError) as info:
         replay_trace(TraceWorkload(path=str(path), format=fmt))
-    assert time.perf_counter() - start < REFUSE_WITHIN_S
+    assert time.process_time() - start < REFUSE_WITHIN_S
     assert str(info.value).startswith(f"{path}, line") and message in str(info.value), str(info.value)
     assert len(str(info.value)) < 400  # never the whole cell or line
     code = main(["trace-stats", str(path), "--format", fmt])
@@ -684,12 +686,12 @@ def test_out_into_a_folder_that_is_not_a_result_is_refused_before_simulating(
     (tmp_path / "file").write_text("")
     scenario = tmp_path / "a.yaml"
     scenario.write_text("seed: 1\n")
-    start = time.perf_counter()
+    start = time.process_time()
     assert main(["run", str(scenario), "--out", str(tmp_path)]) == 2
     assert "holds files other than a kvsim result" in capsys.readouterr().err
     assert main(["run", str(scenario), "--out", str(tmp_path / "file" / "sub")]) == 2
     assert "file is not a folder" in capsys.readouterr().err
-    assert time.perf_counter() - start < REFUSE_WITHIN_S
+    assert time.process_time() - start < REFUSE_WITHIN_S
     assert (tmp_path / "notes.txt").read_text() == "keep me"
 
 

@@ -8,7 +8,8 @@ It is PyYAML's safe loader (no Python objects, only plain data) with every bound
 
     bytes read       the file is read with a cap: /dev/zero fails after MAX_YAML_BYTES
     UTF-8            checked on the bytes; the error gives the offset of the first bad byte
-    depth            mappings and lists nested at most MAX_YAML_DEPTH deep
+    depth            mappings and lists nested at most MAX_YAML_DEPTH deep, aliases
+                     expanded (an alias of a deep node counts its depth where it stands)
     nodes            at most MAX_YAML_NODES nodes once every alias is expanded; an alias
                      counts the size of what it names, so an alias bomb is refused after
                      reading a few hundred bytes, long before anything is expanded
@@ -63,11 +64,13 @@ class BoundedLoader(yaml.SafeLoader):
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
-        self._depth = 0
+        self._depth = 0  # collections open around the node being composed
+        self._deepest = 0  # deepest expanded nesting reached in the current subtree
         self._num_nodes = 0
         self._num_anchors = 0
         self._num_aliases = 0
         self._anchor_sizes: dict[str, int] = {}  # anchor -> expanded size of what it names
+        self._anchor_heights: dict[str, int] = {}  # anchor -> expanded nesting of what it names
         self._open_anchors: set[str] = set()  # anchors whose node is still being composed
 
     def _fail(self, rule: str, mark: Any) -> None:
@@ -95,6 +98,15 @@ class BoundedLoader(yaml.SafeLoader):
                 )
             node = super().compose_node(parent, index)  # undefined aliases raise here
             self._add_nodes(self._anchor_sizes.get(event.anchor, 1), event.start_mark)
+            # What an alias names nests further where the alias stands: aliases of aliases
+            # can build depth that no single level of the text shows.
+            deepest = self._depth + self._anchor_heights.get(event.anchor, 0)
+            if deepest > MAX_YAML_DEPTH:
+                self._fail(
+                    f"nested deeper than {MAX_YAML_DEPTH} levels once alias *{event.anchor} is expanded",
+                    event.start_mark,
+                )
+            self._deepest = max(self._deepest, deepest)
             return node
         anchor = getattr(event, "anchor", None)
         if anchor is not None:
@@ -108,18 +120,22 @@ class BoundedLoader(yaml.SafeLoader):
                 event.start_mark,
             )
         nested = isinstance(event, CollectionStartEvent)
+        outer_depth, outer_deepest = self._depth, self._deepest
+        self._deepest = outer_depth
         if nested:
             self._depth += 1
+            self._deepest = self._depth
             if self._depth > MAX_YAML_DEPTH:
                 self._fail(f"nested deeper than {MAX_YAML_DEPTH} levels", event.start_mark)
         before = self._num_nodes
         self._add_nodes(1, event.start_mark)
         node = super().compose_node(parent, index)
-        if nested:
-            self._depth -= 1
+        self._depth = outer_depth
         if anchor is not None:
             self._open_anchors.discard(anchor)
             self._anchor_sizes[anchor] = self._num_nodes - before
+            self._anchor_heights[anchor] = self._deepest - outer_depth
+        self._deepest = max(outer_deepest, self._deepest)
         return node
 
     def construct_object(self, node: Node, deep: bool = False) -> Any:

@@ -47,6 +47,11 @@ BAD_FILES = [
     ("alias_bomb", ALIAS_BOMB.encode(), "once aliases are expanded"),
     ("recursive_alias", b"a: &a [1, *a]\n", "inside the node it names"),
     (
+        "alias_chain_depth",  # 30 anchors, each 31 deep around an alias of the one before
+        "".join(f"a{i}: &a{i} {'[' * 31}{f'*a{i - 1}' if i else 1}{']' * 31}\n" for i in range(30)).encode(),
+        "nested deeper than 32 levels once alias *a0 is expanded",
+    ),
+    (
         "too_many_aliases",
         ("a: &a 1\nb: [" + ", ".join(["*a"] * 101) + "]\n").encode(),
         "more than 100 aliases",

@@ -383,12 +383,28 @@ def yaml_texts(draw: st.DrawFn, docs: st.SearchStrategy[dict[str, Any]]) -> byte
     for _ in range(draw(st.sampled_from([0, 0, 1, 1, 2]))):
         op = draw(
             st.sampled_from(
-                ["bomb", "dup_line", "truncate", "bytes", "char", "brackets", "bigint", "bom", "anchor"]
+                [
+                    "bomb",
+                    "chain",
+                    "dup_line",
+                    "truncate",
+                    "bytes",
+                    "char",
+                    "brackets",
+                    "bigint",
+                    "bom",
+                    "anchor",
+                ]
             )
         )
         pos = draw(st.integers(0, len(data)))
         if op == "bomb":
             data += _bomb(draw(st.integers(1, 8)), draw(st.integers(1, 12))).encode()
+        elif op == "chain":  # anchors nesting aliases of the one before: depth beyond the text's
+            k, d = draw(st.integers(1, 40)), draw(st.integers(1, 31))
+            data += "".join(
+                f"c{i}: &c{i} {'[' * d}{f'*c{i - 1}' if i else 1}{']' * d}\n" for i in range(k)
+            ).encode()
         elif op == "dup_line":
             lines = data.splitlines(keepends=True)
             if lines:

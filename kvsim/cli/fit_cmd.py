@@ -17,7 +17,6 @@ import json
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from kvsim.errors import KvsimError
@@ -25,6 +24,7 @@ from kvsim.kv_sizing import GIB
 from kvsim.memory_fit import FitCheck, check_fit, fit_variants
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model, tp_problem
 from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
+from kvsim.yaml_safe import load_yaml_file
 
 #: Exit code of ``fit`` (and ``kv-size``) when the model does not fit.
 EXIT_DOES_NOT_FIT = 3
@@ -40,8 +40,8 @@ def _spec_from_text(text: str, cls: type[S], what: str) -> S | None:
     elif Path(text).is_file():
         source = text
         try:
-            data = yaml.safe_load(Path(text).read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
+            data = load_yaml_file(text, what=f"{what} spec")
+        except OSError as exc:
             raise KvsimError(f"--{what}: cannot read {text}: {exc}") from None
     else:
         return None

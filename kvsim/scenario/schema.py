@@ -19,19 +19,38 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from kvsim.cost.config import CostModelConfig, RooflineCostConfig, _CostHolder
+from kvsim.frozen import FrozenModel
+from kvsim.limits import (
+    MAX_BANDWIDTH_BYTES_PER_S,
+    MAX_GPU_MEMORY_BYTES,
+    MAX_NUM_REQUESTS,
+    MAX_STEP_TIME_S,
+    MAX_TIME_S,
+    MAX_TOKENS,
+    MAX_WEIGHT,
+    MIN_BANDWIDTH_BYTES_PER_S,
+)
 from kvsim.registry import EVICTION_POLICIES, ROUTERS, SCHEDULING_POLICIES
 from kvsim.specs import GpuSpec, KvDtype, ModelSpec
 from kvsim.workload.config import SyntheticWorkload, WorkloadConfig
 
+#: Largest block size, tokens; most KV blocks of one pool; most host memory for swap or
+#: offload, GiB (a pebibyte); most replicas per group, GPUs per replica, groups per scenario.
+MAX_BLOCK_SIZE = 65_536
+MAX_NUM_BLOCKS = 2**31 - 1
+MAX_HOST_GIB = 1024.0**2
+MAX_REPLICAS_PER_GROUP = 65_536
+MAX_TP = 1024
+MAX_GROUPS = 128
+#: Largest simulated time limit, seconds; largest seed (exact in JSON and in the dashboard).
+MAX_SIM_TIME_S = 1e12
+MAX_SEED = 2**53 - 1
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
-
-class SpeculativeConfig(_Frozen):
+class SpeculativeConfig(FrozenModel):
     """Speculative decoding, as vLLM's ``speculative_config``: a draft proposes
     ``num_speculative_tokens`` tokens per step, the target verifies them in one pass.
 
@@ -99,14 +118,19 @@ class SpeculativeConfig(_Frozen):
         return total
 
 
-class EngineConfig(_Frozen):
+class EngineConfig(FrozenModel):
     """Serving-engine knobs of one replica, with vLLM's names and defaults."""
 
-    block_size: int = Field(default=16, ge=1, description="Tokens per KV block (vLLM default 16).")
-    max_num_seqs: int = Field(default=256, ge=1, description="Most requests running in one iteration.")
+    block_size: int = Field(
+        default=16, ge=1, le=MAX_BLOCK_SIZE, description="Tokens per KV block (vLLM default 16)."
+    )
+    max_num_seqs: int = Field(
+        default=256, ge=1, le=MAX_NUM_REQUESTS, description="Most requests running in one iteration."
+    )
     max_num_batched_tokens: int = Field(
         default=8192,
         ge=1,
+        le=MAX_TOKENS,
         description="Token budget of one iteration (prefill chunks + decodes); vLLM's default "
         "for its OpenAI server on a large GPU.",
     )
@@ -114,7 +138,10 @@ class EngineConfig(_Frozen):
         default=True, description="Split long prompts into chunks that fit the token budget."
     )
     long_prefill_token_threshold: int = Field(
-        default=0, ge=0, description="Cap on one request's prefill tokens per iteration (0: no cap)."
+        default=0,
+        ge=0,
+        le=MAX_TOKENS,
+        description="Cap on one request's prefill tokens per iteration (0: no cap).",
     )
     enable_prefix_caching: bool = Field(
         default=True, description="Reuse cached KV blocks of shared prefixes."
@@ -149,21 +176,34 @@ class EngineConfig(_Frozen):
     cpu_offload_gib: float = Field(
         default=0.0,
         ge=0,
+        le=MAX_HOST_GIB,
         description="Host memory per GPU for a second-tier prefix cache: evicted cached blocks are "
         "written back to it and a prefix hit there is loaded over PCIe instead of recomputed "
         "(vLLM CPU offloading, LMCache, SGLang HiCache); 0 disables.",
     )
     swap_space_gib: float = Field(
-        default=4.0, ge=0, description="Host memory per GPU for swapped-out blocks, GiB (vLLM's swap_space)."
+        default=4.0,
+        ge=0,
+        le=MAX_HOST_GIB,
+        description="Host memory per GPU for swapped-out blocks, GiB (vLLM's swap_space).",
     )
     num_gpu_blocks_override: int | None = Field(
-        default=None, ge=1, description="Use exactly this many KV blocks instead of sizing from memory."
+        default=None,
+        ge=1,
+        le=MAX_NUM_BLOCKS,
+        description="Use exactly this many KV blocks instead of sizing from memory.",
     )
     activation_reserve_gib: float | None = Field(
-        default=None, ge=0, description="Memory held for activations per GPU, GiB; None estimates it."
+        default=None,
+        ge=0,
+        le=MAX_GPU_MEMORY_BYTES / 1024**3,
+        description="Memory held for activations per GPU, GiB; None estimates it.",
     )
     max_model_len: int | None = Field(
-        default=None, ge=1, description="Longest prompt + output accepted; None uses the model's limit."
+        default=None,
+        ge=1,
+        le=MAX_TOKENS,
+        description="Longest prompt + output accepted; None uses the model's limit.",
     )
     kv_allocation: Literal["paged", "reserve_max", "reserve_pow2", "reserve_oracle"] = Field(
         default="paged",
@@ -203,9 +243,11 @@ class ReplicaGroup(_CostHolder):
     """``count`` identical replicas (one GPU, or one tensor-parallel group, each)."""
 
     name: str = Field(default="replica", min_length=1, description="Group name; replica ids are NAME-INDEX.")
-    count: int = Field(default=1, ge=1, description="Number of replicas in this group.")
+    count: int = Field(
+        default=1, ge=1, le=MAX_REPLICAS_PER_GROUP, description="Number of replicas in this group."
+    )
     gpu: str | GpuSpec = Field(default="h100-sxm", description="GPU preset name or an inline GPU spec.")
-    tp: int = Field(default=1, ge=1, description="Tensor-parallel degree (GPUs per replica).")
+    tp: int = Field(default=1, ge=1, le=MAX_TP, description="Tensor-parallel degree (GPUs per replica).")
     engine: EngineConfig = Field(default_factory=EngineConfig, description="Engine knobs.")
     cost_model: CostModelConfig = Field(
         default_factory=RooflineCostConfig, description="How iteration times are computed."
@@ -223,7 +265,7 @@ class ReplicaGroup(_CostHolder):
     )
 
 
-class RouterConfig(_Frozen):
+class RouterConfig(FrozenModel):
     """How an arriving request picks a replica."""
 
     kind: str = Field(
@@ -237,6 +279,7 @@ class RouterConfig(_Frozen):
     load_weight: float = Field(
         default=0.5,
         ge=0,
+        le=MAX_WEIGHT,
         description="prefix_aware: weight of a replica's relative load, (load - mean) / max(1, mean), "
         "against the share of the prompt it has cached; 0 routes on cache hits alone.",
     )
@@ -247,28 +290,33 @@ class RouterConfig(_Frozen):
         return ROUTERS.check(name)
 
 
-class KvTransferConfig(_Frozen):
+class KvTransferConfig(FrozenModel):
     """The link that carries KV from prefill to decode replicas (disaggregated serving)."""
 
     bandwidth_bytes_per_s: float = Field(
         default=50e9,
-        gt=0,
+        ge=MIN_BANDWIDTH_BYTES_PER_S,
+        le=MAX_BANDWIDTH_BYTES_PER_S,
         description="Bytes per second between a prefill and a decode replica; default one 400 Gb/s "
         "RDMA NIC (50 GB/s), the class of link Mooncake and DistServe transfer KV over.",
     )
     latency_s: float = Field(
-        default=50e-6, ge=0, description="Fixed cost of one request's transfer, seconds."
+        default=50e-6, ge=0, le=MAX_STEP_TIME_S, description="Fixed cost of one request's transfer, seconds."
     )
 
 
-class SloConfig(_Frozen):
+class SloConfig(FrozenModel):
     """Latency targets; a request meeting all of them counts towards goodput."""
 
-    ttft_s: float = Field(default=2.0, gt=0, description="Time-to-first-token target, seconds.")
-    tpot_s: float = Field(default=0.1, gt=0, description="Mean time-per-output-token target, seconds.")
+    ttft_s: float = Field(
+        default=2.0, gt=0, le=MAX_TIME_S, description="Time-to-first-token target, seconds."
+    )
+    tpot_s: float = Field(
+        default=0.1, gt=0, le=MAX_TIME_S, description="Mean time-per-output-token target, seconds."
+    )
 
 
-class SimConfig(_Frozen):
+class SimConfig(FrozenModel):
     """Simulator knobs that do not change what is simulated, only how."""
 
     fast_forward: bool = Field(
@@ -276,11 +324,14 @@ class SimConfig(_Frozen):
         description="Advance runs of identical decode iterations in one event (results equal step-by-step).",
     )
     max_time_s: float | None = Field(
-        default=None, gt=0, description="Stop at this simulated time (unfinished requests are reported)."
+        default=None,
+        gt=0,
+        le=MAX_SIM_TIME_S,
+        description="Stop at this simulated time (unfinished requests are reported).",
     )
 
 
-class SideChannelAnalysis(_Frozen):
+class SideChannelAnalysis(FrozenModel):
     """Measure the prefix-cache timing side channel as an attacker tenant would (kvsim.side_channel)."""
 
     attacker: str = Field(default="attacker", min_length=1, description="Tenant that probes prefixes.")
@@ -289,7 +340,7 @@ class SideChannelAnalysis(_Frozen):
     )
 
 
-class AnalysisConfig(_Frozen):
+class AnalysisConfig(FrozenModel):
     """Analyses computed after the run and added to its summary."""
 
     side_channel: SideChannelAnalysis | None = Field(
@@ -299,17 +350,22 @@ class AnalysisConfig(_Frozen):
     )
 
 
-class Scenario(_Frozen):
+class Scenario(FrozenModel):
     """One simulation: model, replicas, router, workload, SLOs and seed."""
 
     name: str = Field(default="scenario", description="Short name of the scenario.")
     description: str = Field(default="", description="What the scenario shows.")
-    seed: int = Field(default=0, ge=0, description="Seed of every random draw (same seed, same Result).")
+    seed: int = Field(
+        default=0, ge=0, le=MAX_SEED, description="Seed of every random draw (same seed, same Result)."
+    )
     model: str | ModelSpec = Field(
         default="llama-3-8b", description="Model preset name or an inline model spec."
     )
     replicas: list[ReplicaGroup] = Field(
-        default_factory=lambda: [ReplicaGroup()], min_length=1, description="Replica groups of the cluster."
+        default_factory=lambda: [ReplicaGroup()],
+        min_length=1,
+        max_length=MAX_GROUPS,
+        description="Replica groups of the cluster.",
     )
     router: RouterConfig = Field(
         default_factory=RouterConfig,

@@ -35,7 +35,7 @@ def test_configuration_is_checked() -> None:
         SpeculativeConfig(method="ngram", num_speculative_tokens=3, acceptance_per_position=[0.5, 0.5])
     with pytest.raises(ValueError, match="needs `model`"):
         SpeculativeConfig(method="draft_model", num_speculative_tokens=2, acceptance_rate=0.5)
-    with pytest.raises(ValueError, match="lie in"):
+    with pytest.raises(ValueError, match="finite number"):
         SpeculativeConfig(method="ngram", num_speculative_tokens=1, acceptance_per_position=[float("nan")])
     spec = {
         "method": "draft_model",

@@ -251,6 +251,20 @@ class SimConfig(FrozenModel):
         le=MAX_SIM_TIME_S,
         description="Stop at this simulated time (unfinished requests are reported).",
     )
+    max_requests: int = Field(
+        default=10_000_000,
+        ge=1,
+        le=MAX_NUM_REQUESTS,
+        description="Refuse to start a run of more engine requests than this (prompts x parallel "
+        "samples x beams, or a trace's rows); kvsim run --force skips the check.",
+    )
+    max_memory_gib: float = Field(
+        default=16.0,
+        gt=0,
+        le=MAX_HOST_GIB,
+        description="Refuse to start a run whose estimated memory (about 10 KiB per request and 128 "
+        "bytes per KV block, kvsim.estimate) exceeds this, GiB; kvsim run --force skips the check.",
+    )
 
 
 class Scenario(FrozenModel):

@@ -14,10 +14,13 @@ mirroring the null block vLLM keeps out of its free queue.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from kvsim.config import EngineConfig
 from kvsim.core.block_pool import BlockPool
+from kvsim.core.kv_manager import KVCacheManager
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler import Scheduler
 from kvsim.request import RequestSpec, Segment
@@ -145,3 +148,22 @@ def replay(wl: DiffWorkload, *, reserve_null_block: bool = True) -> fx.Record:
             live.clear()
             pending.clear()
     return {"steps": steps, "requests": records, "stalled": stalled}
+
+
+@contextmanager
+def planted_head_first_free() -> Iterator[None]:
+    """Plant a known difference (tests only): a request frees its blocks head first, so a
+    prompt's first blocks are evicted before its last, the reverse of vLLM's order."""
+    original = KVCacheManager.free
+
+    def free_head_first(self: KVCacheManager, req: Request) -> None:
+        self.pool.free_blocks([b for b in req.blocks if b is not None])
+        req.blocks = []
+        req.num_cached_blocks = 0
+        req.num_skipped_blocks = 0
+
+    KVCacheManager.free = free_head_first  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        KVCacheManager.free = original  # type: ignore[method-assign]

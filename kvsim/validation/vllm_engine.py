@@ -389,9 +389,15 @@ def _write_model_dir() -> str:
 
 
 def record_workloads(
-    workloads: Sequence[Any], *, fresh: bool = False, eager: bool = False, log: Callable[[str], None] = print
+    workloads: Sequence[Any],
+    *,
+    fresh: bool = False,
+    eager: bool = False,
+    log: Callable[[str], None] = print,
+    on_record: Callable[[Any, dict[str, Any], dict[str, Any]], None] | None = None,
 ) -> tuple[list[tuple[Any, dict[str, Any]]], dict[str, Any]]:
-    """Record every workload; returns (workload, record) pairs and the engine description."""
+    """Record every workload; returns (workload, record) pairs in input order and the
+    engine description. ``on_record(workload, record, observed_config)`` runs after each."""
     for wl in workloads:
         problems = wl.problems()
         if problems:
@@ -422,6 +428,8 @@ def record_workloads(
                 + (" STALLED" if rec["stalled"] else "")
             )
             entries.append((wl, rec))
+            if on_record is not None:
+                on_record(wl, rec, engine.observed)
         del engine
     order = {id(wl): i for i, wl in enumerate(workloads)}
     entries.sort(key=lambda e: order[id(e[0])])
@@ -453,19 +461,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(f"[vllm-recorder] {msg}", file=sys.stderr, flush=True)
 
-    entries, info = record_workloads(workloads, fresh=args.fresh, eager=args.eager, log=log)
-    engine = {k: v for k, v in info.items() if k != "vllm_version"}
+    import vllm
+
+    def engine_info(observed: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "settings": engine_settings(args.eager),
+            "reused_engine_per_knobs": not args.fresh,
+            "observed_configs": observed,
+        }
+
+    # --out-dir: a group's file is written as soon as its last workload is recorded.
+    order = {id(wl): i for i, wl in enumerate(workloads)}
+    remaining: dict[str, int] = {}
+    for wl in workloads:
+        remaining[wl.group] = remaining.get(wl.group, 0) + 1
+    done: dict[str, list[tuple[Any, dict[str, Any], dict[str, Any]]]] = {}
+
+    def on_record(wl: Any, rec: dict[str, Any], observed: dict[str, Any]) -> None:
+        if not args.out_dir:
+            return
+        done.setdefault(wl.group, []).append((wl, rec, observed))
+        remaining[wl.group] -= 1
+        if remaining[wl.group]:
+            return
+        group = sorted(done.pop(wl.group), key=lambda e: order[id(e[0])])
+        configs: list[dict[str, Any]] = []
+        for _, _, o in group:
+            if o not in configs:
+                configs.append(o)
+        path = Path(args.out_dir) / f"{wl.group}.json.gz"
+        fx.write_fixture_file(
+            path, [(w, r) for w, r, _ in group], vllm_version=vllm.__version__, engine=engine_info(configs)
+        )
+        log(f"wrote {len(group)} records to {path}")
+
+    entries, info = record_workloads(
+        workloads, fresh=args.fresh, eager=args.eager, log=log, on_record=on_record
+    )
     if args.out:
-        fx.write_fixture_file(args.out, entries, vllm_version=info["vllm_version"], engine=engine)
+        fx.write_fixture_file(
+            args.out, entries, vllm_version=info["vllm_version"], engine=engine_info(info["observed_configs"])
+        )
         log(f"wrote {len(entries)} records to {args.out}")
-        return 0
-    by_group: dict[str, list[tuple[Any, dict[str, Any]]]] = {}
-    for wl, rec in entries:
-        by_group.setdefault(wl.group, []).append((wl, rec))
-    for group, group_entries in by_group.items():
-        path = Path(args.out_dir) / f"{group}.json.gz"
-        fx.write_fixture_file(path, group_entries, vllm_version=info["vllm_version"], engine=engine)
-        log(f"wrote {len(group_entries)} records to {path}")
     return 0
 
 

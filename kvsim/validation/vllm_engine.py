@@ -28,6 +28,7 @@ Imports only the stdlib and vllm; the sibling modules are loaded without kvsim's
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import os
@@ -412,6 +413,10 @@ def record_workloads(
         engine: Engine | None = None
         for wl in group:
             if engine is None or fresh:
+                # Drop the previous engine before building the next: tearing an engine down
+                # destroys vLLM's process-wide parallel groups, which the new one would use.
+                engine = None
+                gc.collect()
                 t0 = time.perf_counter()
                 engine = Engine(knobs, eager=eager, model_dir=model_dir)
                 log(f"engine up in {time.perf_counter() - t0:.1f} s for {knobs}")
@@ -430,7 +435,8 @@ def record_workloads(
             entries.append((wl, rec))
             if on_record is not None:
                 on_record(wl, rec, engine.observed)
-        del engine
+        engine = None
+        gc.collect()
     order = {id(wl): i for i, wl in enumerate(workloads)}
     entries.sort(key=lambda e: order[id(e[0])])
     info = {

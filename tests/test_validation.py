@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +101,26 @@ def test_importing_kvsim_does_not_import_the_harness() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_cli_compares_kvsim_with_the_fixtures(capsys) -> None:
+    from kvsim.cli import main
+
+    code = main(["verify-vllm", "--fixtures", "--groups", "handcrafted", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["totals"]["workloads"] == 7
+    by_name = {w["name"]: w for w in out["workloads"]}
+    assert by_name["evict-order"]["identical"]
+    assert code == (0 if out["totals"]["workloads_identical"] == 7 else 1)
+    code = main(["verify-vllm", "--fixtures", "--groups", "handcrafted"])
+    text = capsys.readouterr().out
+    assert "workloads identical:" in text
+    if code == 1:
+        assert "first diverging step" in text
+
+
+def test_cli_names_a_missing_vllm_interpreter(capsys) -> None:
+    from kvsim.cli import main
+
+    assert main(["verify-vllm", "--vllm-python", "/nonexistent/python"]) == 2
+    assert "--vllm-python /nonexistent/python: no such file" in capsys.readouterr().err

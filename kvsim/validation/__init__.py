@@ -12,6 +12,7 @@ the next arrival), and the two step-by-step records are compared.
     convert.py      kvsim RequestSpecs / scenarios -> DiffWorkload
     kvsim_side.py   the one adapter into kvsim's core: replays a DiffWorkload -> record
     compare.py      record vs record: identical or the first diverging step; totals
+    prototype.py    measurement aid: vLLM's behaviours patched into kvsim's core, one by one
 
 Nothing here is imported by ``import kvsim``. The stdlib-only modules are imported by the
 recorder as plain sibling modules (it runs in a venv without kvsim's dependencies), so

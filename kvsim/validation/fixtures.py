@@ -123,6 +123,7 @@ def write_json_gz(path: str | Path, obj: Any) -> None:
             gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, compresslevel=9) as gz,
         ):
             gz.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

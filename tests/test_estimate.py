@@ -82,6 +82,6 @@ def test_validate_reports_the_estimate(capsys):
 
     default = str(ROOT / "scenarios" / "default.yaml")
     assert main(["validate", default]) == 0
-    assert "estimated 2,000 requests, 1 replica, 28,168 KV blocks" in capsys.readouterr().out
+    assert "estimated 2,000 requests, 1 replica, 28,167 KV blocks" in capsys.readouterr().out
     assert main(["validate", default, "--set", "workload.num_requests=1000000000"]) == 2
     assert "sim.max_requests" in capsys.readouterr().err

@@ -4,15 +4,12 @@ Every workload recorded in tests/fixtures/vllm/ (kvsim/validation/generate.py de
 the catalogue; `kvsim verify-vllm --record-fixtures` re-records it) is replayed through
 kvsim's scheduler and block pool on the same step clock and compared step for step.
 
-kvsim still diverges from vLLM under memory pressure: until its core is fixed, a workload
-that differs is an expected failure whose reason names the first diverging step, and
-`test_totals` reports the counts (both show in pytest's short summary). Set
-KVSIM_VLLM_STRICT=1 to make every difference a failure.
+Every workload must be identical: a difference fails its test with the first diverging
+step, both sides' queues and decisions (`kvsim.validation.compare.format_divergence`).
 """
 
 from __future__ import annotations
 
-import os
 from functools import cache
 
 import pytest
@@ -23,7 +20,6 @@ from kvsim.validation.workload import DiffRequest, DiffWorkload, Knobs
 
 FIXTURE_DIR = ROOT / "tests" / "fixtures" / "vllm"
 VLLM_VERSION = "0.32.0"
-STRICT = os.environ.get("KVSIM_VLLM_STRICT") == "1"
 #: Families the catalogue must cover (issue 9).
 REQUIRED_GROUPS = {
     "pressure",
@@ -83,11 +79,8 @@ def test_fixtures_cover_the_catalogue() -> None:
 @pytest.mark.parametrize("name", _names())
 def test_kvsim_matches_vllm(name: str) -> None:
     c = _comparison(name)
-    if c.identical:
-        return
-    if STRICT:
+    if not c.identical:
         pytest.fail(compare.format_divergence(c))
-    pytest.xfail(c.reason())
 
 
 def test_totals() -> None:
@@ -100,10 +93,7 @@ def test_totals() -> None:
         f"{t['steps_identical']}/{t['steps']} steps identical"
     )
     assert t["workloads"] == len(comps) > 0
-    if t["workloads_identical"] != t["workloads"]:
-        if STRICT:
-            pytest.fail(line)
-        pytest.xfail(line)
+    assert t["workloads_identical"] == t["workloads"], line
 
 
 # -- the check can fail ---------------------------------------------------------------

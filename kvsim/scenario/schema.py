@@ -121,9 +121,10 @@ class EngineConfig(FrozenModel):
     )
     num_gpu_blocks_override: int | None = Field(
         default=None,
-        ge=1,
+        ge=2,
         le=MAX_NUM_BLOCKS,
-        description="Use exactly this many KV blocks instead of sizing from memory.",
+        description="Use exactly this many KV blocks instead of sizing from memory (vLLM's "
+        "num_gpu_blocks_override; as there, one of them is the null block, so N - 1 hold KV).",
     )
     activation_reserve_gib: float | None = Field(
         default=None,

@@ -23,6 +23,7 @@ from kvsim.core.kv_manager import FullAttentionManager
 from kvsim.core.outcome import EventKind
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler import Scheduler
+from kvsim.plan import NULL_BLOCKS
 from kvsim.request import RequestSpec, Segment
 from kvsim.scenario.schema import EngineConfig
 from kvsim.validation import fixtures as fx
@@ -47,7 +48,7 @@ def build_scheduler(knobs: Knobs, *, reserve_null_block: bool = True) -> Schedul
         max_model_len=knobs.resolved_max_model_len,
         preemption_mode="recompute",
     )
-    num_blocks = knobs.num_gpu_blocks - 1 if reserve_null_block else knobs.num_gpu_blocks
+    num_blocks = knobs.num_gpu_blocks - (NULL_BLOCKS if reserve_null_block else 0)
     pool = BlockPool(
         num_blocks, enable_caching=eng.enable_prefix_caching, eviction_policy=eng.eviction_policy
     )

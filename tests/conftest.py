@@ -48,12 +48,19 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     Each fuzz test records ``("fuzz", {...})`` with ``record_property``; user properties
     travel with the test reports, so this also works under pytest-xdist.
     """
-    rows = []
+    rows, machines = [], []
     for reports in terminalreporter.stats.values():
         for report in reports:
             if getattr(report, "when", None) != "call":
                 continue
-            rows += [value for name, value in getattr(report, "user_properties", ()) if name == "fuzz"]
+            props = getattr(report, "user_properties", ())
+            rows += [value for name, value in props if name == "fuzz"]
+            machines += [value for name, value in props if name == "steps"]
+    if machines:
+        terminalreporter.write_sep("-", "state machines")
+        for m in sorted(machines, key=lambda m: m["machine"]):
+            terminalreporter.write_line(f"{m['steps']:>6} steps of the {m['machine']} state machine")
+        terminalreporter.write_line(f"{sum(m['steps'] for m in machines):>6} state-machine steps in total")
     if not rows:
         return
     terminalreporter.write_sep("-", "fuzzed inputs")

@@ -281,7 +281,8 @@ def test_validate_keeps_going_and_reports_every_file(
     assert code == 2
     for path in [*paths, str(missing)]:
         assert f"kvsim: error: {path}: invalid scenario" in captured.err, path
-    assert captured.out == f"{good}: ok (1 replica, model llama-3-8b, workload synthetic)\n"
+    assert captured.out.startswith(f"{good}: ok (1 replica, model llama-3-8b, workload synthetic; estimated ")
+    assert captured.out.count("\n") == 1
     assert "Traceback" not in captured.err
 
 

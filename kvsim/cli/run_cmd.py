@@ -25,7 +25,9 @@ from typing import Any, TextIO
 
 import kvsim
 from kvsim.errors import KvsimError, ScenarioError
+from kvsim.estimate import check_work, estimate_work
 from kvsim.io import RESULT_FILES, check_out_dir, clean_stale, json_safe, save_result, summary_to_json
+from kvsim.plan import resolve_plan
 from kvsim.report import format_summary
 from kvsim.scenario.loading import DEFAULT_SCENARIO, load_scenario, scenario_json_schema
 
@@ -141,7 +143,10 @@ def _run_one(
     try:
         # Relative paths inside a scenario file (traces) resolve against the file's folder.
         base_dir = Path(source).resolve().parent if source is not None else None
-        result = kvsim.run(scenario, base_dir=base_dir, progress=bar)
+        result = kvsim.run(scenario, base_dir=base_dir, progress=bar, force=args.force)
+    except ScenarioError as exc:  # refused by the work estimate: name the file, not the object
+        print(f"kvsim: error: {ScenarioError(label, exc.problems)}", file=sys.stderr)
+        return 2, None
     except KvsimError as exc:
         print(f"kvsim: error: {label}: {exc}", file=sys.stderr)
         return 2, None
@@ -223,7 +228,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"kvsim: error: {path}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
             exit_code = max(exit_code, 1)
             continue
-        print(f"{path}: ok ({_describe(scenario)})")
+        plan = resolve_plan(scenario)
+        estimate = estimate_work(plan, base_dir=Path(path).resolve().parent)
+        try:
+            check_work(estimate, plan, path)
+        except ScenarioError as exc:
+            print(f"kvsim: error: {exc}", file=sys.stderr)
+            exit_code = max(exit_code, 2)
+            continue
+        print(f"{path}: ok ({_describe(scenario)}; estimated {estimate.describe()})")
     return exit_code
 
 
@@ -268,6 +281,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="Print the summary as JSON instead of the table (several files: an object keyed by file).",
     )
     run.add_argument("--no-progress", action="store_true", help="Never draw the progress bar.")
+    run.add_argument(
+        "--force",
+        action="store_true",
+        help="Run even if the work estimate exceeds sim.max_requests or sim.max_memory_gib.",
+    )
     run.set_defaults(func=cmd_run)
 
     validate = sub.add_parser(

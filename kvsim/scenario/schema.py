@@ -189,9 +189,10 @@ class EngineConfig(FrozenModel):
     )
     num_gpu_blocks_override: int | None = Field(
         default=None,
-        ge=1,
+        ge=2,
         le=MAX_NUM_BLOCKS,
-        description="Use exactly this many KV blocks instead of sizing from memory.",
+        description="Use exactly this many KV blocks instead of sizing from memory (vLLM's "
+        "num_gpu_blocks_override; as there, one of them is the null block, so N - 1 hold KV).",
     )
     activation_reserve_gib: float | None = Field(
         default=None,
@@ -328,6 +329,20 @@ class SimConfig(FrozenModel):
         gt=0,
         le=MAX_SIM_TIME_S,
         description="Stop at this simulated time (unfinished requests are reported).",
+    )
+    max_requests: int = Field(
+        default=10_000_000,
+        ge=1,
+        le=MAX_NUM_REQUESTS,
+        description="Refuse to start a run of more engine requests than this (prompts x parallel "
+        "samples x beams, or a trace's rows); kvsim run --force skips the check.",
+    )
+    max_memory_gib: float = Field(
+        default=16.0,
+        gt=0,
+        le=MAX_HOST_GIB,
+        description="Refuse to start a run whose estimated memory (about 10 KiB per request and 128 "
+        "bytes per KV block, kvsim.estimate) exceeds this, GiB; kvsim run --force skips the check.",
     )
 
 

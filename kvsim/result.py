@@ -49,6 +49,7 @@ REQUEST_COLUMNS: dict[str, str] = {
     "num_preemptions": "Times the request was preempted.",
     "num_swaps": "Times the request was swapped out to the swap space.",
     "finished": "Whether the request produced all its output tokens.",
+    "reject_reason": "Why the engine refused the request ('' unless it was rejected).",
 }
 
 #: Per-iteration table.

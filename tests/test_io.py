@@ -53,6 +53,7 @@ def small_result(num_requests: int = 3) -> Result:
             "num_preemptions": np.zeros(num_requests, dtype=np.int64),
             "num_swaps": np.zeros(num_requests, dtype=np.int64),
             "finished": finished,
+            "reject_reason": [""] * num_requests,
         }
     )
     iterations = pd.DataFrame(

@@ -4,7 +4,8 @@ One manager class per attention kind, after vLLM v1's single-type KV cache manag
 
     FullAttentionManager    every token's KV is kept while the request runs
     SlidingWindowManager    blocks whose tokens every future token has stopped attending
-                            to are freed as the request advances (left as None holes):
+                            to are freed as the request advances (left as None holes),
+                            attention sinks kept:
 
         window 8, block_size 4, 16 tokens computed:
         block table   [None][None][ b2 ][ b3 ]      tokens 0..7 out of the window
@@ -51,6 +52,14 @@ class FullAttentionManager:
     def remove_skipped_blocks(self, req: Request) -> None:
         """Free blocks no future token attends to (none under full attention)."""
 
+    def fit_chunk(self, req: Request, num_new_tokens: int, num_hit_blocks: int = 0) -> int:
+        """``num_new_tokens`` capped so that computing them, alone, fits the pool.
+
+        Full attention needs no cap: a request whose whole sequence exceeds the pool is
+        rejected on arrival. (``num_hit_blocks``: prefix blocks found, about to be attached.)
+        """
+        return num_new_tokens
+
     # -- prefix lookup -------------------------------------------------------------
     def get_computed_blocks(self, req: Request) -> list[KVBlock]:
         """Longest run of cached blocks matching the start of the request's tokens."""
@@ -67,7 +76,11 @@ class FullAttentionManager:
 
     # -- allocation ----------------------------------------------------------------
     def allocate_slots(
-        self, req: Request, num_new_tokens: int, new_computed: Sequence[KVBlock] = (), num_loaded: int = 0
+        self,
+        req: Request,
+        num_new_tokens: int,
+        new_computed: Sequence[KVBlock | None] = (),
+        num_loaded: int = 0,
     ) -> bool:
         """Make room for ``num_new_tokens`` more tokens (after any prefix hits).
 
@@ -82,11 +95,14 @@ class FullAttentionManager:
         num_computed = req.num_computed_tokens + (len(new_computed) + num_loaded) * bs
         num_required = -(-(num_computed + num_new_tokens) // bs)
         num_new_blocks = num_required - len(req.blocks) - len(new_computed)
-        num_evictable = sum(1 for b in new_computed if b.ref_cnt == 0) if new_computed else 0
+        # A sliding window's hits hold no block (None) where the window has moved past them.
+        num_evictable = (
+            sum(1 for b in new_computed if b is not None and b.ref_cnt == 0) if new_computed else 0
+        )
         if num_new_blocks > pool.num_free_blocks - num_evictable:
             return False
         if new_computed:
-            pool.touch(new_computed)
+            pool.touch([b for b in new_computed if b is not None])
             req.blocks.extend(new_computed)
             req.num_cached_blocks = len(req.blocks)
         if num_loaded:
@@ -164,34 +180,92 @@ class SlidingWindowManager(FullAttentionManager):
     """Full attention's bookkeeping, minus the blocks that fell out of the window.
 
     Prefix hits still need the whole chain of blocks from the start (vLLM can hit with
-    only the last window's blocks cached): conservative, see docs/engine.md.
+    only the last window's blocks cached): conservative, see docs/engine.md. Hit blocks
+    the window has already passed are not taken (None holes, vLLM's null blocks).
+
+    Attention sinks (StreamingLLM): the first ``num_sink_tokens`` tokens stay attended, so
+    their blocks stay while the window slides past them:
+
+        window 8, 4 sink tokens, block_size 4, 20 tokens computed:
+        block table   [ b0 ][None][None][ b3 ][ b4 ]     b0: the sinks; tokens 4..11 gone
     """
 
     supports_decode_fast_path = False
 
-    def __init__(self, pool: BlockPool, block_size: int, sliding_window: int) -> None:
+    def __init__(
+        self, pool: BlockPool, block_size: int, sliding_window: int, num_sink_tokens: int = 0
+    ) -> None:
         super().__init__(pool, block_size)
         if sliding_window < 1:
             raise ValueError('"sliding_window" must be >= 1')
+        if num_sink_tokens < 0:
+            raise ValueError('"num_sink_tokens" must be >= 0')
         self.sliding_window = sliding_window
+        self.num_sink_tokens = num_sink_tokens
+        self.num_sink_blocks = -(-num_sink_tokens // block_size)
 
     def attended_tokens(self, num_tokens: int) -> int:
-        return min(num_tokens, self.sliding_window)
+        window = self.sliding_window
+        return min(num_tokens, window) + min(self.num_sink_tokens, max(0, num_tokens - window))
 
     def max_blocks_needed(self, num_tokens: int) -> int:
-        return min(-(-num_tokens // self.block_size), -(-self.sliding_window // self.block_size) + 1)
+        window = -(-self.sliding_window // self.block_size) + 1 + self.num_sink_blocks
+        return min(-(-num_tokens // self.block_size), window)
 
     def num_held_blocks(self, req: Request) -> int:
         return sum(1 for b in req.blocks if b is not None)
 
+    def _first_attended_block(self, num_computed_tokens: int) -> int:
+        """Blocks wholly before the window of the token after ``num_computed_tokens``."""
+        return max(0, num_computed_tokens - self.sliding_window + 1) // self.block_size
+
+    def fit_chunk(self, req: Request, num_new_tokens: int, num_hit_blocks: int = 0) -> int:
+        """The longest chunk whose blocks, with the window before it and the sinks, fit the pool.
+
+        Computing tokens [c, c + n) holds the blocks from the window's start to c + n, plus
+        the sinks: it can never run if that exceeds the pool, however empty (vLLM refuses to
+        start such an engine; kvsim, given a smaller pool, computes smaller chunks).
+        """
+        bs = self.block_size
+        c = req.num_computed_tokens + num_hit_blocks * bs
+        start = self._first_attended_block(c)
+        room = (self.pool.num_blocks + start - min(self.num_sink_blocks, start)) * bs - c
+        return max(0, min(num_new_tokens, room))
+
+    def get_computed_blocks(self, req: Request) -> list[KVBlock | None]:  # type: ignore[override]
+        hits: list[KVBlock | None] = list(super().get_computed_blocks(req))
+        skip = min(self._first_attended_block(len(hits) * self.block_size), len(hits))
+        for j in range(self.num_sink_blocks, skip):
+            hits[j] = None
+        return hits
+
+    def allocate_slots(
+        self,
+        req: Request,
+        num_new_tokens: int,
+        new_computed: Sequence[KVBlock | None] = (),
+        num_loaded: int = 0,
+    ) -> bool:
+        if not super().allocate_slots(req, num_new_tokens, new_computed, num_loaded):
+            return False
+        if new_computed:  # the holes of the hits are skipped blocks
+            req.num_skipped_blocks = max(req.num_skipped_blocks, self._skipped_prefix(req.blocks))
+        return True
+
+    def _skipped_prefix(self, blocks: list[KVBlock | None]) -> int:
+        n = self.num_sink_blocks
+        while n < len(blocks) and blocks[n] is None:
+            n += 1
+        return n if n > self.num_sink_blocks else 0
+
     def remove_skipped_blocks(self, req: Request) -> None:
-        num_skipped_tokens = req.num_computed_tokens - self.sliding_window + 1
-        n_skip = min(num_skipped_tokens // self.block_size, len(req.blocks))
+        n_skip = min(self._first_attended_block(req.num_computed_tokens), len(req.blocks))
         if n_skip <= req.num_skipped_blocks:
             return
         blocks = req.blocks
-        dropped = [b for b in blocks[req.num_skipped_blocks : n_skip] if b is not None]
-        for j in range(req.num_skipped_blocks, n_skip):
+        first = max(req.num_skipped_blocks, self.num_sink_blocks)
+        dropped = [b for b in blocks[first:n_skip] if b is not None]
+        for j in range(first, n_skip):
             blocks[j] = None
         req.num_skipped_blocks = n_skip
         self.pool.free_blocks(reversed(dropped))
@@ -204,9 +278,9 @@ class SlidingWindowManager(FullAttentionManager):
 
 
 def make_kv_manager(
-    pool: BlockPool, block_size: int, sliding_window: int | None = None
+    pool: BlockPool, block_size: int, sliding_window: int | None = None, num_sink_tokens: int = 0
 ) -> FullAttentionManager:
-    """The manager for a model's attention: sliding window if it has one, else full."""
+    """The manager for a model's attention: sliding window (with sinks) if it has one, else full."""
     if sliding_window is None:
         return FullAttentionManager(pool, block_size)
-    return SlidingWindowManager(pool, block_size, sliding_window)
+    return SlidingWindowManager(pool, block_size, sliding_window, num_sink_tokens)

@@ -70,6 +70,8 @@ class SchedulerOutput:
     swap_out_blocks: int = 0
     swap_in_blocks: int = 0
     all_running_decode: bool = False
+    #: Waiting requests found unschedulable (nothing runs, they still cannot start): rejected.
+    rejected: list[Request] = field(default_factory=list)
 
     @property
     def scheduled(self) -> list[tuple[Request, int]]:

@@ -82,6 +82,7 @@ class Request:
         "private_from_token",
         "prompt_tokens",
         "recompute_hits_tokens",
+        "reject_reason",
         "replica",
         "request_id",
         "salt",
@@ -147,6 +148,7 @@ class Request:
         self.num_preemptions = 0
         self.num_swaps = 0
         self.swapped_blocks = 0
+        self.reject_reason = ""  # why the engine refused it ('' unless REJECTED)
 
     def __repr__(self) -> str:
         return (

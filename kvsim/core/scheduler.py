@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from kvsim.core.allocators import make_allocator
 from kvsim.core.block import KVBlock
 from kvsim.core.block_pool import BlockPool
-from kvsim.core.kv_manager import make_kv_manager
+from kvsim.core.kv_manager import FullAttentionManager, make_kv_manager
 from kvsim.core.outcome import CacheStats, EventKind, KvEvent, SchedulerOutput, StepOutcome
 from kvsim.core.queues import RequestQueue
 from kvsim.core.request_state import Request, Status
@@ -48,6 +48,7 @@ class _Step:
     long_prefill_threshold: int = 0  # this step's cap on one request's prefill chunk (0: none)
     scheduled: dict[Request, int] = field(default_factory=dict)
     events: list[KvEvent] = field(default_factory=list)
+    rejected: list[Request] = field(default_factory=list)  # found unschedulable this step
     num_preempted: int = 0
     num_fast_decodes: int = 0  # decodes taken by the hot path (marked 0 in `scheduled`)
     fast_decode_ctx: int = 0
@@ -65,12 +66,14 @@ class Scheduler:
         pool: BlockPool,
         *,
         sliding_window: int | None = None,
+        num_sink_tokens: int = 0,
+        kv_manager: FullAttentionManager | None = None,
         num_swap_blocks: int = 0,
         max_model_len: int | None = None,
         role: str = "both",
     ) -> None:
         self.pool = pool
-        self.kv = make_kv_manager(pool, config.block_size, sliding_window)
+        self.kv = kv_manager or make_kv_manager(pool, config.block_size, sliding_window, num_sink_tokens)
         self.queue: RequestQueue = SCHEDULING_POLICIES[config.scheduling_policy]()
         self.allocator = make_allocator(config.kv_allocation, pool, config.block_size, max_model_len)
         self.swap = SwapSpace(num_swap_blocks)
@@ -112,16 +115,27 @@ class Scheduler:
         # Without chunked prefill a prompt must fit one iteration's budget (vLLM refuses
         # such configurations; kvsim rejects the requests that could never start).
         too_long_prompt = not self.chunked_prefill and req.prompt_tokens > self.max_num_batched_tokens
-        if (
-            (limit is not None and req.prompt_tokens >= limit)
-            or needed_blocks > self.pool.num_blocks
-            or too_long_prompt
-        ):
-            req.status = Status.REJECTED
-            return KvEvent(EventKind.REJECT, req.request_id, needed_blocks)
+        reason = ""
+        if limit is not None and req.prompt_tokens >= limit:
+            reason = f"prompt of {req.prompt_tokens:,} tokens >= max_model_len {limit:,}"
+        elif needed_blocks > self.pool.num_blocks:
+            reason = f"needs {needed_blocks:,} KV blocks, the pool has {self.pool.num_blocks:,}"
+        elif too_long_prompt:
+            reason = (
+                f"prompt of {req.prompt_tokens:,} tokens > max_num_batched_tokens "
+                f"{self.max_num_batched_tokens:,} without chunked prefill"
+            )
+        if reason:
+            return self._reject(req, needed_blocks, reason)
         req.status = Status.WAITING
         self.queue.push(req)
         return None
+
+    @staticmethod
+    def _reject(req: Request, num_blocks: int, reason: str) -> KvEvent:
+        req.status = Status.REJECTED
+        req.reject_reason = reason
+        return KvEvent(EventKind.REJECT, req.request_id, num_blocks)
 
     # -- scheduling ------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
@@ -135,7 +149,24 @@ class Scheduler:
         if not step.num_preempted:
             self._resume_swapped(step)
             self._admit_waiting(step, now)
+            if not step.scheduled and not self.running and not self.swapped and len(self.queue):
+                self._reject_unschedulable(step, now)
         return self._make_output(step, self.pool.num_evicted - evicted_before)
+
+    def _reject_unschedulable(self, step: _Step, now: float) -> None:
+        """Nothing runs and the head of the queue still cannot start: it never will (no block
+        will be freed until something runs). Reject it, with the reason, and try the next."""
+        while len(self.queue) and not step.scheduled:
+            req = self.queue.pop()
+            needed = self.kv.max_blocks_needed(req.num_tokens)
+            reason = (
+                f"can never be scheduled: with nothing else running its next chunk does not fit "
+                f"the pool ({self.pool.num_blocks:,} blocks, {self.pool.num_free_blocks:,} free; "
+                f"its whole sequence needs {needed:,})"
+            )
+            step.events.append(self._reject(req, needed, reason))
+            step.rejected.append(req)
+            self._admit_waiting(step, now)
 
     @staticmethod
     def _chunk(num_new: int, step: _Step) -> int:
@@ -182,6 +213,7 @@ class Scheduler:
             step.budget = budget
             num_new = self._chunk(req.num_tokens - nc, step)
             kv.remove_skipped_blocks(req)
+            num_new = max(kv.fit_chunk(req, num_new), 1)
             preempted_itself = False
             while not kv.allocate_slots(req, num_new):
                 victim = running.pop(self.queue.victim_index(running))
@@ -238,8 +270,8 @@ class Scheduler:
         kv = self.kv
         while self.swapped and step.budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.swapped[0]
-            num_new = self._chunk(req.num_tokens - req.num_computed_tokens, step)
-            if not kv.allocate_slots(req, num_new):
+            num_new = kv.fit_chunk(req, self._chunk(req.num_tokens - req.num_computed_tokens, step))
+            if not num_new or not kv.allocate_slots(req, num_new):
                 break
             self.swapped.popleft()
             self.swap.release(req.swapped_blocks)
@@ -277,8 +309,8 @@ class Scheduler:
             num_new = thr
         if not self.chunked_prefill and num_new > step.budget:
             return False  # without chunking the (capped) prompt must fit this step's budget
-        num_new = min(num_new, step.budget)
-        if not self._whole_sequence_fits(req, hits):
+        num_new = kv.fit_chunk(req, min(num_new, step.budget), len(hits) + num_loaded)
+        if not num_new or not self._whole_sequence_fits(req, hits):
             return False
         if not self.allocator.reserve(req) or not kv.allocate_slots(req, num_new, hits, num_loaded):
             return False
@@ -288,7 +320,7 @@ class Scheduler:
         self._start(req, num_new, step)
         return True
 
-    def _whole_sequence_fits(self, req: Request, hits: Sequence[KVBlock]) -> bool:
+    def _whole_sequence_fits(self, req: Request, hits: Sequence[KVBlock | None]) -> bool:
         """Whether the free blocks hold the request's whole sequence so far, not just its first
         chunk (vLLM 0.32's admission gate, ``scheduler_reserve_full_isl``, on by default): a
         long prompt is not admitted to be preempted chunks later. Hit blocks that are free
@@ -296,7 +328,7 @@ class Scheduler:
         kv = self.kv
         num_tokens = req.num_tokens if self.max_model_len is None else min(req.num_tokens, self.max_model_len)
         needed = max(kv.max_blocks_needed(num_tokens) - len(req.blocks) - len(hits), 0)
-        needed += sum(1 for b in hits if b.ref_cnt == 0)
+        needed += sum(1 for b in hits if b is not None and b.ref_cnt == 0)
         return needed <= self.pool.num_free_blocks
 
     def _count_admission(
@@ -354,6 +386,7 @@ class Scheduler:
             tokens=scheduled,
             batch=Batch(prefill_chunks=chunks, num_decode_seqs=num_decode, decode_context_tokens=decode_ctx),
             events=step.events,
+            rejected=step.rejected,
             num_evicted=num_evicted,
             num_prefill_seqs=len(chunks),
             prefill_tokens=sum(q for q, _ in chunks),

@@ -147,6 +147,9 @@ class Replica:
             out = sched.schedule(now)
             self._record_events(now, out.events)
             self._record_evictions(now, out.num_evicted)
+            for req in out.rejected:  # nothing could ever schedule them
+                self.num_outstanding -= 1
+                self.on_finish(req)
             if not out.tokens:  # cannot happen with an empty pool, but never spin
                 yield from self._sleep()
                 continue

@@ -157,6 +157,7 @@ def requests_frame(reqs: list[Request], names: list[str]) -> pd.DataFrame:
             "num_preemptions": col("num_preemptions", np.int64),
             "num_swaps": col("num_swaps", np.int64),
             "finished": finished,
+            "reject_reason": pd.Series([r.reject_reason for r in reqs], dtype=object),
         }
     )
     df = df.sort_values("request_id", kind="stable", ignore_index=True)

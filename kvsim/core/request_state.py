@@ -65,6 +65,7 @@ class Request:
         "finish_s",
         "first_scheduled_s",
         "first_token_s",
+        "group_views",
         "kv_transferred",
         "last_token_s",
         "max_itl_s",
@@ -130,6 +131,7 @@ class Request:
         self.blocks: list[KVBlock | None] = []
         self.num_cached_blocks = 0  # leading blocks registered in the prefix cache
         self.num_skipped_blocks = 0  # leading blocks dropped by a sliding window
+        self.group_views: list[Request] | None = None  # hybrid models: the other layer groups' tables
         self.block_hashes: list[int] = []
         self._cursor_seg = 0
         self._cursor_off = 0

@@ -20,6 +20,7 @@ from typing import Any
 import simpy
 
 from kvsim.core.block_pool import BlockPool
+from kvsim.core.hybrid_kv import make_model_kv_manager
 from kvsim.core.outcome import CacheStats, EventKind
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler import Scheduler
@@ -140,7 +141,7 @@ class Cluster:
         sched = Scheduler(
             eng,
             pool,
-            sliding_window=self.plan.model.sliding_window,
+            kv_manager=make_model_kv_manager(pool, eng.block_size, self.plan.model),
             num_swap_blocks=kv.num_swap_blocks,
             max_model_len=group.max_model_len,
             role=group.role,

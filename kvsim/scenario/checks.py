@@ -27,6 +27,11 @@ from kvsim.specs import GpuSpec, ModelSpec
 
 Problems = list[tuple[str, str]]
 
+_HYBRID_ONLY = (
+    "%s mixes sliding-window and full-attention layers (one block table per layer group): "
+    "modelled with paged KV, without an offload tier"
+)
+
 
 def check_scenario(scenario: Scenario, base_dir: Path | None = None) -> Problems:
     """All problems of a schema-valid scenario (empty if it can run)."""
@@ -153,6 +158,13 @@ def check_presets(scenario: Scenario, specs: _Specs | None = None) -> Problems:
     problems = [p for p in specs.problems if p[0] == "model"]
     model = specs.model
     disaggregated = any(g.role != "both" for g in scenario.replicas)
+    if model is not None and model.is_hybrid:
+        for i, group in enumerate(scenario.replicas):
+            eng = group.engine
+            if eng.cpu_offload_gib:
+                problems.append((f"replicas.{i}.engine.cpu_offload_gib", _HYBRID_ONLY % model.name))
+            if eng.kv_allocation != "paged":
+                problems.append((f"replicas.{i}.engine.kv_allocation", _HYBRID_ONLY % model.name))
     if disaggregated and model is not None and model.sliding_window is not None:
         problems.append(
             ("replicas", f"disaggregated serving of a sliding-window model ({model.name}) is not modelled")

@@ -238,6 +238,13 @@ class HybridKvManager(FullAttentionManager):
         for manager, view in self.groups(req):
             FullAttentionManager.publish_private_blocks(manager, view)
 
+    def drop_own_cache(self, req: Request) -> None:
+        keep = req.prefix_cache_hits_tokens // self.block_size
+        for _, view in self.groups(req):
+            for block in view.blocks[keep:]:
+                if block is not None and block.ref_cnt == 1 and block.block_hash is not None:
+                    self.pool.uncache(block)
+
     def free(self, req: Request) -> None:
         """Every group's blocks, group by group (vLLM frees manager by manager), tail first."""
         for manager, view in self.groups(req):

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from kvsim.core.block import PRIVATE, KVBlock
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.request_state import Request
+from kvsim.request import DEFAULT_RETENTION_PRIORITY
 
 
 class FullAttentionManager:
@@ -168,6 +169,34 @@ class FullAttentionManager:
             if block is not None and block.block_hash == PRIVATE:
                 block.block_hash = None
                 cache(block, hashes[j])
+
+    def free_finished(self, req: Request, now: float) -> None:
+        """Release a finished request's blocks as its retention says (`kvsim.request.Retention`).
+
+        ``default``: `free`, its blocks stay cached. ``none``: the blocks it computed and no
+        one else holds are dropped uncached first (they go to the head of the free queue);
+        the prefix it hit on arrival was someone else's and stays. ``priority``: freed at
+        that retention priority until ``now + duration_s`` (a retention free queue keeps it).
+        """
+        retention = req.spec.retention
+        if retention.kind == "none" and self.enable_caching:
+            self.drop_own_cache(req)
+        elif retention.kind == "priority" and self.pool.timed:
+            expiry = None if retention.duration_s is None else now + retention.duration_s
+            self.pool.set_retention(retention.priority, expiry)
+            try:
+                self.free(req)
+            finally:
+                self.pool.set_retention(DEFAULT_RETENTION_PRIORITY, None)
+            return
+        self.free(req)
+
+    def drop_own_cache(self, req: Request) -> None:
+        """Uncache the blocks ``req`` computed (past its first-admission hits) that only it holds."""
+        keep = req.prefix_cache_hits_tokens // self.block_size
+        for block in req.blocks[keep:]:
+            if block is not None and block.ref_cnt == 1 and block.block_hash is not None:
+                self.pool.uncache(block)
 
     def free(self, req: Request) -> None:
         """Release all of the request's blocks, tail first (the tail is evicted first)."""

@@ -144,6 +144,7 @@ class Scheduler:
         # with nobody else running or waiting there is nobody to starve (vLLM 0.32).
         alone = len(self.running) + self.num_waiting <= 1
         step = _Step(self.max_num_batched_tokens, 0 if alone else self.long_prefill_threshold)
+        self.pool.set_time(now)  # retention priorities expire by it
         evicted_before = self.pool.num_evicted
         self._schedule_running(step)
         if not step.num_preempted:
@@ -413,6 +414,7 @@ class Scheduler:
         ``max_model_len`` (vLLM's length cap).
         """
         outcome = StepOutcome()
+        self.pool.set_time(t_end)
         self.num_tokens_stored += out.num_scheduled_tokens
         limit = self.max_model_len or _NO_LIMIT
         for req, n in out.tokens.items():
@@ -453,7 +455,7 @@ class Scheduler:
         self.num_tokens_stored -= req.num_computed_tokens
         req.status = Status.FINISHED
         req.finish_s = t_end
-        self.kv.free(req)
+        self.kv.free_finished(req, t_end)
 
     def prune_running(self) -> None:
         """Drop requests that stopped running from the running list (order kept)."""

@@ -30,6 +30,7 @@ from kvsim.engine.recorder import Recorder
 from kvsim.engine.replica import Replica
 from kvsim.engine.routers import LeastLoadedRouter, Router, make_router
 from kvsim.engine.view import ClusterView, LiveReplicaView
+from kvsim.errors import KvsimError
 from kvsim.kv.links import DedicatedLink, KvLink
 from kvsim.kv.tiers import CpuOffloadTier
 from kvsim.plan import GroupPlan, Plan
@@ -109,6 +110,13 @@ class Cluster:
                 spec, shared_content_ids=shared_ids, salt_by_tenant=salt_by_tenant
             )
             (self._children[spec.parent_id] if spec.parent_id is not None else self._roots).append(spec)
+        if any(s.retention.kind == "priority" for s in specs):
+            plain = [g.name for g in self.plan.groups if g.engine.eviction_policy != "retention"]
+            if plain:
+                raise KvsimError(
+                    "requests with retention priorities need engine.eviction_policy: retention "
+                    f"(replica groups {', '.join(plain)} evict by another policy)"
+                )
 
     def _cost_model(
         self, group: GroupPlan, given: CostModelSource | None, base_dir: Path | None

@@ -187,6 +187,7 @@ class Replica:
         sched, env = self.scheduler, self.env
         dts = self.cost.decode_steps_s(len(run.reqs), run.context_tokens())
         ends = np.cumsum(np.concatenate(([now], dts)))[1:]
+        run.step_starts = np.concatenate(([now], ends[:-1]))
         k = run.num_steps
         if self.max_time_s is not None and ends[k - 2] >= self.max_time_s:
             # Iterations starting at or after max_time never start.

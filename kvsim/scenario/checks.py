@@ -116,7 +116,33 @@ def check_combinations(scenario: Scenario) -> Problems:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         problems.append(("", f"replica group names must be unique; repeated: {', '.join(dup)}"))
-    return problems + _side_channel_tenants(scenario)
+    return problems + _side_channel_tenants(scenario) + _retention_policy(scenario)
+
+
+def _retention_priorities(workload: object) -> bool:
+    """Whether a synthetic or mixture workload gives any request a retention priority."""
+    components = getattr(workload, "components", None)
+    if components is not None:
+        return any(_retention_priorities(c) for c in components)
+    retention = getattr(workload, "retention", None)
+    tenants = getattr(workload, "tenants", [])
+    kinds = [retention.kind if retention is not None else "default"]
+    kinds += [t.retention.kind for t in tenants if t.retention is not None]
+    return "priority" in kinds
+
+
+def _retention_policy(scenario: Scenario) -> Problems:
+    """Retention priorities are kept by the retention free queue only."""
+    if not _retention_priorities(scenario.workload):
+        return []
+    return [
+        (
+            f"replicas.{i}.engine.eviction_policy",
+            "requests with retention priorities need eviction_policy: retention",
+        )
+        for i, g in enumerate(scenario.replicas)
+        if g.engine.eviction_policy != "retention"
+    ]
 
 
 def _side_channel_tenants(scenario: Scenario) -> Problems:

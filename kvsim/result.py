@@ -23,7 +23,7 @@ from kvsim.core.outcome import EventKind
 from kvsim.scenario.schema import Scenario
 
 if TYPE_CHECKING:
-    from kvsim.core.outcome import CacheStats
+    from kvsim.core.outcome import CacheStats, SpecDecodeStats
 
 #: Per-request table. ``*_s`` are times (absolute) or durations (latencies) in seconds.
 REQUEST_COLUMNS: dict[str, str] = {
@@ -118,6 +118,7 @@ def summarize(
     cache: CacheStats,
     total_kv_blocks: int,
     sim_time_s: float,
+    spec: SpecDecodeStats | None = None,
 ) -> dict[str, Any]:
     """Flat summary of a run: counts, latency percentiles, throughput, hit rate, KV usage."""
     fin = requests[requests["finished"]]
@@ -177,6 +178,21 @@ def summarize(
         out["kv_usage_mean"] = 0.0
         out["kv_token_usage_mean"] = 0.0
         out["kv_token_usage_loaded_mean"] = float("nan")
+    out.update(_spec_decode_summary(spec))
     for old, new in SUMMARY_ALIASES.items():
         out[old] = out[new]
     return out
+
+
+def _spec_decode_summary(spec: SpecDecodeStats | None) -> dict[str, Any]:
+    """Speculative decoding's counters, vLLM's names; zeros without speculation."""
+    drafts = spec.num_drafts if spec is not None else 0
+    draft_tokens = spec.num_draft_tokens if spec is not None else 0
+    accepted = spec.num_accepted_tokens if spec is not None else 0
+    return {
+        "spec_decode_num_drafts": drafts,
+        "spec_decode_num_draft_tokens": draft_tokens,
+        "spec_decode_num_accepted_tokens": accepted,
+        "spec_decode_acceptance_rate": accepted / draft_tokens if draft_tokens else 0.0,
+        "spec_decode_mean_acceptance_length": 1 + accepted / drafts if drafts else 0.0,
+    }

@@ -238,6 +238,10 @@ class HybridKvManager(FullAttentionManager):
         for manager, view in self.groups(req):
             FullAttentionManager.publish_private_blocks(manager, view)
 
+    def rollback(self, req: Request) -> None:
+        for manager, view in self.groups(req):
+            FullAttentionManager.rollback(manager, view)
+
     def drop_own_cache(self, req: Request) -> None:
         keep = req.prefix_cache_hits_tokens // self.block_size
         for _, view in self.groups(req):

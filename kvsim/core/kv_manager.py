@@ -170,6 +170,16 @@ class FullAttentionManager:
                 block.block_hash = None
                 cache(block, hashes[j])
 
+    def rollback(self, req: Request) -> None:
+        """Speculative decoding: free the blocks past the request's computed tokens, which hold
+        only rejected drafts' slots (vLLM keeps them and overwrites them next step)."""
+        keep = -(-req.num_computed_tokens // self.block_size)
+        blocks = req.blocks
+        if len(blocks) > keep:
+            tail = blocks[keep:]
+            del blocks[keep:]
+            self.pool.free_blocks(b for b in reversed(tail) if b is not None)
+
     def free_finished(self, req: Request, now: float) -> None:
         """Release a finished request's blocks as its retention says (`kvsim.request.Retention`).
 

@@ -74,6 +74,7 @@ class Request:
         "num_output_tokens",
         "num_preemptions",
         "num_skipped_blocks",
+        "num_spec_tokens",
         "num_swaps",
         "num_tokens",
         "offload_hits_tokens",
@@ -127,6 +128,7 @@ class Request:
         self.num_tokens = self.prompt_tokens
         self.num_computed_tokens = 0
         self.num_output_tokens = 0
+        self.num_spec_tokens = 0  # speculative decoding: drafts the next step verifies
         self.salt = tenant_salt(spec.tenant) if salt_by_tenant else 0
         self.blocks: list[KVBlock | None] = []
         self.num_cached_blocks = 0  # leading blocks registered in the prefix cache

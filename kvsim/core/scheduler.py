@@ -28,9 +28,10 @@ from kvsim.core.allocators import make_allocator
 from kvsim.core.block import KVBlock
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.kv_manager import FullAttentionManager, make_kv_manager
-from kvsim.core.outcome import CacheStats, EventKind, KvEvent, SchedulerOutput, StepOutcome
+from kvsim.core.outcome import CacheStats, EventKind, KvEvent, SchedulerOutput, SpecDecodeStats, StepOutcome
 from kvsim.core.queues import RequestQueue
 from kvsim.core.request_state import Request, Status
+from kvsim.core.speculative import Speculator
 from kvsim.cost.base import Batch
 from kvsim.kv.swap import SwapSpace
 from kvsim.registry import SCHEDULING_POLICIES
@@ -71,6 +72,7 @@ class Scheduler:
         num_swap_blocks: int = 0,
         max_model_len: int | None = None,
         role: str = "both",
+        seed: int = 0,
     ) -> None:
         self.pool = pool
         self.kv = kv_manager or make_kv_manager(pool, config.block_size, sliding_window, num_sink_tokens)
@@ -93,6 +95,12 @@ class Scheduler:
         self.running: list[Request] = []
         self.swapped: deque[Request] = deque()
         self.stats = CacheStats()
+        # Speculative decoding: drafts proposed after each sampled token, verified next step.
+        spec = config.speculative_config
+        self.speculator = (
+            None if spec is None else Speculator(spec.num_speculative_tokens, spec.acceptance(), seed)
+        )
+        self.spec_stats = SpecDecodeStats()
 
     # -- queues ----------------------------------------------------------------------
     @property
@@ -187,7 +195,7 @@ class Scheduler:
         kv = self.kv
         bs = kv.block_size
         caching = kv.enable_caching
-        hot_path_ok = kv.supports_decode_fast_path and self.kv_cache_enabled
+        hot_path_ok = kv.supports_decode_fast_path and self.kv_cache_enabled and self.speculator is None
         running = self.running
         scheduled = step.scheduled
         budget = step.budget
@@ -212,7 +220,8 @@ class Scheduler:
                 i += 1
                 continue
             step.budget = budget
-            num_new = self._chunk(req.num_tokens - nc, step)
+            # The next token, or a prefill chunk; speculating, the drafts after it too.
+            num_new = self._chunk(req.num_tokens - nc + req.num_spec_tokens, step)
             kv.remove_skipped_blocks(req)
             num_new = max(kv.fit_chunk(req, num_new), 1)
             preempted_itself = False
@@ -243,6 +252,7 @@ class Scheduler:
         """Take ``victim``'s blocks: to the swap space if it fits there, else recompute."""
         kv = self.kv
         victim.num_preemptions += 1
+        victim.num_spec_tokens = 0  # drafted for a step it will not get
         step.num_preempted += 1
         if self.swap_mode:
             need = min(-(-victim.num_computed_tokens // kv.block_size), kv.num_held_blocks(victim))
@@ -370,28 +380,38 @@ class Scheduler:
         scheduled = step.scheduled
         num_decode, decode_ctx = step.num_fast_decodes, step.fast_decode_ctx
         chunks: list[tuple[int, int]] = []
+        verifies: list[tuple[int, int]] = []  # speculative decoding: 1 + drafts after the context
         if num_decode != len(scheduled):  # classify what the hot path did not
             kv_cache = self.kv_cache_enabled
             for req, n in scheduled.items():
                 if n == 0:
                     continue
                 c = req.num_computed_tokens
-                if n == 1 and req.num_output_tokens and c == req.num_tokens - 1 and kv_cache:
+                decoding = req.num_output_tokens and c == req.num_tokens - 1 and kv_cache
+                if n == 1 and decoding:
                     num_decode += 1
                     decode_ctx += kv.attended_tokens(c + 1)
+                elif decoding:
+                    verifies.append((n, kv.attended_tokens(c)))
                 elif not kv_cache:
                     chunks.append((c + n, 0))  # no KV cache: every step recomputes the sequence
                 else:
                     chunks.append((n, kv.attended_tokens(c)))
+        batch = Batch(
+            prefill_chunks=chunks + verifies,
+            num_decode_seqs=num_decode,
+            decode_context_tokens=decode_ctx,
+            num_verify_chunks=len(verifies),
+        )
         return SchedulerOutput(
             tokens=scheduled,
-            batch=Batch(prefill_chunks=chunks, num_decode_seqs=num_decode, decode_context_tokens=decode_ctx),
+            batch=batch,
             events=step.events,
             rejected=step.rejected,
             num_evicted=num_evicted,
             num_prefill_seqs=len(chunks),
             prefill_tokens=sum(q for q, _ in chunks),
-            decode_tokens=num_decode,
+            decode_tokens=num_decode + sum(q for q, _ in verifies),
             num_preempted=step.num_preempted,
             num_scheduled_tokens=self.max_num_batched_tokens - step.budget,
             offload_load_blocks=step.loaded_blocks,
@@ -399,6 +419,7 @@ class Scheduler:
             swap_in_blocks=step.swap_in_blocks,
             all_running_decode=(
                 not chunks
+                and not verifies
                 and not step.num_preempted
                 and not step.swap_in_blocks
                 and not step.loaded_blocks
@@ -417,14 +438,19 @@ class Scheduler:
         self.pool.set_time(t_end)
         self.num_tokens_stored += out.num_scheduled_tokens
         limit = self.max_model_len or _NO_LIMIT
+        spec = self.speculator
         for req, n in out.tokens.items():
             nc = req.num_computed_tokens + (n or 1)
+            if nc > req.num_tokens:  # a verify pass: its rejected drafts' slots are rolled back
+                nc -= self._settle_verify(req, n - 1)
             req.num_computed_tokens = nc
             if nc < req.num_tokens:
                 continue  # a prefill chunk that does not reach the end samples nothing
-            n_out = req.num_output_tokens + 1
+            n_out = req.num_output_tokens + nc + 1 - req.num_tokens  # one, or accepted drafts + 1
             req.num_output_tokens = n_out
             req.num_tokens = nc + 1
+            if spec is not None:  # the drafts the next step verifies
+                req.num_spec_tokens = spec.num_drafts(req, limit)
             if n_out == 1:
                 req.first_token_s = req.last_token_s = t_end
                 if n_out == req.target_output_tokens or nc + 1 >= limit:
@@ -445,7 +471,25 @@ class Scheduler:
             self.prune_running()
         return outcome
 
+    def _settle_verify(self, req: Request, num_drafts: int) -> int:
+        """Draw how many of a verify pass's drafts the target accepts; roll the rest back.
+
+        Returns the rejected drafts, whose KV slots are given up (`rollback`).
+        """
+        assert self.speculator is not None, "only a speculating engine verifies drafts"
+        accepted = self.speculator.accept(req, num_drafts)
+        stats = self.spec_stats
+        stats.num_drafts += 1
+        stats.num_draft_tokens += num_drafts
+        stats.num_accepted_tokens += accepted
+        rejected = num_drafts - accepted
+        self.num_tokens_stored -= rejected
+        req.num_computed_tokens += 1 + accepted  # the last sampled token and the accepted drafts
+        self.kv.rollback(req)
+        return rejected
+
     def _hand_off(self, req: Request) -> None:
+        req.num_spec_tokens = 0  # the decode replica proposes its own drafts
         req.status = Status.TRANSFERRING
         self.num_tokens_stored -= req.num_computed_tokens
         self.kv.free(req)  # freed tail first; the prompt stays cached here for later hits
@@ -456,6 +500,8 @@ class Scheduler:
         req.status = Status.FINISHED
         req.finish_s = t_end
         self.kv.free_finished(req, t_end)
+        if self.speculator is not None:
+            self.speculator.release(req)
 
     def prune_running(self) -> None:
         """Drop requests that stopped running from the running list (order kept)."""

@@ -39,9 +39,11 @@ class Speculator:
         self.seed = seed
         self._streams: dict[int, np.random.Generator] = {}
 
-    def num_drafts(self, req: Request) -> int:
-        """Drafts worth proposing: never beyond the request's last output token."""
-        return max(0, min(self.k, req.target_output_tokens - req.num_output_tokens - 1))
+    def num_drafts(self, req: Request, max_model_len: int) -> int:
+        """Drafts worth proposing: never beyond the request's last output token nor
+        ``max_model_len`` (the verified positions run up to num_tokens + drafts - 1)."""
+        left = min(req.target_output_tokens - req.num_output_tokens - 1, max_model_len - req.num_tokens)
+        return max(0, min(self.k, left))
 
     def _stream(self, request_id: int) -> np.random.Generator:
         rng = self._streams.get(request_id)

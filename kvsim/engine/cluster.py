@@ -21,7 +21,7 @@ import simpy
 
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.hybrid_kv import make_model_kv_manager
-from kvsim.core.outcome import CacheStats, EventKind
+from kvsim.core.outcome import CacheStats, EventKind, SpecDecodeStats
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler import Scheduler
 from kvsim.cost.base import CostModel
@@ -153,6 +153,7 @@ class Cluster:
             num_swap_blocks=kv.num_swap_blocks,
             max_model_len=group.max_model_len,
             role=group.role,
+            seed=self.plan.scenario.seed,
         )
         return Replica(
             self.env,
@@ -198,6 +199,13 @@ class Cluster:
             total.recompute_queries_tokens += s.recompute_queries_tokens
             total.recompute_hits_tokens += s.recompute_hits_tokens
             total.offload_hits_tokens += s.offload_hits_tokens
+        return total
+
+    def spec_stats(self) -> SpecDecodeStats:
+        """Speculative decoding counters summed over all replicas."""
+        total = SpecDecodeStats()
+        for r in self.replicas:
+            total += r.scheduler.spec_stats
         return total
 
     @property

@@ -105,6 +105,7 @@ def _result(cluster: Cluster, workload_summary: Mapping[str, Any], specs: Sequen
         it_df,
         ev_df,
         cache=cluster.cache_stats(),
+        spec=cluster.spec_stats(),
         total_kv_blocks=cluster.total_kv_blocks,
         sim_time_s=sim_time,
     )

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.config import Scenario
+from kvsim.overload import load_summary
 
 #: Per-request table. ``*_s`` are times (absolute) or durations (latencies) in seconds.
 REQUEST_COLUMNS: dict[str, str] = {
@@ -163,4 +164,6 @@ def summarize(
         out["kv_usage_mean"] = 0.0
         out["kv_token_usage_mean"] = 0.0
         out["kv_token_usage_loaded_mean"] = float("nan")
+    # Offered vs achieved load and the overload flag (kvsim.overload).
+    out.update(load_summary(requests, events))
     return out

@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kvsim.overload import backlog
 from kvsim.request import RequestSpec
+from kvsim.units import format_seconds
 
 #: Event kinds that explain latency spikes, in the order their causes are listed.
 SPIKE_EVENT_KINDS = ("preempt_recompute", "swap_out", "swap_in", "offload_load", "evict", "reject")
@@ -187,12 +189,57 @@ def find_spikes(
 
 
 def format_latency(seconds: float) -> str:
-    """``0.48`` -> ``'480 ms'``, ``2.5`` -> ``'2.50 s'``."""
-    return f"{seconds * 1e3:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+    """Three significant digits and a unit: ``0.48`` -> ``'480 ms'``, ``2.5`` -> ``'2.50 s'``, ``270.2`` -> ``'270 s'``."""
+    return format_seconds(seconds)
 
 
 def _plural(n: int, word: str) -> str:
     return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+#: Request columns whose names the result tables are changing (old and new names both read).
+PREFIX_HIT_TOKENS = ("prefix_cache_hits_tokens", "prefix_hit_tokens")
+#: Prompt tokens that missed the prefix cache because their block had been evicted (engine column, planned).
+EVICTED_MISS_TOKENS = ("evicted_miss_tokens",)
+#: Share of the slow requests' TTFT spent queued (median) from which a TTFT spike is put down to queueing.
+QUEUEING_SHARE = 0.5
+
+
+def column(table: pd.DataFrame, names: Sequence[str]) -> pd.Series | None:
+    """The first of ``names`` that ``table`` has (a column being renamed is read under both names)."""
+    for name in names:
+        if name in table.columns:
+            return table[name]
+    return None
+
+
+def _slow_requests(requests: pd.DataFrame, start: float, end: float) -> pd.DataFrame:
+    """Requests whose first token came in [start, end] (the samples of a TTFT spike)."""
+    if not {"first_token_s", "queueing_s", "ttft_s"} <= set(requests.columns):
+        return requests.iloc[0:0]
+    got = requests[(requests["first_token_s"] >= start) & (requests["first_token_s"] <= end)]
+    return got[got["ttft_s"] > 0]
+
+
+def _evicted_misses(requests: pd.DataFrame, lo: float, hi: float) -> tuple[int | None, float, float]:
+    """Evidence that evictions cost hits in [lo, hi]: (evicted-miss tokens or None, span hit rate, run hit rate).
+
+    With the engine's ``evicted_miss_tokens`` column: the tokens of requests first
+    scheduled in the span that missed because their block had been evicted. Without it:
+    None, and the prefix hit rates of the span's admissions and of the whole run.
+    """
+    hits = column(requests, PREFIX_HIT_TOKENS)
+    nan = float("nan")
+    if hits is None or "first_scheduled_s" not in requests.columns:
+        return None, nan, nan
+    sched = requests["first_scheduled_s"]
+    in_span = (sched >= lo) & (sched <= hi)
+    misses = column(requests, EVICTED_MISS_TOKENS)
+    prompts = requests["prompt_tokens"]
+    admitted = sched.notna()
+    run_rate = float(hits[admitted].sum() / prompts[admitted].sum()) if prompts[admitted].sum() else nan
+    span_rate = float(hits[in_span].sum() / prompts[in_span].sum()) if prompts[in_span].sum() else nan
+    return (int(misses[in_span].sum()) if misses is not None else None), span_rate, run_rate
 
 
 def attribute_spikes(
@@ -206,20 +253,46 @@ def attribute_spikes(
     """Explain each spike episode by what the engine did while the slow requests waited.
 
     A sample observed at t with latency L lived through ``[t - L, t]``, so an episode's
-    causes are counted over ``[start_s - peak_s, end_s]``: preemptions (recompute, swap),
-    swap traffic, evicted blocks, rejections, the longest waiting queue, prefill tokens
-    in the slowest iteration (decodes wait for the prefill chunk they are batched with),
-    and whether arrivals in that span came faster, or with longer prompts, than
-    ``burst_factor`` times the run's average. Adds those counts, ``cause`` (the first that applies, in
-    that order) and ``explanation``, e.g. ``"p99 ITL 480 ms at t=312 s: 14 preemptions by
-    recompute; queue up to 37 waiting"``.
+    causes are counted over ``[start_s - peak_s, end_s]``: arrivals against completions
+    there (and the backlog at both ends), the share of the slow requests' TTFT spent
+    queued, preemptions (recompute, swap), swap traffic, evicted blocks, rejections, the
+    longest waiting queue, prefill tokens in the slowest iteration (decodes wait for the
+    prefill chunk they are batched with), and whether arrivals in that span came faster,
+    or with longer prompts, than ``burst_factor`` times the run's average.
+
+    The causes, in the order they are tried (``cause`` is the first that applies):
+
+    1. **queueing** (TTFT spikes): the requests whose first token came in the spike spent
+       most of their TTFT (median share >= `QUEUEING_SHARE`) waiting to be scheduled; the
+       text says whether arrivals exceeded completions in the span (arrivals above
+       capacity) or the queue had built up before it;
+    2. preemption by recompute, by swap, swap traffic;
+    3. **eviction**, only where evicted blocks were needed again: with the engine's
+       ``evicted_miss_tokens`` column, when requests admitted in the span missed tokens
+       whose blocks had been evicted; without it, when the run has prefix reuse at all and
+       the span's admissions hit less than the run's average. A run with no prefix hits is
+       never blamed on eviction (nothing evicted could have been hit);
+    4. rejections, the waiting queue, a prefill in the slowest iteration, an arrival
+       burst, long prompts.
+
+    Every text carries the numbers behind it, e.g. ``"p99 TTFT 269 s at t=700 s:
+    queueing: 44.0 req/s arrived, 25.6 req/s finished (backlog 7,900 -> 8,400), 99% of
+    TTFT spent queued"``; the added columns hold them all.
     """
     out = spikes.copy()
     arrivals = requests["arrival_s"].to_numpy(float)
     prompts = requests["prompt_tokens"].to_numpy(float)
-    span_all = float(arrivals.max() - arrivals.min()) if len(arrivals) > 1 else 0.0
-    mean_rate = (len(arrivals) - 1) / span_all if span_all > 0 else float("nan")
+    known = ~np.isnan(arrivals)
+    span_all = float(arrivals[known].max() - arrivals[known].min()) if known.sum() > 1 else 0.0
+    mean_rate = (known.sum() - 1) / span_all if span_all > 0 else float("nan")
     mean_prompt = float(prompts.mean()) if len(prompts) else float("nan")
+    if "finish_s" in requests.columns and "finished" in requests.columns:
+        finishes = np.sort(requests.loc[requests["finished"].astype(bool), "finish_s"].to_numpy(float))
+    else:
+        finishes = None
+    sorted_arrivals = np.sort(arrivals[known])
+    hits = column(requests, PREFIX_HIT_TOKENS)
+    has_reuse = hits is not None and float(hits.sum()) > 0
     it_end = (iterations["start_s"] + iterations["duration_s"]).to_numpy(float)
     it_start = iterations["start_s"].to_numpy(float)
     waiting = iterations["num_waiting"].to_numpy(float)
@@ -229,10 +302,19 @@ def attribute_spikes(
     ev_t = events["time_s"].to_numpy(float)
     extra: dict[str, list] = {
         "from_s": [],
+        "queue_from_s": [],
+        "queue_to_s": [],
+        "queue_arrival_rate_per_s": [],
+        "completion_rate_per_s": [],
+        "backlog_start_requests": [],
+        "backlog_end_requests": [],
+        "queued_share_of_ttft": [],
         "num_preempt_recompute": [],
         "num_preempt_swap": [],
         "swapped_bytes": [],
         "num_evicted_blocks": [],
+        "evicted_miss_tokens": [],
+        "span_prefix_hit_rate": [],
         "num_rejected": [],
         "max_waiting": [],
         "slowest_iteration_s": [],
@@ -261,7 +343,34 @@ def attribute_spikes(
         arr = (arrivals >= lo) & (arrivals <= hi)
         rate = float(arr.sum()) / (hi - lo) if hi > lo else float("nan")
         mean_p = float(prompts[arr].mean()) if arr.any() else float("nan")
+        # Arrivals against completions while the spike's slow requests arrived (TTFT), or over
+        # the span (ITL): more arrivals than completions is a queue growing.
+        slow = _slow_requests(requests, float(sp.start_s), hi) if sp.metric == "TTFT" else requests.iloc[0:0]
+        a0, a1 = (float(slow["arrival_s"].min()), float(slow["arrival_s"].max())) if len(slow) else (lo, hi)
+        if a1 <= a0:
+            a0, a1 = lo, hi
+        if finishes is not None and a1 > a0:
+            in_rate = float(((sorted_arrivals >= a0) & (sorted_arrivals <= a1)).sum()) / (a1 - a0)
+            done_rate = float(((finishes >= a0) & (finishes <= a1)).sum()) / (a1 - a0)
+            b0, b1 = (int(v) for v in backlog(sorted_arrivals, finishes, np.array([a0, a1])))
+        else:
+            in_rate, done_rate, b0, b1 = float("nan"), float("nan"), 0, 0
+        queued_share = float((slow["queueing_s"] / slow["ttft_s"]).median()) if len(slow) else float("nan")
+        miss_tokens, span_hit, run_hit = _evicted_misses(requests, lo, hi)
         causes: list[tuple[str, str]] = []
+        if len(slow) and queued_share >= QUEUEING_SHARE:
+            digits = 0 if a1 - a0 >= 10 else 1
+            when = f"while they arrived (t={a0:,.{digits}f}-{a1:,.{digits}f} s)"
+            if in_rate > done_rate:
+                what = f"{in_rate:.1f} req/s arrived, {done_rate:.1f} req/s finished {when}"
+            else:
+                what = f"the queue had built up before: {in_rate:.1f} req/s arrived, {done_rate:.1f} req/s finished {when}"
+            causes.append(
+                (
+                    "queueing",
+                    f"queueing: {what}, backlog {b0:,} -> {b1:,}; {queued_share:.0%} of TTFT spent queued",
+                )
+            )
         if n_rec:
             causes.append(("preemption (recompute)", _plural(n_rec, "preemption") + " by recompute"))
         if n_swp:
@@ -269,10 +378,26 @@ def attribute_spikes(
         if swap_bytes:
             causes.append(("swap traffic", f"{swap_bytes / 2**30:.2f} GiB swapped over PCIe"))
         if evicted:
-            causes.append(("eviction", f"{_plural(evicted, 'cached block')} evicted"))
+            if miss_tokens is not None:
+                if miss_tokens > 0:
+                    causes.append(
+                        (
+                            "eviction",
+                            f"{_plural(evicted, 'cached block')} evicted; {miss_tokens:,} prompt tokens "
+                            "missed because their blocks had been evicted",
+                        )
+                    )
+            elif has_reuse and span_hit < run_hit:
+                causes.append(
+                    (
+                        "eviction",
+                        f"{_plural(evicted, 'cached block')} evicted while the prefix hit rate fell to "
+                        f"{span_hit:.0%} (run {run_hit:.0%})",
+                    )
+                )
         if rejected:
             causes.append(("rejection", f"{_plural(rejected, 'request')} rejected"))
-        if max_wait:
+        if max_wait and sp.metric == "TTFT":
             causes.append(("queue build-up", f"queue up to {max_wait:,} waiting"))
         if slow_prefill:
             causes.append(
@@ -288,15 +413,26 @@ def attribute_spikes(
             causes.append(
                 ("long prompts", f"long prompts: mean {mean_p:,.0f} tokens (run mean {mean_prompt:,.0f})")
             )
+        if max_wait and sp.metric != "TTFT":  # decodes do not wait for the queue: context only
+            causes.append(("queue build-up", f"queue up to {max_wait:,} waiting"))
         if not causes:
             causes.append(("none found", "no preemption, swap, eviction, queue or burst in the span"))
         head = f"{sp.statistic} {sp.metric} {format_latency(float(sp.peak_s))} at t={float(sp.peak_time_s):.0f} s"
         for key, val in (
             ("from_s", lo),
+            ("queue_from_s", a0),
+            ("queue_to_s", a1),
+            ("queue_arrival_rate_per_s", in_rate),
+            ("completion_rate_per_s", done_rate),
+            ("backlog_start_requests", b0),
+            ("backlog_end_requests", b1),
+            ("queued_share_of_ttft", queued_share),
             ("num_preempt_recompute", n_rec),
             ("num_preempt_swap", n_swp),
             ("swapped_bytes", swap_bytes),
             ("num_evicted_blocks", evicted),
+            ("evicted_miss_tokens", miss_tokens),
+            ("span_prefix_hit_rate", span_hit),
             ("num_rejected", rejected),
             ("max_waiting", max_wait),
             ("slowest_iteration_s", slow_s),
@@ -308,7 +444,8 @@ def attribute_spikes(
         ):
             extra[key].append(val)
     for key, vals in extra.items():
-        out[key] = pd.Series(vals, index=out.index, dtype=object if key in ("cause", "explanation") else None)
+        dtype = object if key in ("cause", "explanation", "evicted_miss_tokens") else None
+        out[key] = pd.Series(vals, index=out.index, dtype=dtype)
     return out
 
 

@@ -9,6 +9,8 @@ or draws anything (the figures are in `kvsim.plots`).
 - `attribute_spikes`            each episode with the engine events that explain it
 - `kv_blocks_over_time`         used / cached / free KV blocks summed over replicas
 - `prefix_hit_rate_over_time`   prefix hit rate of the requests admitted in a sliding window
+- `replica_series`              running / waiting requests and KV usage per replica (vLLM's metric names)
+- `request_timeline`            one request's life as Gantt segments (queued, prefill chunks, decode, events)
 - `find_knee`                   highest load (or least capacity) that still meets the SLO
 - `compare_summaries`           summary metrics of several runs side by side, with differences
 - `cross_tenant_exposure`       prefix hits a tenant could only owe to another tenant (side channel)
@@ -91,11 +93,14 @@ def rolling_quantiles(
 
 
 def ttft_samples(requests: pd.DataFrame) -> pd.DataFrame:
-    """TTFT of every request that got its first token, at the time it got it (``time_s``, ``ttft_s``)."""
+    """TTFT of every request that got its first token, at the time it got it (``time_s``, ``ttft_s``;
+    ``request_id`` too when the table has it)."""
     got = requests.dropna(subset=["first_token_s", "ttft_s"])
     out = pd.DataFrame(
         {"time_s": got["first_token_s"].to_numpy(float), "ttft_s": got["ttft_s"].to_numpy(float)}
     )
+    if "request_id" in got.columns:  # kept for hovers and for picking a request on a chart
+        out["request_id"] = got["request_id"].to_numpy()
     return out.sort_values("time_s", kind="stable").reset_index(drop=True)
 
 
@@ -199,6 +204,10 @@ def _plural(n: int, word: str) -> str:
 
 #: Request columns whose names the result tables are changing (old and new names both read).
 PREFIX_HIT_TOKENS = ("prefix_cache_hits_tokens", "prefix_hit_tokens")
+#: Tokens loaded from the host tier instead of recomputed (request column, old and new names).
+OFFLOAD_HIT_TOKENS = ("offload_hits_tokens", "offload_hit_tokens")
+#: The summary's prefix hit rate (old and new names).
+PREFIX_HIT_RATE = ("prefix_cache_hit_rate", "prefix_hit_rate")
 #: Prompt tokens that missed the prefix cache because their block had been evicted (engine column, planned).
 EVICTED_MISS_TOKENS = ("evicted_miss_tokens",)
 #: Share of the slow requests' TTFT spent queued (median) from which a TTFT spike is put down to queueing.
@@ -211,6 +220,11 @@ def column(table: pd.DataFrame, names: Sequence[str]) -> pd.Series | None:
         if name in table.columns:
             return table[name]
     return None
+
+
+def summary_value(summary: Mapping[str, Any], names: Sequence[str], default: Any = None) -> Any:
+    """The first of ``names`` the summary has (a key being renamed is read under both names)."""
+    return next((summary[n] for n in names if n in summary), default)
 
 
 def _slow_requests(requests: pd.DataFrame, start: float, end: float) -> pd.DataFrame:
@@ -493,6 +507,145 @@ def kv_blocks_over_time(iterations: pd.DataFrame, *, num_points: int = 400) -> p
     )
 
 
+#: vLLM's Prometheus names of the per-replica series (`replica_series`).
+VLLM_RUNNING = "vllm:num_requests_running"
+VLLM_WAITING = "vllm:num_requests_waiting"
+VLLM_KV_USAGE = "vllm:kv_cache_usage_perc"
+
+
+def replica_series(iterations: pd.DataFrame, *, num_bins: int = 300) -> pd.DataFrame:
+    """Running and waiting requests and KV usage per replica over time, named as vLLM's metrics.
+
+    ``vllm:num_requests_running`` is the iteration's ``batch_size`` (vLLM v1 schedules every
+    running request in every step unless the token budget cuts it), ``vllm:num_requests_waiting``
+    its ``num_waiting`` and ``vllm:kv_cache_usage_perc`` its ``kv_usage`` (a fraction, as
+    vLLM reports it). Time is cut into ``num_bins`` equal bins and each bin keeps the
+    highest value of each series, so that short peaks survive; ``time_s`` is the bin's end.
+    Long format: ``replica_id``, ``time_s`` and the three series.
+    """
+    cols = ["replica_id", "time_s", VLLM_RUNNING, VLLM_WAITING, VLLM_KV_USAGE]
+    if iterations.empty:
+        return pd.DataFrame(columns=cols)
+    t = iterations["start_s"].to_numpy(float)
+    t0, t1 = float(t.min()), float((iterations["start_s"] + iterations["duration_s"]).max())
+    width = (t1 - t0) / num_bins if t1 > t0 else 1.0
+    b = np.minimum(((t - t0) // width).astype(int), num_bins - 1)
+    frame = pd.DataFrame(
+        {
+            "replica_id": iterations["replica_id"].to_numpy(),
+            "bin": b,
+            VLLM_RUNNING: iterations["batch_size"].to_numpy(),
+            VLLM_WAITING: iterations["num_waiting"].to_numpy(),
+            VLLM_KV_USAGE: iterations["kv_usage"].to_numpy(float),
+        }
+    )
+    out = frame.groupby(["replica_id", "bin"], sort=True).max().reset_index()
+    out["time_s"] = t0 + (out["bin"] + 1) * width
+    return out[cols]
+
+
+#: Lanes of a request's timeline, top to bottom.
+TIMELINE_LANES = ("queued", "prefill", "KV transfer", "decode", "events")
+
+
+def request_timeline(
+    request_id: int,
+    requests: pd.DataFrame,
+    iterations: pd.DataFrame,
+    events: pd.DataFrame,
+    *,
+    kv_transfer_bytes_per_s: float | None = None,
+    kv_transfer_latency_s: float = 0.0,
+) -> pd.DataFrame:
+    """One request's life as Gantt segments, from the request, iteration and event tables.
+
+    Rows: ``lane`` (`TIMELINE_LANES`), ``kind``, ``start_s``, ``end_s`` (equal for an
+    instant), ``detail`` (the numbers) and ``exact`` (False where the tables only bound it):
+
+    - queued: arrival to first scheduling (exact);
+    - prefill: the iterations of its (prefill) replica from its first scheduling to its first
+      token, one bar per chunk; the tables do not say which requests an iteration ran, so these
+      are the iterations it was, in all likelihood, part of (``exact`` False); the first bar
+      carries the cache hits: GPU prefix hits, host-tier (offload) hits;
+    - KV transfer (disaggregated): from the ``kv_transfer`` event for bytes / bandwidth plus the
+      link latency, when ``kv_transfer_bytes_per_s`` is given;
+    - decode: first token to finish (or to the last iteration if unfinished);
+    - events: preemptions (recompute, swap out), swap in, offload loads, rejection (instants).
+
+    Raises KeyError for an unknown request id.
+    """
+    rows = requests.loc[requests["request_id"] == request_id]
+    if rows.empty:
+        raise KeyError(f"no request {request_id}")
+    r = rows.iloc[0]
+    out: list[dict[str, Any]] = []
+    end_of_run = float((iterations["start_s"] + iterations["duration_s"]).max()) if len(iterations) else 0.0
+
+    def seg(lane: str, kind: str, start: float, end: float, detail: str, exact: bool = True) -> None:
+        out.append({"lane": lane, "kind": kind, "start_s": float(start), "end_s": float(end),
+                    "detail": detail, "exact": exact})  # fmt: skip
+
+    arrival = float(r["arrival_s"])
+    sched = r.get("first_scheduled_s", np.nan)
+    first_tok = r.get("first_token_s", np.nan)
+    finish = r.get("finish_s", np.nan)
+    prompt = int(r.get("prompt_tokens", 0))
+    queued_to = sched if pd.notna(sched) else end_of_run
+    seg(
+        "queued",
+        "queued",
+        arrival,
+        queued_to,
+        f"waited {format_seconds(queued_to - arrival)} for its first step",
+    )
+    if pd.notna(sched):
+        prefill_replica = r.get("prefill_replica_id") or r.get("replica_id")
+        prefill_end = first_tok if pd.notna(first_tok) else end_of_run
+        it = iterations[(iterations["replica_id"] == prefill_replica) & (iterations["start_s"] >= sched)
+                        & (iterations["start_s"] < prefill_end)]  # fmt: skip
+        hits = column(requests, PREFIX_HIT_TOKENS)
+        gpu_hits = int(hits.loc[rows.index[0]]) if hits is not None else 0
+        offload_col = column(requests, OFFLOAD_HIT_TOKENS)
+        offload = int(offload_col.loc[rows.index[0]]) if offload_col is not None else 0
+        hit_text = (
+            f"cache hits: {gpu_hits:,} of {prompt:,} prompt tokens on the GPU, {offload:,} from the host tier"
+        )
+        with_prefill = it[it["prefill_tokens"] > 0]
+        for k, step in enumerate(with_prefill.itertuples(index=False)):
+            detail = (
+                f"chunk {k + 1} of {len(with_prefill)}: iteration of {format_seconds(step.duration_s)} "
+                f"computing {int(step.prefill_tokens):,} prefill tokens in all beside {int(step.decode_tokens)} decodes"
+            )
+            seg("prefill", "prefill chunk", step.start_s, step.start_s + step.duration_s,
+                (hit_text + "; " if k == 0 else "") + detail, exact=False)  # fmt: skip
+        if with_prefill.empty:
+            seg("prefill", "prefill chunk", sched, prefill_end, hit_text, exact=False)
+    mine = events[events["request_id"] == request_id].sort_values("time_s", kind="stable")
+    for ev in mine.itertuples(index=False):
+        if ev.kind == "kv_transfer" and kv_transfer_bytes_per_s:
+            duration = kv_transfer_latency_s + float(ev.num_bytes) / kv_transfer_bytes_per_s
+            seg("KV transfer", "kv_transfer", ev.time_s, ev.time_s + duration,
+                f"{int(ev.num_blocks):,} blocks, {ev.num_bytes / 2**20:,.1f} MiB in {format_seconds(duration)}")  # fmt: skip
+        else:
+            what = {
+                "preempt_recompute": "preempted: blocks freed, prompt and output so far computed again",
+                "swap_out": "preempted: blocks swapped out to host memory",
+                "swap_in": "swapped back in",
+                "offload_load": "prefix blocks loaded from the host tier",
+                "reject": "rejected: can never fit",
+                "kv_transfer": "KV sent to the decode replica",
+            }.get(ev.kind, ev.kind)
+            seg("events", ev.kind, ev.time_s, ev.time_s, f"{what} ({int(ev.num_blocks):,} blocks)")
+    if pd.notna(first_tok):
+        decode_end = finish if pd.notna(finish) else end_of_run
+        n_out = int(r.get("output_tokens", 0))
+        tpot = r.get("tpot_s", np.nan)
+        seg("decode", "decode", first_tok, decode_end,
+            f"{n_out:,} output tokens, TPOT {format_seconds(tpot)}, longest gap {format_seconds(r.get('max_itl_s'))}, "
+            f"{int(r.get('num_preemptions', 0))} preemptions")  # fmt: skip
+    return pd.DataFrame(out, columns=["lane", "kind", "start_s", "end_s", "detail", "exact"])
+
+
 def prefix_hit_rate_over_time(
     requests: pd.DataFrame, *, window_s: float, step_s: float | None = None
 ) -> pd.DataFrame:
@@ -503,7 +656,7 @@ def prefix_hit_rate_over_time(
     """
     adm = requests.dropna(subset=["first_scheduled_s"]).sort_values("first_scheduled_s", kind="stable")
     t = adm["first_scheduled_s"].to_numpy(float)
-    hits = np.concatenate([[0.0], np.cumsum(adm["prefix_hit_tokens"].to_numpy(float))])
+    hits = np.concatenate([[0.0], np.cumsum(column(adm, PREFIX_HIT_TOKENS).to_numpy(float))])
     toks = np.concatenate([[0.0], np.cumsum(adm["prompt_tokens"].to_numpy(float))])
     step = window_s if step_s is None else step_s
     if not len(t):
@@ -588,8 +741,10 @@ def cross_tenant_exposure(requests: pd.DataFrame, specs: Sequence[RequestSpec]) 
     tenant, arrival_s, hit, ttft_s; only first uses that were admitted.
     """
     first = {s.request_id: s.prompt[0].content_id for s in specs}
-    df = requests[["request_id", "tenant", "arrival_s", "prefix_hit_tokens", "ttft_s"]].dropna(
-        subset=["ttft_s"]
+    df = (
+        requests[["request_id", "tenant", "arrival_s", "ttft_s"]]
+        .assign(hit_tokens=column(requests, PREFIX_HIT_TOKENS))
+        .dropna(subset=["ttft_s"])
     )
     df = df.sort_values(["arrival_s", "request_id"], kind="stable")
     seen: set[tuple[str, int]] = set()
@@ -599,7 +754,7 @@ def cross_tenant_exposure(requests: pd.DataFrame, specs: Sequence[RequestSpec]) 
         keep.append(key not in seen)
         seen.add(key)
     out = df[np.asarray(keep, dtype=bool)].copy()
-    out["hit"] = out["prefix_hit_tokens"] > 0
+    out["hit"] = out["hit_tokens"] > 0
     return out[["request_id", "tenant", "arrival_s", "hit", "ttft_s"]].reset_index(drop=True)
 
 

@@ -6,7 +6,9 @@
 #   make test       set up (dev, dashboard, calibration and ray extras), then run the test suite
 #   make lint       ruff check + ruff format --check
 #   make bench      the speed benchmark (benchmarks/run.py)
-#   make dashboard  the Streamlit dashboard
+#   make dashboard  the Streamlit dashboard, on localhost only (DASHBOARD_ADDRESS=0.0.0.0 serves others;
+#                   DASHBOARD_ALLOW="runs /data/results" lists the folders its pages may read besides
+#                   scenarios/, ../shared/traces and the upload area)
 #   make calibrate-deps  install the calibration extra (torch 2.13.0, CPU build)
 #   make clean      remove .venv
 
@@ -14,6 +16,8 @@ PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
+DASHBOARD_ADDRESS ?= localhost
+DASHBOARD_ALLOW ?= runs
 
 .PHONY: run test lint bench dashboard calibrate-deps clean
 
@@ -31,7 +35,8 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/run.py $(ARGS)
 
 dashboard: $(VENV)/.installed-dev,dashboard
-	$(BIN)/streamlit run dashboard/app.py $(ARGS)
+	$(BIN)/streamlit run dashboard/app.py --server.address $(DASHBOARD_ADDRESS) $(ARGS) -- \
+		$(foreach dir,$(DASHBOARD_ALLOW),--allow $(dir))
 
 calibrate-deps: $(VENV)/.installed-calibration
 

@@ -17,12 +17,12 @@ import pandas as pd
 import streamlit as st
 
 import kvsim
-from kvsim.units import format_rate, format_seconds
+from kvsim.units import format_seconds
 
 HEADLINE = (
     ("p99 TTFT", "ttft_p99_s", format_seconds),
     ("p99 TPOT", "tpot_p99_s", format_seconds),
-    ("Achieved / offered", "achieved_requests_per_s", None),
+    ("Achieved / offered (req/s)", "achieved_requests_per_s", None),
     ("Throughput (tok/s)", "throughput_tokens_per_s", lambda v: f"{v:,.0f}"),
     ("Prefix hit rate", ("prefix_cache_hit_rate", "prefix_hit_rate"), lambda v: f"{v:.1%}"),
     ("Preemptions", "num_preemptions", lambda v: f"{v:,}"),
@@ -91,13 +91,14 @@ def base_scenario(source: str) -> kvsim.Scenario:
 
 def show_summary(run: common.Run) -> None:
     summary = run.result.summary
-    cols = st.columns(len(HEADLINE))
-    for col, (label, key, fmt) in zip(cols, HEADLINE, strict=True):
+    cols = [c for _ in range(2) for c in st.columns(4)]  # two rows: no value cut short
+    for col, (label, key, fmt) in zip(cols, HEADLINE, strict=False):
         value = _value(summary, key)
         if key == "achieved_requests_per_s":
+            offered = summary.get("offered_requests_per_s")
             text = (
-                f"{format_rate(value, '')}/ {format_rate(summary.get('offered_requests_per_s'), 'req/s')}"
-                if isinstance(value, float)
+                f"{value:.3g} / {offered:.3g}"
+                if isinstance(value, float) and isinstance(offered, float)
                 else "n/a"
             )
         else:

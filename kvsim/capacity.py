@@ -3,9 +3,11 @@
     find_capacity(scenario, "replicas.0.count", [1, 2, ..., 16],
                   parse_slo("ttft_p99_s=2,tpot_p99_s=0.1"))
 
-A point is *feasible* when its run finished, every SLO bound holds on its summary and it
-is not overloaded (`kvsim.overload`: a short run of an overloaded system can meet a
-latency target only because it ends before the queue has grown). The search assumes
+A point is *feasible* when its run finished, every SLO bound holds on its summary, it is
+not overloaded (`kvsim.overload`: a short run of an overloaded system can meet a latency
+target only because it ends before the queue has grown), and it served at least
+``min_served`` of its requests (default 99%: a KV pool too small for most prompts rejects
+them, and the few it serves can be fast). The search assumes
 feasibility is monotone along the candidate list:
 
     goal smallest (replicas, GPU type, TP, memory):  values ascending
@@ -43,6 +45,8 @@ Goal = Literal["smallest", "largest"]
 
 #: Knobs (last path part) where more means more load: the search looks for the largest value.
 LOAD_KNOBS = ("rate_per_s", "mean_rate_per_s", "rate_on_per_s", "time_scale")
+#: Least share of the requests a point must serve (finish) to count.
+DEFAULT_MIN_SERVED = 0.99
 #: Columns of `CapacityReport.table` besides the knob and the SLO keys.
 TABLE_KEYS = (
     "offered_requests_per_s",
@@ -169,10 +173,17 @@ class CapacityPoint:
     slo_met: bool
     overloaded: bool
     wall_s: float
+    served_share: float = 1.0  # finished / requests
+    min_served: float = DEFAULT_MIN_SERVED
 
     @property
     def feasible(self) -> bool:
-        return self.status == "ok" and self.slo_met and not self.overloaded
+        return (
+            self.status == "ok"
+            and self.slo_met
+            and not self.overloaded
+            and self.served_share >= self.min_served
+        )
 
 
 @dataclass(frozen=True)
@@ -188,13 +199,17 @@ class CapacityReport:
     monotone: bool
     trace_share_kept: float | None = None  # share of the trace's rows the workload replays (None: no trace)
     notes: list[str] = field(default_factory=list)
+    min_served: float = DEFAULT_MIN_SERVED
 
     @property
     def num_runs(self) -> int:
         return len(self.points)
 
     def _conditions(self) -> str:
-        return " and ".join(str(b) for b in self.slo) + ", not overloaded"
+        served = f", {self.min_served:.0%} served" if self.min_served < 1 else ", all served"
+        return (
+            " and ".join(str(b) for b in self.slo) + ", not overloaded" + (served if self.min_served else "")
+        )
 
     def answer_line(self) -> str:
         """The answer in one line, or why there is none."""
@@ -211,6 +226,8 @@ class CapacityReport:
             bits = [f"{b.key} = {_fmt(best.summary.get(b.key))}" for b in self.slo if not b.met(best.summary)]
             if best.overloaded:
                 bits.append("overloaded")
+            if best.status == "ok" and best.served_share < self.min_served:
+                bits.append(f"{best.served_share:.0%} served")
             if best.status != "ok":
                 bits.append(f"failed: {best.error.splitlines()[-1] if best.error else 'error'}")
             detail = f"; the {end} value, {best.value}, gives {', '.join(bits) or 'no result'}"
@@ -233,6 +250,7 @@ class CapacityReport:
             for key in (*TABLE_KEYS, *extra):
                 row[key] = p.summary.get(key, float("nan"))
             row |= {
+                "served": p.served_share,
                 "slo_met": p.slo_met,
                 "overloaded": p.overloaded,
                 "feasible": p.feasible,
@@ -254,6 +272,7 @@ class CapacityReport:
             "answer": self.answer,
             "num_runs": self.num_runs,
             "monotone": self.monotone,
+            "min_served": self.min_served,
             "trace_share_kept": self.trace_share_kept,
             "message": self.answer_line(),
             "notes": list(self.notes),
@@ -266,6 +285,7 @@ class CapacityReport:
                     "error": p.error,
                     "slo_met": p.slo_met,
                     "overloaded": p.overloaded,
+                    "served_share": p.served_share,
                     "feasible": p.feasible,
                     "wall_s": p.wall_s,
                     "summary": p.summary,
@@ -336,18 +356,22 @@ def find_capacity(
     address: str | None = None,
     runner: Runner = summary_only,
     progress: Callable[[CapacityPoint, int], None] | None = None,
+    min_served: float = DEFAULT_MIN_SERVED,
 ) -> CapacityReport:
     """Search ``values`` of the dotted path ``knob`` for the boundary of the SLO (see the module doc).
 
     ``base`` is a scenario (file, mapping, `Scenario`, or None for the embedded default),
     ``overrides`` apply to every point before the knob, ``slo`` defaults to the scenario's
-    p99 targets, ``goal`` to `default_goal`. Every candidate is validated before anything
+    p99 targets, ``goal`` to `default_goal`; ``min_served`` is the least share of requests
+    a point must finish (rejected or cut-off requests count against it). Every candidate is validated before anything
     runs (`ScenarioError` names the bad value). ``progress(point, num_candidates)`` is
     called after each run. ``runner`` turns a scenario into ``(summary, files)`` as in
     `kvsim.sweep` (the tests pass a fake one).
     """
     if not values:
         raise CapacityError("no candidate values to search")
+    if not 0 <= min_served <= 1:
+        raise CapacityError(f"--min-served must be between 0 and 1, got {min_served}")
     if len({repr(v) for v in values}) != len(values):
         raise CapacityError(f"candidate values repeat: {list(values)}")
     data, source = _base_data(base)
@@ -377,6 +401,12 @@ def find_capacity(
                                          address=address):  # fmt: skip
             i = by_id[point.point_id]
             summary = dict(outcome.summary)
+            n_req, n_fin = summary.get("num_requests"), summary.get("num_finished")
+            served = (
+                n_fin / n_req
+                if isinstance(n_req, int | float) and n_req and isinstance(n_fin, int | float)
+                else 1.0
+            )
             cp = CapacityPoint(
                 value=order[i],
                 run_index=len(done),
@@ -387,6 +417,8 @@ def find_capacity(
                 slo_met=outcome.status == "ok" and all(b.met(summary) for b in bounds),
                 overloaded=bool(summary.get("overloaded", False)),
                 wall_s=outcome.wall_s,
+                served_share=float(served),
+                min_served=min_served,
             )
             done[i] = cp
             if progress is not None:
@@ -427,4 +459,5 @@ def find_capacity(
         monotone=monotone,
         trace_share_kept=share,
         notes=notes,
+        min_served=min_served,
     )

@@ -15,13 +15,23 @@ arrivals stopped:
 
 The second half of the arrival window is the measuring window: by then a stable system
 has left its empty start behind, and one that is overloaded has been so long enough for
-the growth to stand out from the noise. ``overloaded`` is set when the straight line
-fitted to the backlog there rises by more than `OVERLOAD_GROWTH_SHARE` of the requests
-that arrived in the window, by at least `OVERLOAD_MIN_GROWTH_REQUESTS` requests, and by
-at least `OVERLOAD_MIN_Z` times the scatter of the backlog around the line (a stable
-backlog wanders: requests in the system = arrival rate x latency, give or take tens);
+the growth to stand out from the noise. ``overloaded`` is set when both
+
+- the backlog grows: the straight line fitted to it over the window rises by more than
+  `OVERLOAD_GROWTH_SHARE` of the requests that arrived in the window, by at least
+  `OVERLOAD_MIN_GROWTH_REQUESTS`, and by at least `OVERLOAD_MIN_Z` times the backlog's
+  scatter around the line (a stable backlog wanders: it is arrival rate x latency, give or
+  take tens of requests);
+- and first tokens come ever later: the TTFT of the requests arriving in the window rises
+  with their arrival time by at least `OVERLOAD_TTFT_TREND` seconds per second, at least
+  `OVERLOAD_MIN_T` standard errors from flat. This keeps a short run that is still filling
+  up (backlog rising towards arrival rate x latency, 200 requests at 8 req/s on the default
+  replica) from being called overloaded;
+
 or when requests that arrived and were not rejected were still unfinished at the end of
-the run (cut off by ``sim.max_time_s``).
+the run (cut off by ``sim.max_time_s``). An overload that so far only slows decoding
+(every request admitted, the batch growing, TTFT flat) is not flagged until it delays
+first tokens; it shows in ``backlog_growth_requests_per_s``.
 """
 
 from __future__ import annotations
@@ -37,6 +47,10 @@ OVERLOAD_GROWTH_SHARE = 0.05
 OVERLOAD_MIN_GROWTH_REQUESTS = 5
 #: Least growth, in standard deviations of the backlog around the fitted line, that counts as overload.
 OVERLOAD_MIN_Z = 3.0
+#: TTFT growth against arrival time, seconds per second, that counts as overload.
+OVERLOAD_TTFT_TREND = 0.01
+#: Least t statistic of that growth.
+OVERLOAD_MIN_T = 3.0
 #: Points of the backlog curve the growth is fitted on.
 _GRID_POINTS = 129
 
@@ -46,6 +60,7 @@ LOAD_KEYS = (
     "offered_requests_per_s",
     "achieved_requests_per_s",
     "backlog_growth_requests_per_s",
+    "ttft_trend_s_per_s",
     "backlog_end_requests",
     "backlog_peak_requests",
     "num_rejected",
@@ -60,6 +75,22 @@ def backlog(arrivals_s: np.ndarray, finishes_s: np.ndarray, times_s: np.ndarray)
     return np.searchsorted(arrivals_s, times_s, side="right") - np.searchsorted(
         finishes_s, times_s, side="right"
     )
+
+
+def ttft_trend(requests: pd.DataFrame, start_s: float, end_s: float) -> tuple[float, float]:
+    """Least-squares slope of TTFT against arrival time for arrivals in (start, end], and its t statistic."""
+    if "ttft_s" not in requests.columns:
+        return float("nan"), float("nan")
+    a = requests["arrival_s"].to_numpy(float)
+    y = requests["ttft_s"].to_numpy(float)
+    keep = (a > start_s) & (a <= end_s) & np.isfinite(y)
+    x, y = a[keep], y[keep]
+    if len(x) < 3 or np.ptp(x) == 0:
+        return float("nan"), float("nan")
+    slope, intercept = np.polyfit(x, y, 1)
+    resid = y - (slope * x + intercept)
+    se = float(np.sqrt(resid.var(ddof=2) / ((x - x.mean()) ** 2).sum()))
+    return float(slope), (float(slope) / se if se > 0 else float("inf"))
 
 
 def load_summary(requests: pd.DataFrame, events: pd.DataFrame) -> dict[str, Any]:
@@ -77,6 +108,7 @@ def load_summary(requests: pd.DataFrame, events: pd.DataFrame) -> dict[str, Any]
         "offered_requests_per_s": nan,
         "achieved_requests_per_s": nan,
         "backlog_growth_requests_per_s": nan,
+        "ttft_trend_s_per_s": nan,
         "backlog_end_requests": 0,
         "backlog_peak_requests": 0,
         "num_rejected": len(rejected_ids),
@@ -105,10 +137,14 @@ def load_summary(requests: pd.DataFrame, events: pd.DataFrame) -> dict[str, Any]
         out["offered_requests_per_s"] = len(arrivals) / window
         out["achieved_requests_per_s"] = late_finishes / half
         out["backlog_growth_requests_per_s"] = slope
+        trend, t_stat = ttft_trend(requests, mid, last)
+        out["ttft_trend_s_per_s"] = trend
         growing = (
             growth > OVERLOAD_GROWTH_SHARE * late_arrivals
             and growth >= OVERLOAD_MIN_GROWTH_REQUESTS
             and growth >= OVERLOAD_MIN_Z * scatter
+            and trend >= OVERLOAD_TTFT_TREND
+            and t_stat >= OVERLOAD_MIN_T
         )
     reasons = []
     if growing:

@@ -52,7 +52,8 @@ def test_bisection_finds_the_smallest_count_in_log2_runs() -> None:
     assert [p.value for p in report.points] == [9, 5, 3, 4]
     assert report.monotone and report.goal == "smallest"
     assert (
-        report.answer_line() == "Smallest replicas.0.count meeting ttft_p99_s ≤ 2, not overloaded: 5 (4 runs)"
+        report.answer_line()
+        == "Smallest replicas.0.count meeting ttft_p99_s ≤ 2, not overloaded, 99% served: 5 (4 runs)"
     )
     table = report.table()
     assert table["replicas.0.count"].tolist() == [3, 4, 5, 9]
@@ -66,6 +67,23 @@ def test_overloaded_points_never_count_even_when_they_meet_the_slo() -> None:
     assert report.answer == 3
     by_value = {p.value: p for p in report.points}
     assert by_value[2].slo_met and by_value[2].overloaded and not by_value[2].feasible
+
+
+def served_runner(scenario: kvsim.Scenario) -> tuple[dict, dict]:
+    """Fast everywhere, but a pool under 1,000 blocks rejects half the requests."""
+    blocks = scenario.replicas[0].engine.num_gpu_blocks_override
+    return {"ttft_p99_s": 0.1, "overloaded": False, "num_requests": 100,
+            "num_finished": 50 if blocks < 1000 else 100}, {}  # fmt: skip
+
+
+def test_a_point_that_rejects_requests_does_not_count() -> None:
+    report = find_capacity(None, "replicas.0.engine.num_gpu_blocks_override", [250, 500, 1000, 2000],
+                           parse_slo("ttft_p99_s=2"), runner=served_runner)  # fmt: skip
+    assert report.answer == 1000
+    assert report.table()["served"].tolist()[0] == 0.5
+    lenient = find_capacity(None, "replicas.0.engine.num_gpu_blocks_override", [250, 500, 1000, 2000],
+                            parse_slo("ttft_p99_s=2"), runner=served_runner, min_served=0.5)  # fmt: skip
+    assert lenient.answer == 250
 
 
 def test_parallel_rounds_probe_evenly_and_give_the_same_answer() -> None:
@@ -97,7 +115,9 @@ def test_no_value_in_the_range_says_so_with_the_numbers() -> None:
     assert report.answer is None
     assert [p.value for p in report.points] == [3, 4]  # both infeasible: the largest was run
     line = report.answer_line()
-    assert line.startswith("No value of replicas.0.count in 1..4 meets ttft_p99_s ≤ 1, not overloaded")
+    assert line.startswith(
+        "No value of replicas.0.count in 1..4 meets ttft_p99_s ≤ 1, not overloaded, 99% served"
+    )
     assert "the largest value, 4, gives ttft_p99_s = 2.5" in line and line.endswith("raise the range.")
 
 
@@ -149,7 +169,9 @@ def test_cli_prints_the_table_and_the_answer(capsys: pytest.CaptureFixture[str])
 
     assert main([*args, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["answer"] in (2048, 16384) and report["num_runs"] == 2
+    # 64 blocks reject most of the prompts (the few it serves are fast): not an answer.
+    assert report["answer"] == 2048 and report["num_runs"] == 2  # 2,048 first, then 64
+    assert report["points"][-1]["value"] == 64 and report["points"][-1]["served_share"] < 0.2
     assert {"offered_requests_per_s", "achieved_requests_per_s", "overloaded"} <= set(
         report["points"][0]["summary"]
     )

@@ -20,7 +20,15 @@ import os
 import sys
 from typing import Any
 
-from kvsim.capacity import TABLE_KEYS, CapacityPoint, CapacityReport, find_capacity, parse_slo, parse_values
+from kvsim.capacity import (
+    DEFAULT_MIN_SERVED,
+    TABLE_KEYS,
+    CapacityPoint,
+    CapacityReport,
+    find_capacity,
+    parse_slo,
+    parse_values,
+)
 from kvsim.io import json_safe
 from kvsim.units import MISSING, format_rate, format_seconds
 
@@ -31,6 +39,8 @@ EXIT_NO_ANSWER = 3
 def _cell(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if key == "served":
+        return f"{value:.1%}"
     if key.endswith("_per_s"):
         return format_rate(value)
     if key.endswith("_s"):
@@ -48,6 +58,7 @@ TITLES = {
     "ttft_p99_s": "TTFT p99",
     "tpot_p50_s": "TPOT p50",
     "tpot_p99_s": "TPOT p99",
+    "served": "served",
     "slo_met": "SLO met",
     "overloaded": "overloaded",
     "run": "run",
@@ -58,7 +69,7 @@ def format_table(report: CapacityReport) -> str:
     """The report's table as aligned text (values right-aligned, the knob first)."""
     table = report.table()
     keys = [report.knob, *TABLE_KEYS, *(b.key for b in report.slo if b.key not in TABLE_KEYS)]
-    keys += ["slo_met", "overloaded", "run"]
+    keys += ["served", "slo_met", "overloaded", "run"]
     head = [TITLES.get(k, k) for k in keys]
     rows = [[_cell(k, row[k]) for k in keys] for _, row in table.iterrows()]
     for r, (_, row) in zip(rows, table.iterrows(), strict=True):
@@ -96,6 +107,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         overrides=args.overrides,
         jobs=args.jobs,
         progress=progress,
+        min_served=args.min_served,
     )
     if args.json:
         print(json.dumps(json_safe(report.to_dict()), indent=2, allow_nan=False))
@@ -115,8 +127,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="Smallest value of a knob (replicas, GPU, TP, memory) or largest rate that meets an SLO.",
         description="Search a knob's values for the boundary of an SLO by bisection, each point a full "
         "run of the whole workload in parallel worker processes. A point counts when every --slo bound "
-        "holds and the run is not overloaded (backlog still growing when arrivals end, or requests cut "
-        "off). Prints one row per run and the answer in one line. Exit codes: 0 answer found, "
+        "holds, the run is not overloaded (backlog still growing and first tokens ever later when arrivals "
+        "end, or requests cut off) and it served --min-served of its requests. Prints one row per run and the answer in one line. Exit codes: 0 answer found, "
         f"{EXIT_NO_ANSWER} no value in the range meets the SLO, 2 bad input, 1 a failure.",
     )
     p.add_argument("scenario", nargs="?", help="Scenario file (default: the embedded default scenario).")
@@ -159,6 +171,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default=[],
         metavar="KEY=VALUE",
         help="Override a scenario field for every point (repeatable), as for kvsim run.",
+    )
+    p.add_argument(
+        "--min-served",
+        type=float,
+        default=DEFAULT_MIN_SERVED,
+        metavar="SHARE",
+        help=f"Least share of the requests a point must finish to count (default {DEFAULT_MIN_SERVED}): "
+        "rejected (too long for the KV pool or max_model_len) and cut-off requests count against it.",
     )
     p.add_argument(
         "--jobs",

@@ -162,10 +162,9 @@ def sync_url() -> None:
             for k, val in v.get("set", {}).items()]  # fmt: skip
     if sets:
         params["set"] = sets
-    current = {k: st.query_params.get_all(k) for k in st.query_params}
-    wanted = {k: (val if isinstance(val, list) else [val]) for k, val in params.items()}
-    if current != wanted:
-        st.query_params.from_dict(params)
+    # Written on every run: after a switch of page the browser's address has lost them, even
+    # when st.query_params still holds the same values.
+    st.query_params.from_dict(params)
 
 
 def kept(key: str, default: Any) -> str:

@@ -193,6 +193,56 @@ def find_spikes(
     return pd.DataFrame(rows, columns=cols)
 
 
+def run_spikes(
+    requests: pd.DataFrame,
+    iterations: pd.DataFrame,
+    events: pd.DataFrame,
+    *,
+    window_s: float,
+    ttft_threshold_s: float,
+    itl_threshold_s: float,
+) -> pd.DataFrame:
+    """Every spike of a run, by time: windows whose p99 TTFT or token-weighted p99 ITL exceed
+    their thresholds, and windows in which a preempted request's gap does (those gaps are too
+    few to move a p99, so their maximum counts). The dashboard's Latency spikes page and
+    ``kvsim spikes`` both call this, then `attribute_spikes`."""
+    ttft = ttft_samples(requests)
+    itl = itl_samples(iterations)
+    gaps = preemption_gap_samples(requests, events)
+    found = [
+        find_spikes(
+            ttft["time_s"], ttft["ttft_s"], metric="TTFT", window_s=window_s, threshold_s=ttft_threshold_s
+        ),
+        find_spikes(
+            itl["time_s"],
+            itl["itl_s"],
+            metric="ITL",
+            window_s=window_s,
+            threshold_s=itl_threshold_s,
+            weights=itl["weight"],
+        ),
+        find_spikes(
+            gaps["time_s"],
+            gaps["itl_s"],
+            metric="ITL",
+            window_s=window_s,
+            threshold_s=itl_threshold_s,
+            quantile=1.0,
+        ),
+    ]
+    return (
+        pd.concat(found, ignore_index=True).sort_values("peak_time_s", kind="stable").reset_index(drop=True)
+    )
+
+
+def worst_spikes(
+    table: pd.DataFrame, *, ttft_threshold_s: float, itl_threshold_s: float, n: int
+) -> pd.DataFrame:
+    """The ``n`` spikes that exceed their own threshold the most (TTFT and ITL differ in scale)."""
+    limit = table["metric"].map({"TTFT": ttft_threshold_s, "ITL": itl_threshold_s}).clip(lower=1e-9)
+    return table.assign(over=table["peak_s"] / limit).sort_values("over", ascending=False).head(n)
+
+
 def format_latency(seconds: float) -> str:
     """Three significant digits and a unit: ``0.48`` -> ``'480 ms'``, ``2.5`` -> ``'2.50 s'``, ``270.2`` -> ``'270 s'``."""
     return format_seconds(seconds)

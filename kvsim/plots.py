@@ -50,6 +50,13 @@ def _finish(fig: go.Figure, title: str, height: int) -> go.Figure:
         },
         hovermode="x unified",
     )
+    # Subplot titles sit a little higher and smaller than Plotly's default, clear of the top
+    # tick label of their own plot.
+    fig.update_annotations(
+        selector={"xref": "paper", "yref": "paper", "yanchor": "bottom", "showarrow": False},
+        yshift=6,
+        font={"size": 13},
+    )
     # Room for every tick label and title: Plotly grows the margins instead of overlapping them.
     fig.update_xaxes(automargin=True)
     fig.update_yaxes(automargin=True)
@@ -84,7 +91,7 @@ def decade_ticks(values: Sequence[float] | np.ndarray, label: Callable[[float], 
     """Axis settings for a log axis labelled at whole decades only (never the 2s and 5s between).
 
     The range covers the finite positive ``values`` from the decade below the smallest to
-    the decade above the largest; the unlabelled minor grid marks 2..9 within each decade.
+    the decade above the largest.
     """
     v = np.asarray([x for x in np.asarray(values, dtype=float).ravel() if np.isfinite(x) and x > 0])
     if not len(v):
@@ -98,7 +105,6 @@ def decade_ticks(values: Sequence[float] | np.ndarray, label: Callable[[float], 
         "range": [lo, hi],
         "tickvals": decades,
         "ticktext": [label(d) for d in decades],
-        "minor": {"showgrid": True, "gridcolor": "#f2f2f2"},
     }
 
 
@@ -146,7 +152,7 @@ def latency_spikes_figure(
             "Time to first token (per request, at its first token)",
             "Inter-token latency of decoding requests",
             f"Engine events per {window_s:g}-s window (marker area ∝ count)",
-            "Waiting queue (vllm:num_requests_waiting, all replicas)",
+            "Waiting queue (vllm:num_requests_waiting, summed)",
         ),
     )
     ttft = analysis.ttft_samples(requests)
@@ -521,12 +527,15 @@ def calibration_figure(points: pd.DataFrame, *, x_titles: Mapping[str, str]) -> 
     """Measured kernel times against the roofline's prediction, one panel per kernel.
 
     ``points`` columns: ``kernel``, ``x`` (the grid variable), ``measured_s`` and
-    ``roofline_s``; ``x_titles`` maps each kernel to its x-axis title (with unit).
+    ``roofline_s``; ``x_titles`` maps each kernel to what its x axis counts, which goes
+    into the panel's title (two panels a row, so that narrow windows keep them apart).
     """
     kernels: Sequence[str] = list(dict.fromkeys(points["kernel"]))
-    cols = min(3, max(1, len(kernels)))
-    rows = (len(kernels) + cols - 1) // cols
-    fig = make_subplots(rows=max(rows, 1), cols=cols, subplot_titles=list(kernels), vertical_spacing=0.12)
+    cols = min(2, max(1, len(kernels)))
+    rows = max((len(kernels) + cols - 1) // cols, 1)
+    titles = [f"{k}<br><sup>x: {x_titles.get(k, 'x')}</sup>" for k in kernels]
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, vertical_spacing=min(0.3, 0.45 / rows),
+                        horizontal_spacing=0.14)  # fmt: skip
     for i, k in enumerate(kernels):
         r, c = i // cols + 1, i % cols + 1
         p = points[points["kernel"] == k].sort_values("x")
@@ -549,11 +558,13 @@ def calibration_figure(points: pd.DataFrame, *, x_titles: Mapping[str, str]) -> 
                 row=r,
                 col=c,
             )
-        fig.update_xaxes(title_text=x_titles.get(k, "x"), **decade_ticks(p["x"], count_label), row=r, col=c)
+        fig.update_xaxes(**decade_ticks(p["x"], count_label), tickangle=0, row=r, col=c)
         times_ms = [*p["measured_s"] * 1e3, *p["roofline_s"] * 1e3]
-        fig.update_yaxes(title_text="time per layer, log", row=r, col=c,
+        fig.update_yaxes(title_text="time per layer" if c == 1 else "", row=r, col=c,
                          **decade_ticks(times_ms, lambda v: seconds_label(v / 1e3)))  # fmt: skip
-    return _finish(fig, "Measured cost curves against the roofline", 360 * max(rows, 1) + 60)
+    fig = _finish(fig, "Measured cost curves against the roofline (log-log)", 300 * rows + 140)
+    fig.update_layout(hovermode="closest", margin={"t": 110})  # two-line panel titles below the title
+    return fig
 
 
 #: Colours of the segments of a request's timeline.

@@ -55,7 +55,7 @@ def _ran(**params: str | list[str]) -> AppTest:
 
 
 def _page(at: AppTest, name: str) -> AppTest:
-    at.switch_page(f"pages/{name}.py" if name != "app" else "app.py")
+    at.switch_page(f"views/{name}.py" if name != "app" else "views/scenario.py")
     at.run()
     assert not at.exception, at.exception
     return at

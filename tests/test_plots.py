@@ -190,7 +190,9 @@ def test_calibration_figure_panels_per_kernel() -> None:
     fig = plots.calibration_figure(pts, x_titles={"gemm": "tokens", "decode_attention": "context (tokens)"})
     assert _names(fig) == ["measured", "roofline", "measured", "roofline"]
     assert list(fig.data[0].y) == [0.1, 0.2]  # ms
-    assert _axis_titles(fig, "xaxis") == ["tokens", "context (tokens)"]
+    assert [a.text for a in fig.layout.annotations] == ["gemm<br><sup>x: tokens</sup>",
+                                                         "decode_attention<br><sup>x: context (tokens)</sup>"]  # fmt: skip
+    assert fig.layout.yaxis.ticktext == ("10 µs", "100 µs", "1 ms")
 
 
 def test_figures_export_to_html() -> None:

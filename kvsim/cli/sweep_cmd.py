@@ -36,6 +36,8 @@ PRINTED = {
 def _cell(key: str, value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return MISSING
+    if key.endswith(("_rate", "_share", "_mean", "_peak", "attainment")) and isinstance(value, float):
+        return f"{value:.1%}"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if key.endswith("_per_s"):
@@ -47,11 +49,12 @@ def _cell(key: str, value: Any) -> str:
     return str(value)
 
 
-def format_points(table: pd.DataFrame) -> str:
-    """The sweep table in a few columns: overrides, status, load and tail latency."""
+def format_points(table: pd.DataFrame, extra: list[str] | None = None) -> str:
+    """The sweep table in a few columns: overrides, status, load and tail latency, and ``extra`` summary keys."""
     cols = list(table.columns)
     overrides = cols[cols.index("index") + 1 : cols.index("status")]
     keys = [*overrides, "status", *(k for k in PRINTED if k in table.columns)]
+    keys += [k for k in extra or [] if k not in keys]
     head = [PRINTED.get(k, k) for k in keys]
     rows = [[_cell(k, row[k]) for k in keys] for _, row in table.iterrows()]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
@@ -82,7 +85,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         address=args.address,
         progress=lambda line: print(line, file=sys.stderr),
     )
-    print(format_points(report.table))
+    extra = [c.strip() for c in (args.columns or "").split(",") if c.strip()]
+    unknown = [c for c in extra if c not in report.table.columns]
+    if unknown and report.num_ok + report.num_skipped:
+        print(f"kvsim: warning: no such summary key: {', '.join(unknown)}", file=sys.stderr)
+    print(format_points(report.table, [c for c in extra if c in report.table.columns]))
     print()
     print(
         f"{report.num_points} points: {report.num_skipped} already done, {report.num_ok} ok, "
@@ -111,4 +118,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--executor", choices=("local", "ray"), default="local", help="local processes or a Ray cluster."
     )
     p.add_argument("--address", help="Ray cluster address (--executor ray; default: start a local Ray).")
+    p.add_argument(
+        "--columns",
+        metavar="KEY,...",
+        help="Summary keys printed besides the default columns (e.g. prefix_hit_rate,num_preemptions); "
+        "the files hold them all.",
+    )
     p.set_defaults(func=_cmd_sweep)

@@ -19,8 +19,9 @@ from kvsim.units import format_seconds
 def ttft_picker(requests, name: str) -> int | None:
     """TTFT of every request at its arrival; a click on a point picks that request."""
     got = requests.dropna(subset=["ttft_s"])
+    scatter = go.Scattergl if len(got) > 5000 else go.Scatter  # SVG while it stays light
     fig = go.Figure(
-        go.Scattergl(
+        scatter(
             x=got["arrival_s"], y=got["ttft_s"], mode="markers", customdata=got["request_id"],
             marker={"size": 5, "color": plots.SERIES_COLORS[0], "opacity": 0.6}, name="request",
             hovertemplate="request %{customdata}: TTFT %{y:.3s}s, arrived at t=%{x:,.1f} s<extra></extra>",

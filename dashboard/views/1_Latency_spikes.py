@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import _common as common
-import pandas as pd
 import streamlit as st
 
 from kvsim import analysis, plots
@@ -81,34 +80,8 @@ def main() -> None:
     )
     for k, v in (("spikes.window", window_s), ("spikes.ttft", ttft_thr), ("spikes.itl", itl_thr)):
         common.keep(k, v)
-    ttft = analysis.ttft_samples(res.requests)
-    itl = analysis.itl_samples(res.iterations)
-    gaps = analysis.preemption_gap_samples(res.requests, res.events)
-    spikes = pd.concat(
-        [
-            analysis.find_spikes(
-                ttft["time_s"], ttft["ttft_s"], metric="TTFT", window_s=window_s, threshold_s=ttft_thr
-            ),
-            analysis.find_spikes(
-                itl["time_s"],
-                itl["itl_s"],
-                metric="ITL",
-                window_s=window_s,
-                threshold_s=itl_thr,
-                weights=itl["weight"],
-            ),
-            # Preempted requests' gaps: too few to move a token-weighted p99, so their maximum.
-            analysis.find_spikes(
-                gaps["time_s"],
-                gaps["itl_s"],
-                metric="ITL",
-                window_s=window_s,
-                threshold_s=itl_thr,
-                quantile=1.0,
-            ),
-        ],
-        ignore_index=True,
-    ).sort_values("peak_time_s", kind="stable")
+    spikes = analysis.run_spikes(res.requests, res.iterations, res.events, window_s=window_s,
+                                 ttft_threshold_s=ttft_thr, itl_threshold_s=itl_thr)  # fmt: skip
     fig = plots.latency_spikes_figure(
         res.requests,
         res.iterations,
@@ -130,9 +103,7 @@ def main() -> None:
         "minus its peak latency to its end. Queueing is named when the slow requests spent most of their "
         "TTFT waiting; eviction only when evicted blocks were needed again (docs/dashboard.md)."
     )
-    # Worst first, by how far each spike exceeds its own threshold (TTFT and ITL differ in scale).
-    over = table["peak_s"] / table["metric"].map({"TTFT": ttft_thr, "ITL": itl_thr}).clip(lower=1e-9)
-    worst = table.assign(over=over).sort_values("over", ascending=False).head(MAX_LISTED)
+    worst = analysis.worst_spikes(table, ttft_threshold_s=ttft_thr, itl_threshold_s=itl_thr, n=MAX_LISTED)
     st.markdown("\n".join(f"- {text}" for text in worst["explanation"]))
     if len(table) > MAX_LISTED:
         st.caption(f"The {MAX_LISTED} worst of {len(table)} spikes; the table has them all.")

@@ -333,9 +333,10 @@ def attribute_spikes(
     2. preemption by recompute, by swap, swap traffic;
     3. **eviction**, only where evicted blocks were needed again: with the engine's
        ``evicted_miss_tokens`` column, when requests admitted in the span missed tokens
-       whose blocks had been evicted; without it, when the run has prefix reuse at all and
-       the span's admissions hit less than the run's average. A run with no prefix hits is
-       never blamed on eviction (nothing evicted could have been hit);
+       whose blocks had been evicted. Without the column eviction is never a cause: on a
+       run with prefix reuse the evictions are added at the end as context (with the span's
+       and the run's prefix hit rates), on a run without prefix hits not even that (nothing
+       evicted could have been hit);
     4. rejections, the waiting queue, a prefill in the slowest iteration, an arrival
        burst, long prompts.
 
@@ -441,24 +442,22 @@ def attribute_spikes(
             causes.append(("preemption (swap)", _plural(n_swp, "preemption") + " by swap"))
         if swap_bytes:
             causes.append(("swap traffic", f"{swap_bytes / 2**30:.2f} GiB swapped over PCIe"))
-        if evicted:
-            if miss_tokens is not None:
-                if miss_tokens > 0:
-                    causes.append(
-                        (
-                            "eviction",
-                            f"{_plural(evicted, 'cached block')} evicted; {miss_tokens:,} prompt tokens "
-                            "missed because their blocks had been evicted",
-                        )
-                    )
-            elif has_reuse and span_hit < run_hit:
-                causes.append(
-                    (
-                        "eviction",
-                        f"{_plural(evicted, 'cached block')} evicted while the prefix hit rate fell to "
-                        f"{span_hit:.0%} (run {run_hit:.0%})",
-                    )
+        if evicted and miss_tokens:  # the engine's column: hits lost to eviction
+            causes.append(
+                (
+                    "eviction",
+                    f"{_plural(evicted, 'cached block')} evicted; {miss_tokens:,} prompt tokens "
+                    "missed because their blocks had been evicted",
                 )
+            )
+        # Without the engine's column nothing says whether an evicted block was needed again
+        # (a hit rate that dips can as well be longer unique prompts): context, never a cause.
+        eviction_context = (
+            f"{_plural(evicted, 'cached block')} evicted (whether any was needed again is not recorded; "
+            f"prefix hit rate of the span's admissions {span_hit:.0%}, run {run_hit:.0%})"
+            if evicted and miss_tokens is None and has_reuse
+            else None
+        )
         if rejected:
             causes.append(("rejection", f"{_plural(rejected, 'request')} rejected"))
         if max_wait and sp.metric == "TTFT":
@@ -481,6 +480,8 @@ def attribute_spikes(
             causes.append(("queue build-up", f"queue up to {max_wait:,} waiting"))
         if not causes:
             causes.append(("none found", "no preemption, swap, eviction, queue or burst in the span"))
+        if eviction_context:
+            causes.append(("context", eviction_context))
         head = f"{sp.statistic} {sp.metric} {format_latency(float(sp.peak_s))} at t={float(sp.peak_time_s):.0f} s"
         for key, val in (
             ("from_s", lo),

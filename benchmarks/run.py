@@ -5,9 +5,10 @@
 Each run is a fresh process (`benchmarks/simulate.py`): imports, scenario loading, request
 generation from the Azure 2023 conversation trace, simulation and writing the result
 folder, as a user would time `kvsim run`. Each line gives the wall time and the CPU time
-the process used (user + system): on a busy machine the wall time grows with the other
-load while the CPU time stays close to the idle wall time; the header gives the machine's
-CPU count and load average, which say how busy it was. With --scale it also times a run with that many
+the process used (user + system), and the first and last lines the machine's CPU count and
+load average: figures are comparable only at a similar load (on a shared 2-core machine at
+load average 4.3 the median went from 2.1 s to 7.0 s of wall time, and the CPU time from
+about 2 s to 4.7 s: shared caches and cores slow the process itself too). With --scale it also times a run with that many
 requests and reports the ratio to the 10,000-request median (linear cost: 10x requests
 should take about 10x time). Needs ../shared/traces beside the repository.
 """

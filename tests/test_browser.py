@@ -8,7 +8,8 @@
 2. Types settings on three pages, navigates away and back, and finds them kept.
 3. Answers the capacity question of issue 13 on the Capacity page (the Azure conversation
    trace, how many H100s at p99 TTFT < 2 s, at the trace's rate and at 8x) and gets the
-   answer ``kvsim capacity`` prints for the same question.
+   answer line ``kvsim capacity`` prints for the same question, as docs/questions.md quotes
+   it (tests/test_questions.py runs those two commands and checks the quoted output).
 
 Needs Debian's ``chromium`` and ``chromium-driver`` (see ``.ci/install-browser.sh``) and
 selenium (the ``dev`` extra); skipped otherwise.
@@ -16,9 +17,9 @@ selenium (the ``dev`` extra); skipped otherwise.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
+import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -47,8 +48,8 @@ CHROMIUM_FLAGS = (
 WINDOW_SIZES = ((1400, 2000), (1024, 1300))
 #: The capacity question, as the CLI asks it (the dashboard gets the same through its inputs).
 AZURE = REPO_ROOT / "scenarios" / "azure_conversation.yaml"
-CAPACITY_ARGS = ["--knob", "replicas.0.count", "--range", "1:4", "--slo", "ttft_p99_s=2", "--jobs", "2",
-                 "--set", "router.kind=least_loaded"]  # fmt: skip
+CAPACITY_ARGS = ["--knob", "replicas.0.count", "--range", "1:4", "--slo", "ttft_p99_s=2", "--set",
+                 "router.kind=least_loaded"]  # fmt: skip
 
 pytestmark = pytest.mark.browser
 
@@ -315,47 +316,34 @@ def _success(driver: webdriver.Chrome, start: str):
     return next((a for a in alerts if a.text.strip().startswith(start)), None)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cli_capacity(request: pytest.FixtureRequest) -> Iterator[dict[str, subprocess.Popen]]:
-    """`kvsim capacity` on the question at both rates, started with the module so that it runs
-    while the first tests drive the browser (they wait on the page more than they compute);
-    only when the capacity test is selected."""
-    procs = {}
-    wanted = any(item.name.startswith("test_capacity_page") for item in request.session.items)
-    if wanted and AZURE.is_file() and (REPO_ROOT.parent / "shared" / "traces").is_dir():
-        for rate, extra in (("real", []), ("8x", ["--set", "workload.time_scale=8"])):
-            procs[rate] = subprocess.Popen(
-                [sys.executable, "-m", "kvsim", "capacity", str(AZURE), *CAPACITY_ARGS, *extra, "--json"],
-                cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                start_new_session=True,  # its own process group: its worker processes go with it
-            )  # fmt: skip
-    try:
-        yield procs
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-
-
-def _cli_answer(proc: subprocess.Popen) -> dict:
-    out, err = proc.communicate(timeout=900)
-    assert proc.returncode == 0, err
-    return json.loads(out)
+def _cli_answers() -> dict[str, str]:
+    """The answer lines `kvsim capacity` prints for the question, as docs/questions.md quotes them
+    (tests/test_questions.py runs those commands and checks the page against their output)."""
+    text = (REPO_ROOT / "docs" / "questions.md").read_text()
+    blocks = re.findall(r"```text\n\$ (kvsim capacity [^\n]+)\n(.*?)```", text, re.S)
+    out = {}
+    for command, body in blocks:
+        args = shlex.split(command)
+        for part in CAPACITY_ARGS:  # the question the page is asked below, with 2 runs at once
+            assert part in args, command
+        assert args[2] == str(AZURE.relative_to(REPO_ROOT)) and args[args.index("--jobs") + 1] == "2"
+        line = next(x for x in body.splitlines() if x.startswith("Smallest"))
+        out["8x" if "time_scale" in command else "real"] = line
+    return out
 
 
 def test_capacity_page_answers_the_h100_question_as_the_cli(
-    server: str, browser: webdriver.Chrome, traces_dir: Path, cli_capacity: dict[str, subprocess.Popen]
+    server: str, browser: webdriver.Chrome, traces_dir: Path
 ) -> None:
     try:
-        _capacity_question(server, browser, {rate: _cli_answer(p) for rate, p in cli_capacity.items()})
+        _capacity_question(server, browser, _cli_answers())
     except Exception:
         browser.save_screenshot(str(_artifacts() / "failure_capacity.png"))
         raise
 
 
-def _capacity_question(server: str, browser: webdriver.Chrome, cli: dict[str, dict]) -> None:
-    assert (cli["real"]["answer"], cli["8x"]["answer"]) == (1, 3)
+def _capacity_question(server: str, browser: webdriver.Chrome, cli: dict[str, str]) -> None:
+    assert cli["real"].endswith(": 1 (3 runs)") and cli["8x"].endswith(": 3 (2 runs)")
     # The question through a link (the page's inputs preset), then at 8x through the page's own input.
     browser.get(
         f"{server}/Capacity?source=catalogue&file=azure_conversation.yaml&cap.knob=replicas"
@@ -375,4 +363,4 @@ def _capacity_question(server: str, browser: webdriver.Chrome, cli: dict[str, di
         _assert_no_error(browser, f"Capacity ({rate})")
         _wait_charts(browser, 1)
         browser.save_screenshot(str(_artifacts() / f"dashboard_capacity_{rate}.png"))
-    assert answers == {rate: report["message"] for rate, report in cli.items()}
+    assert answers == cli

@@ -89,17 +89,12 @@ def test_a_short_overloaded_point_that_meets_the_slo_is_flagged() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("scale", "replicas", "overloaded"),
-    [(1.0, 1, False), (8.0, 1, True), (8.0, 3, False)],
-)
-def test_the_azure_conversation_trace_at_8x_overloads_one_h100(
-    traces_dir, scale: float, replicas: int, overloaded: bool
-) -> None:
-    overrides = [f"workload.time_scale={scale}", f"replicas.0.count={replicas}", "router.kind=least_loaded"]
+def test_the_azure_conversation_trace_at_8x_overloads_one_h100(traces_dir) -> None:
+    # At the trace's own rate on one H100, and at 8x on three, the runs meet the SLO and are not
+    # flagged: tests/test_questions.py checks the rows kvsim capacity prints for them (overloaded: no).
+    overrides = ["workload.time_scale=8", "router.kind=least_loaded"]
     s = kvsim.run(ROOT / "scenarios" / "azure_conversation.yaml", overrides=overrides).summary
-    assert s["overloaded"] is overloaded
-    assert (s["ttft_p99_s"] < 2.0) is not overloaded
-    if overloaded:
-        assert s["offered_requests_per_s"] == pytest.approx(44.2, abs=0.1)
-        assert s["achieved_requests_per_s"] == pytest.approx(25.6, abs=0.1)
+    assert (s["overloaded"], s["overload_reason"]) == (True, "backlog growing")
+    assert s["ttft_p99_s"] > 2.0
+    assert s["offered_requests_per_s"] == pytest.approx(44.2, abs=0.1)
+    assert s["achieved_requests_per_s"] == pytest.approx(25.6, abs=0.1)

@@ -209,11 +209,6 @@ def scenario_key(scenario: kvsim.Scenario) -> str:
     return hashlib.sha256(scenario_yaml(scenario).encode()).hexdigest()[:16]
 
 
-def query_overrides() -> list[str]:
-    """``?set=dotted.key=value`` query parameters (repeatable): knobs preset by a link."""
-    return list(st.query_params.get_all("set"))
-
-
 def current_scenario() -> kvsim.Scenario:
     """The scenario the pages work on: the view's source and knob changes (default at first)."""
     if "scenario" not in st.session_state:

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import ROOT, TRACES
 
 DOC = ROOT / "docs" / "questions.md"
@@ -50,9 +51,7 @@ def _short_key(command: str) -> str | None:
 
 
 def _short_sweep(args: list[str], grid: dict, tmp_path: Path) -> list[str]:
-    """The sweep file of ``args`` with its grid replaced, written beside a copy of nothing else."""
-    import yaml
-
+    """The sweep file of ``args`` with its grid replaced (its base made absolute), in ``tmp_path``."""
     i = next(i for i, a in enumerate(args) if a.endswith(".yaml"))
     src = ROOT / args[i]
     spec = yaml.safe_load(src.read_text())

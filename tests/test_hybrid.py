@@ -8,10 +8,11 @@ from conftest import spec
 from pandas.testing import assert_frame_equal
 
 import kvsim
+from kvsim.core.block import PRIVATE
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.hybrid_kv import GroupView, HybridKvManager, make_model_kv_manager
 from kvsim.core.kv_manager import SlidingWindowManager
-from kvsim.core.request_state import Request, Status
+from kvsim.core.request_state import NEVER_PRIVATE, Request, Status
 from kvsim.core.scheduler import Scheduler
 from kvsim.presets import resolve_model
 from kvsim.scenario.schema import EngineConfig
@@ -159,3 +160,19 @@ def test_gpt_oss_alternating_layers_run() -> None:
 def test_hybrid_models_refuse_what_is_not_modelled() -> None:
     with pytest.raises(Exception, match="modelled with paged KV, without an offload tier"):
         kvsim.load_scenario({"model": "gemma-3-1b", "replicas": [{"engine": {"cpu_offload_gib": 4}}]})
+
+
+def test_preempting_a_request_with_private_blocks_publishes_them_in_every_group() -> None:
+    # Content 2 is the request's own (not shared): its block is cached under a placeholder
+    # until a preemption lets the request hit it again; then every group gives it its hash.
+    _, kv, _ = tiny()
+    a = Request(spec(0, [(1, 4), (2, 4)], output=2), shared_content_ids={1})
+    assert a.private_from_token == 4
+    a.num_tokens = 9
+    assert kv.allocate_slots(a, 9)
+    a.num_computed_tokens = 9
+    assert [[b.block_hash for b in view.blocks][1] for _, view in kv.groups(a)] == [PRIVATE] * 3
+    kv.publish_private_blocks(a)
+    assert a.private_from_token == NEVER_PRIVATE
+    for _, view in kv.groups(a):
+        assert [b.block_hash for b in view.blocks[:2]] == view.block_hashes[:2]

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from kvsim.core.block import KVBlock
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.kv_manager import FullAttentionManager, SlidingWindowManager, make_kv_manager
-from kvsim.core.request_state import Request
+from kvsim.core.request_state import NEVER_PRIVATE, Request
 from kvsim.kv_sizing import kv_layer_groups
 from kvsim.specs import ModelSpec
 
@@ -235,8 +235,10 @@ class HybridKvManager(FullAttentionManager):
             FullAttentionManager.cache_full_blocks(manager, view, filled // bs)
 
     def publish_private_blocks(self, req: Request) -> None:
+        first_private_token = req.private_from_token
+        req.private_from_token = NEVER_PRIVATE  # as FullAttentionManager: nothing private after this
         for manager, view in self.groups(req):
-            FullAttentionManager.publish_private_blocks(manager, view)
+            FullAttentionManager.publish_blocks_from(manager, view, first_private_token // manager.block_size)
 
     def rollback(self, req: Request) -> None:
         for manager, view in self.groups(req):

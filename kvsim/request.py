@@ -87,6 +87,11 @@ class RequestSpec:
     parent_id: int | None = None
     think_time_s: float = 0.0
     retention: Retention = DEFAULT_RETENTION
+    #: Beam search: the request id of the group's beam 0 (None: not a beam), this beam's index,
+    #: and on beam 0 the group's forks (step, pruned beam, parent beam; `kvsim.workload.beams`).
+    beam_group: int | None = None
+    beam_index: int = 0
+    beam_forks: tuple[tuple[int, int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.output_tokens < 1:

@@ -23,6 +23,7 @@ from kvsim.core.outcome import EventKind
 from kvsim.scenario.schema import Scenario
 
 if TYPE_CHECKING:
+    from kvsim.core.beam_search import BeamStats
     from kvsim.core.outcome import CacheStats, SpecDecodeStats
 from kvsim.overload import load_summary
 
@@ -120,6 +121,7 @@ def summarize(
     total_kv_blocks: int,
     sim_time_s: float,
     spec: SpecDecodeStats | None = None,
+    beams: BeamStats | None = None,
 ) -> dict[str, Any]:
     """Flat summary of a run: counts, latency percentiles, throughput, hit rate, KV usage."""
     fin = requests[requests["finished"]]
@@ -180,6 +182,9 @@ def summarize(
         out["kv_token_usage_mean"] = 0.0
         out["kv_token_usage_loaded_mean"] = float("nan")
     out.update(_spec_decode_summary(spec))
+    out.update(_tenant_summary(requests))
+    out["beam_num_forks"] = beams.num_forks if beams is not None else 0
+    out["beam_num_forks_skipped"] = beams.num_forks_skipped if beams is not None else 0
     # Offered vs achieved load and the overload flag (kvsim.overload).
     out.update(load_summary(requests, events))
     for old, new in SUMMARY_ALIASES.items():
@@ -199,3 +204,20 @@ def _spec_decode_summary(spec: SpecDecodeStats | None) -> dict[str, Any]:
         "spec_decode_acceptance_rate": accepted / draft_tokens if draft_tokens else 0.0,
         "spec_decode_mean_acceptance_length": 1 + accepted / drafts if drafts else 0.0,
     }
+
+
+def _tenant_summary(requests: pd.DataFrame) -> dict[str, Any]:
+    """With two tenants or more, each tenant's prefix hit rate (hit over prompt tokens, on
+    admission) and TTFT p50: what one tier's cache does to another's (none with one tenant)."""
+    tenants = sorted(set(requests["tenant"]))
+    if len(tenants) < 2:
+        return {}
+    out: dict[str, Any] = {}
+    for tenant in tenants:
+        own = requests[requests["tenant"] == tenant]
+        prompt = int(own["prompt_tokens"].sum())
+        hits = int(own["prefix_cache_hits_tokens"].sum())
+        ttft = own.loc[own["finished"], "ttft_s"].to_numpy(dtype=float)
+        out[f"tenant_{tenant}_prefix_cache_hit_rate"] = hits / prompt if prompt else 0.0
+        out[f"tenant_{tenant}_ttft_p50_s"] = _pct(ttft[~np.isnan(ttft)], 50)
+    return out

@@ -115,8 +115,10 @@ def plan_decode_run(sched: Scheduler, out: SchedulerOutput, max_steps: int) -> D
     """If ``out`` starts a stretch of identical pure-decode iterations, describe it."""
     if not out.all_running_decode or not sched.kv.supports_decode_fast_path or max_steps < 2:
         return None
-    if sched.speculator is not None:
-        return None  # speculating, each step's drafts come from a draw: stepped, never fast-forwarded
+    if sched.speculator is not None or sched.beams:
+        # Speculating, each step's drafts come from a draw; beams fork at steps of their own:
+        # both are stepped, never fast-forwarded.
+        return None
     reqs = sched.running
     # Steps each request has left: its remaining output, or up to max_model_len (vLLM's cap).
     limit = sched.max_model_len or _NO_LIMIT

@@ -188,6 +188,33 @@ class FullAttentionManager:
             del blocks[keep:]
             self.pool.free_blocks(b for b in reversed(tail) if b is not None)
 
+    def fork(self, child: Request, parent: Request) -> bool:
+        """Beam search: the pruned ``child`` continues as a copy of ``parent`` (same computed tokens).
+
+        The child drops its own blocks and shares the parent's full blocks (one more
+        reference each); the parent's partial last block is copied on write, into a new
+        block, as both beams write their next token into it (vLLM paper section 4.4):
+
+            parent  [ b0 ][ b1 ][ b2: 2 of 4 ]      child  [ b0 ][ b1 ][ b5: copy of b2 ]
+
+        Returns False, changing nothing, when no block is free for the copy.
+        """
+        bs = self.block_size
+        num_full = parent.num_computed_tokens // bs
+        shared = parent.blocks[:num_full]
+        partial = len(parent.blocks) > num_full
+        keep = {id(b) for b in shared}
+        freed = sum(1 for b in child.blocks if b is not None and b.ref_cnt == 1 and id(b) not in keep)
+        if partial and self.pool.num_free_blocks + freed < 1:
+            return False
+        for block in shared:
+            assert block is not None and block.ref_cnt > 0, "a running parent holds its blocks"
+            block.ref_cnt += 1
+        self.pool.free_blocks(b for b in reversed(child.blocks) if b is not None)
+        child.blocks = [*shared, *(self.pool.get_new_blocks(1) if partial else ())]
+        child.num_cached_blocks = min(parent.num_cached_blocks, num_full)
+        return True
+
     def free_finished(self, req: Request, now: float) -> None:
         """Release a finished request's blocks as its retention says (`kvsim.request.Retention`).
 

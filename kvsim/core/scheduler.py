@@ -24,7 +24,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kvsim.core.allocators import make_allocator
+from kvsim.core.allocators import PagedAllocator, make_allocator
+from kvsim.core.beam_search import BeamGroups
 from kvsim.core.block import KVBlock
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.kv_manager import FullAttentionManager, make_kv_manager
@@ -101,6 +102,14 @@ class Scheduler:
             None if spec is None else Speculator(spec.num_speculative_tokens, spec.acceptance(), seed)
         )
         self.spec_stats = SpecDecodeStats()
+        # Beam search: beams of a group share blocks and fork copy-on-write (kvsim.core.beam_search).
+        self.beams = BeamGroups(self.kv)
+        self.can_fork = (
+            type(self.kv) is FullAttentionManager
+            and type(self.allocator) is PagedAllocator
+            and self.kv_cache_enabled
+            and self.speculator is None
+        )
 
     # -- queues ----------------------------------------------------------------------
     @property
@@ -137,6 +146,11 @@ class Scheduler:
             return self._reject(req, needed_blocks, reason)
         req.status = Status.WAITING
         self.queue.push(req)
+        if req.spec.beam_group is not None:
+            if self.can_fork:
+                self.beams.add(req)
+            elif req.spec.beam_index == 0:  # a KV manager that cannot fork: beams share nothing
+                self.beams.stats.num_forks_skipped += len(req.spec.beam_forks)
         return None
 
     @staticmethod
@@ -175,6 +189,8 @@ class Scheduler:
             )
             step.events.append(self._reject(req, needed, reason))
             step.rejected.append(req)
+            if self.beams:
+                self.beams.remove(req)
             self._admit_waiting(step, now)
 
     @staticmethod
@@ -439,6 +455,8 @@ class Scheduler:
         self.num_tokens_stored += out.num_scheduled_tokens
         limit = self.max_model_len or _NO_LIMIT
         spec = self.speculator
+        beams = self.beams
+        forked: list[int] = []  # beam groups that sampled a token
         for req, n in out.tokens.items():
             nc = req.num_computed_tokens + (n or 1)
             if nc > req.num_tokens:  # a verify pass: its rejected drafts' slots are rolled back
@@ -451,6 +469,8 @@ class Scheduler:
             req.num_tokens = nc + 1
             if spec is not None:  # the drafts the next step verifies
                 req.num_spec_tokens = spec.num_drafts(req, limit)
+            if beams and req.spec.beam_group is not None:
+                forked.append(req.spec.beam_group)
             if n_out == 1:
                 req.first_token_s = req.last_token_s = t_end
                 if n_out == req.target_output_tokens or nc + 1 >= limit:
@@ -467,6 +487,8 @@ class Scheduler:
             if n_out == req.target_output_tokens or nc + 1 >= limit:
                 self.finish(req, t_end)
                 outcome.finished.append(req)
+        for group in dict.fromkeys(forked):
+            beams.after_step(group)
         if outcome:
             self.prune_running()
         return outcome
@@ -485,7 +507,8 @@ class Scheduler:
         rejected = num_drafts - accepted
         self.num_tokens_stored -= rejected
         req.num_computed_tokens += 1 + accepted  # the last sampled token and the accepted drafts
-        self.kv.rollback(req)
+        if type(self.allocator) is PagedAllocator:  # a contiguous reservation keeps its blocks
+            self.kv.rollback(req)
         return rejected
 
     def _hand_off(self, req: Request) -> None:
@@ -502,6 +525,8 @@ class Scheduler:
         self.kv.free_finished(req, t_end)
         if self.speculator is not None:
             self.speculator.release(req)
+        if self.beams:
+            self.beams.remove(req)
 
     def prune_running(self) -> None:
         """Drop requests that stopped running from the running list (order kept)."""

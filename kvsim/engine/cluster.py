@@ -19,6 +19,7 @@ from typing import Any
 
 import simpy
 
+from kvsim.core.beam_search import BeamStats
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.hybrid_kv import make_model_kv_manager
 from kvsim.core.outcome import CacheStats, EventKind, SpecDecodeStats
@@ -199,6 +200,13 @@ class Cluster:
             total.recompute_queries_tokens += s.recompute_queries_tokens
             total.recompute_hits_tokens += s.recompute_hits_tokens
             total.offload_hits_tokens += s.offload_hits_tokens
+        return total
+
+    def beam_stats(self) -> BeamStats:
+        """Beam search forks summed over all replicas."""
+        total = BeamStats()
+        for r in self.replicas:
+            total += r.scheduler.beams.stats
         return total
 
     def spec_stats(self) -> SpecDecodeStats:

@@ -106,6 +106,7 @@ def _result(cluster: Cluster, workload_summary: Mapping[str, Any], specs: Sequen
         ev_df,
         cache=cluster.cache_stats(),
         spec=cluster.spec_stats(),
+        beams=cluster.beam_stats(),
         total_kv_blocks=cluster.total_kv_blocks,
         sim_time_s=sim_time,
     )

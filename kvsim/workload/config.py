@@ -435,7 +435,20 @@ class SyntheticWorkload(FrozenModel):
         default=1,
         ge=1,
         le=MAX_SAMPLES,
-        description="Beam search approximated as beam_width requests sharing the prompt and output length.",
+        description="Beam search: beam_width requests with the prompt's and output's lengths that share "
+        "every block they have in common (copy-on-write of a partial last block; see beam_prune_probability).",
+    )
+    beam_prune_probability: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="Beam search: chance that a beam (other than the best) is pruned after a step and "
+        "replaced by a fork of a surviving beam (kvsim.workload.beams).",
+    )
+    beam_sharing: bool = Field(
+        default=True,
+        description="Beam search: beams share blocks (vLLM paper section 4.4); false: each beam holds its own "
+        "copy of every block (the paper's no-sharing baseline).",
     )
     retention: RetentionConfig = Field(
         default_factory=RetentionConfig,

@@ -228,7 +228,12 @@ def _text(f: dict[str, Any]) -> str:
             if f["activation_reserve_estimated"]
             else ""
         ),
-        f"  = KV cache                {_gib(f['kv_bytes_per_shard']):>14}",
+        (
+            f"  = KV cache                {_gib(f['kv_bytes_per_shard']):>14}"
+            if f["kv_bytes_per_shard"] >= 0
+            else f"  = KV cache                {'none':>14}  "
+            f"({_gib(-f['kv_bytes_per_shard'])} short of what weights and activations need)"
+        ),
         f"  KV capacity: {f['num_blocks']:,} blocks = {f['num_tokens']:,} tokens",
     ]
     if f["num_kv_groups"] > 1:

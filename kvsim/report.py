@@ -112,7 +112,7 @@ def _sections(s: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str, str]
 
 
 def _optional_sections(s: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str, str]]]]:
-    """Sections shown only when the run computed them (side channel analysis)."""
+    """Sections shown only when the run has them (side channel analysis, speculation, beams)."""
     out = []
     if "side_channel_num_probes" in s:
         out.append(
@@ -140,6 +140,27 @@ def _optional_sections(s: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, 
                         _fixed(s.get("side_channel_ks_statistic"), 3),
                         f"(5% critical {_fixed(s.get('side_channel_ks_critical_value'), 3)}, p {_fixed(s.get('side_channel_ks_p_value'), 3)})",
                     ),
+                ],
+            )
+        )
+    if s.get("spec_decode_num_drafts"):
+        out.append(
+            (
+                "Speculative decoding",
+                [
+                    ("verify passes", _count(s.get("spec_decode_num_drafts")), ""),
+                    ("drafts accepted", _percent(s.get("spec_decode_acceptance_rate")), "%"),
+                    ("tokens per verify", _fixed(s.get("spec_decode_mean_acceptance_length"), 2), "(mean)"),
+                ],
+            )
+        )
+    if s.get("beam_num_forks") or s.get("beam_num_forks_skipped"):
+        out.append(
+            (
+                "Beam search",
+                [
+                    ("forks", _count(s.get("beam_num_forks")), "(blocks shared copy-on-write)"),
+                    ("forks skipped", _count(s.get("beam_num_forks_skipped")), "(beams out of lockstep)"),
                 ],
             )
         )

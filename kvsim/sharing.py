@@ -1,23 +1,29 @@
 """Memory saved by sharing KV blocks, as the vLLM paper measures it (Kwon et al., SOSP 2023,
 section 6.3, Figure 15): blocks saved by sharing over the blocks needed without it.
 
-Each point runs the scenario twice on the same requests, with and without sharing:
-beam search (``workload.beam_width``) against ``workload.beam_sharing: false``, parallel
-sampling (``workload.parallel_samples``) with prefix caching against without. The saving is
-one minus the ratio of the block-seconds the two runs held (the sum over iterations of
-blocks in use x duration), so a run that computes longer (no prefix hits) is not averaged
-away; it is the memory effect alone when neither run preempts, which each point reports.
+Each point runs the same requests twice, with and without sharing, prefix caching off in
+both (so that every block shared is shared by the group): beam search
+(``workload.beam_width``) against ``workload.beam_sharing: false``; parallel sampling
+(``workload.parallel_samples``) with each prompt's samples made a group that shares the
+prompt's blocks after the prefill and copies its partial last block on write (vLLM v0's
+parallel sampling, the paper's setting; `kvsim.core.beam_search` with no genealogy)
+against samples that share nothing. The saving is one minus the ratio of the
+block-seconds the two runs held (the sum over iterations of blocks in use x duration); it
+is the memory effect alone when both runs keep the same schedule (no preemption), which
+each point reports.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kvsim.engine.simulator import run
+from kvsim.engine.simulator import run, scenario_workload
+from kvsim.request import RequestSpec
 from kvsim.result import Result
+from kvsim.scenario.loading import load_scenario
 from kvsim.scenario.schema import Scenario
 
 
@@ -47,17 +53,17 @@ def memory_saving(
         raise ValueError(f'"kind" must be beam or parallel, got {kind!r}')
     points = []
     for w in widths:
-        sets: dict[str, Any] = dict(overrides or {})
+        sets: dict[str, Any] = dict(overrides or {}) | {"replicas.0.engine.enable_prefix_caching": False}
         if kind == "beam":
             sets |= {"workload.beam_width": w, "workload.parallel_samples": 1}
-            shared_sets = sets | {"workload.beam_sharing": True}
-            alone_sets = sets | {"workload.beam_sharing": False}
+            shared = run(scenario, overrides=sets | {"workload.beam_sharing": True}, base_dir=base_dir)
+            alone = run(scenario, overrides=sets | {"workload.beam_sharing": False}, base_dir=base_dir)
         else:
             sets |= {"workload.parallel_samples": w, "workload.beam_width": 1}
-            shared_sets = sets | {"replicas.0.engine.enable_prefix_caching": True}
-            alone_sets = sets | {"replicas.0.engine.enable_prefix_caching": False}
-        shared = run(scenario, overrides=shared_sets, base_dir=base_dir)
-        alone = run(scenario, overrides=alone_sets, base_dir=base_dir)
+            resolved = load_scenario(scenario, sets)
+            requests = scenario_workload(resolved, base_dir=base_dir).requests
+            alone = run(resolved, requests=requests, base_dir=base_dir)
+            shared = run(resolved, requests=sample_groups(requests), base_dir=base_dir)
         held_shared, held_alone = _block_seconds(shared), _block_seconds(alone)
         preempted = int(shared.summary["num_preemptions"]) + int(alone.summary["num_preemptions"])
         points.append(
@@ -72,6 +78,21 @@ def memory_saving(
             )
         )
     return points
+
+
+def sample_groups(requests: Sequence[RequestSpec]) -> list[RequestSpec]:
+    """The requests with each prompt's parallel samples (consecutive requests with the same
+    prompt and arrival) made one group that shares the prompt's blocks after the prefill."""
+    out: list[RequestSpec] = []
+    first: RequestSpec | None = None
+    index = 0
+    for r in requests:
+        if first is not None and r.prompt == first.prompt and r.arrival_s == first.arrival_s:
+            index += 1
+        else:
+            first, index = r, 0
+        out.append(replace(r, beam_group=first.request_id, beam_index=index, beam_forks=()))
+    return out
 
 
 def _block_seconds(result: Result) -> float:

@@ -144,7 +144,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="Memory saved by sharing blocks in beam search or parallel sampling (vLLM paper Fig. 15).",
         description="Run a scenario with and without block sharing for each width and print the memory "
         "saved, 1 - block-seconds held with sharing / without (kvsim.sharing): beam search (workload.beam_sharing true "
-        "vs false) or parallel sampling (prefix caching on vs off). Meaningful when neither run preempts "
+        "vs false) or parallel sampling (each prompt's samples sharing its blocks after the prefill vs not). Meaningful when neither run preempts "
         "(each line says when the schedules differ).",
     )
     _common(h)

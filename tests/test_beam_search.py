@@ -3,6 +3,7 @@ the workload, and the vLLM paper's memory saving (Kwon et al., SOSP 2023, sectio
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from conftest import spec
 from pandas.testing import assert_frame_equal
 
 import kvsim
+from kvsim.cli import main
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler import Scheduler
@@ -191,3 +193,16 @@ def test_parallel_samples_become_groups_without_a_genealogy() -> None:
     assert [(r.beam_group, r.beam_index, r.beam_forks) for r in reqs] == [
         (g, i, ()) for g in (0, 3) for i in range(3)
     ]
+
+
+def test_the_sharing_command_prints_each_width(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(ROOT / "scenarios" / "beam_search.yaml")
+    args = ["sharing", path, "--widths", "2,3", "--set", "workload.num_requests=20"]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("beam-search: memory saved by sharing blocks (beam)")
+    assert [line.split(":")[0] for line in lines[1:]] == ["  beam width 2", "  beam width 3"]
+    assert main([*args, "--json"]) == 0
+    points = json.loads(capsys.readouterr().out)
+    assert [p["width"] for p in points] == [2, 3] and all(0 < p["saving"] < 1 for p in points)
+    assert main(["sharing", path, "--widths", "two"]) == 2

@@ -89,7 +89,10 @@ def test_fit_takes_inline_and_file_specs(capsys: pytest.CaptureFixture[str], tmp
 def test_kv_size_says_when_nothing_fits_and_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["kv-size", "--model", "llama-2-70b", "--gpu", "t4"]) == 3
     out = capsys.readouterr().out
-    assert "-116.70 GiB" in out and "DOES NOT FIT: the weights alone exceed the budget" in out
+    # No negative KV cache: none, and by how much weights and activations overflow the budget.
+    assert "GiB -" not in out and "-116.70" not in out
+    assert "= KV cache                          none  (116.70 GiB short" in out
+    assert "DOES NOT FIT: the weights alone exceed the budget" in out
     assert main(["kv-size", "--model", "llama-2-70b", "--gpu", "h100-sxm", "--tp", "8"]) == 0
 
 

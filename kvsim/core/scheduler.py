@@ -455,7 +455,7 @@ class Scheduler:
         self.num_tokens_stored += out.num_scheduled_tokens
         limit = self.max_model_len or _NO_LIMIT
         spec = self.speculator
-        beams = self.beams
+        beams = self.beams if self.beams else None  # checked once: the loop below is the hot path
         forked: list[int] = []  # beam groups that sampled a token
         for req, n in out.tokens.items():
             nc = req.num_computed_tokens + (n or 1)
@@ -469,7 +469,7 @@ class Scheduler:
             req.num_tokens = nc + 1
             if spec is not None:  # the drafts the next step verifies
                 req.num_spec_tokens = spec.num_drafts(req, limit)
-            if beams and req.spec.beam_group is not None:
+            if beams is not None and req.spec.beam_group is not None:
                 forked.append(req.spec.beam_group)
             if n_out == 1:
                 req.first_token_s = req.last_token_s = t_end
@@ -487,8 +487,9 @@ class Scheduler:
             if n_out == req.target_output_tokens or nc + 1 >= limit:
                 self.finish(req, t_end)
                 outcome.finished.append(req)
-        for group in dict.fromkeys(forked):
-            beams.after_step(group)
+        if beams is not None:
+            for group in dict.fromkeys(forked):
+                beams.after_step(group)
         if outcome:
             self.prune_running()
         return outcome

@@ -24,8 +24,9 @@ An evicted cached block is written back to the offload tier below the pool, if a
 
 With ``kv_events`` set to a list, the pool logs what a prefix-cache index outside the
 engine needs, as vLLM's KV events do: ``(True, hash)`` when a hash enters the index
-(BlockStored), ``(False, hash)`` when it leaves (BlockRemoved); ``(True, PRIVATE)`` for a
-block cached without a hash (it takes room in a write-through tier). The owner drains it.
+(BlockStored), ``(False, hash)`` when it leaves (BlockRemoved); with ``kv_events_private``
+also ``(True, PRIVATE)`` for a block cached without a hash (it takes room in a
+write-through tier). The owner drains it.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class BlockPool:
         self.offload = offload
         # KV event log (None: nobody listens), see the module docstring.
         self.kv_events: list[tuple[bool, int]] | None = None
+        self.kv_events_private = False
 
     # -- queries -------------------------------------------------------------------
     @property

@@ -119,7 +119,7 @@ class FullAttentionManager:
                 if block is not None:
                     assert block.block_hash is None and block.ref_cnt > 0
                     block.block_hash = PRIVATE
-                    if log is not None:
+                    if log is not None and self.pool.kv_events_private:
                         log.append((True, PRIVATE))
             num_hashed = max(first_private, start)
         else:

@@ -136,6 +136,7 @@ class Replica:
         pool = self.scheduler.pool
         writes_through = tiers is not None and any(tiers.write_through)
         pool.kv_events = [] if (kv_events or writes_through) else None
+        pool.kv_events_private = writes_through
         self._per_step = stamped or tiers is not None
         self.fast_forward = fast_forward
         self._admissions.clear()

@@ -6,6 +6,7 @@
 #   make test       set up (dev, dashboard, calibration and ray extras), then run the test suite
 #   make lint       ruff check + ruff format --check + mypy (strict)
 #   make bench      the speed benchmark (benchmarks/run.py)
+#   make bench-cluster  cluster cost per request: 64 x 100k vs 1 x 100k (benchmarks/cluster_scale.py)
 #   make dashboard  the Streamlit dashboard
 #   make calibrate-deps  install the calibration extra (torch 2.13.0, CPU build)
 #   make clean      remove .venv
@@ -15,7 +16,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: run test lint bench dashboard calibrate-deps clean
+.PHONY: run test lint bench bench-cluster dashboard calibrate-deps clean
 
 run: $(VENV)/.installed-dev
 	$(BIN)/kvsim run $(ARGS)
@@ -30,6 +31,9 @@ lint: $(VENV)/.installed-dev
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/run.py $(ARGS)
+
+bench-cluster: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/cluster_scale.py $(ARGS)
 
 dashboard: $(VENV)/.installed-dev,dashboard
 	$(BIN)/streamlit run dashboard/app.py $(ARGS)

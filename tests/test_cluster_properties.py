@@ -7,6 +7,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pandas.testing import assert_frame_equal
 
 import kvsim
 from kvsim.core.request_state import Status
@@ -105,7 +106,7 @@ def clusters(draw: st.DrawFn) -> dict[str, Any]:
         },
         "network": {"sharing": draw(st.sampled_from(["dedicated", "fair_share"]))},
         "workload": {
-            "num_requests": draw(st.integers(10, 30)),
+            "num_requests": draw(st.integers(20, 80)),
             "arrival": {"kind": "poisson", "rate_per_s": draw(st.sampled_from([5.0, 50.0]))},
             "prompt_tokens": {"kind": "uniform", "min_tokens": 1, "max_tokens": 600},
             "output_tokens": {"kind": "uniform", "min_tokens": 1, "max_tokens": 80},
@@ -162,3 +163,13 @@ def test_no_request_is_lost_or_duplicated_and_blocks_are_conserved(data: dict[st
     moved = r.prefill_replica_id != ""
     assert (res.events.kind == "kv_transfer").sum() == moved.sum()
     assert r.loc[moved, "kv_transfer_s"].notna().all()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_fast_forward_equals_stepping_on_random_clusters(data: dict[str, Any]) -> None:
+    fast = kvsim.run(data | {"sim": {"fast_forward": True}})
+    slow = kvsim.run(data | {"sim": {"fast_forward": False}})
+    assert_frame_equal(fast.requests, slow.requests)
+    assert_frame_equal(fast.iterations, slow.iterations)
+    assert_frame_equal(fast.events, slow.events)

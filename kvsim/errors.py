@@ -31,3 +31,17 @@ class TraceError(KvsimError):
 
 class ResultDirError(KvsimError):
     """A result folder cannot be written or read; the message names the folder and why."""
+
+
+class YamlError(ScenarioError):
+    """A YAML file or text cannot be read: not UTF-8, not valid YAML, or beyond a bound of
+    `kvsim.limits` (size, depth, aliases, scalar length, ...). ``problems`` name the line and
+    column (or byte offset) and the rule; ``what`` says what the file should have been."""
+
+    def __init__(self, source: str, problems: list[tuple[str, str]], *, what: str = "scenario") -> None:
+        super().__init__(source, problems)
+        self.what = what
+        if what != "scenario":
+            lines = [f"{source}: invalid {what}"]
+            lines += [f"  {path or '<root>'}: {rule}" for path, rule in problems]
+            self.args = ("\n".join(lines),)

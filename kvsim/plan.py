@@ -19,12 +19,16 @@ from kvsim.presets import resolve_gpu, resolve_model
 from kvsim.scenario.schema import EngineConfig, ReplicaGroup, Scenario, SharedPoolConfig, TierConfig
 from kvsim.specs import GpuSpec, ModelSpec
 
+#: Blocks of the memory-sized (or overridden) pool that never hold KV: vLLM keeps block 0
+#: as a null block, out of the free queue (vLLM 0.32 `BlockPool.__init__`), so a pool of N
+#: blocks (vLLM's "# GPU blocks") has N - 1 usable ones.
+NULL_BLOCKS = 1
+
 
 @dataclass(frozen=True, slots=True)
 class KvGeometry:
-    """Block layout of one replica: block size, pool size, bytes per block, swap and offload room.
-
-    One replica spans ``tp`` GPUs; each holds its shard of every block.
+    """Block layout of one replica: block size, usable pool blocks, bytes per block, swap and
+    offload room. One replica spans ``tp`` GPUs; each holds its shard of every block.
     """
 
     block_size: int
@@ -158,7 +162,7 @@ def resolve_group(model: ModelSpec, group: ReplicaGroup, index: int = 0) -> Grou
     tiers = _local_tiers(group, per_shard, int(eng.cpu_offload_gib * GIB // per_shard))
     kv = KvGeometry(
         block_size=eng.block_size,
-        num_blocks=cap.num_blocks,
+        num_blocks=cap.num_blocks - NULL_BLOCKS,
         bytes_per_block_per_shard=per_shard,
         tp=group.tp,
         num_swap_blocks=int(eng.swap_space_gib * GIB // per_shard),

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.core.outcome import EventKind
+from kvsim.overload import load_summary
 from kvsim.scenario.schema import Scenario
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 #: Why a request was rejected (``reject_reason``; the summary counts each as num_rejected_REASON).
 REJECT_REASONS: dict[str, str] = {
-    "max_model_len": "prompt + output exceed the replica's max_model_len",
+    "max_model_len": "the prompt is the replica's max_model_len tokens or longer",
     "kv_capacity": "the request needs more KV blocks than the replica's whole pool",
     "prompt_budget": "without chunked prefill, the prompt exceeds max_num_batched_tokens",
     "queue_full": "the chosen replica's waiting queue was at admission.max_waiting_per_replica",
@@ -213,6 +214,8 @@ def summarize(
         out["kv_token_usage_mean"] = 0.0
         out["kv_token_usage_loaded_mean"] = float("nan")
     out.update(_cluster_summary(requests, out, cluster))
+    # Offered vs achieved load and the overload flag (kvsim.overload).
+    out.update(load_summary(requests, events))
     for old, new in SUMMARY_ALIASES.items():
         out[old] = out[new]
     return out

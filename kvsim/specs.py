@@ -9,7 +9,24 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from kvsim.frozen import FrozenModel
+from kvsim.limits import (
+    MAX_BANDWIDTH_BYTES_PER_S,
+    MAX_EXPERTS,
+    MAX_FLOPS,
+    MAX_GPU_MEMORY_BYTES,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_NUM_PARAMS,
+    MAX_STEP_TIME_S,
+    MAX_TOKENS,
+    MAX_WIDTH,
+    MAX_YAML_SCALAR_CHARS,
+    MIN_BANDWIDTH_BYTES_PER_S,
+    MIN_FLOPS,
+)
 
 KvDtype = Literal["auto", "fp16", "bf16", "fp8", "int8", "int4"]
 WeightDtype = Literal["fp16", "bf16", "fp8", "int8", "int4"]
@@ -24,53 +41,57 @@ KV_DTYPE_BYTES: dict[str, float] = {
 }
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ModelSpec(_Frozen):
+class ModelSpec(FrozenModel):
     """Shape of a decoder-only transformer, enough to size its KV cache and its FLOPs."""
 
-    name: str = Field(description="Model name, e.g. 'llama-2-70b'.")
-    num_layers: int = Field(gt=0, description="Number of transformer layers.")
-    hidden_size: int = Field(gt=0, description="Model (residual stream) width.")
-    num_attention_heads: int = Field(gt=0, description="Query heads per layer.")
+    name: str = Field(max_length=MAX_YAML_SCALAR_CHARS, description="Model name, e.g. 'llama-2-70b'.")
+    num_layers: int = Field(gt=0, le=MAX_LAYERS, description="Number of transformer layers.")
+    hidden_size: int = Field(gt=0, le=MAX_WIDTH, description="Model (residual stream) width.")
+    num_attention_heads: int = Field(gt=0, le=MAX_HEADS, description="Query heads per layer.")
     num_kv_heads: int = Field(
-        gt=0, description="Key/value heads per layer (== query heads for MHA, 1 for MQA)."
+        gt=0, le=MAX_HEADS, description="Key/value heads per layer (== query heads for MHA, 1 for MQA)."
     )
-    head_dim: int = Field(gt=0, description="Dimension of one attention head.")
+    head_dim: int = Field(gt=0, le=MAX_HEADS, description="Dimension of one attention head.")
     intermediate_size: int = Field(
-        gt=0, description="MLP inner width (per expert for mixture-of-experts models)."
+        gt=0, le=MAX_WIDTH, description="MLP inner width (per expert for mixture-of-experts models)."
     )
-    vocab_size: int = Field(gt=0, description="Vocabulary size (LM head columns).")
-    num_params: float = Field(gt=0, description="Total parameter count.")
+    vocab_size: int = Field(gt=0, le=MAX_WIDTH, description="Vocabulary size (LM head columns).")
+    num_params: float = Field(gt=0, le=MAX_NUM_PARAMS, description="Total parameter count.")
     num_active_params: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_NUM_PARAMS,
         description="Parameters used per token (mixture-of-experts); None means num_params.",
     )
     weight_dtype: WeightDtype = Field(default="bf16", description="Dtype of the weights.")
-    max_model_len: int = Field(gt=0, description="Maximum context length (positions).")
+    max_model_len: int = Field(gt=0, le=MAX_TOKENS, description="Maximum context length (positions).")
     sliding_window: int | None = Field(
         default=None,
         gt=0,
+        le=MAX_TOKENS,
         description="Sliding-window attention span in tokens; KV older than this is dropped.",
     )
     kv_lora_rank: int | None = Field(
         default=None,
         gt=0,
+        le=MAX_WIDTH,
         description="MLA: rank of the compressed KV latent stored in the cache (None: not MLA).",
     )
     qk_rope_head_dim: int | None = Field(
         default=None,
         gt=0,
+        le=MAX_HEADS,
         description="MLA: decoupled RoPE key dimension stored beside the latent.",
     )
-    num_experts: int | None = Field(default=None, gt=0, description="MoE: experts per layer.")
+    num_experts: int | None = Field(default=None, gt=0, le=MAX_EXPERTS, description="MoE: experts per layer.")
     num_experts_per_token: int | None = Field(
-        default=None, gt=0, description="MoE: experts routed per token."
+        default=None, gt=0, le=MAX_EXPERTS, description="MoE: experts routed per token."
     )
-    source: str = Field(default="", description="Where these numbers come from (model card, config).")
+    source: str = Field(
+        max_length=MAX_YAML_SCALAR_CHARS,
+        default="",
+        description="Where these numbers come from (model card, config).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
@@ -81,6 +102,14 @@ class ModelSpec(_Frozen):
             )
         if (self.kv_lora_rank is None) != (self.qk_rope_head_dim is None):
             raise ValueError("kv_lora_rank and qk_rope_head_dim must be given together (MLA)")
+        if self.num_active_params is not None and self.num_active_params > self.num_params:
+            raise ValueError("num_active_params must be <= num_params")
+        if (
+            self.num_experts is not None
+            and self.num_experts_per_token is not None
+            and self.num_experts_per_token > self.num_experts
+        ):
+            raise ValueError("num_experts_per_token must be <= num_experts")
         return self
 
     @property
@@ -102,29 +131,48 @@ class ModelSpec(_Frozen):
         return "gqa"
 
 
-class GpuSpec(_Frozen):
+class GpuSpec(FrozenModel):
     """Datasheet figures of one accelerator."""
 
-    name: str = Field(description="GPU name, e.g. 'h100-sxm'.")
-    memory_bytes: int = Field(gt=0, description="HBM capacity in bytes.")
-    hbm_bandwidth_bytes_per_s: float = Field(gt=0, description="Peak HBM bandwidth, bytes/s.")
-    bf16_flops: float = Field(gt=0, description="Dense bf16 tensor-core peak, FLOP/s (no sparsity).")
-    fp16_flops: float = Field(gt=0, description="Dense fp16 tensor-core peak, FLOP/s (no sparsity).")
-    fp8_flops: float | None = Field(
-        default=None, gt=0, description="Dense fp8 peak, FLOP/s; None if the GPU has no fp8."
+    name: str = Field(max_length=MAX_YAML_SCALAR_CHARS, description="GPU name, e.g. 'h100-sxm'.")
+    memory_bytes: int = Field(gt=0, le=MAX_GPU_MEMORY_BYTES, description="HBM capacity in bytes.")
+    hbm_bandwidth_bytes_per_s: float = Field(
+        ge=MIN_BANDWIDTH_BYTES_PER_S, le=MAX_BANDWIDTH_BYTES_PER_S, description="Peak HBM bandwidth, bytes/s."
     )
-    int8_ops: float | None = Field(default=None, gt=0, description="Dense int8 peak, OP/s.")
+    bf16_flops: float = Field(
+        ge=MIN_FLOPS, le=MAX_FLOPS, description="Dense bf16 tensor-core peak, FLOP/s (no sparsity)."
+    )
+    fp16_flops: float = Field(
+        ge=MIN_FLOPS, le=MAX_FLOPS, description="Dense fp16 tensor-core peak, FLOP/s (no sparsity)."
+    )
+    fp8_flops: float | None = Field(
+        default=None,
+        ge=MIN_FLOPS,
+        le=MAX_FLOPS,
+        description="Dense fp8 peak, FLOP/s; None if the GPU has no fp8.",
+    )
+    int8_ops: float | None = Field(
+        default=None, ge=MIN_FLOPS, le=MAX_FLOPS, description="Dense int8 peak, OP/s."
+    )
     interconnect_bandwidth_bytes_per_s: float = Field(
-        gt=0,
+        ge=MIN_BANDWIDTH_BYTES_PER_S,
+        le=MAX_BANDWIDTH_BYTES_PER_S,
         description="GPU-to-GPU bandwidth per GPU per direction (NVLink, or PCIe when none), bytes/s.",
     )
     interconnect_latency_s: float = Field(
-        default=5e-6, ge=0, description="Latency of one collective step between GPUs, seconds."
+        default=5e-6,
+        ge=0,
+        le=MAX_STEP_TIME_S,
+        description="Latency of one collective step between GPUs, seconds.",
     )
     pcie_bandwidth_bytes_per_s: float = Field(
-        gt=0, description="Host<->device bandwidth per direction (swap, CPU offload), bytes/s."
+        ge=MIN_BANDWIDTH_BYTES_PER_S,
+        le=MAX_BANDWIDTH_BYTES_PER_S,
+        description="Host<->device bandwidth per direction (swap, CPU offload), bytes/s.",
     )
-    source: str = Field(default="", description="Datasheet the figures come from.")
+    source: str = Field(
+        max_length=MAX_YAML_SCALAR_CHARS, default="", description="Datasheet the figures come from."
+    )
 
     def peak_flops(self, dtype: str) -> float:
         """Dense tensor-core peak for a compute dtype, falling back to bf16."""

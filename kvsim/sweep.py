@@ -40,15 +40,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import kvsim
-from kvsim.errors import KvsimError
+from kvsim.errors import KvsimError, YamlError
 from kvsim.io import json_safe, save_result
 from kvsim.scenario.loading import apply_overrides, read_yaml, validate
 from kvsim.scenario.schema import Scenario
 from kvsim.workload import resolve_workload_paths
+from kvsim.yaml_safe import load_yaml_file
 
 #: A runner simulates one scenario and returns its summary and files to save (name -> bytes).
 Runner = Callable[[Scenario], tuple[dict[str, Any], dict[str, bytes]]]
@@ -109,11 +109,9 @@ def load_sweep(path: str | Path) -> tuple[SweepSpec, list[Point]]:
     """Read a sweep file and expand it into points (base scenario read once)."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SweepError(f"{path}: cannot read sweep file: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise SweepError(f"{path}: not valid YAML: {exc}") from None
+        raw = load_yaml_file(path, what="sweep file")  # bounded: size, depth, aliases, ...
+    except YamlError as exc:
+        raise SweepError(str(exc)) from None
     try:
         spec = SweepSpec.model_validate(raw if raw is not None else {})
     except ValidationError as err:
@@ -153,6 +151,11 @@ def simulate(scenario: Scenario) -> tuple[dict[str, Any], dict[str, bytes]]:
         folder = save_result(result, Path(tmp) / "result")
         files = {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
     return dict(result.summary), files
+
+
+def summary_only(scenario: Scenario) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """A runner that keeps only the summary (``kvsim.capacity`` needs no tables)."""
+    return dict(kvsim.run(scenario).summary), {}
 
 
 def run_point(point: Point, runner: Runner) -> PointOutcome:
@@ -253,6 +256,26 @@ def _run_ray(
     finally:
         if started:
             ray.shutdown()
+
+
+def run_points(
+    points: list[Point],
+    runner: Runner = simulate,
+    *,
+    jobs: int = 1,
+    executor: Executor = "local",
+    address: str | None = None,
+) -> Iterator[tuple[Point, PointOutcome]]:
+    """Run points in ``jobs`` worker processes (or Ray tasks), yielding each as it finishes.
+
+    The parallel runner behind `run_sweep`, for callers that choose their points as they
+    go (`kvsim.capacity` runs one round of a search at a time). Nothing is written.
+    """
+    if jobs < 1:
+        raise SweepError(f"--jobs must be >= 1, got {jobs}")
+    if executor == "ray":
+        return _run_ray(points, runner, address, jobs)
+    return _run_local(points, runner, min(jobs, max(len(points), 1)))
 
 
 def _flat(value: Any) -> Any:

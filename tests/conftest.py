@@ -40,3 +40,37 @@ def traces_dir() -> Path:
     if not TRACES.is_dir():
         pytest.skip(f"real traces not found at {TRACES} (they live in ../shared beside the repo)")
     return TRACES
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print what the fuzz tests generated (tests/test_fuzz_inputs.py), for CI logs.
+
+    Each fuzz test records ``("fuzz", {...})`` with ``record_property``; user properties
+    travel with the test reports, so this also works under pytest-xdist.
+    """
+    rows, machines = [], []
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) != "call":
+                continue
+            props = getattr(report, "user_properties", ())
+            rows += [value for name, value in props if name == "fuzz"]
+            machines += [value for name, value in props if name == "steps"]
+    if machines:
+        terminalreporter.write_sep("-", "state machines")
+        for m in sorted(machines, key=lambda m: m["machine"]):
+            terminalreporter.write_line(f"{m['steps']:>6} steps of the {m['machine']} state machine")
+        terminalreporter.write_line(f"{sum(m['steps'] for m in machines):>6} state-machine steps in total")
+    if not rows:
+        return
+    terminalreporter.write_sep("-", "fuzzed inputs")
+    for row in sorted(rows, key=lambda r: r["kind"]):
+        terminalreporter.write_line(
+            f"{row['inputs']:>6} {row['kind']}: {row['ok']} ok, {row['errors']} KvsimError; "
+            f"{row['wall_s']:.1f} s, slowest input {row['slowest_s']:.3f} s"
+        )
+    scenarios = sum(r["inputs"] for r in rows if "scenario" in r["kind"])
+    wall = sum(r["wall_s"] for r in rows)
+    terminalreporter.write_line(
+        f"{scenarios:>6} scenario documents in total; all fuzz tests {wall:.1f} s of test time"
+    )

@@ -18,12 +18,37 @@ def test_fresh_pool_hands_out_blocks_in_id_order():
     assert ids(pool.free_queue) == [3, 4, 5]
 
 
-def test_freed_blocks_join_the_tail_in_the_given_order():
+def test_freed_cached_blocks_join_the_tail_in_the_given_order():
     pool = BlockPool(6)
     blocks = pool.get_new_blocks(3)
+    for i, b in enumerate(blocks):
+        pool.cache_block(b, 100 + i)
     pool.free_blocks(reversed(blocks))  # a request frees tail first
     assert ids(pool.free_queue) == [3, 4, 5, 2, 1, 0]
     assert ids(pool.get_new_blocks(5)) == [3, 4, 5, 2, 1]
+
+
+def test_freed_blocks_without_a_hash_go_to_the_head_last_freed_deepest():
+    # vLLM 0.32: blocks holding nothing reusable are reused first (LIFO), in freeing order.
+    pool = BlockPool(6)
+    blocks = pool.get_new_blocks(3)
+    pool.cache_block(blocks[0], 100)  # only the first block is full and cached
+    pool.free_blocks(reversed(blocks))  # frees 2, 1 (no hash) and 0 (cached)
+    assert ids(pool.free_queue) == [2, 1, 3, 4, 5, 0]
+    assert ids(pool.get_new_blocks(2)) == [2, 1]
+    pool.check_invariants()
+
+
+def test_without_caching_every_freed_block_is_reused_first():
+    pool = BlockPool(6, enable_caching=False)
+    blocks = pool.get_new_blocks(3)
+    pool.free_blocks(reversed(blocks))
+    assert ids(pool.free_queue) == [2, 1, 0, 3, 4, 5]
+    lfu = BlockPool(6, enable_caching=False, eviction_policy="lfu")
+    blocks = lfu.get_new_blocks(3)
+    lfu.free_blocks(reversed(blocks))
+    assert ids(lfu.free_queue) == [2, 1, 0, 3, 4, 5]
+    assert ids(lfu.get_new_blocks(4)) == [2, 1, 0, 3]
 
 
 def test_cached_free_block_can_be_hit_and_leaves_the_queue_from_the_middle():
@@ -31,13 +56,13 @@ def test_cached_free_block_can_be_hit_and_leaves_the_queue_from_the_middle():
     b = pool.get_new_blocks(3)
     pool.cache_block(b[1], 111)
     pool.free_blocks(reversed(b))
-    assert ids(pool.free_queue) == [3, 4, 5, 2, 1, 0]
+    assert ids(pool.free_queue) == [2, 0, 3, 4, 5, 1]  # unhashed 2, 0 first; cached 1 last
     assert pool.num_cached_free == 1
     hit = pool.get_cached_block(111)
     assert hit is b[1]
     pool.touch([hit])
     assert hit.ref_cnt == 1
-    assert ids(pool.free_queue) == [3, 4, 5, 2, 0]
+    assert ids(pool.free_queue) == [2, 0, 3, 4, 5]
     assert pool.num_cached_free == 0
     pool.check_invariants()
 

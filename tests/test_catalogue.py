@@ -53,7 +53,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"workload.num_requests": 200},
         {
             "num_finished": 200,
-            "total_kv_blocks": 56336,
+            "total_kv_blocks": 56334,
             "num_preemptions": 0,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.0,
@@ -61,7 +61,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "ttft_p99_s": 0.453951597192812,
             "max_itl_p99_s": 0.03391027379712726,
             "throughput_tokens_per_s": 1068.3436457275427,
-            "kv_usage_peak": 0.18354160749786994,
+            "kv_usage_peak": 0.1835481236908439,
         },
     ),
     (
@@ -69,7 +69,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"workload.num_requests": 300},
         {
             "num_finished": 300,
-            "total_kv_blocks": 28168,
+            "total_kv_blocks": 28167,
             "num_preemptions": 0,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.7875868382620826,
@@ -77,7 +77,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "ttft_p99_s": 0.05920526295277466,
             "max_itl_p99_s": 0.056362047992884357,
             "throughput_tokens_per_s": 200.33509244236396,
-            "kv_usage_peak": 0.03450724226072139,
+            "kv_usage_peak": 0.03450846735541591,
         },
     ),
     (
@@ -85,15 +85,15 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"workload.num_requests": 300},
         {
             "num_finished": 300,
-            "total_kv_blocks": 3792,
+            "total_kv_blocks": 3791,
             "num_preemptions": 0,
             "num_swaps": 0,
-            "prefix_cache_hit_rate": 0.8173713484020881,
-            "ttft_p50_s": 0.010830747399513285,
+            "prefix_cache_hit_rate": 0.8217737509770099,
+            "ttft_p50_s": 0.010798147999040442,
             "ttft_p99_s": 0.04015888799408499,
             "max_itl_p99_s": 0.04211040348814521,
-            "throughput_tokens_per_s": 362.927056995494,
-            "kv_usage_peak": 0.4029535864978903,
+            "throughput_tokens_per_s": 362.9266744173787,
+            "kv_usage_peak": 0.40305987865998416,
         },
     ),
     (
@@ -101,14 +101,14 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"workload.num_requests": 200},
         {
             "num_finished": 200,
-            "total_kv_blocks": 811,
-            "num_preemptions": 102,
+            "total_kv_blocks": 810,
+            "num_preemptions": 105,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.0,
-            "ttft_p50_s": 0.052271923477083426,
-            "ttft_p99_s": 7.010825488687608,
-            "max_itl_p99_s": 1.6353990229686448,
-            "throughput_tokens_per_s": 741.5836332623031,
+            "ttft_p50_s": 0.05247249126691145,
+            "ttft_p99_s": 7.008274479137617,
+            "max_itl_p99_s": 1.633040467707923,
+            "throughput_tokens_per_s": 741.4273306079104,
             "kv_usage_peak": 1.0,
         },
     ),
@@ -117,7 +117,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"workload.num_requests": 2},
         {
             "num_finished": 2,
-            "total_kv_blocks": 28293,
+            "total_kv_blocks": 28292,
             "num_preemptions": 0,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.0,
@@ -125,7 +125,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "ttft_p99_s": 0.006101472573107003,
             "max_itl_p99_s": 0.05088748306866364,
             "throughput_tokens_per_s": 8.9310371529761,
-            "kv_usage_peak": 0.004559431661541724,
+            "kv_usage_peak": 0.00455959281775767,
         },
     ),
     (
@@ -133,7 +133,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"workload.num_requests": 300},
         {
             "num_finished": 300,
-            "total_kv_blocks": 28168,
+            "total_kv_blocks": 28167,
             "num_preemptions": 0,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.9063869609059999,
@@ -141,7 +141,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "ttft_p99_s": 0.044372145766225064,
             "max_itl_p99_s": 0.049855107083530206,
             "throughput_tokens_per_s": 362.92273656777564,
-            "kv_usage_peak": 0.061488213575688726,
+            "kv_usage_peak": 0.06149039656335428,
         },
     ),
     (
@@ -149,7 +149,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"workload.num_requests": 100},
         {
             "num_finished": 100,
-            "total_kv_blocks": 31327,
+            "total_kv_blocks": 31326,
             "num_preemptions": 0,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.0,
@@ -157,7 +157,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "ttft_p99_s": 0.7372018183933896,
             "max_itl_p99_s": 0.42114731530283933,
             "throughput_tokens_per_s": 448.1924117070115,
-            "kv_usage_peak": 0.16723593066683692,
+            "kv_usage_peak": 0.1672412692332248,
         },
     ),
     (
@@ -165,14 +165,14 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"workload.num_requests": 300, "model": "llama-2-7b"},
         {
             "num_finished": 300,
-            "total_kv_blocks": 2785,
+            "total_kv_blocks": 2784,
             "num_preemptions": 65,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.0,
-            "ttft_p50_s": 10.023694144136357,
-            "ttft_p99_s": 29.852926497100267,
-            "max_itl_p99_s": 0.6658081811416566,
-            "throughput_tokens_per_s": 907.1507192773676,
+            "ttft_p50_s": 9.965463515583398,
+            "ttft_p99_s": 29.799724806240402,
+            "max_itl_p99_s": 0.6774059349791344,
+            "throughput_tokens_per_s": 908.072599132563,
             "kv_usage_peak": 1.0,
         },
     ),
@@ -181,7 +181,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"workload.num_requests": 300},
         {
             "num_finished": 300,
-            "total_kv_blocks": 9736,
+            "total_kv_blocks": 9735,
             "num_preemptions": 0,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.0,
@@ -189,7 +189,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "ttft_p99_s": 0.5693097854114882,
             "max_itl_p99_s": 0.41804644882584086,
             "throughput_tokens_per_s": 1423.8665909325046,
-            "kv_usage_peak": 0.6133935907970419,
+            "kv_usage_peak": 0.6134565998972779,
         },
     ),
     (
@@ -197,7 +197,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"workload.num_requests": 300, "model": "falcon-7b"},
         {
             "num_finished": 300,
-            "total_kv_blocks": 172134,
+            "total_kv_blocks": 172133,
             "num_preemptions": 0,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.0,
@@ -205,7 +205,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "ttft_p99_s": 0.35139205857880274,
             "max_itl_p99_s": 0.28612870291008363,
             "throughput_tokens_per_s": 1474.9958803414893,
-            "kv_usage_peak": 0.021535547887111203,
+            "kv_usage_peak": 0.021535672997042985,
         },
     ),
     (
@@ -213,7 +213,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"workload.num_requests": 300, "model": "deepseek-v2-lite"},
         {
             "num_finished": 300,
-            "total_kv_blocks": 11029,
+            "total_kv_blocks": 11028,
             "num_preemptions": 0,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.0,
@@ -221,7 +221,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "ttft_p99_s": 0.0626515929812725,
             "max_itl_p99_s": 0.06247162323145261,
             "throughput_tokens_per_s": 1553.362430856081,
-            "kv_usage_peak": 0.13645842778130385,
+            "kv_usage_peak": 0.1364708015959376,
         },
     ),
     (
@@ -229,14 +229,14 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"workload.num_requests": 150, "replicas.0.engine.kv_cache_dtype": "auto"},
         {
             "num_finished": 150,
-            "total_kv_blocks": 2363,
-            "num_preemptions": 21,
+            "total_kv_blocks": 2362,
+            "num_preemptions": 20,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.0,
-            "ttft_p50_s": 19.061550401186274,
-            "ttft_p99_s": 30.07931675410358,
-            "max_itl_p99_s": 3.392764234860525,
-            "throughput_tokens_per_s": 152.6362566445091,
+            "ttft_p50_s": 19.049688932730334,
+            "ttft_p99_s": 30.06319273323945,
+            "max_itl_p99_s": 3.4317427622757175,
+            "throughput_tokens_per_s": 152.67779730762092,
             "kv_usage_peak": 1.0,
         },
     ),
@@ -245,7 +245,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"workload.num_requests": 150},
         {
             "num_finished": 150,
-            "total_kv_blocks": 4727,
+            "total_kv_blocks": 4726,
             "num_preemptions": 0,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.0,
@@ -253,7 +253,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "ttft_p99_s": 1.4280320176531238,
             "max_itl_p99_s": 1.4055572122128908,
             "throughput_tokens_per_s": 167.52451498569226,
-            "kv_usage_peak": 0.7884493336154009,
+            "kv_usage_peak": 0.7886161658908167,
         },
     ),
     (
@@ -261,7 +261,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"workload.num_requests": 40},
         {
             "num_finished": 40,
-            "total_kv_blocks": 10582,
+            "total_kv_blocks": 10581,
             "num_preemptions": 0,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.0,
@@ -269,7 +269,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "ttft_p99_s": 3.033806414936413,
             "max_itl_p99_s": 0.7993051295835905,
             "throughput_tokens_per_s": 54.73611251831832,
-            "kv_usage_peak": 0.16981666981666982,
+            "kv_usage_peak": 0.16983271902466684,
         },
     ),
     (
@@ -277,14 +277,14 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {},
         {
             "num_finished": 300,
-            "total_kv_blocks": 2048,
+            "total_kv_blocks": 2047,
             "num_preemptions": 19,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.0,
             "ttft_p50_s": 0.02902613723002112,
-            "ttft_p99_s": 0.824463567037314,
-            "max_itl_p99_s": 0.3307721183494901,
-            "throughput_tokens_per_s": 2199.656877871687,
+            "ttft_p99_s": 0.8242328815425523,
+            "max_itl_p99_s": 0.3309967284625256,
+            "throughput_tokens_per_s": 2199.655742427979,
             "kv_usage_peak": 1.0,
         },
     ),
@@ -293,14 +293,14 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"replicas.0.engine.preemption_mode": "swap"},
         {
             "num_finished": 300,
-            "total_kv_blocks": 2048,
-            "num_preemptions": 29,
-            "num_swaps": 29,
+            "total_kv_blocks": 2047,
+            "num_preemptions": 30,
+            "num_swaps": 30,
             "prefix_cache_hit_rate": 0.0,
             "ttft_p50_s": 0.02953573950225774,
-            "ttft_p99_s": 0.3682614184901027,
-            "max_itl_p99_s": 0.32097236782710575,
-            "throughput_tokens_per_s": 2200.1351405173145,
+            "ttft_p99_s": 0.36814468077838286,
+            "max_itl_p99_s": 0.3285985134319618,
+            "throughput_tokens_per_s": 2200.0872564420074,
             "kv_usage_peak": 1.0,
         },
     ),
@@ -309,7 +309,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"workload.num_requests": 200},
         {
             "num_finished": 200,
-            "total_kv_blocks": 28168,
+            "total_kv_blocks": 28167,
             "num_preemptions": 0,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.0,
@@ -317,7 +317,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "ttft_p99_s": 0.533086832819692,
             "max_itl_p99_s": 0.2114069005748611,
             "throughput_tokens_per_s": 1579.1397166887941,
-            "kv_usage_peak": 0.3735444476001136,
+            "kv_usage_peak": 0.3735577093762204,
         },
     ),
     (
@@ -329,7 +329,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         },
         {
             "num_finished": 200,
-            "total_kv_blocks": 28468,
+            "total_kv_blocks": 28467,
             "num_preemptions": 0,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.0,
@@ -337,7 +337,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "ttft_p99_s": 0.5955015590870827,
             "max_itl_p99_s": 0.05963317540888724,
             "throughput_tokens_per_s": 1587.130906695022,
-            "kv_usage_peak": 0.3393283686946747,
+            "kv_usage_peak": 0.339340288755401,
         },
     ),
     (
@@ -345,7 +345,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"workload.max_requests": 300},
         {
             "num_finished": 300,
-            "total_kv_blocks": 517020,
+            "total_kv_blocks": 517016,
             "num_preemptions": 0,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.04160777672728925,
@@ -353,7 +353,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "ttft_p99_s": 5.921009955414061,
             "max_itl_p99_s": 0.6967589975827764,
             "throughput_tokens_per_s": 1008.8832878160114,
-            "kv_usage_peak": 0.10059958995783529,
+            "kv_usage_peak": 0.10060036826713294,
         },
     ),
     (
@@ -361,7 +361,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"workload.max_requests": 300},
         {
             "num_finished": 300,
-            "total_kv_blocks": 517020,
+            "total_kv_blocks": 517016,
             "num_preemptions": 0,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.016946069010800213,
@@ -369,7 +369,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "ttft_p99_s": 3.4026632017522718,
             "max_itl_p99_s": 0.430081890609639,
             "throughput_tokens_per_s": 643.6905955466943,
-            "kv_usage_peak": 0.07362964682217323,
+            "kv_usage_peak": 0.07363021647299116,
         },
     ),
     (
@@ -377,7 +377,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"workload.max_requests": 500},
         {
             "num_finished": 500,
-            "total_kv_blocks": 65007,
+            "total_kv_blocks": 65006,
             "num_preemptions": 0,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.0,
@@ -385,7 +385,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "ttft_p99_s": 0.10123704896570032,
             "max_itl_p99_s": 0.10509825180976407,
             "throughput_tokens_per_s": 1007.96546647464,
-            "kv_usage_peak": 0.02405894749796176,
+            "kv_usage_peak": 0.024059317601452173,
         },
     ),
     (
@@ -393,7 +393,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"workload.max_requests": 500},
         {
             "num_finished": 500,
-            "total_kv_blocks": 65007,
+            "total_kv_blocks": 65006,
             "num_preemptions": 0,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.0,
@@ -401,7 +401,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "ttft_p99_s": 0.9497858938873639,
             "max_itl_p99_s": 0.2000716297889184,
             "throughput_tokens_per_s": 51.460821110339026,
-            "kv_usage_peak": 0.09832787238297414,
+            "kv_usage_peak": 0.09832938497984801,
         },
     ),
 ]
@@ -421,7 +421,7 @@ GOLDEN += [
         {"workload.num_requests": 200},
         {
             "num_finished": 200,
-            "total_kv_blocks": 260028,
+            "total_kv_blocks": 260024,
             "num_preemptions": 0,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.0,
@@ -429,7 +429,7 @@ GOLDEN += [
             "ttft_p99_s": 0.29300276020097715,
             "max_itl_p99_s": 0.022783517779785628,
             "throughput_tokens_per_s": 2021.9837644180166,
-            "kv_usage_peak": 0.05908594459058255,
+            "kv_usage_peak": 0.05908685352121343,
         },
     ),
     (
@@ -437,7 +437,7 @@ GOLDEN += [
         AUTOSCALING_REDUCED,
         {
             "num_finished": 4000,
-            "total_kv_blocks": 112672,
+            "total_kv_blocks": 112668,
             "num_preemptions": 0,
             "num_swaps": 0,
             "prefix_cache_hit_rate": 0.0,
@@ -445,7 +445,7 @@ GOLDEN += [
             "ttft_p99_s": 0.7318037341685479,
             "max_itl_p99_s": 0.20982579628110898,
             "throughput_tokens_per_s": 9088.205595209252,
-            "kv_usage_peak": 0.6650809429139449,
+            "kv_usage_peak": 0.6651045549756808,
         },
     ),
 ]
@@ -538,7 +538,10 @@ def test_fp8_doubles_kv_blocks_and_removes_preemption() -> None:
         "kv_cache_fp8.yaml", {"workload.num_requests": 150, "replicas.0.engine.kv_cache_dtype": "auto"}
     )
     fp8 = golden("kv_cache_fp8.yaml", {"workload.num_requests": 150})
-    assert fp8["total_kv_blocks"] in (2 * auto["total_kv_blocks"], 2 * auto["total_kv_blocks"] + 1)
+    # Half the bytes per block: twice the blocks in the same memory (each pool also holds
+    # vLLM's null block, which total_kv_blocks leaves out).
+    fp8_pool, auto_pool = fp8["total_kv_blocks"] + 1, auto["total_kv_blocks"] + 1
+    assert fp8_pool in (2 * auto_pool, 2 * auto_pool + 1)
     assert auto["num_preemptions"] > 0 == fp8["num_preemptions"]
     assert fp8["ttft_p99_s"] < auto["ttft_p99_s"] / 10
 
@@ -612,8 +615,8 @@ def test_chat_sessions_hit_rate_matches_the_cache_only_replay() -> None:
 
 def test_kv_memory_waste_reproduces_the_vllm_paper_figure_2() -> None:
     # Share of the KV pool holding token states under load (Kwon et al., SOSP 2023, Fig. 2):
-    # Orca Max 20.4%, Pow2 26.8%, Oracle 38.2%, vLLM 96.3%. kvsim's first-fit reservation
-    # fragments more than the paper's allocator, so Oracle comes out lower (docs in the file).
+    # Orca Max 20.4%, Pow2 26.8%, Oracle 38.2%, vLLM 96.3%; the Orca baselines place their
+    # reservations with a buddy allocator (the paper's section 6.1), as kvsim does.
     got = {
         mode: kvsim.run(
             SCENARIOS / "kv_memory_waste.yaml",
@@ -623,8 +626,9 @@ def test_kv_memory_waste_reproduces_the_vllm_paper_figure_2() -> None:
     }
     assert got["paged"] == pytest.approx(0.963, abs=0.015)
     assert got["reserve_max"] == pytest.approx(0.204, abs=0.03)
-    assert got["reserve_pow2"] == pytest.approx(0.268, abs=0.045)
-    assert got["reserve_max"] < got["reserve_pow2"] < got["reserve_oracle"] < 0.40
+    assert got["reserve_pow2"] == pytest.approx(0.268, abs=0.03)
+    assert got["reserve_oracle"] == pytest.approx(0.382, abs=0.03)
+    assert got["reserve_max"] < got["reserve_pow2"] < got["reserve_oracle"]
 
 
 def test_cpu_offload_tier_serves_history_the_gpu_cache_lost() -> None:

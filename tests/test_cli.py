@@ -82,7 +82,9 @@ def fake_engine(monkeypatch: pytest.MonkeyPatch) -> list[tuple[kvsim.Scenario, A
     """Replace `kvsim.run` by `fake_run`; the list records (scenario, progress) per call."""
     calls: list[tuple[kvsim.Scenario, Any]] = []
 
-    def run(scenario: kvsim.Scenario, *, base_dir: Path | None = None, progress: Any = None) -> Result:
+    def run(
+        scenario: kvsim.Scenario, *, base_dir: Path | None = None, progress: Any = None, force: bool = False
+    ) -> Result:
         calls.append((scenario, progress))
         return fake_run(scenario, progress=progress)
 
@@ -107,13 +109,15 @@ def write_scenario(path: Path, **fields: Any) -> Path:
 def test_validate_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_scenario(tmp_path / "a.yaml", model="llama-3-8b")
     assert main(["validate", str(path)]) == 0
-    assert capsys.readouterr().out == f"{path}: ok (1 replica, model llama-3-8b, workload synthetic)\n"
+    assert capsys.readouterr().out.startswith(
+        f"{path}: ok (1 replica, model llama-3-8b, workload synthetic; "
+    )
 
 
 def test_validate_counts_replicas_after_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_scenario(tmp_path / "a.yaml")
     assert main(["validate", str(path), "--set", "replicas.0.count=3"]) == 0
-    assert "(3 replicas, model llama-3-8b, workload synthetic)" in capsys.readouterr().out
+    assert "(3 replicas, model llama-3-8b, workload synthetic; estimated " in capsys.readouterr().out
 
 
 def test_validate_error_names_file_field_and_rule(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

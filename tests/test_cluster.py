@@ -333,10 +333,11 @@ def test_a_fabric_limit_slows_every_transfer_between_replicas():
 
 
 def test_nvme_and_dram_hits_are_counted_per_tier_and_priced_on_their_links():
-    # The 64-token prefix of request 0 (4 blocks) is pushed out of a 10-block GPU pool by a
-    # filler, into a 1-block DRAM tier that pushes older blocks down to NVMe. Request 2 loads
-    # the prefix from both tiers: PCIe (64 GB/s) for DRAM, 1 GB/s + 1 ms for NVMe.
-    engine = {"num_gpu_blocks_override": 10, "max_num_seqs": 1}
+    # The 64-token prefix of request 0 (4 blocks) is pushed out of a 10-block GPU pool (11
+    # blocks less vLLM's null block) by a filler, into a 1-block DRAM tier that pushes older
+    # blocks down to NVMe. Request 2 loads the prefix from both tiers: PCIe (64 GB/s) for
+    # DRAM, 1 GB/s + 1 ms for NVMe.
+    engine = {"num_gpu_blocks_override": 11, "max_num_seqs": 1}
     scenario = constant(0.01, **engine)
     scenario["replicas"][0]["offload"] = {
         "dram": {"capacity_gib": BLOCK_BYTES / 2**30},
@@ -360,7 +361,8 @@ def test_nvme_and_dram_hits_are_counted_per_tier_and_priced_on_their_links():
 
 
 def _pool_cluster(write_policy: str) -> dict:
-    scenario = constant(0.01, count=2, num_gpu_blocks_override=10, max_num_seqs=1)
+    # 10 usable blocks per replica (11 less the null block): a 160-token filler fills one.
+    scenario = constant(0.01, count=2, num_gpu_blocks_override=11, max_num_seqs=1)
     scenario["router"] = {"kind": "round_robin"}
     scenario["shared_kv_pool"] = {
         "capacity_gib": 1.0,

@@ -118,6 +118,12 @@ FF_CASES = {
     "two-replicas": ["replicas.0.count=2", "router.kind=least_loaded"],
     "tp2-no-cache": ["replicas.0.tp=2", "replicas.0.engine.enable_prefix_caching=false"],
     "cpu-offload": ["replicas.0.engine.num_gpu_blocks_override=500", "replicas.0.engine.cpu_offload_gib=2"],
+    # Contiguous reservations: a decode run must not allocate blocks a request already holds.
+    "orca-pow2": [
+        "replicas.0.engine.num_gpu_blocks_override=1500",
+        "replicas.0.engine.kv_allocation=reserve_pow2",
+        "replicas.0.engine.enable_prefix_caching=false",
+    ],
 }
 
 
@@ -170,12 +176,16 @@ def test_time_limit_leaves_requests_unfinished_and_reported():
 
 
 def test_rejected_requests_are_logged_and_not_lost():
+    # As in vLLM, a prompt of max_model_len tokens or more is refused; a longer requested
+    # output is cut at max_model_len (request 1: 60 + 10 > 64, it stops after 4 tokens).
     res = kvsim.run(
-        constant_scenario(0.01, max_model_len=64), requests=[spec(0, 60, output=10), spec(1, 10, output=2)]
+        constant_scenario(0.01, max_model_len=64),
+        requests=[spec(0, 64, output=1), spec(1, 60, output=10), spec(2, 10, output=2)],
     )
-    assert list(res.requests.finished) == [False, True]
+    assert list(res.requests.finished) == [False, True, True]
+    assert list(res.requests.output_tokens) == [0, 4, 2]
     assert list(res.events.kind) == ["reject"]
-    assert list(res.requests.reject_reason) == ["max_model_len", ""]
+    assert list(res.requests.reject_reason) == ["max_model_len", "", ""]
     assert res.summary["num_unfinished"] == 0
     assert res.summary["num_rejected"] == res.summary["num_rejected_max_model_len"] == 1
 
@@ -294,7 +304,7 @@ def test_host_tier_loads_cost_pcie_time():
     # 64-token prefix (4 blocks); a filler evicts it to the offload tier; request 2 loads the
     # 4 blocks back: its prefill iteration takes 10 ms + 4 blocks x 2 MiB / 64 GB/s.
     block_bytes = 16 * 2 * 32 * 8 * 128 * 2  # Llama-3-8B bf16: 128 KiB per token, 16 tokens
-    engine = {"num_gpu_blocks_override": 10, "cpu_offload_gib": 1, "max_num_seqs": 1}
+    engine = {"num_gpu_blocks_override": 11, "cpu_offload_gib": 1, "max_num_seqs": 1}  # 10 + the null block
     reqs = [
         spec(0, [(1, 64), (2, 1)], output=1, arrival=0.0),
         spec(1, 159, output=1, arrival=0.1),  # 160 tokens: all 10 blocks

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.request_state import Request, Status
@@ -14,6 +20,8 @@ from kvsim.request import RequestSpec, Segment
 from kvsim.scenario.schema import EngineConfig
 
 NUM_BLOCKS = 12
+#: Rule steps each machine ran (invariants are checked after every one), for the CI log.
+STEPS = {"block pool": 0, "scheduler": 0}
 
 
 class BlockPoolMachine(RuleBasedStateMachine):
@@ -60,6 +68,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
 
     @invariant()
     def conserved(self) -> None:
+        STEPS["block pool"] += 1
         pool = self.pool
         refs = {}
         for blocks in self.owned:
@@ -70,8 +79,12 @@ class BlockPoolMachine(RuleBasedStateMachine):
         pool.check_invariants()
 
 
-TestBlockPool = BlockPoolMachine.TestCase
-TestBlockPool.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+def test_block_pool_machine(record_property) -> None:
+    before = STEPS["block pool"]
+    run_state_machine_as_test(
+        BlockPoolMachine, settings=settings(max_examples=150, stateful_step_count=50, deadline=None)
+    )
+    record_property("steps", {"machine": "block pool", "steps": STEPS["block pool"] - before})
 
 
 class SchedulerMachine(RuleBasedStateMachine):
@@ -187,6 +200,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         s = self.sched
         if s is None:
             return
+        STEPS["scheduler"] += 1
         waiting = [r for r in self.reqs.values() if r.status is Status.WAITING]
         assert sorted(r.request_id for r in s.running) == sorted(
             r.request_id for r in self.reqs.values() if r.status is Status.RUNNING
@@ -210,7 +224,15 @@ class SchedulerMachine(RuleBasedStateMachine):
         s.pool.check_invariants()
 
 
-TestScheduler = SchedulerMachine.TestCase
-TestScheduler.settings = settings(
-    max_examples=80, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+def test_scheduler_machine(record_property) -> None:
+    before = STEPS["scheduler"]
+    run_state_machine_as_test(
+        SchedulerMachine,
+        settings=settings(
+            max_examples=300,
+            stateful_step_count=60,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
+    record_property("steps", {"machine": "scheduler", "steps": STEPS["scheduler"] - before})

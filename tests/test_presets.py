@@ -158,7 +158,7 @@ def test_no_room_for_one_block_names_gpu_memory_utilization() -> None:
     }
     problems = _problems(data)
     assert [p for p, _ in problems] == ["replicas.0.engine.gpu_memory_utilization"]
-    assert "no room for one KV block (8,388,608 bytes)" in problems[0][1]
+    assert "no room for one KV block besides vLLM's null block (8,388,608 bytes each)" in problems[0][1]
     assert "14.40 GiB budget - 12.55 GiB weights - 2.00 GiB activation reserve" in problems[0][1]
     # A fixed block count skips the memory check, as vLLM's num_gpu_blocks_override does.
     data["replicas"][0]["engine"]["num_gpu_blocks_override"] = 64

@@ -116,3 +116,19 @@ def test_disaggregation_limits_are_named():
     reserve = {"engine": {"kv_allocation": "reserve_oracle", "enable_prefix_caching": False}}
     ((path, rule),) = problems({"replicas": [pd_[0] | reserve, pd_[1]]})
     assert "paged KV only" in rule
+
+
+def test_inline_spec_errors_name_the_field_not_pydantic_union_members():
+    model = {
+        "name": "x", "num_layers": 0, "hidden_size": 8, "num_attention_heads": 1, "num_kv_heads": 1,
+        "head_dim": 8, "intermediate_size": 8, "vocab_size": 8, "num_params": 10, "max_model_len": 10,
+    }  # fmt: skip
+    assert problems({"model": model}) == [("model.num_layers", "Input should be greater than 0")]
+
+
+def test_override_values_go_through_the_bounded_loader():
+    deep = "[" * 3000 + "]" * 3000
+    ((path, rule),) = problems(None, [f"seed={deep}"])
+    assert path == "seed" and "value is not valid YAML" in rule and "deep" in rule
+    ((path, rule),) = problems(None, ["seed=&a [*a]"])
+    assert path == "seed" and "value is not valid YAML" in rule

@@ -192,8 +192,13 @@ def test_requests_that_can_never_fit_are_rejected():
     s = make(num_blocks=4)
     assert not add(s, Request(spec(0, 16, output=1)))  # 17 tokens need 5 blocks
     s2 = Scheduler(EngineConfig(block_size=4), BlockPool(100), max_model_len=10)
-    assert not add(s2, Request(spec(1, 8, output=3)))
+    assert not add(s2, Request(spec(1, 10, output=3)))  # prompt >= max_model_len (vLLM refuses it)
     assert events(s2)[0].kind == "reject"
+    capped = Request(spec(2, 8, output=3))  # 8 + 3 > 10: accepted, cut at max_model_len
+    assert add(s2, capped)
+    step(s2, 0)
+    step(s2, 1)
+    assert capped.status is Status.FINISHED and capped.num_output_tokens == 2 and capped.num_tokens == 10
 
 
 def test_sliding_window_frees_blocks_out_of_the_window():

@@ -34,6 +34,7 @@ from kvsim.cost.profile import Profile, load_profile, model_shape, shipped_profi
 from kvsim.errors import KvsimError, ProfileError
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, unknown_name_message
 from kvsim.specs import GpuSpec, ModelSpec
+from kvsim.yaml_safe import load_yaml_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -102,10 +103,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def _load_spec(text: str, presets: dict[str, Any], cls: type, what: str) -> Any:
     path = Path(text)
     if path.suffix in (".yaml", ".yml", ".json") and path.is_file():
+        data = load_yaml_file(path, what=cls.__name__)  # bounded; a YamlError names the line
+        if not isinstance(data, dict):
+            raise KvsimError(f"{path}: not a valid {cls.__name__}: expected a mapping")
         try:
-            return cls(**yaml.safe_load(path.read_text()))
-        except (OSError, yaml.YAMLError, TypeError, ValueError) as exc:
-            raise KvsimError(f"{path}: not a valid {cls.__name__}: {exc}") from exc
+            return cls(**data)
+        except (TypeError, ValueError) as exc:
+            raise KvsimError(f"{path}: not a valid {cls.__name__}: {exc}") from None
     if text.strip().lower() in presets:
         return presets[text.strip().lower()]
     message = unknown_name_message(what, text, presets)

@@ -25,7 +25,9 @@ from typing import Any, TextIO
 
 import kvsim
 from kvsim.errors import KvsimError, ScenarioError
-from kvsim.io import RESULT_FILES, json_safe, save_result, summary_to_json
+from kvsim.estimate import check_work, estimate_work
+from kvsim.io import RESULT_FILES, check_out_dir, clean_stale, json_safe, save_result, summary_to_json
+from kvsim.plan import resolve_plan
 from kvsim.report import format_summary
 from kvsim.scenario.loading import DEFAULT_SCENARIO, load_scenario, scenario_json_schema
 
@@ -131,6 +133,9 @@ def _run_one(
     except ScenarioError as exc:
         print(f"kvsim: error: {exc}", file=sys.stderr)
         return 2, None
+    except KvsimError as exc:  # e.g. a cost profile that cannot be read
+        print(f"kvsim: error: {label}: {exc}", file=sys.stderr)
+        return 2, None
 
     bar = None
     if not (args.quiet or args.no_progress) and sys.stderr.isatty():
@@ -138,7 +143,10 @@ def _run_one(
     try:
         # Relative paths inside a scenario file (traces) resolve against the file's folder.
         base_dir = Path(source).resolve().parent if source is not None else None
-        result = kvsim.run(scenario, base_dir=base_dir, progress=bar)
+        result = kvsim.run(scenario, base_dir=base_dir, progress=bar, force=args.force)
+    except ScenarioError as exc:  # refused by the work estimate: name the file, not the object
+        print(f"kvsim: error: {ScenarioError(label, exc.problems)}", file=sys.stderr)
+        return 2, None
     except KvsimError as exc:
         print(f"kvsim: error: {label}: {exc}", file=sys.stderr)
         return 2, None
@@ -164,9 +172,22 @@ def _run_one(
     return 0, result.summary
 
 
+def _prepare_out_dirs(out_dirs: Sequence[Path | None], quiet: bool) -> None:
+    """Before anything runs: clean what killed runs left beside each folder (with a note),
+    then refuse a folder that may not receive a result (`ResultDirError`, exit 2)."""
+    for out_dir in out_dirs:
+        if out_dir is None:
+            continue
+        for note in clean_stale(out_dir):
+            if not quiet:
+                print(f"kvsim: note: {note}", file=sys.stderr)
+        check_out_dir(out_dir)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     sources: list[str | None] = list(args.scenarios) or [None]
     out_dirs = _output_dirs(sources, args.out)
+    _prepare_out_dirs(out_dirs, args.quiet)
     several = len(sources) > 1
     summaries: dict[str, dict[str, Any] | None] = {}
     exit_code = 0
@@ -192,14 +213,30 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     exit_code = 0
-    for path in args.files:
+    for path in args.files:  # every file is checked, whatever happened to the ones before
         try:
             scenario = load_scenario(path, args.overrides)
         except ScenarioError as exc:
             print(f"kvsim: error: {exc}", file=sys.stderr)
-            exit_code = 2
+            exit_code = max(exit_code, 2)
             continue
-        print(f"{path}: ok ({_describe(scenario)})")
+        except KvsimError as exc:
+            print(f"kvsim: error: {path}: {exc}", file=sys.stderr)
+            exit_code = max(exit_code, 2)
+            continue
+        except Exception as exc:  # a bug in kvsim: report it and check the other files
+            print(f"kvsim: error: {path}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            exit_code = max(exit_code, 1)
+            continue
+        plan = resolve_plan(scenario)
+        estimate = estimate_work(plan, base_dir=Path(path).resolve().parent)
+        try:
+            check_work(estimate, plan, path)
+        except ScenarioError as exc:
+            print(f"kvsim: error: {exc}", file=sys.stderr)
+            exit_code = max(exit_code, 2)
+            continue
+        print(f"{path}: ok ({_describe(scenario)}; estimated {estimate.describe()})")
     return exit_code
 
 
@@ -244,6 +281,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="Print the summary as JSON instead of the table (several files: an object keyed by file).",
     )
     run.add_argument("--no-progress", action="store_true", help="Never draw the progress bar.")
+    run.add_argument(
+        "--force",
+        action="store_true",
+        help="Run even if the work estimate exceeds sim.max_requests or sim.max_memory_gib.",
+    )
     run.set_defaults(func=cmd_run)
 
     validate = sub.add_parser(

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from kvsim.cache_curve import cache_curve, parse_capacities
 from kvsim.errors import KvsimError, TraceError
+from kvsim.limits import MAX_TRACE_LINE_CHARS
 from kvsim.request import RequestSpec
 from kvsim.workload.config import TraceFormat, TraceWorkload
 from kvsim.workload.traces import TraceReport, replay_trace
@@ -34,10 +35,10 @@ def guess_format(path: Path) -> str:
         return "mooncake"
     if suffix == ".csv":
         try:
-            with path.open(encoding="utf-8") as fh:
-                header = fh.readline()
-        except OSError as exc:
-            raise TraceError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
+            with path.open("rb") as fh:  # the first line only, capped (the file may be /dev/zero)
+                header = fh.readline(MAX_TRACE_LINE_CHARS + 1).decode("utf-8", errors="replace")
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+            raise TraceError(f"{path}: cannot read trace: {getattr(exc, 'strerror', None) or exc}") from None
         if "ContextTokens" in header:
             return "azure"
         if "Request tokens" in header:
@@ -52,6 +53,8 @@ def _load(args: argparse.Namespace) -> tuple[list[RequestSpec], TraceReport]:
         columns = json.loads(args.columns) if args.columns else {}
     except json.JSONDecodeError as exc:
         raise UsageError(f"--columns must be a JSON object: {exc.msg}") from None
+    except (ValueError, RecursionError):  # 4,300-digit integers, deep nesting
+        raise UsageError("--columns must be a JSON object of column names") from None
     try:
         cfg = TraceWorkload.model_validate(
             {"path": str(path), "format": fmt, "columns": columns, "max_requests": args.max_requests}

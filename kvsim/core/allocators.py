@@ -6,9 +6,11 @@
     reserve_oracle   ... for exactly prompt + output
 
 The ``reserve_*`` allocators are the Orca-style baselines of the vLLM paper (Kwon et al.,
-SOSP 2023, section 6.1): memory sits reserved and unfilled, and a long enough run may not
-exist although enough blocks are free (external fragmentation). Once admitted, a request
-never allocates again.
+SOSP 2023, section 6.1), which places each reservation with the buddy allocation algorithm:
+the run is rounded up to a power of two of blocks and aligned to its size. Memory sits
+reserved and unfilled (internal fragmentation), and a long enough run may not exist
+although enough blocks are free (external fragmentation). Once admitted, a request never
+allocates again.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class PagedAllocator:
 
 
 class ContiguousAllocator:
-    """One run of consecutive block ids per request, taken first fit at admission."""
+    """One run of consecutive block ids per request, placed by a buddy allocator at admission."""
 
     paged = False
 
@@ -58,29 +60,37 @@ class ContiguousAllocator:
         self._tokens = tokens
 
     def reserved_tokens(self, req: Request) -> int:
-        return self._tokens(req)
+        num_blocks = -(-self._tokens(req) // self.block_size)
+        return (1 << (num_blocks - 1).bit_length()) * self.block_size
 
     def reserve(self, req: Request) -> bool:
-        run = self.pool.get_contiguous_blocks(-(-self._tokens(req) // self.block_size))
+        num_blocks = -(-self._tokens(req) // self.block_size)
+        buddy = 1 << (num_blocks - 1).bit_length()  # the power of two the buddy system hands out
+        run = self.pool.get_contiguous_blocks(buddy, align=buddy)
         if run is None:
-            return False  # no free run that long, however much is free
+            return False  # no free aligned run that long, however much is free
         req.blocks = list(run)
         return True
 
 
 def make_allocator(kind: str, pool: BlockPool, block_size: int, max_model_len: int | None) -> KvAllocator:
-    """The allocator an engine's ``kv_allocation`` names."""
+    """The allocator an engine's ``kv_allocation`` names.
+
+    No reservation exceeds ``max_model_len``: a request stops there (vLLM's length cap).
+    """
+    limit = max_model_len if max_model_len is not None else 1 << 62
     if kind == "paged":
         return PagedAllocator()
     if kind == "reserve_max":
         if max_model_len is None:
             raise ValueError('kv_allocation "reserve_max" needs max_model_len')
-        limit = max_model_len
-        return ContiguousAllocator(pool, block_size, lambda r: max(limit, r.total_tokens))
+        return ContiguousAllocator(pool, block_size, lambda r: limit)
     if kind == "reserve_pow2":
         return ContiguousAllocator(
-            pool, block_size, lambda r: r.prompt_tokens + (1 << (r.target_output_tokens - 1).bit_length())
+            pool,
+            block_size,
+            lambda r: min(r.prompt_tokens + (1 << (r.target_output_tokens - 1).bit_length()), limit),
         )
     if kind == "reserve_oracle":
-        return ContiguousAllocator(pool, block_size, lambda r: r.total_tokens)
+        return ContiguousAllocator(pool, block_size, lambda r: min(r.total_tokens, limit))
     raise ValueError(f"unknown kv_allocation {kind!r}")

@@ -10,7 +10,9 @@ data. The queue's order is the eviction order:
                         evicted first                   freed last
 
 A request frees its blocks tail first (vLLM passes them in reverse), so the end of a
-prompt, the least likely part to be shared, is evicted before its shared beginning.
+prompt, the least likely part to be shared, is evicted before its shared beginning. A
+freed block that holds no hash (a partial last block, or any block with caching off) goes
+to the head instead: nothing is lost by reusing it first.
 Other reuse orders are pluggable (`kvsim.core.eviction`).
 
 A cached block whose content no other request can ever ask for (see
@@ -147,19 +149,21 @@ class BlockPool:
         fq.num_free_blocks -= n
         return out
 
-    def get_contiguous_blocks(self, n: int) -> list[KVBlock] | None:
-        """Take the first run of ``n`` free blocks with consecutive ids (first fit), or None.
+    def get_contiguous_blocks(self, n: int, *, align: int = 1) -> list[KVBlock] | None:
+        """Take the lowest run of ``n`` free blocks with consecutive ids starting at a multiple
+        of ``align``, or None.
 
         For contiguous-reservation allocators (Orca-style baselines): free memory can be
-        plentiful yet too scattered for a run of ``n`` (external fragmentation). O(blocks).
+        plentiful yet too scattered for a run of ``n`` (external fragmentation). A buddy
+        allocator asks for a power-of-two ``n`` aligned to itself. O(blocks).
         """
         if n > len(self.free_queue):
             return None
         run_start = 0
         for block in self.blocks:
             if block.ref_cnt:
-                run_start = block.block_id + 1
-            elif block.block_id - run_start + 1 == n:
+                run_start = -(-(block.block_id + 1) // align) * align
+            elif block.block_id >= run_start and block.block_id - run_start + 1 == n:
                 out = self.blocks[run_start : run_start + n]
                 for b in out:
                     self.free_queue.remove(b)
@@ -176,8 +180,8 @@ class BlockPool:
         if h == PRIVATE:
             pass
         elif self.cached.get(h) is block:
-            if dupes:
-                self.cached[h] = dupes.pop()
+            if dupes:  # the earliest duplicate takes over, as in vLLM's hash-to-block map
+                self.cached[h] = dupes.pop(0)
                 if not dupes:
                     del self._dupes[h]
             else:
@@ -207,35 +211,58 @@ class BlockPool:
             block.num_hits += 1
 
     def free_blocks(self, ordered_blocks: Iterable[KVBlock]) -> None:
-        """Drop one reference on each block; blocks reaching 0 join the queue in this order."""
+        """Drop one reference on each block; return those reaching 0 to the free queue.
+
+        A block that holds a cached prefix joins the tail, in the given order (evicted last);
+        one that holds nothing reusable (no hash, or caching off) goes to the head, the first
+        of them first: reusing it loses nothing (vLLM 0.32 `BlockPool.free_blocks`, LIFO for
+        uncached blocks).
+        """
         fq = self.free_queue
+        caching = self.enable_caching
+        first: list[KVBlock] = []
         if type(fq) is not LruFreeQueue:
             for block in ordered_blocks:
                 block.ref_cnt -= 1
                 assert block.ref_cnt >= 0, f"block {block.block_id} freed more often than taken"
                 if block.ref_cnt == 0:
-                    fq.append(block)
-                    if block.block_hash is not None:
+                    if caching and block.block_hash is not None:
+                        fq.append(block)
                         self.num_cached_free += 1
+                    else:
+                        first.append(block)
+            for block in reversed(first):
+                fq.appendleft(block)
             return
-        # Hot path: splice freed blocks onto the tail of the LRU list.
+        # Hot path: splice cached blocks onto the tail of the LRU list, the rest at its head.
         tail = fq.tail
         last = tail.prev
         assert last is not None
-        n_freed = n_cached = 0
+        n_cached = 0
         for block in ordered_blocks:
             block.ref_cnt -= 1
             assert block.ref_cnt >= 0, f"block {block.block_id} freed more often than taken"
             if block.ref_cnt == 0:
-                last.next = block
-                block.prev = last
-                last = block
-                n_freed += 1
-                if block.block_hash is not None:
+                if caching and block.block_hash is not None:
+                    last.next = block
+                    block.prev = last
+                    last = block
                     n_cached += 1
+                else:
+                    first.append(block)
         last.next = tail
         tail.prev = last
-        fq.num_free_blocks += n_freed
+        if first:
+            prev = fq.head
+            after = prev.next
+            assert after is not None
+            for block in first:
+                prev.next = block
+                block.prev = prev
+                prev = block
+            prev.next = after
+            after.prev = prev
+        fq.num_free_blocks += n_cached + len(first)
         self.num_cached_free += n_cached
 
     def cache_block(self, block: KVBlock, block_hash: int) -> None:

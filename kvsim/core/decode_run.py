@@ -22,7 +22,7 @@ import numpy as np
 
 from kvsim.core.outcome import SchedulerOutput, StepOutcome
 from kvsim.core.request_state import Request
-from kvsim.core.scheduler import Scheduler
+from kvsim.core.scheduler import _NO_LIMIT, Scheduler
 
 
 @dataclass(slots=True)
@@ -80,6 +80,7 @@ class DecodeRun:
         t_last = float(ends[num_steps - 1])
         rest_max = float(durations[1:num_steps].max()) if num_steps > 1 else -1.0
         t_first = float(ends[0])
+        limit = sched.max_model_len or _NO_LIMIT
         outcome = StepOutcome()
         sched.num_tokens_stored += len(self.reqs) * num_steps
         for req in self.reqs:
@@ -96,7 +97,7 @@ class DecodeRun:
             req.num_output_tokens += num_steps
             req.num_tokens += num_steps
             req.last_token_s = t_last
-            if req.num_output_tokens == req.target_output_tokens:
+            if req.num_output_tokens == req.target_output_tokens or req.num_tokens >= limit:
                 sched.finish(req, t_last)
                 outcome.finished.append(req)
         if outcome:
@@ -109,15 +110,21 @@ def plan_decode_run(sched: Scheduler, out: SchedulerOutput, max_steps: int) -> D
     if not out.all_running_decode or not sched.kv.supports_decode_fast_path or max_steps < 2:
         return None
     reqs = sched.running
-    k = min(min(r.target_output_tokens - r.num_output_tokens for r in reqs), max_steps)
+    # Steps each request has left: its remaining output, or up to max_model_len (vLLM's cap).
+    limit = sched.max_model_len or _NO_LIMIT
+    k = min(
+        min(min(r.target_output_tokens - r.num_output_tokens, limit - r.num_tokens) for r in reqs), max_steps
+    )
     if k < 2:
         return None
     bs = sched.kv.block_size
-    # Blocks needed at step j >= 1: request with c computed tokens before step 0 needs a
-    # new block at step j when c + j is a multiple of the block size.
+    # Blocks needed at step j >= 1: a request with c computed tokens before step 0 and room
+    # for `capacity` tokens (step 0's slot included) needs a new block at step j when c + j
+    # reaches the room it has: at capacity - c, then every block_size steps. Paged, that is
+    # when c + j is a multiple of the block size; a contiguous reservation may never need one.
     events: list[tuple[int, int]] = []
     for idx, r in enumerate(reqs):
-        j = bs - r.num_computed_tokens % bs
+        j = len(r.blocks) * bs - r.num_computed_tokens
         while j < k:
             events.append((j, idx))
             j += bs

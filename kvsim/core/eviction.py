@@ -7,9 +7,11 @@ first (and so which cached prefix is evicted first):
          prefix hit pulls a block out of the middle in O(1)  (vLLM: FreeKVCacheBlockQueue)
     lfu  the free block hit least often first, ties by time freed (a heap)
 
-A policy is a class built from the pool's blocks with `append`, `popleft`, `remove`,
-`__len__` and `__iter__` (head first); adding one is one class registered in
-`kvsim.registry.EVICTION_POLICIES`, and the scenario's ``engine.eviction_policy`` names it. The block pool's hot paths special-case
+A policy is a class built from the pool's blocks with `append` (a freed cached block),
+`appendleft` (a freed block holding nothing reusable: it is reused first, as vLLM 0.32
+prepends blocks without a hash), `popleft`, `remove`, `__len__` and `__iter__` (head
+first); adding one is one class registered in `kvsim.registry.EVICTION_POLICIES`, and the
+scenario's ``engine.eviction_policy`` names it. The block pool's hot paths special-case
 `LruFreeQueue` (unlinking runs of blocks at once); every other policy goes through these
 five methods.
 """
@@ -30,7 +32,11 @@ class FreeQueue(Protocol):
     def __len__(self) -> int: ...
 
     def append(self, block: KVBlock) -> None:
-        """A block whose last reference was dropped."""
+        """A cached block whose last reference was dropped (reused after those before it)."""
+        ...
+
+    def appendleft(self, block: KVBlock) -> None:
+        """A freed block that holds nothing reusable (no hash): reuse it before any other."""
         ...
 
     def popleft(self) -> KVBlock:
@@ -74,6 +80,15 @@ class LruFreeQueue:
         self.tail.prev = block
         self.num_free_blocks += 1
 
+    def appendleft(self, block: KVBlock) -> None:
+        first = self.head.next
+        assert first is not None
+        block.prev = self.head
+        block.next = first
+        first.prev = block
+        self.head.next = block
+        self.num_free_blocks += 1
+
     def popleft(self) -> KVBlock:
         block = self.head.next
         if block is self.tail or block is None:
@@ -105,7 +120,9 @@ class LruFreeQueue:
 class LfuFreeQueue:
     """Free blocks ordered by (num_hits, time freed): the least used block is reused first.
 
-    A heap with lazy deletion: removing a block from the middle only marks its entry stale.
+    Blocks holding nothing reusable (`appendleft`) come before all of them, the most recently
+    freed first. A heap with lazy deletion: removing a block from the middle only marks its
+    entry stale.
     """
 
     __slots__ = ("_entry", "_heap", "_tick")
@@ -124,6 +141,11 @@ class LfuFreeQueue:
         self._tick += 1
         self._entry[block.block_id] = self._tick
         heapq.heappush(self._heap, (block.num_hits, self._tick, block))
+
+    def appendleft(self, block: KVBlock) -> None:
+        self._tick += 1
+        self._entry[block.block_id] = -self._tick  # keyed (-1, -tick): before all, latest first
+        heapq.heappush(self._heap, (-1, -self._tick, block))
 
     def popleft(self) -> KVBlock:
         while self._heap:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
+from collections.abc import Iterator
 from typing import Protocol
 
 from kvsim.core.request_state import Request
@@ -48,6 +49,10 @@ class RequestQueue(Protocol):
         """Index in ``running`` (non-empty) of the request to preempt."""
         ...
 
+    def __iter__(self) -> Iterator[Request]:
+        """The waiting requests in admission order (for inspection, not the hot path)."""
+        ...
+
 
 @SCHEDULING_POLICIES.register("fcfs")
 class FcfsQueue:
@@ -75,6 +80,9 @@ class FcfsQueue:
 
     def victim_index(self, running: list[Request]) -> int:
         return len(running) - 1
+
+    def __iter__(self) -> Iterator[Request]:
+        return iter(self._fifo)
 
 
 @SCHEDULING_POLICIES.register("priority")
@@ -105,3 +113,6 @@ class PriorityQueue:
     def victim_index(self, running: list[Request]) -> int:
         worst = max(running, key=lambda r: (r.priority, r.arrival_s))
         return running.index(worst)
+
+    def __iter__(self) -> Iterator[Request]:
+        return iter(entry[3] for entry in sorted(self._heap, key=lambda e: e[:3]))

@@ -21,9 +21,11 @@ once by `kvsim.core.decode_run`.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvsim.core.allocators import make_allocator
+from kvsim.core.block import KVBlock
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.kv_manager import make_kv_manager
 from kvsim.core.outcome import CacheStats, EventKind, KvEvent, SchedulerOutput, StepOutcome
@@ -34,12 +36,16 @@ from kvsim.kv.swap import SwapSpace
 from kvsim.registry import SCHEDULING_POLICIES
 from kvsim.scenario.schema import EngineConfig
 
+#: ``max_model_len`` of a scheduler without one.
+_NO_LIMIT = 1 << 62
+
 
 @dataclass(slots=True)
 class _Step:
     """What `schedule` accumulates while it decides one iteration."""
 
     budget: int
+    long_prefill_threshold: int = 0  # this step's cap on one request's prefill chunk (0: none)
     scheduled: dict[Request, int] = field(default_factory=dict)
     events: list[KvEvent] = field(default_factory=list)
     num_preempted: int = 0
@@ -95,15 +101,20 @@ class Scheduler:
         return bool(self.running or self.swapped or len(self.queue))
 
     def add_request(self, req: Request) -> KvEvent | None:
-        """Queue a new request; returns its rejection (and marks it) if it can never run."""
-        needed_blocks = self.kv.max_blocks_needed(self.allocator.reserved_tokens(req))
+        """Queue a new request; returns its rejection (and marks it) if it can never run.
+
+        As in vLLM, a prompt of ``max_model_len`` tokens or more is refused, while a longer
+        requested output is accepted and cut at ``max_model_len`` (`update`).
+        """
         limit = self.max_model_len
+        reserved = self.allocator.reserved_tokens(req)
+        needed_blocks = self.kv.max_blocks_needed(reserved if limit is None else min(reserved, limit))
         # Without chunked prefill a prompt must fit one iteration's budget (vLLM refuses
         # such configurations; kvsim rejects the requests that could never start).
         too_long_prompt = not self.chunked_prefill and req.prompt_tokens > self.max_num_batched_tokens
         reason = (
             "max_model_len"
-            if limit is not None and req.total_tokens > limit
+            if limit is not None and req.prompt_tokens >= limit
             else "kv_capacity"
             if needed_blocks > self.pool.num_blocks
             else "prompt_budget"
@@ -120,7 +131,10 @@ class Scheduler:
     # -- scheduling ------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
         """Decide the next iteration: which requests compute how many tokens."""
-        step = _Step(self.max_num_batched_tokens)
+        # The cap on one request's prefill chunk stops a long prompt from starving others;
+        # with nobody else running or waiting there is nobody to starve (vLLM 0.32).
+        alone = len(self.running) + self.num_waiting <= 1
+        step = _Step(self.max_num_batched_tokens, 0 if alone else self.long_prefill_threshold)
         evicted_before = self.pool.num_evicted
         self._schedule_running(step)
         if not step.num_preempted:
@@ -128,11 +142,13 @@ class Scheduler:
             self._admit_waiting(step, now)
         return self._make_output(step, self.pool.num_evicted - evicted_before)
 
-    def _chunk(self, num_new: int, budget: int) -> int:
-        thr = self.long_prefill_threshold
+    @staticmethod
+    def _chunk(num_new: int, step: _Step) -> int:
+        """``num_new`` capped by the step's prefill threshold and its remaining budget."""
+        thr = step.long_prefill_threshold
         if thr and num_new > thr:
             num_new = thr
-        return min(num_new, budget)
+        return min(num_new, step.budget)
 
     def _schedule_running(self, step: _Step) -> None:
         """Phase 1: every running request, in order, preempting when blocks run out.
@@ -168,7 +184,8 @@ class Scheduler:
                 budget -= 1
                 i += 1
                 continue
-            num_new = self._chunk(req.num_tokens - nc, budget)
+            step.budget = budget
+            num_new = self._chunk(req.num_tokens - nc, step)
             kv.remove_skipped_blocks(req)
             preempted_itself = False
             while not kv.allocate_slots(req, num_new):
@@ -186,7 +203,7 @@ class Scheduler:
                     preempted_itself = True
                     break
             if preempted_itself:
-                continue  # `req` left `running`; index i now points at the next request
+                break  # nothing left to preempt: the running phase ends here (as in vLLM)
             scheduled[req] = num_new
             budget -= num_new
             i += 1
@@ -226,7 +243,7 @@ class Scheduler:
         kv = self.kv
         while self.swapped and step.budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.swapped[0]
-            num_new = self._chunk(req.num_tokens - req.num_computed_tokens, step.budget)
+            num_new = self._chunk(req.num_tokens - req.num_computed_tokens, step)
             if not kv.allocate_slots(req, num_new):
                 break
             self.swapped.popleft()
@@ -249,8 +266,8 @@ class Scheduler:
         kv = self.kv
         bs = kv.block_size
         if req.kv_transferred:  # KV computed on a prefill replica: just room for it
-            num_new = self._chunk(req.num_tokens - req.num_computed_tokens, step.budget)
-            if not kv.allocate_slots(req, num_new):
+            num_new = self._chunk(req.num_tokens - req.num_computed_tokens, step)
+            if not self._whole_sequence_fits(req, ()) or not kv.allocate_slots(req, num_new):
                 return False
             self.queue.pop()
             req.kv_transferred = False
@@ -260,9 +277,14 @@ class Scheduler:
         num_hit_tokens = len(hits) * bs
         num_loaded = kv.offload_hits(req, len(hits))
         num_new = req.num_tokens - num_hit_tokens - num_loaded * bs
+        thr = step.long_prefill_threshold
+        if thr and num_new > thr:
+            num_new = thr
         if not self.chunked_prefill and num_new > step.budget:
+            return False  # without chunking the (capped) prompt must fit this step's budget
+        num_new = min(num_new, step.budget)
+        if not self._whole_sequence_fits(req, hits):
             return False
-        num_new = self._chunk(num_new, step.budget)
         if not self.allocator.reserve(req) or not kv.allocate_slots(req, num_new, hits, num_loaded):
             return False
         self.queue.pop()
@@ -271,10 +293,25 @@ class Scheduler:
         self._start(req, num_new, step)
         return True
 
+    def _whole_sequence_fits(self, req: Request, hits: Sequence[KVBlock]) -> bool:
+        """Whether the free blocks hold the request's whole sequence so far, not just its first
+        chunk (vLLM 0.32's admission gate, ``scheduler_reserve_full_isl``, on by default): a
+        long prompt is not admitted to be preempted chunks later. Hit blocks that are free
+        count against the free blocks, since taking them pulls them out of the free queue."""
+        kv = self.kv
+        num_tokens = req.num_tokens if self.max_model_len is None else min(req.num_tokens, self.max_model_len)
+        needed = max(kv.max_blocks_needed(num_tokens) - len(req.blocks) - len(hits), 0)
+        needed += sum(1 for b in hits if b.ref_cnt == 0)
+        return needed <= self.pool.num_free_blocks
+
     def _count_admission(
         self, req: Request, num_hit_tokens: int, num_loaded: int, step: _Step, now: float
     ) -> None:
         stats = self.stats
+        if not self.kv.enable_caching:
+            if not req.num_preemptions:
+                req.first_scheduled_s = now
+            return  # no lookup, nothing counted (vLLM records no prefix-cache stats then)
         if num_loaded:
             loaded_tokens = num_loaded * self.kv.block_size
             step.loaded_blocks += num_loaded
@@ -342,9 +379,14 @@ class Scheduler:
 
     # -- the iteration's end -----------------------------------------------------------
     def update(self, out: SchedulerOutput, t_end: float) -> StepOutcome:
-        """Apply an iteration's outcome at its end time: advance tokens, sample, finish."""
+        """Apply an iteration's outcome at its end time: advance tokens, sample, finish.
+
+        A request finishes with its last requested token, or when its tokens reach
+        ``max_model_len`` (vLLM's length cap).
+        """
         outcome = StepOutcome()
         self.num_tokens_stored += out.num_scheduled_tokens
+        limit = self.max_model_len or _NO_LIMIT
         for req, n in out.tokens.items():
             nc = req.num_computed_tokens + (n or 1)
             req.num_computed_tokens = nc
@@ -355,7 +397,7 @@ class Scheduler:
             req.num_tokens = nc + 1
             if n_out == 1:
                 req.first_token_s = req.last_token_s = t_end
-                if n_out == req.target_output_tokens:
+                if n_out == req.target_output_tokens or nc + 1 >= limit:
                     self.finish(req, t_end)
                     outcome.finished.append(req)
                 elif self.hands_off:  # first token out: send the KV to a decode replica
@@ -366,7 +408,7 @@ class Scheduler:
             if not gap <= req.max_itl_s:  # also replaces the initial NaN
                 req.max_itl_s = gap
             req.last_token_s = t_end
-            if n_out == req.target_output_tokens:
+            if n_out == req.target_output_tokens or nc + 1 >= limit:
                 self.finish(req, t_end)
                 outcome.finished.append(req)
         if outcome:

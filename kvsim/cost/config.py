@@ -11,14 +11,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from kvsim.frozen import FrozenModel
+from kvsim.limits import (
+    MAX_BANDWIDTH_BYTES_PER_S,
+    MAX_STEP_TIME_S,
+    MAX_YAML_SCALAR_CHARS,
+    MIN_BANDWIDTH_BYTES_PER_S,
+)
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class RooflineCostConfig(_Frozen):
+class RooflineCostConfig(FrozenModel):
     """Analytic roofline: linear layers and attention each take max(FLOPs / peak, bytes / bandwidth).
 
     Defaults (sources in docs/cost-model.md): compute 0.6 of dense peak, between large
@@ -55,21 +59,25 @@ class RooflineCostConfig(_Frozen):
     per_layer_overhead_s: float = Field(
         default=0.0,
         ge=0,
+        le=MAX_STEP_TIME_S,
         description="Fixed time per transformer layer per iteration (small kernels, launch gaps), seconds.",
     )
     per_iteration_overhead_s: float = Field(
         default=0.0005,
         ge=0,
+        le=MAX_STEP_TIME_S,
         description="Fixed CPU time per iteration (scheduling, sampling, input preparation), seconds.",
     )
     allreduce_latency_s: float | None = Field(
         default=None,
         ge=0,
+        le=MAX_STEP_TIME_S,
         description="Latency of one all-reduce; None uses the GPU's interconnect_latency_s.",
     )
     allreduce_bandwidth_bytes_per_s: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_BANDWIDTH_BYTES_PER_S,
+        le=MAX_BANDWIDTH_BYTES_PER_S,
         description=(
             "All-reduce bandwidth per GPU (a ring sends 2(tp-1)/tp of the message through it); "
             "None uses the GPU's interconnect bandwidth."
@@ -77,20 +85,28 @@ class RooflineCostConfig(_Frozen):
     )
 
 
-class ConstantCostConfig(_Frozen):
+class ConstantCostConfig(FrozenModel):
     """Every iteration takes ``step_time_s`` whatever it does (for tests and queueing theory)."""
 
     kind: Literal["constant"] = Field(default="constant", description="Selects this variant (constant).")
-    step_time_s: float = Field(gt=0, description="Duration of every engine iteration, seconds.")
+    step_time_s: float = Field(
+        gt=0, le=MAX_STEP_TIME_S, description="Duration of every engine iteration, seconds."
+    )
 
 
-class ProfileCostConfig(_Frozen):
+class ProfileCostConfig(FrozenModel):
     """Cost curves measured on a real GPU by ``kvsim calibrate``."""
 
     kind: Literal["profile"] = Field(default="profile", description="Selects this variant (profile).")
-    profile: str = Field(description="Name of a shipped profile (see `kvsim profiles`) or a path to one.")
+    profile: str = Field(
+        max_length=MAX_YAML_SCALAR_CHARS,
+        description="Name of a shipped profile (see `kvsim profiles`) or a path to one.",
+    )
     per_iteration_overhead_s: float | None = Field(
-        default=None, ge=0, description="CPU time per iteration; None uses the profile's value."
+        default=None,
+        ge=0,
+        le=MAX_STEP_TIME_S,
+        description="CPU time per iteration; None uses the profile's value.",
     )
 
 
@@ -108,7 +124,7 @@ def normalize_cost_model(value: Any) -> Any:
     return value
 
 
-class _CostHolder(_Frozen):
+class _CostHolder(FrozenModel):
     """Mixin for config models holding a ``cost_model`` field (applies the shorthands)."""
 
     @model_validator(mode="before")

@@ -47,6 +47,7 @@ from typing import Any
 
 from kvsim.cost.config import RooflineCostConfig
 from kvsim.errors import ProfileError
+from kvsim.limits import MAX_PROFILE_BYTES
 from kvsim.specs import GpuSpec, ModelSpec
 
 #: Folder of the profiles shipped with kvsim (package data; ``kvsim profiles`` lists them).
@@ -305,9 +306,20 @@ def load_profile(name_or_path: str | Path, base_dir: Path | None = None) -> Prof
     """Read and validate a profile by shipped name or path."""
     path = resolve_profile_path(name_or_path, base_dir)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ProfileError(f"{path}: cannot read profile: {exc}") from exc
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_PROFILE_BYTES + 1)  # capped: a profile path may be /dev/zero
+    except (OSError, ValueError) as exc:
+        raise ProfileError(f"{path}: cannot read profile: {exc}") from None
+    if len(raw) > MAX_PROFILE_BYTES:
+        raise ProfileError(f"{path}: cannot read profile: larger than {MAX_PROFILE_BYTES:,} bytes")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{path}: cannot read profile: not UTF-8 at byte {exc.start}") from None
+    except RecursionError:
+        raise ProfileError(f"{path}: cannot read profile: JSON nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer of more than 4,300 digits
+        raise ProfileError(f"{path}: cannot read profile: {exc}") from None
     validate_profile(data, str(path))
     return Profile(data, str(path))
 

@@ -20,6 +20,7 @@ from kvsim.core.request_state import Request, Status
 from kvsim.engine.cluster import Cluster, CostModelSource, ProgressFn
 from kvsim.engine.ledger import RequestLedger
 from kvsim.engine.routers import Router
+from kvsim.estimate import check_work, estimate_work
 from kvsim.plan import resolve_plan
 from kvsim.request import RequestSpec
 from kvsim.result import REQUEST_COLUMNS, Result, summarize
@@ -46,6 +47,7 @@ def run(
     progress: ProgressFn | None = None,
     router: Router | None = None,
     cost_model: CostModelSource | None = None,
+    force: bool = False,
 ) -> Result:
     """Simulate a scenario and return its `Result`.
 
@@ -55,14 +57,22 @@ def run(
     the scenario file's folder. ``router`` replaces the scenario's router with your own
     (any object with ``route(req, view)``, see `kvsim.engine.routers`); ``cost_model``
     replaces every replica's cost model with an instance, or with a function of the
-    replica group's `kvsim.plan.GroupPlan` returning one.
+    replica group's `kvsim.plan.GroupPlan` returning one. Unless ``force``, a run whose
+    estimated size exceeds ``sim.max_requests`` or ``sim.max_memory_gib`` is refused
+    (`kvsim.estimate`) before anything is built.
     """
+    source = _source_name(scenario)
     if isinstance(scenario, str | Path) and base_dir is None:
         base_dir = Path(scenario).resolve().parent
     # Always through load_scenario: a Scenario built in code also gets the checks that
     # need the presets and profiles (unknown names, TP, memory, profile matching).
     scenario = load_scenario(scenario, overrides, base_dir=base_dir)
     plan = resolve_plan(scenario)
+    if not force:
+        estimate = estimate_work(
+            plan, num_requests=None if requests is None else len(requests), base_dir=base_dir
+        )
+        check_work(estimate, plan, source)
     if requests is None:
         workload = scenario_workload(scenario, base_dir=base_dir)
         specs, workload_summary = workload.requests, workload.info.summary()
@@ -72,6 +82,15 @@ def run(
     cluster = Cluster(plan, specs, router=router, cost_model=cost_model, base_dir=base_dir, progress=progress)
     cluster.run()
     return _result(cluster, workload_summary)
+
+
+def _source_name(scenario: Scenario | str | Path | Mapping[str, Any] | None) -> str:
+    """How errors name the scenario ``run`` was given."""
+    if isinstance(scenario, str | Path):
+        return str(scenario)
+    if isinstance(scenario, Scenario):
+        return f"<scenario {scenario.name}>"
+    return "<embedded default scenario>" if scenario is None else "<dict>"
 
 
 def _result(cluster: Cluster, workload_summary: Mapping[str, Any]) -> Result:

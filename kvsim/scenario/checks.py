@@ -237,11 +237,12 @@ def _group_fits(model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, where: str)
                 f"{engine.gpu_memory_utilization}); raise tp or pick a larger GPU",
             )
         )
-    elif engine.num_gpu_blocks_override is None and cap.num_blocks < 1:
+    elif engine.num_gpu_blocks_override is None and cap.num_blocks < 2:
         problems.append(
             (
                 f"{where}.engine.gpu_memory_utilization",
-                f"no room for one KV block ({cap.bytes_per_block_per_shard:,.0f} bytes): "
+                f"no room for one KV block besides vLLM's null block ({cap.bytes_per_block_per_shard:,.0f} "
+                "bytes each): "
                 f"{_gib(cap.budget_bytes)} budget - {_gib(cap.weight_bytes_per_shard)} weights - "
                 f"{_gib(cap.activation_reserve_bytes)} activation reserve = "
                 f"{_gib(cap.kv_bytes_per_shard)} per GPU",

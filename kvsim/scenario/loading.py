@@ -9,6 +9,7 @@ rule broken. YAML is read with the safe loader only.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
@@ -17,27 +18,40 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from kvsim.errors import ScenarioError
+from kvsim.errors import ScenarioError, YamlError
 from kvsim.scenario.checks import check_scenario
 from kvsim.scenario.schema import Scenario
 from kvsim.workload import resolve_workload_paths
+from kvsim.yaml_safe import decode_utf8, load_yaml_text, read_capped
 
 DEFAULT_SCENARIO = "default.yaml"
 
 
+#: Location parts pydantic adds for the members of an untagged union (``str | ModelSpec``):
+#: "constrained-str", "function-after[_check(), ModelSpec]", "GpuSpec". Field names are
+#: lowercase; tagged unions' tags ("synthetic") are kept, they tell which variant was read.
+_UNION_MEMBER = re.compile(r"^(function-[a-z]+\[.*\]|constrained-str|str|[A-Z][A-Za-z0-9]*)$")
+
+
 def _loc_to_path(loc: tuple[Any, ...]) -> str:
-    # Tagged unions add the tag to the location ("workload.synthetic.num_requests"); keep
-    # it, it tells the user which variant was being validated.
-    return ".".join(str(p) for p in loc)
+    return ".".join(str(p) for p in loc if not (isinstance(p, str) and _UNION_MEMBER.match(p)))
 
 
 def _validation_problems(err: ValidationError) -> list[tuple[str, str]]:
     problems = []
     for e in err.errors(include_url=False):
+        loc = e["loc"]
+        if (
+            e["type"] == "string_type"
+            and isinstance(e.get("input"), Mapping)
+            and loc
+            and _UNION_MEMBER.match(str(loc[-1]))
+        ):
+            continue  # an inline spec was given: "should be a string (a preset name)" is noise
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown field (not allowed here)"
-        problems.append((_loc_to_path(e["loc"]), msg))
+        problems.append((_loc_to_path(loc), msg))
     return problems
 
 
@@ -50,9 +64,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not key or any(not p for p in key.split(".")):
         raise ScenarioError("--set", [(key, "empty key in dotted path")])
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ScenarioError("--set", [(key, f"value is not valid YAML: {exc}")]) from None
+        value = load_yaml_text(raw, f"--set {key}", what="override") if raw.strip() else ""
+    except YamlError as exc:
+        rule = "; ".join(r for _, r in exc.problems)
+        raise ScenarioError("--set", [(key, f"value is not valid YAML: {rule}")]) from None
     return key.split("."), value
 
 
@@ -90,22 +105,17 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str] | Mapping[str
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping with the safe loader; errors name the file and line."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(str(path), [("", f"cannot read file: {exc.strerror or exc}")]) from None
-    return parse_yaml(text, str(path))
+    """Read a YAML mapping with the bounded safe loader; errors name the file and line.
+
+    Bounded reading: a size cap, UTF-8 checked with the offset of a bad byte, and
+    `kvsim.yaml_safe`'s limits on depth, aliases, scalars, integers and duplicate keys.
+    """
+    return parse_yaml(decode_utf8(read_capped(path, str(path)), str(path)), str(path))
 
 
 def parse_yaml(text: str, source: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ScenarioError(source, [(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
+    """A YAML mapping from text (``source`` names it in errors), with the bounded loader."""
+    data = load_yaml_text(text, source)
     if data is None:
         data = {}
     if not isinstance(data, dict):

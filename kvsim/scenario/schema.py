@@ -25,26 +25,53 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from kvsim.cost.config import CostModelConfig, RooflineCostConfig, _CostHolder
+from kvsim.frozen import FrozenModel
+from kvsim.limits import (
+    MAX_BANDWIDTH_BYTES_PER_S,
+    MAX_GPU_MEMORY_BYTES,
+    MAX_NUM_REQUESTS,
+    MAX_STEP_TIME_S,
+    MAX_TIME_S,
+    MAX_TOKENS,
+    MAX_WEIGHT,
+    MIN_BANDWIDTH_BYTES_PER_S,
+    MIN_PERIOD_S,
+)
 from kvsim.registry import EVICTION_POLICIES, ROUTERS, SCHEDULING_POLICIES
 from kvsim.specs import GpuSpec, KvDtype, ModelSpec
 from kvsim.workload.config import SyntheticWorkload, WorkloadConfig
 
+#: Largest block size, tokens; most KV blocks of one pool; most host memory for swap or
+#: offload, GiB (a pebibyte); most replicas per group, GPUs per replica, groups per scenario.
+MAX_BLOCK_SIZE = 65_536
+MAX_NUM_BLOCKS = 2**31 - 1
+MAX_HOST_GIB = 1024.0**2
+MAX_REPLICAS_PER_GROUP = 65_536
+MAX_TP = 1024
+MAX_GROUPS = 128
+#: Most points per replica on a consistent-hash ring.
+MAX_HASH_VIRTUAL_NODES = 4096
+#: Largest simulated time limit, seconds; largest seed (exact in JSON and in the dashboard).
+MAX_SIM_TIME_S = 1e12
+MAX_SEED = 2**53 - 1
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
-
-class EngineConfig(_Frozen):
+class EngineConfig(FrozenModel):
     """Serving-engine knobs of one replica, with vLLM's names and defaults."""
 
-    block_size: int = Field(default=16, ge=1, description="Tokens per KV block (vLLM default 16).")
-    max_num_seqs: int = Field(default=256, ge=1, description="Most requests running in one iteration.")
+    block_size: int = Field(
+        default=16, ge=1, le=MAX_BLOCK_SIZE, description="Tokens per KV block (vLLM default 16)."
+    )
+    max_num_seqs: int = Field(
+        default=256, ge=1, le=MAX_NUM_REQUESTS, description="Most requests running in one iteration."
+    )
     max_num_batched_tokens: int = Field(
         default=8192,
         ge=1,
+        le=MAX_TOKENS,
         description="Token budget of one iteration (prefill chunks + decodes); vLLM's default "
         "for its OpenAI server on a large GPU.",
     )
@@ -52,7 +79,10 @@ class EngineConfig(_Frozen):
         default=True, description="Split long prompts into chunks that fit the token budget."
     )
     long_prefill_token_threshold: int = Field(
-        default=0, ge=0, description="Cap on one request's prefill tokens per iteration (0: no cap)."
+        default=0,
+        ge=0,
+        le=MAX_TOKENS,
+        description="Cap on one request's prefill tokens per iteration (0: no cap).",
     )
     enable_prefix_caching: bool = Field(
         default=True, description="Reuse cached KV blocks of shared prefixes."
@@ -87,21 +117,35 @@ class EngineConfig(_Frozen):
     cpu_offload_gib: float = Field(
         default=0.0,
         ge=0,
+        le=MAX_HOST_GIB,
         description="Host memory per GPU for a second-tier prefix cache: evicted cached blocks are "
         "written back to it and a prefix hit there is loaded over PCIe instead of recomputed "
         "(vLLM CPU offloading, LMCache, SGLang HiCache); 0 disables.",
     )
     swap_space_gib: float = Field(
-        default=4.0, ge=0, description="Host memory per GPU for swapped-out blocks, GiB (vLLM's swap_space)."
+        default=4.0,
+        ge=0,
+        le=MAX_HOST_GIB,
+        description="Host memory per GPU for swapped-out blocks, GiB (vLLM's swap_space).",
     )
     num_gpu_blocks_override: int | None = Field(
-        default=None, ge=1, description="Use exactly this many KV blocks instead of sizing from memory."
+        default=None,
+        ge=2,
+        le=MAX_NUM_BLOCKS,
+        description="Use exactly this many KV blocks instead of sizing from memory (vLLM's "
+        "num_gpu_blocks_override; as there, one of them is the null block, so N - 1 hold KV).",
     )
     activation_reserve_gib: float | None = Field(
-        default=None, ge=0, description="Memory held for activations per GPU, GiB; None estimates it."
+        default=None,
+        ge=0,
+        le=MAX_GPU_MEMORY_BYTES / 1024**3,
+        description="Memory held for activations per GPU, GiB; None estimates it.",
     )
     max_model_len: int | None = Field(
-        default=None, ge=1, description="Longest prompt + output accepted; None uses the model's limit."
+        default=None,
+        ge=1,
+        le=MAX_TOKENS,
+        description="Longest prompt + output accepted; None uses the model's limit.",
     )
     kv_allocation: Literal["paged", "reserve_max", "reserve_pow2", "reserve_oracle"] = Field(
         default="paged",
@@ -136,19 +180,19 @@ class EngineConfig(_Frozen):
 WritePolicy = Literal["write_on_evict", "write_through"]
 
 
-class TierConfig(_Frozen):
+class TierConfig(FrozenModel):
     """One offload tier of a replica: capacity, link to the GPU, replacement policy."""
 
-    capacity_gib: float = Field(gt=0, allow_inf_nan=False, description="Capacity per replica, GiB.")
+    capacity_gib: float = Field(gt=0, le=MAX_HOST_GIB, description="Capacity per replica, GiB.")
     bandwidth_bytes_per_s: float | None = Field(
         default=None,
-        gt=0,
-        allow_inf_nan=False,
+        ge=MIN_BANDWIDTH_BYTES_PER_S,
+        le=MAX_BANDWIDTH_BYTES_PER_S,
         description="Bytes per second between this tier and one GPU; None: the GPU's PCIe "
         "bandwidth (host DRAM; required for nvme).",
     )
     latency_s: float = Field(
-        default=0.0, ge=0, allow_inf_nan=False, description="Fixed cost of one load from this tier, seconds."
+        default=0.0, ge=0, le=MAX_STEP_TIME_S, description="Fixed cost of one load from this tier, seconds."
     )
     eviction_policy: Literal["lru", "fifo"] = Field(
         default="lru",
@@ -163,7 +207,7 @@ class TierConfig(_Frozen):
     )
 
 
-class OffloadConfig(_Frozen):
+class OffloadConfig(FrozenModel):
     """Tiers below one replica's GPU pool, looked up in this order (host DRAM, then NVMe)."""
 
     dram: TierConfig | None = Field(
@@ -182,7 +226,7 @@ class OffloadConfig(_Frozen):
         return tier
 
 
-class AutoscaleConfig(_Frozen):
+class AutoscaleConfig(FrozenModel):
     """Replicas of a group added and removed with the load, between min_count and max_count.
 
     Every ``interval_s`` the policy reads ``metric`` averaged over the group's replicas that
@@ -197,38 +241,44 @@ class AutoscaleConfig(_Frozen):
         "pool; outstanding: unfinished requests per replica.",
     )
     scale_up_above: float = Field(
-        ge=0, allow_inf_nan=False, description="Start a replica when the metric is above this."
+        ge=0, le=MAX_NUM_REQUESTS, description="Start a replica when the metric is above this."
     )
     scale_down_below: float = Field(
-        ge=0, allow_inf_nan=False, description="Drain a replica when the metric stays below this."
+        ge=0, le=MAX_NUM_REQUESTS, description="Drain a replica when the metric stays below this."
     )
     interval_s: float = Field(
-        default=10.0, gt=0, allow_inf_nan=False, description="Seconds between two decisions."
+        default=10.0, ge=MIN_PERIOD_S, le=MAX_TIME_S, description="Seconds between two decisions."
     )
     cold_start_s: float = Field(
         default=60.0,
         ge=0,
-        allow_inf_nan=False,
+        le=MAX_TIME_S,
         description="Seconds from the decision to start a replica until it takes requests (model "
         "load, warm-up); it is paid for from the decision on.",
     )
     scale_down_delay_s: float = Field(
         default=60.0,
         ge=0,
-        allow_inf_nan=False,
+        le=MAX_TIME_S,
         description="How long the metric must stay below scale_down_below before a replica is drained.",
     )
-    min_count: int = Field(default=1, ge=1, description="Fewest replicas taking requests.")
-    max_count: int = Field(ge=1, description="Most replicas provisioned (starting ones included).")
+    min_count: int = Field(
+        default=1, ge=1, le=MAX_REPLICAS_PER_GROUP, description="Fewest replicas taking requests."
+    )
+    max_count: int = Field(
+        ge=1, le=MAX_REPLICAS_PER_GROUP, description="Most replicas provisioned (starting ones included)."
+    )
 
 
 class ReplicaGroup(_CostHolder):
     """``count`` identical replicas (one GPU, or one tensor-parallel group, each)."""
 
     name: str = Field(default="replica", min_length=1, description="Group name; replica ids are NAME-INDEX.")
-    count: int = Field(default=1, ge=1, description="Number of replicas in this group.")
+    count: int = Field(
+        default=1, ge=1, le=MAX_REPLICAS_PER_GROUP, description="Number of replicas in this group."
+    )
     gpu: str | GpuSpec = Field(default="h100-sxm", description="GPU preset name or an inline GPU spec.")
-    tp: int = Field(default=1, ge=1, description="Tensor-parallel degree (GPUs per replica).")
+    tp: int = Field(default=1, ge=1, le=MAX_TP, description="Tensor-parallel degree (GPUs per replica).")
     engine: EngineConfig = Field(default_factory=EngineConfig, description="Engine knobs.")
     cost_model: CostModelConfig = Field(
         default_factory=RooflineCostConfig, description="How iteration times are computed."
@@ -249,7 +299,7 @@ class ReplicaGroup(_CostHolder):
     )
 
 
-class RouterViewConfig(_Frozen):
+class RouterViewConfig(FrozenModel):
     """What a router sees of the replicas, and how late."""
 
     cache: Literal["events", "exact"] = Field(
@@ -261,20 +311,20 @@ class RouterViewConfig(_Frozen):
     kv_events_delay_s: float = Field(
         default=0.0,
         ge=0,
-        allow_inf_nan=False,
+        le=MAX_TIME_S,
         description="cache events: seconds from an engine step to its KV events reaching the "
         "index (0: at once, which routes exactly as cache: exact).",
     )
     load_refresh_s: float = Field(
         default=0.0,
         ge=0,
-        allow_inf_nan=False,
+        le=MAX_TIME_S,
         description="Seconds between load snapshots (outstanding, running, waiting requests, KV "
         "usage) the router reads; 0: live values.",
     )
 
 
-class RouterConfig(_Frozen):
+class RouterConfig(FrozenModel):
     """How an arriving request picks a replica."""
 
     kind: str = Field(
@@ -291,7 +341,7 @@ class RouterConfig(_Frozen):
     load_weight: float = Field(
         default=0.5,
         ge=0,
-        allow_inf_nan=False,
+        le=MAX_WEIGHT,
         description="prefix_aware: weight of a replica's relative load, (load - mean) / max(1, mean), "
         "against the share of the prompt it has cached; 0 routes on cache hits alone.",
     )
@@ -299,32 +349,35 @@ class RouterConfig(_Frozen):
         default=0.0,
         ge=0,
         le=1,
-        allow_inf_nan=False,
         description="prefix_aware: a cached share of the prompt below this counts as none (so a "
         "short common prefix does not pull requests to a busy replica); 0: every hit counts.",
     )
     session_max_load_ratio: float = Field(
         default=2.0,
         ge=1,
-        allow_inf_nan=False,
+        le=MAX_WEIGHT,
         description="session_affinity: a conversation leaves its replica (for the least loaded one) "
         "when that replica has more than this times the mean unfinished requests (at least 1).",
     )
     hash_prefix_tokens: int = Field(
         default=1024,
         ge=1,
+        le=MAX_TOKENS,
         description="consistent_hash: how many leading prompt tokens (with the tenant) form the key.",
     )
     hash_load_bound: float | None = Field(
         default=1.25,
         ge=1,
-        allow_inf_nan=False,
+        le=MAX_WEIGHT,
         description="consistent_hash: a replica takes a key only while it has at most this times the "
         "mean load (rounded up), else the next on the ring does (Mirrokni et al., consistent "
         "hashing with bounded loads, SODA 2018); None: plain consistent hashing.",
     )
     hash_virtual_nodes: int = Field(
-        default=64, ge=1, description="consistent_hash: points per replica on the ring."
+        default=64,
+        ge=1,
+        le=MAX_HASH_VIRTUAL_NODES,
+        description="consistent_hash: points per replica on the ring.",
     )
     view: RouterViewConfig = Field(
         default_factory=RouterViewConfig,
@@ -337,25 +390,27 @@ class RouterConfig(_Frozen):
         return ROUTERS.check(name)
 
 
-class AdmissionConfig(_Frozen):
+class AdmissionConfig(FrozenModel):
     """Which arrivals the cluster refuses; refused requests are rejected with their reason."""
 
     max_waiting_per_replica: int | None = Field(
         default=None,
         ge=0,
+        le=MAX_NUM_REQUESTS,
         description="Bounded waiting queue: a request routed to a replica already holding this many "
         "waiting requests is rejected (queue_full); None: unbounded.",
     )
     max_cluster_waiting: int | None = Field(
         default=None,
         ge=0,
+        le=MAX_NUM_REQUESTS,
         description="Reject arrivals while the entry replicas hold this many waiting requests in "
         "all (cluster_queue); None: no limit.",
     )
     max_estimated_wait_s: float | None = Field(
         default=None,
         gt=0,
-        allow_inf_nan=False,
+        le=MAX_TIME_S,
         description="Reject a request whose chosen replica's estimated wait exceeds this "
         "(estimated_wait): waiting requests / requests the replica admitted per second over the "
         "last estimate_window_s; None: no limit.",
@@ -363,34 +418,34 @@ class AdmissionConfig(_Frozen):
     estimate_window_s: float = Field(
         default=10.0,
         gt=0,
-        allow_inf_nan=False,
+        le=MAX_TIME_S,
         description="Window of the admission rate behind the estimated wait.",
     )
     max_kv_usage: float | None = Field(
         default=None,
         gt=0,
         le=1,
-        allow_inf_nan=False,
         description="Reject a request when the replica the router chose has at least this share of "
         "its KV blocks in use (kv_usage): the best the cluster offers is full; None: no limit.",
     )
 
 
-class KvTransferConfig(_Frozen):
+class KvTransferConfig(FrozenModel):
     """The link that carries KV from prefill to decode replicas (disaggregated serving)."""
 
     bandwidth_bytes_per_s: float = Field(
         default=50e9,
-        gt=0,
+        ge=MIN_BANDWIDTH_BYTES_PER_S,
+        le=MAX_BANDWIDTH_BYTES_PER_S,
         description="Bytes per second between a prefill and a decode replica; default one 400 Gb/s "
         "RDMA NIC (50 GB/s), the class of link Mooncake and DistServe transfer KV over.",
     )
     latency_s: float = Field(
-        default=50e-6, ge=0, description="Fixed cost of one request's transfer, seconds."
+        default=50e-6, ge=0, le=MAX_STEP_TIME_S, description="Fixed cost of one request's transfer, seconds."
     )
 
 
-class NetworkConfig(_Frozen):
+class NetworkConfig(FrozenModel):
     """Whether KV transfers share their links (and the cluster fabric) or each gets them whole."""
 
     sharing: Literal["dedicated", "fair_share"] = Field(
@@ -404,34 +459,34 @@ class NetworkConfig(_Frozen):
     )
     fabric_bandwidth_bytes_per_s: float | None = Field(
         default=None,
-        gt=0,
-        allow_inf_nan=False,
+        ge=MIN_BANDWIDTH_BYTES_PER_S,
+        le=MAX_BANDWIDTH_BYTES_PER_S,
         description="fair_share: one cluster-wide limit that every transfer between replicas (and "
         "to the shared pool) also crosses, bytes/s; None: no fabric limit.",
     )
 
 
-class SharedPoolConfig(_Frozen):
+class SharedPoolConfig(FrozenModel):
     """A cluster-wide KV store below every replica's own tiers, read over the network
     (Mooncake's store: Qin et al., FAST 2025)."""
 
-    capacity_gib: float = Field(gt=0, allow_inf_nan=False, description="Capacity of the whole pool, GiB.")
+    capacity_gib: float = Field(gt=0, le=MAX_HOST_GIB, description="Capacity of the whole pool, GiB.")
     bandwidth_bytes_per_s: float = Field(
         default=50e9,
-        gt=0,
-        allow_inf_nan=False,
+        ge=MIN_BANDWIDTH_BYTES_PER_S,
+        le=MAX_BANDWIDTH_BYTES_PER_S,
         description="Bytes per second between the pool and one replica (its NIC; default one "
         "400 Gb/s RDMA NIC).",
     )
     pool_bandwidth_bytes_per_s: float | None = Field(
         default=None,
-        gt=0,
-        allow_inf_nan=False,
+        ge=MIN_BANDWIDTH_BYTES_PER_S,
+        le=MAX_BANDWIDTH_BYTES_PER_S,
         description="network.sharing fair_share: the pool servers' total bandwidth, shared by all "
         "reads and writes; None: no limit beyond each replica's NIC.",
     )
     latency_s: float = Field(
-        default=50e-6, ge=0, allow_inf_nan=False, description="Fixed cost of one load from the pool, seconds."
+        default=50e-6, ge=0, le=MAX_STEP_TIME_S, description="Fixed cost of one load from the pool, seconds."
     )
     eviction_policy: Literal["lru", "fifo"] = Field(
         default="lru", description="Which block the pool drops when full (lru or fifo)."
@@ -444,14 +499,18 @@ class SharedPoolConfig(_Frozen):
     )
 
 
-class SloConfig(_Frozen):
+class SloConfig(FrozenModel):
     """Latency targets; a request meeting all of them counts towards goodput."""
 
-    ttft_s: float = Field(default=2.0, gt=0, description="Time-to-first-token target, seconds.")
-    tpot_s: float = Field(default=0.1, gt=0, description="Mean time-per-output-token target, seconds.")
+    ttft_s: float = Field(
+        default=2.0, gt=0, le=MAX_TIME_S, description="Time-to-first-token target, seconds."
+    )
+    tpot_s: float = Field(
+        default=0.1, gt=0, le=MAX_TIME_S, description="Mean time-per-output-token target, seconds."
+    )
 
 
-class SimConfig(_Frozen):
+class SimConfig(FrozenModel):
     """Simulator knobs that do not change what is simulated, only how."""
 
     fast_forward: bool = Field(
@@ -459,21 +518,43 @@ class SimConfig(_Frozen):
         description="Advance runs of identical decode iterations in one event (results equal step-by-step).",
     )
     max_time_s: float | None = Field(
-        default=None, gt=0, description="Stop at this simulated time (unfinished requests are reported)."
+        default=None,
+        gt=0,
+        le=MAX_SIM_TIME_S,
+        description="Stop at this simulated time (unfinished requests are reported).",
+    )
+    max_requests: int = Field(
+        default=10_000_000,
+        ge=1,
+        le=MAX_NUM_REQUESTS,
+        description="Refuse to start a run of more engine requests than this (prompts x parallel "
+        "samples x beams, or a trace's rows); kvsim run --force skips the check.",
+    )
+    max_memory_gib: float = Field(
+        default=16.0,
+        gt=0,
+        le=MAX_HOST_GIB,
+        description="Refuse to start a run whose estimated memory (about 10 KiB per request and 128 "
+        "bytes per KV block, kvsim.estimate) exceeds this, GiB; kvsim run --force skips the check.",
     )
 
 
-class Scenario(_Frozen):
+class Scenario(FrozenModel):
     """One simulation: model, replicas, router, workload, SLOs and seed."""
 
     name: str = Field(default="scenario", description="Short name of the scenario.")
     description: str = Field(default="", description="What the scenario shows.")
-    seed: int = Field(default=0, ge=0, description="Seed of every random draw (same seed, same Result).")
+    seed: int = Field(
+        default=0, ge=0, le=MAX_SEED, description="Seed of every random draw (same seed, same Result)."
+    )
     model: str | ModelSpec = Field(
         default="llama-3-8b", description="Model preset name or an inline model spec."
     )
     replicas: list[ReplicaGroup] = Field(
-        default_factory=lambda: [ReplicaGroup()], min_length=1, description="Replica groups of the cluster."
+        default_factory=lambda: [ReplicaGroup()],
+        min_length=1,
+        max_length=MAX_GROUPS,
+        description="Replica groups of the cluster.",
     )
     router: RouterConfig = Field(
         default_factory=RouterConfig,

@@ -88,8 +88,11 @@ def resolve_workload_paths(data: dict[str, Any], base_dir: str | Path) -> dict[s
         if isinstance(node, dict):
             out = {k: fix(v) for k, v in node.items()}
             if out.get("kind") in ("trace", "empirical") and isinstance(out.get("path"), str):
-                p = Path(out["path"]).expanduser()
-                out["path"] = str(p if p.is_absolute() else (Path(base_dir) / p).resolve())
+                try:
+                    p = Path(out["path"]).expanduser()
+                    out["path"] = str(p if p.is_absolute() else (Path(base_dir) / p).resolve())
+                except (OSError, ValueError, RuntimeError):
+                    pass  # a path no file can have (a NUL byte, a loop): reading it reports it
             return out
         if isinstance(node, list):
             return [fix(v) for v in node]

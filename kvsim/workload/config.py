@@ -23,11 +23,30 @@ import math
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import Discriminator, Field, Tag, model_validator
 
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from kvsim.frozen import FrozenModel
+from kvsim.limits import (
+    MAX_CV,
+    MAX_EXPONENT,
+    MAX_NUM_REQUESTS,
+    MAX_PRIORITY,
+    MAX_RAMP_RATE_RATIO,
+    MAX_RATE_PER_S,
+    MAX_SAMPLES,
+    MAX_SHARED_PROMPTS,
+    MAX_TENANTS,
+    MAX_TIME_S,
+    MAX_TIME_SCALE,
+    MAX_TOKENS,
+    MAX_WEIGHT,
+    MAX_YAML_SCALAR_CHARS,
+    MIN_CV,
+    MIN_ONOFF_ARRIVALS_PER_CYCLE,
+    MIN_PERIOD_S,
+    MIN_RATE_PER_S,
+    MIN_TIME_SCALE,
+)
 
 
 def _kind_or(default: str) -> Callable[[Any], str]:
@@ -44,39 +63,61 @@ def _kind_or(default: str) -> Callable[[Any], str]:
 # --------------------------------------------------------------------------- arrivals
 
 
-class PoissonArrivals(_Frozen):
+class PoissonArrivals(FrozenModel):
     """Exponential inter-arrival times at a constant rate."""
 
     kind: Literal["poisson"] = Field(default="poisson", description="Selects this variant (poisson).")
-    rate_per_s: float = Field(gt=0, description="Mean arrival rate, requests per second.")
+    rate_per_s: float = Field(
+        ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S, description="Mean arrival rate, requests per second."
+    )
 
 
-class GammaArrivals(_Frozen):
+class GammaArrivals(FrozenModel):
     """Gamma inter-arrival times: a given mean rate and coefficient of variation (CV > 1: bursty)."""
 
     kind: Literal["gamma"] = Field(default="gamma", description="Selects this variant (gamma).")
-    rate_per_s: float = Field(gt=0, description="Mean arrival rate, requests per second.")
-    cv: float = Field(gt=0, description="Coefficient of variation of inter-arrival times (1: Poisson).")
+    rate_per_s: float = Field(
+        ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S, description="Mean arrival rate, requests per second."
+    )
+    cv: float = Field(
+        ge=MIN_CV, le=MAX_CV, description="Coefficient of variation of inter-arrival times (1: Poisson)."
+    )
 
 
-class ConstantArrivals(_Frozen):
+class ConstantArrivals(FrozenModel):
     """Evenly spaced arrivals (a deterministic process, for queueing checks)."""
 
     kind: Literal["constant"] = Field(default="constant", description="Selects this variant (constant).")
-    rate_per_s: float = Field(gt=0, description="Arrivals per second; the gap is 1 / rate.")
+    rate_per_s: float = Field(
+        ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S, description="Arrivals per second; the gap is 1 / rate."
+    )
 
 
-class OnOffArrivals(_Frozen):
+class OnOffArrivals(FrozenModel):
     """Bursts: Poisson at ``rate_on_per_s`` during ON periods, ``rate_off_per_s`` during OFF periods.
 
     Period lengths are exponential with the given means; the process starts ON.
     """
 
     kind: Literal["onoff"] = Field(default="onoff", description="Selects this variant (onoff).")
-    rate_on_per_s: float = Field(gt=0, description="Arrival rate during bursts, requests per second.")
-    rate_off_per_s: float = Field(default=0.0, ge=0, description="Arrival rate between bursts.")
-    mean_on_s: float = Field(gt=0, description="Mean length of a burst, seconds.")
-    mean_off_s: float = Field(gt=0, description="Mean length of a quiet period, seconds.")
+    rate_on_per_s: float = Field(
+        ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S, description="Arrival rate during bursts, requests per second."
+    )
+    rate_off_per_s: float = Field(
+        default=0.0, ge=0, le=MAX_RATE_PER_S, description="Arrival rate between bursts."
+    )
+    mean_on_s: float = Field(gt=0, le=MAX_TIME_S, description="Mean length of a burst, seconds.")
+    mean_off_s: float = Field(gt=0, le=MAX_TIME_S, description="Mean length of a quiet period, seconds.")
+
+    @model_validator(mode="after")
+    def _check(self) -> OnOffArrivals:
+        per_cycle = self.rate_on_per_s * self.mean_on_s + self.rate_off_per_s * self.mean_off_s
+        if per_cycle < MIN_ONOFF_ARRIVALS_PER_CYCLE:
+            raise ValueError(
+                f"rate_on_per_s x mean_on_s + rate_off_per_s x mean_off_s (arrivals per ON+OFF cycle) "
+                f"must be >= {MIN_ONOFF_ARRIVALS_PER_CYCLE}, got {per_cycle:.3g}"
+            )
+        return self
 
     @property
     def mean_rate_per_s(self) -> float:
@@ -84,18 +125,29 @@ class OnOffArrivals(_Frozen):
         return (self.rate_on_per_s * on + self.rate_off_per_s * off) / (on + off)
 
 
-class RampArrivals(_Frozen):
+class RampArrivals(FrozenModel):
     """Poisson arrivals whose rate changes linearly, then stays at the end rate."""
 
     kind: Literal["ramp"] = Field(default="ramp", description="Selects this variant (ramp).")
-    start_rate_per_s: float = Field(ge=0, description="Rate at time 0, requests per second.")
-    end_rate_per_s: float = Field(ge=0, description="Rate from ``duration_s`` on, requests per second.")
-    duration_s: float = Field(gt=0, description="Length of the ramp, seconds.")
+    start_rate_per_s: float = Field(
+        ge=0, le=MAX_RATE_PER_S, description="Rate at time 0, requests per second."
+    )
+    end_rate_per_s: float = Field(
+        ge=0, le=MAX_RATE_PER_S, description="Rate from ``duration_s`` on, requests per second."
+    )
+    duration_s: float = Field(gt=0, le=MAX_TIME_S, description="Length of the ramp, seconds.")
 
     @model_validator(mode="after")
     def _check(self) -> RampArrivals:
         if self.end_rate_per_s <= 0:
             raise ValueError("end_rate_per_s must be > 0 (otherwise arrivals stop forever)")
+        if self.end_rate_per_s < MIN_RATE_PER_S:
+            raise ValueError(f"end_rate_per_s must be >= {MIN_RATE_PER_S}")
+        if self.start_rate_per_s > MAX_RAMP_RATE_RATIO * self.end_rate_per_s:
+            raise ValueError(
+                f"start_rate_per_s may be at most {MAX_RAMP_RATE_RATIO:g} x end_rate_per_s "
+                "(arrivals after a steeper down-ramp take too long to draw)"
+            )
         return self
 
     def rate(self, t: float) -> float:
@@ -103,16 +155,24 @@ class RampArrivals(_Frozen):
         return self.start_rate_per_s + f * (self.end_rate_per_s - self.start_rate_per_s)
 
 
-class DiurnalArrivals(_Frozen):
+class DiurnalArrivals(FrozenModel):
     """Poisson arrivals with a sinusoidal rate: mean x (1 + amplitude x sin(2 pi (t + phase) / period))."""
 
     kind: Literal["diurnal"] = Field(default="diurnal", description="Selects this variant (diurnal).")
-    mean_rate_per_s: float = Field(gt=0, description="Mean arrival rate over a period, requests per second.")
+    mean_rate_per_s: float = Field(
+        ge=MIN_RATE_PER_S,
+        le=MAX_RATE_PER_S,
+        description="Mean arrival rate over a period, requests per second.",
+    )
     amplitude: float = Field(
         default=0.5, ge=0, lt=1, description="Relative swing of the rate around its mean (0: constant)."
     )
-    period_s: float = Field(default=86400.0, gt=0, description="Length of one cycle, seconds (a day).")
-    phase_s: float = Field(default=0.0, description="Shift of the cycle, seconds.")
+    period_s: float = Field(
+        default=86400.0, ge=MIN_PERIOD_S, le=MAX_TIME_S, description="Length of one cycle, seconds (a day)."
+    )
+    phase_s: float = Field(
+        default=0.0, ge=-MAX_TIME_S, le=MAX_TIME_S, description="Shift of the cycle, seconds."
+    )
 
     def rate(self, t: float) -> float:
         return self.mean_rate_per_s * (
@@ -133,19 +193,19 @@ ArrivalConfig = Annotated[
 # --------------------------------------------------------------------------- lengths
 
 
-class FixedLength(_Frozen):
+class FixedLength(FrozenModel):
     """Every request has the same number of tokens."""
 
     kind: Literal["fixed"] = Field(default="fixed", description="Selects this variant (fixed).")
-    tokens: int = Field(ge=1, description="Number of tokens.")
+    tokens: int = Field(ge=1, le=MAX_TOKENS, description="Number of tokens.")
 
 
-class UniformLength(_Frozen):
+class UniformLength(FrozenModel):
     """Token counts uniform on the integers ``min_tokens..max_tokens`` (both included)."""
 
     kind: Literal["uniform"] = Field(default="uniform", description="Selects this variant (uniform).")
-    min_tokens: int = Field(ge=1, description="Smallest count.")
-    max_tokens: int = Field(ge=1, description="Largest count.")
+    min_tokens: int = Field(ge=1, le=MAX_TOKENS, description="Smallest count.")
+    max_tokens: int = Field(ge=1, le=MAX_TOKENS, description="Largest count.")
 
     @model_validator(mode="after")
     def _check(self) -> UniformLength:
@@ -154,14 +214,19 @@ class UniformLength(_Frozen):
         return self
 
 
-class LognormalLength(_Frozen):
+class LognormalLength(FrozenModel):
     """Lognormal token counts with a given mean and coefficient of variation, rounded and clipped."""
 
     kind: Literal["lognormal"] = Field(default="lognormal", description="Selects this variant (lognormal).")
-    mean_tokens: float = Field(gt=0, description="Mean number of tokens before clipping.")
-    cv: float = Field(default=1.0, gt=0, description="Coefficient of variation (std / mean).")
-    min_tokens: int = Field(default=1, ge=1, description="Lower clip.")
-    max_tokens: int | None = Field(default=None, ge=1, description="Upper clip (None: no clip).")
+    mean_tokens: float = Field(gt=0, le=MAX_TOKENS, description="Mean number of tokens before clipping.")
+    cv: float = Field(default=1.0, ge=MIN_CV, le=MAX_CV, description="Coefficient of variation (std / mean).")
+    min_tokens: int = Field(default=1, ge=1, le=MAX_TOKENS, description="Lower clip.")
+    max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_TOKENS,
+        description=f"Upper clip (None: clipped only at the token limit, {MAX_TOKENS:,}).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> LognormalLength:
@@ -178,12 +243,14 @@ class LognormalLength(_Frozen):
         return math.log(self.mean_tokens) - self.sigma**2 / 2
 
 
-class ZipfLength(_Frozen):
+class ZipfLength(FrozenModel):
     """Bounded Zipf (power-law) token counts: P(k) proportional to k^-exponent on min..max."""
 
     kind: Literal["zipf"] = Field(default="zipf", description="Selects this variant (zipf).")
-    exponent: float = Field(default=1.2, gt=0, description="Power-law exponent (larger: shorter).")
-    min_tokens: int = Field(default=1, ge=1, description="Smallest count.")
+    exponent: float = Field(
+        default=1.2, gt=0, le=MAX_EXPONENT, description="Power-law exponent (larger: shorter)."
+    )
+    min_tokens: int = Field(default=1, ge=1, le=10_000_000, description="Smallest count.")
     max_tokens: int = Field(ge=1, le=10_000_000, description="Largest count.")
 
     @model_validator(mode="after")
@@ -196,11 +263,14 @@ class ZipfLength(_Frozen):
 TraceFormat = Literal["mooncake", "azure", "burstgpt", "csv", "jsonl"]
 
 
-class EmpiricalLength(_Frozen):
+class EmpiricalLength(FrozenModel):
     """Token counts resampled (with replacement) from a trace file's prompt or output lengths."""
 
     kind: Literal["empirical"] = Field(default="empirical", description="Selects this variant (empirical).")
-    path: str = Field(description="Trace file; a relative path is relative to the scenario file's folder.")
+    path: str = Field(
+        max_length=MAX_YAML_SCALAR_CHARS,
+        description="Trace file; a relative path is relative to the scenario file's folder.",
+    )
     format: TraceFormat = Field(default="azure", description="Format of the trace file.")
     field: Literal["prompt", "output"] = Field(description="Which lengths to resample.")
     columns: dict[str, str] = Field(
@@ -216,23 +286,27 @@ LengthConfig = Annotated[
 # --------------------------------------------------------------------------- prefix structure
 
 
-class SharedPrefixPool(_Frozen):
+class SharedPrefixPool(FrozenModel):
     """``num_prompts`` distinct shared texts (system prompts or few-shot templates); each request
     picks one with Zipf popularity: P(k) proportional to (k + 1)^-zipf_exponent (0: uniform)."""
 
-    num_prompts: int = Field(ge=1, description="Number of distinct shared texts.")
+    num_prompts: int = Field(ge=1, le=MAX_SHARED_PROMPTS, description="Number of distinct shared texts.")
     tokens: LengthConfig = Field(description="Length of each shared text (drawn once per text).")
-    zipf_exponent: float = Field(default=1.0, ge=0, description="Popularity skew (0: all equally popular).")
+    zipf_exponent: float = Field(
+        default=1.0, ge=0, le=MAX_EXPONENT, description="Popularity skew (0: all equally popular)."
+    )
 
 
-class SessionConfig(_Frozen):
+class SessionConfig(FrozenModel):
     """Multi-turn conversations: each turn re-sends the conversation so far plus new user text.
 
     A follow-up turn is released ``think time`` after the previous turn finishes (closed loop).
     """
 
     turns: LengthConfig = Field(description="Turns per session (a length distribution over counts).")
-    think_time_s: float = Field(default=10.0, ge=0, description="Mean user think time between turns, s.")
+    think_time_s: float = Field(
+        default=10.0, ge=0, le=MAX_TIME_S, description="Mean user think time between turns, s."
+    )
     think_time_dist: Literal["exponential", "fixed"] = Field(
         default="exponential", description="Distribution of the think time."
     )
@@ -241,23 +315,37 @@ class SessionConfig(_Frozen):
     )
 
 
-class TenantShare(_Frozen):
+class TenantShare(FrozenModel):
     """A tenant: its share of the traffic, its cache salt (the name) and its priority."""
 
-    name: str = Field(min_length=1, description="Tenant name; the engine salts its block hashes with it.")
-    weight: float = Field(default=1.0, gt=0, description="Relative share of sessions/requests.")
-    priority: int = Field(default=0, description="Scheduling priority of its requests (lower runs first).")
+    name: str = Field(
+        max_length=MAX_YAML_SCALAR_CHARS,
+        min_length=1,
+        description="Tenant name; the engine salts its block hashes with it.",
+    )
+    weight: float = Field(
+        default=1.0, gt=0, le=MAX_WEIGHT, description="Relative share of sessions/requests."
+    )
+    priority: int = Field(
+        default=0,
+        ge=-MAX_PRIORITY,
+        le=MAX_PRIORITY,
+        description="Scheduling priority of its requests (lower runs first).",
+    )
 
 
 # --------------------------------------------------------------------------- workloads
 
 
-class SyntheticWorkload(_Frozen):
+class SyntheticWorkload(FrozenModel):
     """Requests drawn from distributions, with optional shared prefixes, sessions and tenants."""
 
     kind: Literal["synthetic"] = Field(default="synthetic", description="Selects this variant (synthetic).")
     num_requests: int = Field(
-        default=1000, ge=1, description="Number of prompts sent (turns of all sessions; before sampling n)."
+        default=1000,
+        ge=1,
+        le=MAX_NUM_REQUESTS,
+        description="Number of prompts sent (turns of all sessions; before sampling n).",
     )
     arrival: ArrivalConfig = Field(
         default_factory=lambda: PoissonArrivals(rate_per_s=4.0),
@@ -272,7 +360,10 @@ class SyntheticWorkload(_Frozen):
         description="Output length distribution (known to the simulator, not to the scheduler).",
     )
     shared_prefix_tokens: int = Field(
-        default=0, ge=0, description="Length of a system prompt shared by every request (0: none)."
+        default=0,
+        ge=0,
+        le=MAX_TOKENS,
+        description="Length of a system prompt shared by every request (0: none).",
     )
     system_prompts: SharedPrefixPool | None = Field(
         default=None, description="K system prompts with Zipf popularity (after shared_prefix_tokens)."
@@ -283,16 +374,26 @@ class SyntheticWorkload(_Frozen):
     sessions: SessionConfig | None = Field(
         default=None, description="Multi-turn sessions (None: single turn)."
     )
-    tenant: str = Field(default="default", description="Tenant of every request when `tenants` is empty.")
+    tenant: str = Field(
+        max_length=MAX_YAML_SCALAR_CHARS,
+        default="default",
+        description="Tenant of every request when `tenants` is empty.",
+    )
     tenants: list[TenantShare] = Field(
-        default_factory=list, description="Tenants with traffic weights (empty: all requests are `tenant`)."
+        default_factory=list,
+        max_length=MAX_TENANTS,
+        description="Tenants with traffic weights (empty: all requests are `tenant`).",
     )
     parallel_samples: int = Field(
-        default=1, ge=1, description="n > 1: each prompt becomes n requests sharing the prompt (vLLM v1 way)."
+        default=1,
+        ge=1,
+        le=MAX_SAMPLES,
+        description="n > 1: each prompt becomes n requests sharing the prompt (vLLM v1 way).",
     )
     beam_width: int = Field(
         default=1,
         ge=1,
+        le=MAX_SAMPLES,
         description="Beam search approximated as beam_width requests sharing the prompt and output length.",
     )
 
@@ -304,7 +405,7 @@ class SyntheticWorkload(_Frozen):
         return self
 
 
-class TraceWorkload(_Frozen):
+class TraceWorkload(FrozenModel):
     """Requests replayed from a trace file.
 
     Formats: ``mooncake`` (JSONL: timestamp ms, input_length, output_length, hash_ids of
@@ -314,7 +415,10 @@ class TraceWorkload(_Frozen):
     """
 
     kind: Literal["trace"] = Field(default="trace", description="Selects this variant (trace).")
-    path: str = Field(description="Trace file; a relative path is relative to the scenario file's folder.")
+    path: str = Field(
+        max_length=MAX_YAML_SCALAR_CHARS,
+        description="Trace file; a relative path is relative to the scenario file's folder.",
+    )
     format: TraceFormat = Field(description="File format.")
     columns: dict[str, str] = Field(
         default_factory=dict,
@@ -325,28 +429,41 @@ class TraceWorkload(_Frozen):
         default="s", description="Generic formats: unit of the timestamp column."
     )
     hash_block_tokens: int = Field(
-        default=512, ge=1, description="Tokens per hash id (Mooncake: 512); the last block may be partial."
+        default=512,
+        ge=1,
+        le=MAX_TOKENS,
+        description="Tokens per hash id (Mooncake: 512); the last block may be partial.",
     )
     time_scale: float = Field(
-        default=1.0, gt=0, description="Replay this many times faster (arrival gaps divided by it)."
+        default=1.0,
+        ge=MIN_TIME_SCALE,
+        le=MAX_TIME_SCALE,
+        description="Replay this many times faster (arrival gaps divided by it).",
     )
-    start_s: float = Field(default=0.0, ge=0, description="Keep arrivals from this trace time on, seconds.")
+    start_s: float = Field(
+        default=0.0, ge=0, le=MAX_TIME_S, description="Keep arrivals from this trace time on, seconds."
+    )
     end_s: float | None = Field(
-        default=None, gt=0, description="Keep arrivals before this trace time (None: all)."
+        default=None, gt=0, le=MAX_TIME_S, description="Keep arrivals before this trace time (None: all)."
     )
     max_requests: int | None = Field(
-        default=None, ge=1, description="Keep only the first N requests in the window."
+        default=None, ge=1, le=MAX_NUM_REQUESTS, description="Keep only the first N requests in the window."
     )
     rate_per_s: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_RATE_PER_S,
+        le=MAX_RATE_PER_S,
         description="Override the mean arrival rate by rescaling time (keeps the trace's burstiness).",
     )
     zero_output: Literal["drop", "one"] = Field(
         default="drop", description="Rows with 0 output tokens: drop them (counted) or treat as 1 token."
     )
-    tenant: str = Field(default="default", description="Tenant of rows that name none.")
-    model_filter: str | None = Field(default=None, description="burstgpt: keep only rows of this Model.")
+    tenant: str = Field(
+        max_length=MAX_YAML_SCALAR_CHARS, default="default", description="Tenant of rows that name none."
+    )
+    model_filter: str | None = Field(
+        default=None, max_length=MAX_YAML_SCALAR_CHARS, description="burstgpt: keep only rows of this Model."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TraceWorkload:

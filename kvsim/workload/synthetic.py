@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kvsim.limits import MAX_TOKENS
 from kvsim.request import RequestSpec, Segment
 from kvsim.workload.config import (
     ArrivalConfig,
@@ -116,7 +117,7 @@ def sample_lengths(
         return rng.integers(cfg.min_tokens, cfg.max_tokens + 1, size=n, dtype=np.int64)
     if isinstance(cfg, LognormalLength):
         x = np.rint(rng.lognormal(cfg.mu, cfg.sigma, size=n))
-        hi = cfg.max_tokens if cfg.max_tokens is not None else np.inf
+        hi = cfg.max_tokens if cfg.max_tokens is not None else MAX_TOKENS  # int64-safe
         return np.clip(x, cfg.min_tokens, hi).astype(np.int64)
     if isinstance(cfg, ZipfLength):
         return _zipf(cfg, n, rng)

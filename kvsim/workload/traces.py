@@ -18,7 +18,14 @@ different ids never do; the engine cuts segments into its own block size:
 
 A row that cannot be parsed raises `TraceError` naming the file and line. Rows that parse
 but cannot be simulated (no prompt tokens, no output tokens under ``zero_output: drop``)
-are dropped and counted in the `TraceReport`, never silently.
+are dropped and counted in the `TraceReport`, never silently; a trace with no rows, or none
+left to replay, is an error too.
+
+Bounds (`kvsim.limits`, docs/limits.md): lines of at most MAX_TRACE_LINE_CHARS characters,
+CSV cells of at most MAX_TRACE_CELL_CHARS, JSON nested at most MAX_TRACE_JSON_DEPTH deep,
+token counts in 0..MAX_TOKENS, hash ids in 0..MAX_HASH_ID, timestamps finite and within
+MAX_TRACE_TIME_S seconds, priorities within MAX_PRIORITY; files are checked to be UTF-8
+line by line (the error names the line and byte offset).
 """
 
 from __future__ import annotations
@@ -36,6 +43,15 @@ from typing import Any
 import numpy as np
 
 from kvsim.errors import TraceError
+from kvsim.limits import (
+    MAX_HASH_ID,
+    MAX_PRIORITY,
+    MAX_TOKENS,
+    MAX_TRACE_CELL_CHARS,
+    MAX_TRACE_JSON_DEPTH,
+    MAX_TRACE_LINE_CHARS,
+    MAX_TRACE_TIME_S,
+)
 from kvsim.request import RequestSpec, Segment
 from kvsim.workload.config import TraceFormat, TraceWorkload
 
@@ -54,6 +70,7 @@ class TraceTable:
     tenant: list[str] | None = None
     priority: list[int] | None = None
     lines: list[int] = field(default_factory=list)  # file line of each row (1-based)
+    num_lines: int = 0  # physical lines read
     num_dropped: Counter[str] = field(default_factory=Counter)  # reason -> rows
 
     def __len__(self) -> int:
@@ -93,9 +110,16 @@ def _err(path: str, line: int, msg: str) -> TraceError:
     return TraceError(f"{path}, line {line}: {msg}")
 
 
-def _int(value: Any, name: str, path: str, line: int) -> int:
+def _short(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters: errors never quote a whole cell."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _int(value: Any, name: str, path: str, line: int, hi: int = MAX_TOKENS) -> int:
+    """A token count: an integer (or integral number) in 0..hi."""
     if isinstance(value, bool):
-        raise _err(path, line, f"{name} must be an integer, got {value!r}")
+        raise _err(path, line, f"{name} must be an integer, got {_short(value)}")
     if isinstance(value, int):
         out = value
     elif isinstance(value, float) and value.is_integer():
@@ -104,25 +128,41 @@ def _int(value: Any, name: str, path: str, line: int) -> int:
         try:
             f = float(value.strip())
         except ValueError:
-            raise _err(path, line, f"{name} must be an integer, got {value!r}") from None
+            raise _err(path, line, f"{name} must be an integer, got {_short(value)}") from None
         if not f.is_integer():
-            raise _err(path, line, f"{name} must be an integer, got {value!r}")
+            raise _err(path, line, f"{name} must be an integer, got {_short(value)}")
         out = int(f)
     else:
-        raise _err(path, line, f"{name} must be an integer, got {value!r}")
+        raise _err(path, line, f"{name} must be an integer, got {_short(value)}")
     if out < 0:
-        raise _err(path, line, f"{name} must be >= 0, got {out}")
+        raise _err(path, line, f"{name} must be >= 0, got {_short(out)}")
+    if out > hi:
+        raise _err(path, line, f"{name} must be <= {hi:,}, got {_short(out)}")
     return out
 
 
 def _float(value: Any, name: str, path: str, line: int) -> float:
     try:
         out = float(value.strip() if isinstance(value, str) else value)
-    except (TypeError, ValueError):
-        raise _err(path, line, f"{name} must be a number, got {value!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise _err(path, line, f"{name} must be a number, got {_short(value)}") from None
     if not math.isfinite(out):
-        raise _err(path, line, f"{name} must be finite, got {value!r}")
+        raise _err(path, line, f"{name} must be finite, got {_short(value)}")
     return out
+
+
+def _time(t: float, name: str, path: str, line: int) -> float:
+    """A timestamp in seconds, within +-MAX_TRACE_TIME_S (so that differences stay finite)."""
+    if not -MAX_TRACE_TIME_S <= t <= MAX_TRACE_TIME_S:
+        raise _err(path, line, f"{name} must lie within +-{MAX_TRACE_TIME_S:g} s, got {t:g} s")
+    return t
+
+
+def _priority(value: Any, name: str, path: str, line: int) -> int:
+    f = _float(value, name, path, line)
+    if not f.is_integer() or abs(f) > MAX_PRIORITY:
+        raise _err(path, line, f"{name} must be an integer within +-{MAX_PRIORITY:,}, got {_short(value)}")
+    return int(f)
 
 
 def _datetime_s(value: Any, path: str, line: int) -> float:
@@ -130,66 +170,141 @@ def _datetime_s(value: Any, path: str, line: int) -> float:
     text = str(value).strip()
     main, _, frac = text.partition(".")
     try:
-        base = datetime.strptime(main, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)  # noqa: UP017
+        if len(main) == 19 and main[10] == " ":  # zero-padded: the C parser, 10x faster
+            base = datetime.fromisoformat(main).replace(tzinfo=timezone.utc)  # noqa: UP017
+        else:
+            base = datetime.strptime(main, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)  # noqa: UP017
         fraction = float("0." + frac) if frac else 0.0
-    except ValueError:
-        raise _err(path, line, f"timestamp must look like 2023-11-16 18:17:03.97996, got {text!r}") from None
-    return base.timestamp() + fraction
+        seconds = base.timestamp() + fraction
+    except (ValueError, OverflowError, OSError):
+        raise _err(
+            path, line, f"timestamp must look like 2023-11-16 18:17:03.97996, got {_short(text)}"
+        ) from None
+    return _time(seconds, "timestamp", path, line)
+
+
+def _json_loads(text: str, path: str, line: int) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _err(path, line, f"not valid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise _err(path, line, f"JSON nested deeper than {MAX_TRACE_JSON_DEPTH} levels") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        raise _err(path, line, f"not valid JSON: {exc}") from None
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of parsed JSON (a scalar: 0), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, d = stack.pop()
+        if isinstance(node, dict):
+            node = list(node.values())
+        if isinstance(node, list):
+            deepest = max(deepest, d)
+            if d <= MAX_TRACE_JSON_DEPTH:  # deeper is refused anyway: stop looking
+                stack.extend((v, d + 1) for v in node if isinstance(v, dict | list))
+    return deepest
 
 
 def _hash_ids(value: Any, path: str, line: int) -> list[int]:
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            raise _err(path, line, f"hash_ids must be a JSON list of integers, got {value!r}") from None
-    if not isinstance(value, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in value):
+        value = _json_loads(value, path, line)
+        if not isinstance(value, list):
+            raise _err(path, line, f"hash_ids must be a JSON list of integers, got {_short(value)}")
+    # set(map(type, ...)) runs in C: exact ints only (bool is a subclass of int, and refused)
+    if not isinstance(value, list) or (value and set(map(type, value)) != {int}):
         raise _err(path, line, "hash_ids must be a list of integers")
-    if any(h < 0 for h in value):
-        raise _err(path, line, "hash_ids must be >= 0")
+    if value and (min(value) < 0 or max(value) > MAX_HASH_ID):
+        bad = next(h for h in value if not 0 <= h <= MAX_HASH_ID)
+        raise _err(path, line, f"hash_ids must lie in 0..2**60 - 1, got {_short(bad)}")
     return value
 
 
 # --------------------------------------------------------------------------- readers
 
 
-def _open(path: Path) -> Iterator[str]:
+def _open(path: Path, counter: list[int] | None = None) -> Iterator[str]:
+    """The file's lines as text, each checked for length and UTF-8 (errors name line and byte).
+
+    ``counter`` (if given) is ``[characters, lines]`` handed out so far.
+    """
+    line_no, offset = 0, 0
     try:
-        with path.open(encoding="utf-8", newline="") as fh:
-            yield from fh
+        with path.open("rb") as fh:
+            readline = fh.readline
+            while raw := readline(MAX_TRACE_LINE_CHARS + 1):
+                line_no += 1
+                if len(raw) > MAX_TRACE_LINE_CHARS:
+                    raise _err(str(path), line_no, f"line longer than {MAX_TRACE_LINE_CHARS:,} characters")
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise _err(
+                        str(path),
+                        line_no,
+                        f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at byte offset {offset + exc.start} "
+                        f"({exc.reason})",
+                    ) from None
+                if line_no == 1:
+                    text = text.removeprefix("\ufeff")  # a byte-order mark
+                if counter is not None:
+                    counter[0] += len(text)
+                    counter[1] = line_no
+                offset += len(raw)
+                yield text
     except OSError as exc:
         raise TraceError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"{path}: not UTF-8 text: {exc.reason}") from None
 
 
-def _json_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def _json_rows(path: Path, table: TraceTable) -> Iterator[tuple[int, dict[str, Any]]]:
+    p = str(path)
     for line_no, text in enumerate(_open(path), start=1):
+        table.num_lines = line_no
         if not text.strip():
             continue
-        try:
-            row = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise _err(str(path), line_no, f"not valid JSON: {exc.msg}") from None
+        row = _json_loads(text, p, line_no)
         if not isinstance(row, dict):
-            raise _err(str(path), line_no, "each line must be a JSON object")
+            raise _err(p, line_no, "each line must be a JSON object")
+        # Only a line with many brackets can be deep: the common case costs two counts.
+        if text.count("[") + text.count("{") > MAX_TRACE_JSON_DEPTH and _depth(row) > MAX_TRACE_JSON_DEPTH:
+            raise _err(p, line_no, f"JSON nested deeper than {MAX_TRACE_JSON_DEPTH} levels")
         yield line_no, row
 
 
-def _csv_rows(path: Path, required: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
-    lines = _open(path)
-    reader = csv.DictReader(lines)
-    header = reader.fieldnames or []
-    missing = [c for c in required if c not in header]
-    if missing:
-        raise TraceError(
-            f"{path}, line 1: missing column(s) {', '.join(missing)}; header has {', '.join(header)}"
-        )
-    for row in reader:
-        # DictReader counts physical lines; line_num is the line just read.
-        if None in row or any(v is None for v in row.values()):
-            raise _err(str(path), reader.line_num, f"expected {len(header)} fields")
-        yield reader.line_num, row
+def _csv_rows(path: Path, required: list[str], table: TraceTable) -> Iterator[tuple[int, dict[str, Any]]]:
+    p = str(path)
+    consumed = [0, 0]  # characters and lines handed to the csv module so far
+    reader = csv.DictReader(_open(path, consumed))
+    try:
+        header = reader.fieldnames
+        table.num_lines = reader.line_num
+        if not header:
+            raise _err(p, 1, "empty file: no header and no rows")
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise TraceError(
+                f"{path}, line 1: missing column(s) {', '.join(missing)}; "
+                f"header has {_short(', '.join(header), 200)}"
+            )
+        row_start = consumed[0]
+        for row in reader:
+            table.num_lines = reader.line_num
+            # DictReader counts physical lines; line_num is the line just read.
+            if None in row or any(v is None for v in row.values()):
+                raise _err(p, reader.line_num, f"expected {len(header)} fields")
+            if consumed[0] - row_start > MAX_TRACE_CELL_CHARS and any(
+                len(v) > MAX_TRACE_CELL_CHARS for v in row.values()
+            ):
+                raise _err(p, reader.line_num, f"a cell longer than {MAX_TRACE_CELL_CHARS:,} characters")
+            row_start = consumed[0]
+            yield reader.line_num, row
+    except csv.Error as exc:  # on the line last handed to the csv module
+        limit = csv.field_size_limit()
+        if "field larger than field limit" in str(exc):
+            raise _err(p, consumed[1], f"a cell longer than {limit:,} characters") from None
+        raise _err(p, consumed[1], f"not valid CSV: {exc}") from None
 
 
 def _get(row: dict[str, Any], key: str, path: str, line: int) -> Any:
@@ -209,31 +324,33 @@ def read_trace(
     """Read every row of a trace file, in file order (no filtering except ``model_filter``)."""
     path = Path(path)
     if not path.is_file():
-        raise TraceError(f"{path}: trace file not found")
+        what = "not a regular file" if path.exists() else "trace file not found"
+        raise TraceError(f"{path}: {what}")
     p = str(path)
     cols = dict(columns or {})
     table = TraceTable(path=p)
     times: list[float] = []
     if fmt == "mooncake":
         table.hash_ids = []
-        for line, row in _json_rows(path):
-            times.append(_float(_get(row, "timestamp", p, line), "timestamp", p, line) * 1e-3)
+        for line, row in _json_rows(path, table):
+            t = _float(_get(row, "timestamp", p, line), "timestamp", p, line) * 1e-3
+            times.append(_time(t, "timestamp", p, line))
             table.prompt_tokens.append(_int(_get(row, "input_length", p, line), "input_length", p, line))
             table.output_tokens.append(_int(_get(row, "output_length", p, line), "output_length", p, line))
             table.hash_ids.append(_hash_ids(_get(row, "hash_ids", p, line), p, line))
             table.lines.append(line)
     elif fmt == "azure":
-        for line, row in _csv_rows(path, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]):
+        for line, row in _csv_rows(path, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"], table):
             times.append(_datetime_s(row["TIMESTAMP"], p, line))
             table.prompt_tokens.append(_int(row["ContextTokens"], "ContextTokens", p, line))
             table.output_tokens.append(_int(row["GeneratedTokens"], "GeneratedTokens", p, line))
             table.lines.append(line)
     elif fmt == "burstgpt":
-        for line, row in _csv_rows(path, ["Timestamp", "Model", "Request tokens", "Response tokens"]):
+        for line, row in _csv_rows(path, ["Timestamp", "Model", "Request tokens", "Response tokens"], table):
             if model_filter is not None and row["Model"] != model_filter:
                 table.num_dropped["other_model"] += 1
                 continue
-            times.append(_float(row["Timestamp"], "Timestamp", p, line))
+            times.append(_time(_float(row["Timestamp"], "Timestamp", p, line), "Timestamp", p, line))
             table.prompt_tokens.append(_int(row["Request tokens"], "Request tokens", p, line))
             table.output_tokens.append(_int(row["Response tokens"], "Response tokens", p, line))
             table.lines.append(line)
@@ -257,13 +374,18 @@ def read_trace(
             table.tenant = []
         if "priority" in cols:
             table.priority = []
-        rows = _json_rows(path) if fmt == "jsonl" else _csv_rows(path, list(dict.fromkeys(cols.values())))
+        rows = (
+            _json_rows(path, table)
+            if fmt == "jsonl"
+            else _csv_rows(path, list(dict.fromkeys(cols.values())), table)
+        )
         for line, row in rows:
             ts = _get(row, cols["timestamp"], p, line)
             if timestamp_unit == "datetime":
                 times.append(_datetime_s(ts, p, line))
             else:
-                times.append(_float(ts, cols["timestamp"], p, line) * _TIME_UNITS_S[timestamp_unit])
+                t = _float(ts, cols["timestamp"], p, line) * _TIME_UNITS_S[timestamp_unit]
+                times.append(_time(t, cols["timestamp"], p, line))
             table.prompt_tokens.append(
                 _int(_get(row, cols["prompt_tokens"], p, line), cols["prompt_tokens"], p, line)
             )
@@ -276,10 +398,13 @@ def read_trace(
                 table.tenant.append(str(_get(row, cols["tenant"], p, line)))
             if table.priority is not None:
                 value = _get(row, cols["priority"], p, line)
-                table.priority.append(int(_float(value, cols["priority"], p, line)))
+                table.priority.append(_priority(value, cols["priority"], p, line))
             table.lines.append(line)
     else:
         raise TraceError(f"{p}: unknown trace format {fmt!r}")
+    if not table.lines and not table.num_dropped:
+        what = "no rows (an empty trace)" if fmt in ("mooncake", "jsonl") else "a header but no rows"
+        raise _err(p, max(table.num_lines, 1), what)
     if times:
         t0 = min(times)
         table.arrival_s = [t - t0 for t in times]
@@ -349,6 +474,14 @@ def replay_trace(
     if cfg.max_requests is not None and len(keep) > cfg.max_requests:
         outside += len(keep) - cfg.max_requests
         keep = keep[: cfg.max_requests]
+    if not keep:
+        reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(dropped.items()))
+        raise TraceError(
+            f"{path}, lines 1-{table.num_lines}: no usable rows: {num_rows} read, "
+            f"{sum(dropped.values())} dropped{f' ({reasons})' if reasons else ''}, "
+            f"{outside} outside the time window [{cfg.start_s:g}, "
+            f"{'end' if cfg.end_s is None else f'{cfg.end_s:g}'}) s"
+        )
     times = np.array([table.arrival_s[i] for i in keep], dtype=float)
     if len(times):
         times -= times[0]
@@ -401,5 +534,7 @@ def trace_lengths(
     ok = (p > 0) & (o > 0)
     values = (p if which == "prompt" else o)[ok]
     if not len(values):
-        raise TraceError(f"{path}: no rows with prompt and output tokens >= 1 to resample from")
+        raise TraceError(
+            f"{path}, lines 1-{table.num_lines}: no rows with prompt and output tokens >= 1 to resample from"
+        )
     return values

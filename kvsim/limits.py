@@ -1,0 +1,127 @@
+"""Bounds on what kvsim reads: YAML files, trace files and scenario field values.
+
+Every bound is a named constant here, so that the loaders, the schema (``kvsim schema``
+shows the field bounds as ``minimum`` / ``maximum``) and the docs (docs/limits.md) agree.
+The bounds are far above anything a real scenario or trace needs; they exist so that
+hostile or careless input ends in a clean error naming the file, the field or line and
+the rule, instead of a traceback, a hang or memory running out.
+"""
+
+from __future__ import annotations
+
+# --------------------------------------------------------------------------- YAML files
+# (scenario files, sweep files, --set values are not files; see kvsim.yaml_safe)
+
+#: Largest YAML file read, bytes. The largest file in scenarios/ is about 2 KiB.
+MAX_YAML_BYTES = 1024 * 1024
+#: Deepest nesting of mappings and lists. Scenario and sweep files nest at most 5 deep.
+MAX_YAML_DEPTH = 32
+#: Most nodes (scalars, lists, mappings, keys included) after expanding every alias,
+#: counted before anything is built: an alias bomb stops here. Parsing this many nodes
+#: takes about half a second; a scenario has about 100, a 1,000-point sweep about 5,000.
+MAX_YAML_NODES = 20_000
+#: Most anchors (``&name``) and most aliases (``*name``) in one document.
+MAX_YAML_ANCHORS = 100
+MAX_YAML_ALIASES = 100
+#: Longest scalar (a string, a number), characters; also the longest string field of a
+#: scenario, so that every valid scenario reloads from its saved scenario.yaml.
+MAX_YAML_SCALAR_CHARS = 65_536
+#: Most digits of an integer written in a YAML file (Python refuses to convert integers of
+#: more than 4,300 digits; every integer field is far below 10**64 anyway).
+MAX_YAML_INT_DIGITS = 64
+
+# --------------------------------------------------------------------------- trace files
+
+#: Longest physical line of a trace file, characters (a Mooncake line with 2,000 hash ids
+#: is about 16,000).
+MAX_TRACE_LINE_CHARS = 1024 * 1024
+#: Longest CSV cell, characters: the csv module's own default limit, reported cleanly.
+MAX_TRACE_CELL_CHARS = 131_072
+#: Deepest nesting of a JSON line (a Mooncake row is 2 deep: an object holding a list).
+MAX_TRACE_JSON_DEPTH = 16
+#: Largest hash id: content ids of the engine lie in (-2**60, 2**60).
+MAX_HASH_ID = 2**60 - 1
+#: Largest trace timestamp, in seconds after unit conversion (about 31,700 years).
+MAX_TRACE_TIME_S = 1e12
+
+# --------------------------------------------------------------------------- scenario fields
+
+#: Largest token count anywhere (a prompt, an output, a prefix, a length bound, a context):
+#: int32 range, so that sums over a request fit easily in numpy's int64.
+MAX_TOKENS = 2**31 - 1
+#: Most requests of a workload (the per-run work estimate refuses absurd work earlier).
+MAX_NUM_REQUESTS = 2**31 - 1
+#: Most samples per prompt (``parallel_samples``) and beams (``beam_width``).
+MAX_SAMPLES = 1024
+#: Most distinct shared prompts in a pool (system prompts, few-shot templates).
+MAX_SHARED_PROMPTS = 1_000_000
+#: Most tenants of a workload (a resolved scenario with this many stays within
+#: MAX_YAML_NODES, so that its saved scenario.yaml reloads).
+MAX_TENANTS = 1_000
+#: Largest scheduling priority in absolute value (int32).
+MAX_PRIORITY = 2**31 - 1
+#: Arrival rates, requests per second: one a day and a half at least (so that gaps stay
+#: finite), a million per second at most.
+MIN_RATE_PER_S = 1e-5
+MAX_RATE_PER_S = 1e6
+#: Coefficients of variation (gamma arrivals, lognormal lengths): 1/cv**2 is a gamma shape.
+MIN_CV = 1e-3
+MAX_CV = 100.0
+#: Every duration, time and period of a workload (think time, burst lengths, ramp length,
+#: diurnal period and phase, trace windows), seconds: about 31.7 years.
+MAX_TIME_S = 1e9
+#: Shortest diurnal period, seconds (shorter periods lose the sine to rounding).
+MIN_PERIOD_S = 1e-3
+#: Relative traffic weights of tenants.
+MAX_WEIGHT = 1e9
+#: Power-law exponents (Zipf lengths, prompt popularity).
+MAX_EXPONENT = 100.0
+#: Trace replay speed-up (``time_scale``): between a million times slower and faster.
+MIN_TIME_SCALE = 1e-6
+MAX_TIME_SCALE = 1e6
+#: Down-ramps: the start rate may be at most this many times the end rate (thinning draws
+#: start/end candidates per arrival after the ramp).
+MAX_RAMP_RATE_RATIO = 1000.0
+#: On/off arrivals: least mean number of arrivals per ON+OFF cycle (the generator loops
+#: once per period; fewer would take more than 100 loops per request).
+MIN_ONOFF_ARRIVALS_PER_CYCLE = 0.01
+
+#: Fixed times of the cost model (a step, a per-layer or per-iteration overhead, a
+#: collective's latency), seconds.
+MAX_STEP_TIME_S = 3600.0
+#: Bandwidths (HBM, interconnect, PCIe, all-reduce), bytes per second, and peak compute,
+#: FLOP/s or OP/s. The minimum keeps times (bytes / bandwidth) finite; the maximum is only
+#: finite, so that 1e30 still says "this costs nothing" (a use in the tests).
+MIN_BANDWIDTH_BYTES_PER_S = 1e3
+MAX_BANDWIDTH_BYTES_PER_S = 1e30
+MIN_FLOPS = 1e6
+MAX_FLOPS = 1e30
+#: GPU memory, bytes (16 TiB; the largest GPUs hold 288 GB).
+MAX_GPU_MEMORY_BYTES = 2**44
+#: Parameter counts (a quadrillion; the largest models have a few trillion).
+MAX_NUM_PARAMS = 1e15
+#: Model shape: layers, and widths (hidden, MLP, vocabulary), heads and head dimensions,
+#: experts.
+MAX_LAYERS = 4096
+MAX_WIDTH = 2**24
+MAX_HEADS = 65_536
+MAX_EXPERTS = 65_536
+
+# --------------------------------------------------------------------------- other files
+
+#: Largest cost profile read (JSON), bytes; shipped profiles are about 13 KB.
+MAX_PROFILE_BYTES = 16 * 1024 * 1024
+#: Largest summary.json of a result folder read back, bytes (one is about 3 KB).
+MAX_SUMMARY_BYTES = 16 * 1024 * 1024
+
+
+def exact_int_if_huge(value: object) -> object:
+    """A float too large for int64 but integral (1e30) as the exact Python int.
+
+    Used as a before-validator on every field of the schema models: pydantic would report
+    such a float given to an integer field as "unable to parse input string as an integer";
+    as an int, it is reported by the field's bound ("less than or equal to 2147483647").
+    """
+    if isinstance(value, float) and value.is_integer() and abs(value) >= 2**63:
+        return int(value)
+    return value

@@ -92,6 +92,9 @@ class RequestSpec:
     beam_group: int | None = None
     beam_index: int = 0
     beam_forks: tuple[tuple[int, int, int], ...] = ()
+    session_id: int | None = (
+        None  # conversation id for session-affine routing (None: the parent chain's root)
+    )
 
     def __post_init__(self) -> None:
         if self.output_tokens < 1:

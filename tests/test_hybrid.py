@@ -93,7 +93,8 @@ def test_sizes_chunks_and_rejects_by_all_groups() -> None:
     assert kv.max_blocks_needed(1000) == 250 + 2 * 3
     assert kv.attended_tokens(100) == round((100 + 2 * 8) / 3)
     long = Request(spec(0, 120, output=1))  # 121 tokens: 31 full blocks + 2 x 3: more than the pool
-    assert s.add_request(long) is not None and long.reject_reason.startswith("needs 37 KV blocks")
+    rejection = s.add_request(long)
+    assert rejection is not None and (rejection.reason, rejection.num_blocks) == ("kv_capacity", 37)
     ok = Request(spec(1, 60, output=2))
     s.add_request(ok)
     # The chunk fits all groups together: 3 x cdiv(60, 4) = 45 > 24 blocks, so it is cut to 8 blocks.

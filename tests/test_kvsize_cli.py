@@ -120,4 +120,3 @@ def test_docs_show_the_real_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 0
     docs = (Path(__file__).resolve().parents[1] / "docs" / "presets.md").read_text(encoding="utf-8")
     assert capsys.readouterr().out.rstrip("\n") in docs
-

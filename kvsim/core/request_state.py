@@ -84,7 +84,6 @@ class Request:
         "private_from_token",
         "prompt_tokens",
         "recompute_hits_tokens",
-        "reject_reason",
         "replica",
         "request_id",
         "salt",
@@ -152,7 +151,6 @@ class Request:
         self.num_preemptions = 0
         self.num_swaps = 0
         self.swapped_blocks = 0
-        self.reject_reason = ""  # why the engine refused it ('' unless REJECTED)
 
     def __repr__(self) -> str:
         return (

@@ -132,16 +132,15 @@ class Scheduler:
         # Without chunked prefill a prompt must fit one iteration's budget (vLLM refuses
         # such configurations; kvsim rejects the requests that could never start).
         too_long_prompt = not self.chunked_prefill and req.prompt_tokens > self.max_num_batched_tokens
-        reason = ""
-        if limit is not None and req.prompt_tokens >= limit:
-            reason = f"prompt of {req.prompt_tokens:,} tokens >= max_model_len {limit:,}"
-        elif needed_blocks > self.pool.num_blocks:
-            reason = f"needs {needed_blocks:,} KV blocks, the pool has {self.pool.num_blocks:,}"
-        elif too_long_prompt:
-            reason = (
-                f"prompt of {req.prompt_tokens:,} tokens > max_num_batched_tokens "
-                f"{self.max_num_batched_tokens:,} without chunked prefill"
-            )
+        reason = (
+            "max_model_len"
+            if limit is not None and req.prompt_tokens >= limit
+            else "kv_capacity"
+            if needed_blocks > self.pool.num_blocks
+            else "prompt_budget"
+            if too_long_prompt
+            else ""
+        )
         if reason:
             return self._reject(req, needed_blocks, reason)
         req.status = Status.WAITING
@@ -155,9 +154,9 @@ class Scheduler:
 
     @staticmethod
     def _reject(req: Request, num_blocks: int, reason: str) -> KvEvent:
+        """Mark ``req`` rejected; ``reason`` is one of kvsim.result.REJECT_REASONS."""
         req.status = Status.REJECTED
-        req.reject_reason = reason
-        return KvEvent(EventKind.REJECT, req.request_id, num_blocks)
+        return KvEvent(EventKind.REJECT, req.request_id, num_blocks, reason)
 
     # -- scheduling ------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
@@ -182,12 +181,7 @@ class Scheduler:
         while len(self.queue) and not step.scheduled:
             req = self.queue.pop()
             needed = self.kv.max_blocks_needed(req.num_tokens)
-            reason = (
-                f"can never be scheduled: with nothing else running its next chunk does not fit "
-                f"the pool ({self.pool.num_blocks:,} blocks, {self.pool.num_free_blocks:,} free; "
-                f"its whole sequence needs {needed:,})"
-            )
-            step.events.append(self._reject(req, needed, reason))
+            step.events.append(self._reject(req, needed, "unschedulable"))
             step.rejected.append(req)
             if self.beams:
                 self.beams.remove(req)

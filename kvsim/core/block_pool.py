@@ -70,6 +70,10 @@ class BlockPool:
         self._dupes: dict[int, list[KVBlock]] = {}
         self.num_cached_free = 0  # free blocks that still hold a hash
         self.num_evicted = 0
+        # Hashes that left the cache by eviction (a later miss on one is a hit lost to
+        # eviction). Real hashes only: private blocks never have one, so a workload
+        # without shared content keeps this empty.
+        self.evicted_hashes: set[int] = set()
         # Tier below the pool that evicted cached blocks are written back to, if any.
         self.offload = offload
 
@@ -119,6 +123,7 @@ class BlockPool:
                         offload.store(None)
                 elif not self._dupes and cached.get(h) is node:
                     del cached[h]
+                    self.evicted_hashes.add(h)
                     node.block_hash = None
                     node.num_hits = 0
                     self.num_cached_free -= 1
@@ -175,6 +180,7 @@ class BlockPool:
                     del self._dupes[h]
             else:
                 del self.cached[h]
+                self.evicted_hashes.add(h)
         else:
             assert dupes is not None
             dupes.remove(block)

@@ -461,7 +461,9 @@ def attribute_spikes(
                 f"prefix hit rate of the span's admissions {span_hit:.0%}, run {run_hit:.0%})"
             )
         elif evicted and has_reuse and not miss_tokens:
-            eviction_context = f"{_plural(evicted, 'cached block')} evicted, none needed again by the span's admissions"
+            eviction_context = (
+                f"{_plural(evicted, 'cached block')} evicted, none needed again by the span's admissions"
+            )
         if rejected:
             causes.append(("rejection", f"{_plural(rejected, 'request')} rejected"))
         if max_wait and sp.metric == "TTFT":

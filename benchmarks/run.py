@@ -4,7 +4,11 @@
 
 Each run is a fresh process (`benchmarks/simulate.py`): imports, scenario loading, request
 generation from the Azure 2023 conversation trace, simulation and writing the result
-folder, as a user would time `kvsim run`. With --scale it also times a run with that many
+folder, as a user would time `kvsim run`. Each line gives the wall time and the CPU time
+the process used (user + system), and the first and last lines the machine's CPU count and
+load average: figures are comparable only at a similar load (on a shared 2-core machine at
+load average 4.3 the median went from 2.1 s to 7.0 s of wall time, and the CPU time from
+about 2 s to 4.7 s: shared caches and cores slow the process itself too). With --scale it also times a run with that many
 requests and reports the ratio to the 10,000-request median (linear cost: 10x requests
 should take about 10x time). Needs ../shared/traces beside the repository.
 """
@@ -12,6 +16,9 @@ should take about 10x time). Needs ../shared/traces beside the repository.
 from __future__ import annotations
 
 import argparse
+import os
+import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -20,6 +27,17 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def machine() -> str:
+    """CPU count, processor and load averages (1, 5, 15 min): what the figures depend on."""
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), load average {load}"
 
 
 def wall_time(num_requests: int, extra: list[str]) -> tuple[float, str]:
@@ -32,9 +50,10 @@ def wall_time(num_requests: int, extra: list[str]) -> tuple[float, str]:
             "--out",
             f"{tmp}/out",
         ]
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), _children_cpu_s()
         out = subprocess.run([*cmd, *extra], check=True, capture_output=True, text=True).stdout.strip()
-        return time.perf_counter() - t0, out
+        cpu = _children_cpu_s() - cpu0
+        return time.perf_counter() - t0, f"CPU {cpu:.3f} s; {out}"
 
 
 def main() -> None:
@@ -45,6 +64,7 @@ def main() -> None:
     ap.add_argument("--no-fast-forward", action="store_true", help="step every iteration (for comparison)")
     args = ap.parse_args()
     extra = ["--no-fast-forward"] if args.no_fast_forward else []
+    print(f"machine: {machine()}", flush=True)
     times = []
     for i in range(args.runs):
         t, line = wall_time(args.requests, extra)
@@ -54,6 +74,7 @@ def main() -> None:
     print(
         f"median of {args.runs} runs, {args.requests} requests: {med:.3f} s (min {min(times):.3f}, max {max(times):.3f})"
     )
+    print(f"machine after: {machine()}")
     if args.scale:
         t, line = wall_time(args.scale, extra)
         print(f"{args.scale} requests: {t:.3f} s ({line}); ratio to the median above: {t / med:.2f}x")

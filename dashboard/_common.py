@@ -1,51 +1,75 @@
-"""What the dashboard's pages share: the current scenario, runs cached per scenario, downloads.
+"""What the dashboard's pages share: the view (scenario and inputs), runs, safe files, downloads.
 
-State lives in ``st.session_state``:
+State lives in ``st.session_state`` and survives switching pages:
 
-- ``scenario``  the resolved `kvsim.Scenario` the pages work on (the default one until the
-  Scenario page changes it);
-- ``runs``      finished runs, keyed by a hash of the resolved scenario YAML, so that
-  switching pages or coming back to a scenario never re-runs it.
+- ``view``      the scenario's source (built-in default, catalogue file, edited YAML), the knob
+  changes and every page's inputs, as plain values; mirrored into the URL's query string
+  after each page (`sync_url`), and read back from it when a session starts, so that a link
+  reproduces the view;
+- ``scenario``  the resolved `kvsim.Scenario` the pages work on;
+- ``runs``      finished runs, keyed by a hash of the resolved scenario YAML (switching pages or
+  coming back to a scenario never re-runs it), kept up to a memory budget
+  (`RUN_BUDGET_BYTES`, ``$KVSIM_DASHBOARD_RUN_BUDGET_MIB``): the oldest are dropped first, and
+  the page says so.
 
-Figures come from `kvsim.plots`; this module only puts them on the page, each with an
-HTML download (and PNG when kaleido is installed), and every table with a CSV download.
+Every file path that comes from the page goes through `_paths` (allowed folders only), and
+errors about files name the file and the line, never its content. Figures come from
+`kvsim.plots`; this module puts them on the page with an HTML download (and PNG when
+kaleido is installed), and every table with a CSV download.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import io
+import json
+import os
 import re
 import typing
+import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import _paths
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
+import yaml
 from pydantic import BaseModel
 
 import kvsim
+from kvsim.errors import ProfileError, TraceError
+from kvsim.io import RESULT_FILES
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
 from kvsim.scenario.loading import apply_overrides, parse_yaml, validate
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SCENARIO_DIR = REPO_ROOT / "scenarios"
-#: Largest scenario file accepted from an upload or the YAML editor (scenarios are a few KiB).
+REPO_ROOT = _paths.REPO_ROOT
+SCENARIO_DIR = _paths.SCENARIO_DIR
+#: Largest scenario file accepted from an upload, the YAML editor or a link (scenarios are a few KiB).
 MAX_SCENARIO_BYTES = 256 * 1024
-#: Runs kept per session (oldest dropped first).
-MAX_RUNS = 12
+#: Largest upload of any kind (result archives), MiB; `.streamlit/config.toml` sets server.maxUploadSize to it.
+MAX_UPLOAD_MIB = 64
+#: Largest total size of the files of an uploaded result archive once unpacked (zip bombs stop here).
+MAX_UNPACKED_BYTES = 512 * 2**20
+#: Memory the kept runs' tables may take together, bytes.
+RUN_BUDGET_BYTES = int(float(os.environ.get("KVSIM_DASHBOARD_RUN_BUDGET_MIB", "1024")) * 2**20)
+#: Longest edited YAML carried in a link (compressed, base64); longer edits are not linkable.
+MAX_LINK_YAML_CHARS = 6000
 
 #: The knobs the Scenario page offers as widgets (dotted paths into the scenario); the
-#: widgets, ranges and help texts come from the schema. Paths absent from the current
-#: scenario (e.g. a trace workload has no arrival rate) are not shown.
+#: widgets, ranges, labels and help texts come from the schema. Paths absent from the
+#: current scenario (e.g. a trace workload has no arrival rate) are not shown.
 MAIN_KNOBS: tuple[str, ...] = (
     "seed",
     "model",
     "replicas.0.gpu",
     "replicas.0.count",
     "replicas.0.tp",
+    "router.kind",
     "replicas.0.engine.kv_cache_dtype",
     "replicas.0.engine.gpu_memory_utilization",
     "replicas.0.engine.block_size",
@@ -65,6 +89,14 @@ MAIN_KNOBS: tuple[str, ...] = (
 )
 _PRESET_CHOICES: dict[str, list[str]] = {"model": sorted(MODEL_PRESETS), "gpu": sorted(GPU_PRESETS)}
 
+#: Scenario sources of the Scenario page; the short names are what the URL carries.
+SOURCES = {
+    "default": "Built-in default",
+    "catalogue": "Catalogue (scenarios/)",
+    "upload": "Upload a YAML file",
+    "yaml": "Edit YAML",
+}
+
 
 @dataclass(frozen=True)
 class Run:
@@ -72,6 +104,97 @@ class Run:
 
     label: str
     result: kvsim.Result
+    num_bytes: int = 0
+
+
+# --- the view: scenario source, knob changes, page inputs; mirrored in the URL ----------
+
+
+def view() -> dict[str, Any]:
+    """The session's view; read from the URL's query string when the session starts."""
+    if "view" not in st.session_state:
+        st.session_state["view"] = view_from_query(st.query_params.to_dict(), st.query_params.get_all("set"))
+    return st.session_state["view"]
+
+
+def view_from_query(params: Mapping[str, str], sets: Iterable[str]) -> dict[str, Any]:
+    """A view from query parameters: ``source``, ``file``, ``yaml`` (compressed), repeated
+    ``set=path=value`` (knob changes) and page inputs (``page.key=value``)."""
+    out: dict[str, Any] = {k: v for k, v in params.items() if k not in ("set", "yaml")}
+    knobs: dict[str, Any] = {}
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if sep and key:
+            try:
+                knobs[key] = yaml.safe_load(raw) if raw.strip() else ""
+            except yaml.YAMLError:
+                knobs[key] = raw  # validation names it
+    out["set"] = knobs
+    if "yaml" in params:
+        try:
+            text = zlib.decompress(
+                base64.urlsafe_b64decode(params["yaml"].encode()), bufsize=MAX_SCENARIO_BYTES
+            )
+            out["yaml"] = text[:MAX_SCENARIO_BYTES].decode("utf-8", errors="replace")
+        except (ValueError, zlib.error):
+            out["yaml_error"] = "the link's yaml parameter is not a scenario written by this dashboard"
+    return out
+
+
+def _yaml_param(text: str) -> str | None:
+    packed = base64.urlsafe_b64encode(zlib.compress(text.encode("utf-8"), 9)).decode()
+    return packed if len(packed) <= MAX_LINK_YAML_CHARS else None
+
+
+def sync_url() -> None:
+    """Write the view into the URL (after a page has drawn), so that a link reproduces it."""
+    v = view()
+    params: dict[str, Any] = {}
+    for key, value in v.items():
+        if key in ("set", "yaml", "yaml_error", "base") or value is None or key.startswith("_"):
+            continue
+        params[key] = str(value)
+    if v.get("source") == "yaml" and v.get("yaml"):
+        packed = _yaml_param(v["yaml"])
+        if packed is not None:
+            params["yaml"] = packed
+    sets = [f"{k}={yaml.safe_dump(val, default_flow_style=True).strip().removesuffix('...').strip()}"
+            for k, val in v.get("set", {}).items()]  # fmt: skip
+    if sets:
+        params["set"] = sets
+    # Written on every run: after a switch of page the browser's address has lost them, even
+    # when st.query_params still holds the same values.
+    st.query_params.from_dict(params)
+
+
+def kept(key: str, default: Any) -> str:
+    """Widget key for a page input stored in the view under ``key`` (seeded from it, or ``default``).
+
+    Streamlit forgets a widget's state when its page is not drawn; the view keeps it, so an
+    input survives a trip to another page. Call `keep` with the widget's value afterwards.
+    """
+    wkey = f"w:{key}"
+    if wkey not in st.session_state:
+        value = view().get(key, default)
+        if isinstance(default, bool) and not isinstance(value, bool):
+            value = str(value).lower() in ("1", "true", "yes")
+        elif isinstance(default, int) and not isinstance(default, bool) and not isinstance(value, int):
+            try:
+                value = int(float(value))
+            except (TypeError, ValueError):
+                value = default
+        elif isinstance(default, float) and not isinstance(value, float):
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                value = default
+        st.session_state[wkey] = value
+    return wkey
+
+
+def keep(key: str, value: Any) -> None:
+    """Store a page input's current value in the view (and so in the URL)."""
+    view()[key] = value
 
 
 # --- scenario state ---------------------------------------------------------------------
@@ -86,20 +209,35 @@ def scenario_key(scenario: kvsim.Scenario) -> str:
     return hashlib.sha256(scenario_yaml(scenario).encode()).hexdigest()[:16]
 
 
-def query_overrides() -> list[str]:
-    """``?set=dotted.key=value`` query parameters (repeatable): knobs preset by a link."""
-    return list(st.query_params.get_all("set"))
-
-
 def current_scenario() -> kvsim.Scenario:
-    """The scenario the pages work on; the embedded default (plus link overrides) at first."""
+    """The scenario the pages work on: the view's source and knob changes (default at first)."""
     if "scenario" not in st.session_state:
         try:
-            st.session_state["scenario"] = kvsim.load_scenario(None, query_overrides())
+            st.session_state["scenario"] = scenario_from_view()
         except kvsim.ScenarioError as err:
             show_scenario_error(err)
             st.session_state["scenario"] = kvsim.load_scenario(None)
     return st.session_state["scenario"]
+
+
+def base_from_view() -> kvsim.Scenario:
+    """The view's base scenario, before knob changes, without drawing anything (other pages)."""
+    v = view()
+    source = v.get("source", "default")
+    if source == "catalogue" and v.get("file"):
+        path = catalogue_path(str(v["file"]))
+        if path is None:
+            raise kvsim.ScenarioError(str(v["file"]), [("", "no such file in scenarios/")])
+        return load_file(path)
+    if source == "yaml" and v.get("yaml"):
+        return parse_and_resolve(v["yaml"].encode("utf-8"), "<edited YAML>")
+    return kvsim.load_scenario(None)
+
+
+def scenario_from_view() -> kvsim.Scenario:
+    base = base_from_view()
+    changes = view().get("set", {})
+    return resolve(base.model_dump(mode="json"), changes, "<knobs>") if changes else base
 
 
 def set_scenario(scenario: kvsim.Scenario) -> None:
@@ -109,6 +247,11 @@ def set_scenario(scenario: kvsim.Scenario) -> None:
 def scenario_files() -> list[Path]:
     """The catalogue: ``scenarios/*.yaml`` of the repository, by name."""
     return sorted(SCENARIO_DIR.glob("*.yaml")) if SCENARIO_DIR.is_dir() else []
+
+
+def catalogue_path(name: str) -> Path | None:
+    """The catalogue file called ``name`` (a bare file name; anything else is not in the catalogue)."""
+    return next((p for p in scenario_files() if p.name == name), None)
 
 
 def parse_scenario_bytes(data: bytes, source: str) -> dict[str, Any]:
@@ -127,21 +270,64 @@ def parse_scenario_bytes(data: bytes, source: str) -> dict[str, Any]:
     return parse_yaml(text, source)
 
 
+def confined(data: Mapping[str, Any], source: str, base_dir: Path = REPO_ROOT) -> dict[str, Any]:
+    """Scenario data whose file paths all lie in allowed folders (`_paths`); ScenarioError otherwise."""
+    fixed, problems = _paths.confine_scenario_paths(dict(data), base_dir=base_dir)
+    if problems:
+        raise kvsim.ScenarioError(source, problems)
+    return fixed
+
+
 def resolve(
-    data: Mapping[str, Any], overrides: Mapping[str, Any] | Iterable[str], source: str
+    data: Mapping[str, Any],
+    overrides: Mapping[str, Any] | Iterable[str],
+    source: str,
+    base_dir: Path = REPO_ROOT,
 ) -> kvsim.Scenario:
-    """Validate scenario data after dotted-path overrides; errors name ``source``."""
+    """Validate scenario data after dotted-path overrides, its file paths confined; errors name ``source``."""
     try:
         merged = apply_overrides(dict(data), overrides)
     except kvsim.ScenarioError as err:
         raise kvsim.ScenarioError(source, err.problems) from None
-    return validate(merged, source)
+    return validate(confined(merged, source, base_dir), source)
+
+
+def parse_and_resolve(data: bytes, source: str) -> kvsim.Scenario:
+    """Uploaded or pasted YAML to a scenario (relative paths against the repository)."""
+    return resolve(parse_scenario_bytes(data, source), {}, source)
+
+
+def load_file(path: Path) -> kvsim.Scenario:
+    """A catalogue file (relative trace paths against its folder)."""
+    text = path.read_bytes()
+    return resolve(parse_scenario_bytes(text, path.name), {}, str(path.relative_to(REPO_ROOT)), path.parent)
 
 
 def show_scenario_error(err: kvsim.ScenarioError) -> None:
     """The validation error as the page shows it: source, then one row per (field, rule)."""
     lines = "\n".join(f"- `{path or '<root>'}`: {rule}" for path, rule in err.problems)
     st.error(f"**{err.source}**: invalid scenario\n\n{lines}", icon="🚫")
+
+
+def safe_error(exc: Exception) -> str:
+    """A run-time error for the page: trace and profile errors name the file and line only.
+
+    Their messages can quote a row of the file (a value that failed to parse); the page
+    says which file and line, and `kvsim trace-stats` on the command line says the rest.
+    """
+    text = str(exc)
+    if isinstance(exc, TraceError | ProfileError):
+        what = "trace" if isinstance(exc, TraceError) else "cost profile"
+        name = Path(text.split(":", 1)[0].split(", line")[0]).name or what
+        line = re.search(r", line (\d+):", text)
+        where = f", line {line.group(1)}" if line else ""
+        reason = (
+            "cannot be read"
+            if "cannot read" in text or "not found" in text
+            else "has content kvsim cannot use"
+        )
+        return f"{what} file {name}{where} {reason} (`kvsim trace-stats` or `kvsim validate` on the command line tell more)"
+    return text
 
 
 # --- knobs from the schema ------------------------------------------------------------
@@ -165,6 +351,37 @@ def _walk(scenario: kvsim.Scenario, path: str) -> tuple[BaseModel, str] | None:
     return node, parts[-1]
 
 
+def knob_label(scenario: kvsim.Scenario, path: str) -> str:
+    """A knob's label from its schema description: the first clause, e.g. 'Tokens per KV block'.
+
+    Replica-group knobs of a scenario with several groups name their group.
+    """
+    found = _walk(scenario, path)
+    if found is None:
+        return path
+    model, name = found
+    desc = (type(model).model_fields[name].description or name).strip()
+    label = re.split(r"(?<=[a-z)])[.;:](?:\s|$)| \(|; |, default", desc, maxsplit=1)[0].rstrip(".")
+    info = type(model).model_fields[name]
+    options = typing.get_args(info.annotation) or tuple(_registry_names(info))
+    if label in options:  # "round_robin: in turn; ...": the description lists the choices
+        label = (type(model).__doc__ or name).strip().splitlines()[0].rstrip(".")
+    if path.startswith("replicas.") and len(scenario.replicas) > 1:
+        label += f" (group {scenario.replicas[int(path.split('.')[1])].name})"
+    return label
+
+
+def knob_axis_title(scenario: kvsim.Scenario, path: str) -> str:
+    """An axis title for a knob: its label and, for numbers, the unit its name carries."""
+    label = knob_label(scenario, path)
+    name = path.rsplit(".", 1)[-1]
+    unit = {"_per_s": "1/s", "_s": "s", "_tokens": "tokens", "_gib": "GiB"}
+    for suffix, u in unit.items():
+        if name.endswith(suffix) and u not in label and "second" not in label:
+            return f"{label} ({u})"
+    return label
+
+
 def _bounds(info: Any) -> dict[str, float]:
     """number_input bounds from the field's ge/gt/le/lt constraints."""
     out: dict[str, float] = {}
@@ -175,17 +392,28 @@ def _bounds(info: Any) -> dict[str, float]:
     return out
 
 
-def knob_widgets(scenario: kvsim.Scenario, *, key: str) -> dict[str, Any]:
-    """One widget per `MAIN_KNOBS` path present in ``scenario``; returns the changed values.
+def _registry_names(info: Any) -> list[str]:
+    """The names a registry-backed field accepts (routers, policies), else []."""
+    extra = info.json_schema_extra
+    if not callable(extra):
+        return []
+    schema: dict[str, Any] = {}
+    extra(schema)
+    return [str(n) for n in schema.get("enum", [])]
 
-    Widget type, range and help text come from the field's type, constraints and
-    description; ``key`` scopes widget state to one base scenario.
+
+def knob_widgets(base: kvsim.Scenario, *, key: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """One widget per `MAIN_KNOBS` path present in ``base``; returns the values that differ from it.
+
+    Widget type, range, label and help text come from the field's type, constraints and
+    description; a widget starts from ``changes`` (the view's knob changes) when it holds
+    the path. ``key`` scopes widget state to one base scenario.
     """
     changed: dict[str, Any] = {}
     cols = st.columns(3)
     shown = 0
     for path in MAIN_KNOBS:
-        found = _walk(scenario, path)
+        found = _walk(base, path)
         if found is None:
             continue
         model, name = found
@@ -197,25 +425,34 @@ def knob_widgets(scenario: kvsim.Scenario, *, key: str) -> dict[str, Any]:
             if value is None:
                 continue
             ann = next(a for a in args if a is not type(None))
-        label, help_text, wkey = path, info.description, f"knob:{key}:{path}"
+        start = changes.get(path, value)
+        label = knob_label(base, path)
+        help_text = f"{info.description} (`{path}`)"
+        wkey = f"knob:{key}:{path}"
         with cols[shown % 3]:
-            if name in _PRESET_CHOICES:
-                if not isinstance(value, str):
-                    continue  # inline spec: edit it in the YAML
-                options = list(dict.fromkeys([value.lower(), *_PRESET_CHOICES[name]]))
-                new: Any = st.selectbox(label, options, index=0, help=help_text, key=wkey)
-            elif typing.get_origin(ann) is typing.Literal:
-                options = list(typing.get_args(ann))
-                new = st.selectbox(label, options, index=options.index(value), help=help_text, key=wkey)
-            elif ann is bool:
-                new = st.checkbox(label, value=bool(value), help=help_text, key=wkey)
-            elif ann is int:
-                b = {k: int(v) for k, v in _bounds(info).items()}
-                new = st.number_input(label, value=int(value), step=1, help=help_text, key=wkey, **b)
-            elif ann is float:
-                b = {k: float(v) for k, v in _bounds(info).items()}
-                new = st.number_input(label, value=float(value), help=help_text, key=wkey, format="%.4g", **b)
-            else:
+            try:
+                if name in _PRESET_CHOICES:
+                    if not isinstance(value, str):
+                        continue  # inline spec: edit it in the YAML
+                    options = list(dict.fromkeys([str(start).lower(), value.lower(), *_PRESET_CHOICES[name]]))
+                    new: Any = st.selectbox(label, options, index=0, help=help_text, key=wkey)
+                elif typing.get_origin(ann) is typing.Literal or _registry_names(info):
+                    options = list(typing.get_args(ann)) or _registry_names(info)
+                    idx = options.index(start) if start in options else options.index(value)
+                    new = st.selectbox(label, options, index=idx, help=help_text, key=wkey)
+                elif ann is bool:
+                    new = st.checkbox(label, value=bool(start), help=help_text, key=wkey)
+                elif ann is int:
+                    b = {k: int(v) for k, v in _bounds(info).items()}
+                    new = st.number_input(label, value=int(start), step=1, help=help_text, key=wkey, **b)
+                elif ann is float:
+                    b = {k: float(v) for k, v in _bounds(info).items()}
+                    new = st.number_input(
+                        label, value=float(start), help=help_text, key=wkey, format="%.4g", **b
+                    )
+                else:
+                    continue
+            except (TypeError, ValueError):  # a link's value of the wrong type: start from the scenario's
                 continue
         shown += 1
         if new != value:
@@ -239,12 +476,39 @@ def all_runs() -> dict[str, Run]:
     return dict(_runs())
 
 
+def result_bytes(result: kvsim.Result) -> int:
+    """Memory the run's tables take (what the budget counts)."""
+    return int(
+        sum(df.memory_usage(deep=True).sum() for df in (result.requests, result.iterations, result.events))
+    )
+
+
 def add_run(key: str, run: Run) -> None:
+    """Keep a run; drop the oldest others while the kept runs exceed `RUN_BUDGET_BYTES`, with a notice."""
     runs = _runs()
     runs.pop(key, None)
+    if not run.num_bytes:
+        run = Run(run.label, run.result, result_bytes(run.result))
     runs[key] = run
-    while len(runs) > MAX_RUNS:
-        runs.pop(next(iter(runs)))
+    while len(runs) > 1 and sum(r.num_bytes for r in runs.values()) > RUN_BUDGET_BYTES:
+        old_key = next(iter(runs))
+        dropped = runs.pop(old_key)
+        notices().append(
+            f"Run **{dropped.label}** ({dropped.num_bytes / 2**20:,.0f} MiB) was dropped to keep the session's runs "
+            f"within {RUN_BUDGET_BYTES / 2**20:,.0f} MiB (`KVSIM_DASHBOARD_RUN_BUDGET_MIB`); run it again to see it."
+        )
+
+
+def notices() -> list[str]:
+    return st.session_state.setdefault("notices", [])
+
+
+def show_notices() -> None:
+    """Notices (dropped runs) once, at the top of the next page drawn."""
+    pending = notices()
+    for text in pending:
+        st.warning(text, icon="ℹ️")
+    pending.clear()
 
 
 def progress_callback(bar: Any, prefix: str = "") -> Callable[[float, int, int], None]:
@@ -268,22 +532,29 @@ def run_scenario(scenario: kvsim.Scenario, label: str | None = None) -> Run:
     key = scenario_key(scenario)
     run = _runs().get(key)
     if run is None:
+        try:
+            scenario = validate(confined(scenario.model_dump(mode="json"), f"<scenario {scenario.name}>"))
+        except kvsim.ScenarioError as err:
+            show_scenario_error(err)
+            st.stop()
+            raise AssertionError("unreachable: st.stop() ends the script") from err
         bar = st.progress(0, text=f"Running {scenario.name} ...")
         try:
             result = kvsim.run(scenario, progress=progress_callback(bar))
         except kvsim.KvsimError as exc:  # bad input found while running (a trace file, a profile)
             bar.empty()
-            st.error(f"**{scenario.name}** cannot run: {exc}", icon="🚫")
+            st.error(f"**{scenario.name}** cannot run: {safe_error(exc)}", icon="🚫")
             st.stop()
             raise AssertionError("unreachable: st.stop() ends the script") from exc
         except Exception as exc:  # a bug: say so in words, never a traceback
             bar.empty()
-            st.error(f"**{scenario.name}**: the simulation failed ({type(exc).__name__}: {exc}).", icon="🚫")
+            st.error(f"**{scenario.name}**: the simulation failed ({type(exc).__name__}).", icon="🚫")
             st.stop()
             raise AssertionError("unreachable: st.stop() ends the script") from exc
         bar.empty()
         run = Run(label or f"{scenario.name} #{len(_runs()) + 1}", result)
         add_run(key, run)
+        run = _runs()[key]
     return run
 
 
@@ -298,8 +569,23 @@ def require_run() -> Run:
     )
     if st.button(f"Run {scenario.name}", type="primary", key="require_run"):
         return run_scenario(scenario)
+    sync_url()
     st.stop()
     raise AssertionError("unreachable: st.stop() ends the script")
+
+
+def overload_note(summary: Mapping[str, Any]) -> str | None:
+    """A sentence when a run was overloaded (its percentiles then grow with its length)."""
+    if not summary.get("overloaded"):
+        return None
+    return (
+        f"Overloaded ({summary.get('overload_reason') or 'backlog growing'}): "
+        f"{summary.get('offered_requests_per_s', float('nan')):.3g} req/s offered, "
+        f"{summary.get('achieved_requests_per_s', float('nan')):.3g} req/s achieved; the backlog grew by "
+        f"{summary.get('backlog_growth_requests_per_s', float('nan')):.3g} req/s to "
+        f"{summary.get('backlog_end_requests', 0):,} requests. Its latency percentiles grow with the "
+        "run's length: they are not a steady state."
+    )
 
 
 # --- output ---------------------------------------------------------------------------
@@ -318,9 +604,9 @@ def _png_export_available() -> bool:
     return True
 
 
-def show_figure(fig: go.Figure, name: str) -> None:
+def show_figure(fig: go.Figure, name: str, **chart_kw: Any) -> Any:
     """A figure with its downloads: interactive HTML always, PNG when kaleido is installed."""
-    st.plotly_chart(fig, width="stretch", key=f"fig:{name}")
+    event = st.plotly_chart(fig, width="stretch", key=f"fig:{name}", **chart_kw)
     slug = _slug(name)
     cols = st.columns([1, 1, 4])
     cols[0].download_button(
@@ -338,11 +624,12 @@ def show_figure(fig: go.Figure, name: str) -> None:
             mime="image/png",
             key=f"png:{name}",
         )
+    return event
 
 
-def show_table(df: pd.DataFrame, name: str, *, index: bool = False) -> None:
+def show_table(df: pd.DataFrame, name: str, *, index: bool = False, **kw: Any) -> None:
     """A table with a CSV download."""
-    st.dataframe(df, width="stretch", hide_index=not index)
+    st.dataframe(df, width="stretch", hide_index=not index, **kw)
     st.download_button(
         "Download CSV",
         df.to_csv(index=index).encode(),
@@ -350,3 +637,47 @@ def show_table(df: pd.DataFrame, name: str, *, index: bool = False) -> None:
         mime="text/csv",
         key=f"csv:{name}",
     )
+
+
+def session_folder() -> str:
+    """This browser session's folder name in the upload area (random, made once per session)."""
+    return st.session_state.setdefault("upload_dir", hashlib.sha256(os.urandom(16)).hexdigest()[:16])
+
+
+def unpack_result_archive(data: bytes, name: str, session: str) -> Path:
+    """An uploaded result archive unpacked into ``upload area/session/``; ValueError when unusable.
+
+    The archive must hold the five files of a result folder (at its root or in one folder)
+    and nothing else, at most `MAX_UNPACKED_BYTES` once unpacked; members are written under
+    their bare names, never their paths.
+    """
+    if len(data) > MAX_UPLOAD_MIB * 2**20:
+        raise ValueError(f"{name}: larger than {MAX_UPLOAD_MIB} MiB")
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        infos = archive.infolist()
+    except zipfile.BadZipFile:
+        raise ValueError(f"{name}: not a zip archive") from None
+    members = {Path(i.filename).name: i for i in infos if not i.is_dir()}
+    folders = {str(Path(i.filename).parent) for i in infos if not i.is_dir()}
+    if (
+        set(members) != set(RESULT_FILES)
+        or len(members) != len(infos) - sum(i.is_dir() for i in infos)
+        or (len(folders) > 1 or any(".." in Path(f).parts or Path(f).is_absolute() for f in folders))
+    ):
+        raise ValueError(f"{name}: must hold exactly the files of a result folder: {', '.join(RESULT_FILES)}")
+    if sum(i.file_size for i in members.values()) > MAX_UNPACKED_BYTES:
+        raise ValueError(f"{name}: unpacks to more than {MAX_UNPACKED_BYTES // 2**20} MiB")
+    target = _paths.upload_root() / session / hashlib.sha256(data).hexdigest()[:16]
+    target.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for member, info in members.items():
+        with archive.open(info) as src:
+            blob = src.read(MAX_UNPACKED_BYTES + 1)
+        if len(blob) > MAX_UNPACKED_BYTES:
+            raise ValueError(f"{name}: unpacks to more than {MAX_UNPACKED_BYTES // 2**20} MiB")
+        (target / member).write_bytes(blob)
+    return target
+
+
+def json_text(value: Any) -> str:
+    return json.dumps(value, default=str)

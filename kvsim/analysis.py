@@ -9,6 +9,8 @@ or draws anything (the figures are in `kvsim.plots`).
 - `attribute_spikes`            each episode with the engine events that explain it
 - `kv_blocks_over_time`         used / cached / free KV blocks summed over replicas
 - `prefix_hit_rate_over_time`   prefix hit rate of the requests admitted in a sliding window
+- `replica_series`              running / waiting requests and KV usage per replica (vLLM's metric names)
+- `request_timeline`            one request's life as Gantt segments (queued, prefill chunks, decode, events)
 - `find_knee`                   highest load (or least capacity) that still meets the SLO
 - `compare_summaries`           summary metrics of several runs side by side, with differences
 - `cross_tenant_exposure`       prefix hits a tenant could only owe to another tenant (side channel)
@@ -22,7 +24,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kvsim.overload import backlog
 from kvsim.request import RequestSpec
+from kvsim.units import format_seconds
 
 #: Event kinds that explain latency spikes, in the order their causes are listed.
 SPIKE_EVENT_KINDS = ("preempt_recompute", "swap_out", "swap_in", "offload_load", "evict", "reject")
@@ -90,11 +94,14 @@ def rolling_quantiles(
 
 
 def ttft_samples(requests: pd.DataFrame) -> pd.DataFrame:
-    """TTFT of every request that got its first token, at the time it got it (``time_s``, ``ttft_s``)."""
+    """TTFT of every request that got its first token, at the time it got it (``time_s``, ``ttft_s``;
+    ``request_id`` too when the table has it)."""
     got = requests.dropna(subset=["first_token_s", "ttft_s"])
     out = pd.DataFrame(
         {"time_s": got["first_token_s"].to_numpy(float), "ttft_s": got["ttft_s"].to_numpy(float)}
     )
+    if "request_id" in got.columns:  # kept for hovers and for picking a request on a chart
+        out["request_id"] = got["request_id"].to_numpy()
     return out.sort_values("time_s", kind="stable").reset_index(drop=True)
 
 
@@ -187,13 +194,117 @@ def find_spikes(
     return pd.DataFrame(rows, columns=cols)
 
 
+def run_spikes(
+    requests: pd.DataFrame,
+    iterations: pd.DataFrame,
+    events: pd.DataFrame,
+    *,
+    window_s: float,
+    ttft_threshold_s: float,
+    itl_threshold_s: float,
+) -> pd.DataFrame:
+    """Every spike of a run, by time: windows whose p99 TTFT or token-weighted p99 ITL exceed
+    their thresholds, and windows in which a preempted request's gap does (those gaps are too
+    few to move a p99, so their maximum counts). The dashboard's Latency spikes page and
+    ``kvsim spikes`` both call this, then `attribute_spikes`."""
+    ttft = ttft_samples(requests)
+    itl = itl_samples(iterations)
+    gaps = preemption_gap_samples(requests, events)
+    found = [
+        find_spikes(
+            ttft["time_s"], ttft["ttft_s"], metric="TTFT", window_s=window_s, threshold_s=ttft_threshold_s
+        ),
+        find_spikes(
+            itl["time_s"],
+            itl["itl_s"],
+            metric="ITL",
+            window_s=window_s,
+            threshold_s=itl_threshold_s,
+            weights=itl["weight"],
+        ),
+        find_spikes(
+            gaps["time_s"],
+            gaps["itl_s"],
+            metric="ITL",
+            window_s=window_s,
+            threshold_s=itl_threshold_s,
+            quantile=1.0,
+        ),
+    ]
+    return (
+        pd.concat(found, ignore_index=True).sort_values("peak_time_s", kind="stable").reset_index(drop=True)
+    )
+
+
+def worst_spikes(
+    table: pd.DataFrame, *, ttft_threshold_s: float, itl_threshold_s: float, n: int
+) -> pd.DataFrame:
+    """The ``n`` spikes that exceed their own threshold the most (TTFT and ITL differ in scale)."""
+    limit = table["metric"].map({"TTFT": ttft_threshold_s, "ITL": itl_threshold_s}).clip(lower=1e-9)
+    return table.assign(over=table["peak_s"] / limit).sort_values("over", ascending=False).head(n)
+
+
 def format_latency(seconds: float) -> str:
-    """``0.48`` -> ``'480 ms'``, ``2.5`` -> ``'2.50 s'``."""
-    return f"{seconds * 1e3:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+    """Three significant digits and a unit: ``0.48`` -> ``'480 ms'``, ``2.5`` -> ``'2.50 s'``, ``270.2`` -> ``'270 s'``."""
+    return format_seconds(seconds)
 
 
 def _plural(n: int, word: str) -> str:
     return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+#: Request columns and summary keys the attribution reads (a table may lack some).
+PREFIX_HIT_TOKENS = ("prefix_cache_hits_tokens",)
+#: Tokens loaded from the offload tier instead of recomputed (request column).
+OFFLOAD_HIT_TOKENS = ("offload_hits_tokens",)
+#: The summary's prefix hit rate.
+PREFIX_HIT_RATE = ("prefix_cache_hit_rate",)
+#: Prompt tokens that missed the prefix cache because their block had been evicted (engine column, planned).
+EVICTED_MISS_TOKENS = ("evicted_miss_tokens",)
+#: Share of the slow requests' TTFT spent queued (median) from which a TTFT spike is put down to queueing.
+QUEUEING_SHARE = 0.5
+
+
+def column(table: pd.DataFrame, names: Sequence[str]) -> pd.Series | None:
+    """The first of ``names`` that ``table`` has, or None."""
+    for name in names:
+        if name in table.columns:
+            return table[name]
+    return None
+
+
+def summary_value(summary: Mapping[str, Any], names: Sequence[str], default: Any = None) -> Any:
+    """The first of ``names`` the summary has, or ``default``."""
+    return next((summary[n] for n in names if n in summary), default)
+
+
+def _slow_requests(requests: pd.DataFrame, start: float, end: float) -> pd.DataFrame:
+    """Requests whose first token came in [start, end] (the samples of a TTFT spike)."""
+    if not {"first_token_s", "queueing_s", "ttft_s"} <= set(requests.columns):
+        return requests.iloc[0:0]
+    got = requests[(requests["first_token_s"] >= start) & (requests["first_token_s"] <= end)]
+    return got[got["ttft_s"] > 0]
+
+
+def _evicted_misses(requests: pd.DataFrame, lo: float, hi: float) -> tuple[int | None, float, float]:
+    """Evidence that evictions cost hits in [lo, hi]: (evicted-miss tokens or None, span hit rate, run hit rate).
+
+    With the engine's ``evicted_miss_tokens`` column: the tokens of requests first
+    scheduled in the span that missed because their block had been evicted. Without it:
+    None, and the prefix hit rates of the span's admissions and of the whole run.
+    """
+    hits = column(requests, PREFIX_HIT_TOKENS)
+    nan = float("nan")
+    if hits is None or "first_scheduled_s" not in requests.columns:
+        return None, nan, nan
+    sched = requests["first_scheduled_s"]
+    in_span = (sched >= lo) & (sched <= hi)
+    misses = column(requests, EVICTED_MISS_TOKENS)
+    prompts = requests["prompt_tokens"]
+    admitted = sched.notna()
+    run_rate = float(hits[admitted].sum() / prompts[admitted].sum()) if prompts[admitted].sum() else nan
+    span_rate = float(hits[in_span].sum() / prompts[in_span].sum()) if prompts[in_span].sum() else nan
+    return (int(misses[in_span].sum()) if misses is not None else None), span_rate, run_rate
 
 
 def attribute_spikes(
@@ -207,20 +318,47 @@ def attribute_spikes(
     """Explain each spike episode by what the engine did while the slow requests waited.
 
     A sample observed at t with latency L lived through ``[t - L, t]``, so an episode's
-    causes are counted over ``[start_s - peak_s, end_s]``: preemptions (recompute, swap),
-    swap traffic, evicted blocks, rejections, the longest waiting queue, prefill tokens
-    in the slowest iteration (decodes wait for the prefill chunk they are batched with),
-    and whether arrivals in that span came faster, or with longer prompts, than
-    ``burst_factor`` times the run's average. Adds those counts, ``cause`` (the first that applies, in
-    that order) and ``explanation``, e.g. ``"p99 ITL 480 ms at t=312 s: 14 preemptions by
-    recompute; queue up to 37 waiting"``.
+    causes are counted over ``[start_s - peak_s, end_s]``: arrivals against completions
+    there (and the backlog at both ends), the share of the slow requests' TTFT spent
+    queued, preemptions (recompute, swap), swap traffic, evicted blocks, rejections, the
+    longest waiting queue, prefill tokens in the slowest iteration (decodes wait for the
+    prefill chunk they are batched with), and whether arrivals in that span came faster,
+    or with longer prompts, than ``burst_factor`` times the run's average.
+
+    The causes, in the order they are tried (``cause`` is the first that applies):
+
+    1. **queueing** (TTFT spikes): the requests whose first token came in the spike spent
+       most of their TTFT (median share >= `QUEUEING_SHARE`) waiting to be scheduled; the
+       text says whether arrivals exceeded completions in the span (arrivals above
+       capacity) or the queue had built up before it;
+    2. preemption by recompute, by swap, swap traffic;
+    3. **eviction**, only where evicted blocks were needed again: with the engine's
+       ``evicted_miss_tokens`` column, when requests admitted in the span missed tokens
+       whose blocks had been evicted. Without the column eviction is never a cause: on a
+       run with prefix reuse the evictions are added at the end as context (with the span's
+       and the run's prefix hit rates), on a run without prefix hits not even that (nothing
+       evicted could have been hit);
+    4. rejections, the waiting queue, a prefill in the slowest iteration, an arrival
+       burst, long prompts.
+
+    Every text carries the numbers behind it, e.g. ``"p99 TTFT 269 s at t=700 s:
+    queueing: 44.0 req/s arrived, 25.6 req/s finished (backlog 7,900 -> 8,400), 99% of
+    TTFT spent queued"``; the added columns hold them all.
     """
     out = spikes.copy()
     arrivals = requests["arrival_s"].to_numpy(float)
     prompts = requests["prompt_tokens"].to_numpy(float)
-    span_all = float(arrivals.max() - arrivals.min()) if len(arrivals) > 1 else 0.0
-    mean_rate = (len(arrivals) - 1) / span_all if span_all > 0 else float("nan")
+    known = ~np.isnan(arrivals)
+    span_all = float(arrivals[known].max() - arrivals[known].min()) if known.sum() > 1 else 0.0
+    mean_rate = (known.sum() - 1) / span_all if span_all > 0 else float("nan")
     mean_prompt = float(prompts.mean()) if len(prompts) else float("nan")
+    if "finish_s" in requests.columns and "finished" in requests.columns:
+        finishes = np.sort(requests.loc[requests["finished"].astype(bool), "finish_s"].to_numpy(float))
+    else:
+        finishes = None
+    sorted_arrivals = np.sort(arrivals[known])
+    hits = column(requests, PREFIX_HIT_TOKENS)
+    has_reuse = hits is not None and float(hits.sum()) > 0
     it_end = (iterations["start_s"] + iterations["duration_s"]).to_numpy(float)
     it_start = iterations["start_s"].to_numpy(float)
     waiting = iterations["num_waiting"].to_numpy(float)
@@ -230,10 +368,19 @@ def attribute_spikes(
     ev_t = events["time_s"].to_numpy(float)
     extra: dict[str, list[Any]] = {
         "from_s": [],
+        "queue_from_s": [],
+        "queue_to_s": [],
+        "queue_arrival_rate_per_s": [],
+        "completion_rate_per_s": [],
+        "backlog_start_requests": [],
+        "backlog_end_requests": [],
+        "queued_share_of_ttft": [],
         "num_preempt_recompute": [],
         "num_preempt_swap": [],
         "swapped_bytes": [],
         "num_evicted_blocks": [],
+        "evicted_miss_tokens": [],
+        "span_prefix_hit_rate": [],
         "num_rejected": [],
         "max_waiting": [],
         "slowest_iteration_s": [],
@@ -262,18 +409,59 @@ def attribute_spikes(
         arr = (arrivals >= lo) & (arrivals <= hi)
         rate = float(arr.sum()) / (hi - lo) if hi > lo else float("nan")
         mean_p = float(prompts[arr].mean()) if arr.any() else float("nan")
+        # Arrivals against completions while the spike's slow requests arrived (TTFT), or over
+        # the span (ITL): more arrivals than completions is a queue growing.
+        slow = _slow_requests(requests, float(sp.start_s), hi) if sp.metric == "TTFT" else requests.iloc[0:0]
+        a0, a1 = (float(slow["arrival_s"].min()), float(slow["arrival_s"].max())) if len(slow) else (lo, hi)
+        if a1 <= a0:
+            a0, a1 = lo, hi
+        if finishes is not None and a1 > a0:
+            in_rate = float(((sorted_arrivals >= a0) & (sorted_arrivals <= a1)).sum()) / (a1 - a0)
+            done_rate = float(((finishes >= a0) & (finishes <= a1)).sum()) / (a1 - a0)
+            b0, b1 = (int(v) for v in backlog(sorted_arrivals, finishes, np.array([a0, a1])))
+        else:
+            in_rate, done_rate, b0, b1 = float("nan"), float("nan"), 0, 0
+        queued_share = float((slow["queueing_s"] / slow["ttft_s"]).median()) if len(slow) else float("nan")
+        miss_tokens, span_hit, run_hit = _evicted_misses(requests, lo, hi)
         causes: list[tuple[str, str]] = []
+        if len(slow) and queued_share >= QUEUEING_SHARE:
+            digits = 0 if a1 - a0 >= 10 else 1
+            when = f"while they arrived (t={a0:,.{digits}f}-{a1:,.{digits}f} s)"
+            if in_rate > done_rate:
+                what = f"{in_rate:.1f} req/s arrived, {done_rate:.1f} req/s finished {when}"
+            else:
+                what = f"the queue had built up before: {in_rate:.1f} req/s arrived, {done_rate:.1f} req/s finished {when}"
+            causes.append(
+                (
+                    "queueing",
+                    f"queueing: {what}, backlog {b0:,} -> {b1:,}; {queued_share:.0%} of TTFT spent queued",
+                )
+            )
         if n_rec:
             causes.append(("preemption (recompute)", _plural(n_rec, "preemption") + " by recompute"))
         if n_swp:
             causes.append(("preemption (swap)", _plural(n_swp, "preemption") + " by swap"))
         if swap_bytes:
             causes.append(("swap traffic", f"{swap_bytes / 2**30:.2f} GiB swapped over PCIe"))
-        if evicted:
-            causes.append(("eviction", f"{_plural(evicted, 'cached block')} evicted"))
+        if evicted and miss_tokens:  # the engine's column: hits lost to eviction
+            causes.append(
+                (
+                    "eviction",
+                    f"{_plural(evicted, 'cached block')} evicted; {miss_tokens:,} prompt tokens "
+                    "missed because their blocks had been evicted",
+                )
+            )
+        # Without the engine's column nothing says whether an evicted block was needed again
+        # (a hit rate that dips can as well be longer unique prompts): context, never a cause.
+        eviction_context = (
+            f"{_plural(evicted, 'cached block')} evicted (whether any was needed again is not recorded; "
+            f"prefix hit rate of the span's admissions {span_hit:.0%}, run {run_hit:.0%})"
+            if evicted and miss_tokens is None and has_reuse
+            else None
+        )
         if rejected:
             causes.append(("rejection", f"{_plural(rejected, 'request')} rejected"))
-        if max_wait:
+        if max_wait and sp.metric == "TTFT":
             causes.append(("queue build-up", f"queue up to {max_wait:,} waiting"))
         if slow_prefill:
             causes.append(
@@ -289,15 +477,28 @@ def attribute_spikes(
             causes.append(
                 ("long prompts", f"long prompts: mean {mean_p:,.0f} tokens (run mean {mean_prompt:,.0f})")
             )
+        if max_wait and sp.metric != "TTFT":  # decodes do not wait for the queue: context only
+            causes.append(("queue build-up", f"queue up to {max_wait:,} waiting"))
         if not causes:
             causes.append(("none found", "no preemption, swap, eviction, queue or burst in the span"))
+        if eviction_context:
+            causes.append(("context", eviction_context))
         head = f"{sp.statistic} {sp.metric} {format_latency(float(sp.peak_s))} at t={float(sp.peak_time_s):.0f} s"
         for key, val in (
             ("from_s", lo),
+            ("queue_from_s", a0),
+            ("queue_to_s", a1),
+            ("queue_arrival_rate_per_s", in_rate),
+            ("completion_rate_per_s", done_rate),
+            ("backlog_start_requests", b0),
+            ("backlog_end_requests", b1),
+            ("queued_share_of_ttft", queued_share),
             ("num_preempt_recompute", n_rec),
             ("num_preempt_swap", n_swp),
             ("swapped_bytes", swap_bytes),
             ("num_evicted_blocks", evicted),
+            ("evicted_miss_tokens", miss_tokens),
+            ("span_prefix_hit_rate", span_hit),
             ("num_rejected", rejected),
             ("max_waiting", max_wait),
             ("slowest_iteration_s", slow_s),
@@ -309,7 +510,8 @@ def attribute_spikes(
         ):
             extra[key].append(val)
     for key, vals in extra.items():
-        out[key] = pd.Series(vals, index=out.index, dtype=object if key in ("cause", "explanation") else None)
+        dtype = object if key in ("cause", "explanation", "evicted_miss_tokens") else None
+        out[key] = pd.Series(vals, index=out.index, dtype=dtype)
     return out
 
 
@@ -355,6 +557,145 @@ def kv_blocks_over_time(iterations: pd.DataFrame, *, num_points: int = 400) -> p
             "total": sums["used"] + sums["free"],
         }
     )
+
+
+#: vLLM's Prometheus names of the per-replica series (`replica_series`).
+VLLM_RUNNING = "vllm:num_requests_running"
+VLLM_WAITING = "vllm:num_requests_waiting"
+VLLM_KV_USAGE = "vllm:kv_cache_usage_perc"
+
+
+def replica_series(iterations: pd.DataFrame, *, num_bins: int = 300) -> pd.DataFrame:
+    """Running and waiting requests and KV usage per replica over time, named as vLLM's metrics.
+
+    ``vllm:num_requests_running`` is the iteration's ``batch_size`` (vLLM v1 schedules every
+    running request in every step unless the token budget cuts it), ``vllm:num_requests_waiting``
+    its ``num_waiting`` and ``vllm:kv_cache_usage_perc`` its ``kv_usage`` (a fraction, as
+    vLLM reports it). Time is cut into ``num_bins`` equal bins and each bin keeps the
+    highest value of each series, so that short peaks survive; ``time_s`` is the bin's end.
+    Long format: ``replica_id``, ``time_s`` and the three series.
+    """
+    cols = ["replica_id", "time_s", VLLM_RUNNING, VLLM_WAITING, VLLM_KV_USAGE]
+    if iterations.empty:
+        return pd.DataFrame(columns=cols)
+    t = iterations["start_s"].to_numpy(float)
+    t0, t1 = float(t.min()), float((iterations["start_s"] + iterations["duration_s"]).max())
+    width = (t1 - t0) / num_bins if t1 > t0 else 1.0
+    b = np.minimum(((t - t0) // width).astype(int), num_bins - 1)
+    frame = pd.DataFrame(
+        {
+            "replica_id": iterations["replica_id"].to_numpy(),
+            "bin": b,
+            VLLM_RUNNING: iterations["batch_size"].to_numpy(),
+            VLLM_WAITING: iterations["num_waiting"].to_numpy(),
+            VLLM_KV_USAGE: iterations["kv_usage"].to_numpy(float),
+        }
+    )
+    out = frame.groupby(["replica_id", "bin"], sort=True).max().reset_index()
+    out["time_s"] = t0 + (out["bin"] + 1) * width
+    return out[cols]
+
+
+#: Lanes of a request's timeline, top to bottom.
+TIMELINE_LANES = ("queued", "prefill", "KV transfer", "decode", "events")
+
+
+def request_timeline(
+    request_id: int,
+    requests: pd.DataFrame,
+    iterations: pd.DataFrame,
+    events: pd.DataFrame,
+    *,
+    kv_transfer_bytes_per_s: float | None = None,
+    kv_transfer_latency_s: float = 0.0,
+) -> pd.DataFrame:
+    """One request's life as Gantt segments, from the request, iteration and event tables.
+
+    Rows: ``lane`` (`TIMELINE_LANES`), ``kind``, ``start_s``, ``end_s`` (equal for an
+    instant), ``detail`` (the numbers) and ``exact`` (False where the tables only bound it):
+
+    - queued: arrival to first scheduling (exact);
+    - prefill: the iterations of its (prefill) replica from its first scheduling to its first
+      token, one bar per chunk; the tables do not say which requests an iteration ran, so these
+      are the iterations it was, in all likelihood, part of (``exact`` False); the first bar
+      carries the cache hits: GPU prefix hits, host-tier (offload) hits;
+    - KV transfer (disaggregated): from the ``kv_transfer`` event for bytes / bandwidth plus the
+      link latency, when ``kv_transfer_bytes_per_s`` is given;
+    - decode: first token to finish (or to the last iteration if unfinished);
+    - events: preemptions (recompute, swap out), swap in, offload loads, rejection (instants).
+
+    Raises KeyError for an unknown request id.
+    """
+    rows = requests.loc[requests["request_id"] == request_id]
+    if rows.empty:
+        raise KeyError(f"no request {request_id}")
+    r = rows.iloc[0]
+    out: list[dict[str, Any]] = []
+    end_of_run = float((iterations["start_s"] + iterations["duration_s"]).max()) if len(iterations) else 0.0
+
+    def seg(lane: str, kind: str, start: float, end: float, detail: str, exact: bool = True) -> None:
+        out.append({"lane": lane, "kind": kind, "start_s": float(start), "end_s": float(end),
+                    "detail": detail, "exact": exact})  # fmt: skip
+
+    arrival = float(r["arrival_s"])
+    sched = r.get("first_scheduled_s", np.nan)
+    first_tok = r.get("first_token_s", np.nan)
+    finish = r.get("finish_s", np.nan)
+    prompt = int(r.get("prompt_tokens", 0))
+    queued_to = sched if pd.notna(sched) else end_of_run
+    seg(
+        "queued",
+        "queued",
+        arrival,
+        queued_to,
+        f"waited {format_seconds(queued_to - arrival)} for its first step",
+    )
+    if pd.notna(sched):
+        prefill_replica = r.get("prefill_replica_id") or r.get("replica_id")
+        prefill_end = first_tok if pd.notna(first_tok) else end_of_run
+        it = iterations[(iterations["replica_id"] == prefill_replica) & (iterations["start_s"] >= sched)
+                        & (iterations["start_s"] < prefill_end)]  # fmt: skip
+        hits = column(requests, PREFIX_HIT_TOKENS)
+        gpu_hits = int(hits.loc[rows.index[0]]) if hits is not None else 0
+        offload_col = column(requests, OFFLOAD_HIT_TOKENS)
+        offload = int(offload_col.loc[rows.index[0]]) if offload_col is not None else 0
+        hit_text = (
+            f"cache hits: {gpu_hits:,} of {prompt:,} prompt tokens on the GPU, {offload:,} from the host tier"
+        )
+        with_prefill = it[it["prefill_tokens"] > 0]
+        for k, step in enumerate(with_prefill.itertuples(index=False)):
+            detail = (
+                f"chunk {k + 1} of {len(with_prefill)}: iteration of {format_seconds(step.duration_s)} "
+                f"computing {int(step.prefill_tokens):,} prefill tokens in all beside {int(step.decode_tokens)} decodes"
+            )
+            seg("prefill", "prefill chunk", step.start_s, step.start_s + step.duration_s,
+                (hit_text + "; " if k == 0 else "") + detail, exact=False)  # fmt: skip
+        if with_prefill.empty:
+            seg("prefill", "prefill chunk", sched, prefill_end, hit_text, exact=False)
+    mine = events[events["request_id"] == request_id].sort_values("time_s", kind="stable")
+    for ev in mine.itertuples(index=False):
+        if ev.kind == "kv_transfer" and kv_transfer_bytes_per_s:
+            duration = kv_transfer_latency_s + float(ev.num_bytes) / kv_transfer_bytes_per_s
+            seg("KV transfer", "kv_transfer", ev.time_s, ev.time_s + duration,
+                f"{int(ev.num_blocks):,} blocks, {ev.num_bytes / 2**20:,.1f} MiB in {format_seconds(duration)}")  # fmt: skip
+        else:
+            what = {
+                "preempt_recompute": "preempted: blocks freed, prompt and output so far computed again",
+                "swap_out": "preempted: blocks swapped out to host memory",
+                "swap_in": "swapped back in",
+                "offload_load": "prefix blocks loaded from the host tier",
+                "reject": "rejected: can never fit",
+                "kv_transfer": "KV sent to the decode replica",
+            }.get(ev.kind, ev.kind)
+            seg("events", ev.kind, ev.time_s, ev.time_s, f"{what} ({int(ev.num_blocks):,} blocks)")
+    if pd.notna(first_tok):
+        decode_end = finish if pd.notna(finish) else end_of_run
+        n_out = int(r.get("output_tokens", 0))
+        tpot = r.get("tpot_s", np.nan)
+        seg("decode", "decode", first_tok, decode_end,
+            f"{n_out:,} output tokens, TPOT {format_seconds(tpot)}, longest gap {format_seconds(r.get('max_itl_s'))}, "
+            f"{int(r.get('num_preemptions', 0))} preemptions")  # fmt: skip
+    return pd.DataFrame(out, columns=["lane", "kind", "start_s", "end_s", "detail", "exact"])
 
 
 def prefix_hit_rate_over_time(
@@ -452,8 +793,10 @@ def cross_tenant_exposure(requests: pd.DataFrame, specs: Sequence[RequestSpec]) 
     tenant, arrival_s, hit, ttft_s; only first uses that were admitted.
     """
     first = {s.request_id: s.prompt[0].content_id for s in specs}
-    df = requests[["request_id", "tenant", "arrival_s", "prefix_cache_hits_tokens", "ttft_s"]].dropna(
-        subset=["ttft_s"]
+    df = (
+        requests[["request_id", "tenant", "arrival_s", "ttft_s"]]
+        .assign(hit_tokens=column(requests, PREFIX_HIT_TOKENS))
+        .dropna(subset=["ttft_s"])
     )
     df = df.sort_values(["arrival_s", "request_id"], kind="stable")
     seen: set[tuple[str, int]] = set()
@@ -463,7 +806,7 @@ def cross_tenant_exposure(requests: pd.DataFrame, specs: Sequence[RequestSpec]) 
         keep.append(key not in seen)
         seen.add(key)
     out = df[np.asarray(keep, dtype=bool)].copy()
-    out["hit"] = out["prefix_cache_hits_tokens"] > 0
+    out["hit"] = out["hit_tokens"] > 0
     return out[["request_id", "tenant", "arrival_s", "hit", "ttft_s"]].reset_index(drop=True)
 
 

@@ -9,7 +9,7 @@ dashboard shows them; notebooks and scripts can call them the same way and save 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from kvsim import analysis
+from kvsim.units import format_seconds
 
 #: Colours of event kinds and run series (colour-blind safe, Okabe-Ito).
 EVENT_COLORS = {
@@ -49,21 +50,79 @@ def _finish(fig: go.Figure, title: str, height: int) -> go.Figure:
         },
         hovermode="x unified",
     )
+    # Subplot titles sit a little higher and smaller than Plotly's default, clear of the top
+    # tick label of their own plot.
+    fig.update_annotations(
+        selector={"xref": "paper", "yref": "paper", "yanchor": "bottom", "showarrow": False},
+        yshift=6,
+        font={"size": 13},
+    )
+    # Room for every tick label and title: Plotly grows the margins instead of overlapping them.
+    fig.update_xaxes(automargin=True)
+    fig.update_yaxes(automargin=True)
     return fig
 
 
 def _hline(fig: go.Figure, y: float, text: str, row: int | None = None, *, log_axis: bool = False) -> None:
-    """A dashed SLO line across a subplot, labelled at its left end."""
+    """A dashed SLO line across a subplot, labelled just above its left end, inside the plot."""
     kw = {} if row is None else {"row": row, "col": 1}
     line = {"color": SLO_COLOR, "dash": "dash", "width": 1.5}
-    if not log_axis:
-        fig.add_hline(y=y, line=line, annotation_text=text, annotation_position="top left",
-                      annotation_font_color=SLO_COLOR, **kw)  # fmt: skip
-        return
-    # On a log axis the line takes the value but an annotation takes its log10.
     fig.add_hline(y=y, line=line, **kw)
-    fig.add_annotation(x=0, xref="x domain", y=math.log10(y), text=text, showarrow=False, xanchor="left",
-                       yanchor="bottom", font={"color": SLO_COLOR}, **kw)  # fmt: skip
+    # On a log axis the line takes the value but an annotation takes its log10.
+    fig.add_annotation(x=0.01, xref="x domain", y=math.log10(y) if log_axis else y, text=text,
+                       showarrow=False, xanchor="left", yanchor="bottom", font={"color": SLO_COLOR, "size": 11},
+                       bgcolor="rgba(255,255,255,0.7)", **kw)  # fmt: skip
+
+
+def seconds_label(value: float) -> str:
+    """A tick label for a duration in seconds: ``1 ms``, ``10 s``, ``100 µs``."""
+    return format_seconds(value).replace(".00 ", " ").replace(".0 ", " ")
+
+
+def count_label(value: float) -> str:
+    """A tick label for a count: ``1``, ``100``, ``10k``, ``1M``."""
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= div:
+            return f"{value / div:g}{suffix}"
+    return f"{value:g}"
+
+
+def decade_ticks(values: Sequence[float] | np.ndarray, label: Callable[[float], str]) -> dict[str, object]:
+    """Axis settings for a log axis labelled at whole decades only (never the 2s and 5s between).
+
+    The range covers the finite positive ``values`` from the decade below the smallest to
+    the decade above the largest.
+    """
+    v = np.asarray([x for x in np.asarray(values, dtype=float).ravel() if np.isfinite(x) and x > 0])
+    if not len(v):
+        return {"type": "log"}
+    lo, hi = math.floor(math.log10(v.min())), math.ceil(math.log10(v.max()))
+    if hi == lo:
+        hi += 1
+    decades = [10.0**k for k in range(lo, hi + 1)]
+    return {
+        "type": "log",
+        "range": [lo, hi],
+        "tickvals": decades,
+        "ticktext": [label(d) for d in decades],
+    }
+
+
+def _crossings(x: np.ndarray, y: np.ndarray, limit: float, *, log_y: bool) -> list[float]:
+    """x where the polyline (x, y) crosses ``limit`` (interpolated; in log y on a log axis)."""
+    out: list[float] = []
+
+    def f(a: float) -> float:
+        return float(np.log10(a)) if log_y else a
+
+    for i in range(len(x) - 1):
+        y0, y1 = y[i], y[i + 1]
+        if not (np.isfinite(y0) and np.isfinite(y1)) or (log_y and min(y0, y1) <= 0):
+            continue
+        if (y0 - limit) * (y1 - limit) < 0:
+            t = (f(limit) - f(y0)) / (f(y1) - f(y0))
+            out.append(float(x[i] + t * (x[i + 1] - x[i])))
+    return out
 
 
 def latency_spikes_figure(
@@ -95,11 +154,12 @@ def latency_spikes_figure(
         subplot_titles=(
             "Time to first token (per request, at its first token)",
             "Inter-token latency of decoding requests",
-            f"Engine events per {window_s:g}-s window",
-            "Waiting queue",
+            f"Engine events per {window_s:g}-s window (marker area ∝ count)",
+            "Waiting queue (vllm:num_requests_waiting, summed)",
         ),
     )
     ttft = analysis.ttft_samples(requests)
+    ids = ttft["request_id"] if "request_id" in ttft.columns else None
     fig.add_trace(
         go.Scattergl(
             x=ttft["time_s"],
@@ -107,6 +167,9 @@ def latency_spikes_figure(
             mode="markers",
             name="TTFT (per request)",
             marker={"size": 4, "color": SAMPLE_COLOR},
+            customdata=ids,
+            hovertemplate=("request %{customdata}: " if ids is not None else "")
+            + "TTFT %{y:.3s}s at t=%{x:,.1f} s<extra></extra>",
         ),
         row=1,
         col=1,
@@ -121,6 +184,7 @@ def latency_spikes_figure(
                 mode="lines",
                 name=f"TTFT rolling {q}",
                 line={"color": color, "width": 2},
+                hovertemplate=f"TTFT {q} %{{y:.3s}}s (window to t=%{{x:,.1f}} s)<extra></extra>",
             ),
             row=1,
             col=1,
@@ -137,6 +201,7 @@ def latency_spikes_figure(
                 mode="lines",
                 name=f"ITL rolling {q}",
                 line={"color": color, "width": 2, "dash": "dot"},
+                hovertemplate=f"ITL {q} %{{y:.3g}} ms (window to t=%{{x:,.1f}} s)<extra></extra>",
             ),
             row=2,
             col=1,
@@ -147,12 +212,10 @@ def latency_spikes_figure(
             go.Scatter(
                 x=gaps["time_s"], y=gaps["itl_s"] * 1e3, mode="markers", name="gap of a preempted request",
                 marker={"size": 6, "color": EVENT_COLORS["preempt_recompute"], "symbol": "x"},
-                customdata=gaps["request_id"], hovertemplate="request %{customdata}: %{y:.0f} ms",
+                customdata=gaps["request_id"], hovertemplate="request %{customdata}: gap %{y:.3g} ms<extra></extra>",
             ),
             row=2, col=1,
         )  # fmt: skip
-        # Gaps of seconds beside steps of milliseconds: only a log axis shows both.
-        fig.update_yaxes(type="log", row=2, col=1)
     t_end = float(max(ttft["time_s"].max() if len(ttft) else 0.0, itl["time_s"].max() if len(itl) else 0.0))
     edges = np.arange(0.0, t_end + window_s, window_s)
     if len(edges) < 2:
@@ -196,12 +259,26 @@ def latency_spikes_figure(
             mode="lines",
             name="requests waiting",
             line={"color": "#555555", "width": 1, "shape": "hv"},
+            hovertemplate="%{y:,} waiting at t=%{x:,.1f} s<extra></extra>",
         ),
         row=4,
         col=1,
     )
+    # Under overload TTFTs run from milliseconds to minutes: a log axis shows both ends.
+    ttft_vals = ttft["ttft_s"].to_numpy(float)
+    ttft_log = len(ttft_vals) > 0 and ttft_vals.min() > 0 and ttft_vals.max() / ttft_vals.min() > 100
+    if ttft_log:
+        fig.update_yaxes(
+            **decade_ticks([*ttft_vals, ttft_slo_s or ttft_vals[0]], seconds_label), row=1, col=1
+        )
+    if len(gaps):
+        # Gaps of seconds beside steps of milliseconds: only a log axis shows both.
+        itl_ms = [*itl["itl_s"].to_numpy(float) * 1e3, *gaps["itl_s"].to_numpy(float) * 1e3]
+        if itl_slo_s is not None:
+            itl_ms.append(itl_slo_s * 1e3)
+        fig.update_yaxes(**decade_ticks(itl_ms, lambda v: seconds_label(v / 1e3)), row=2, col=1)
     if ttft_slo_s is not None:
-        _hline(fig, ttft_slo_s, f"TTFT SLO {ttft_slo_s:g} s", row=1)
+        _hline(fig, ttft_slo_s, f"TTFT SLO {ttft_slo_s:g} s", row=1, log_axis=ttft_log)
     if itl_slo_s is not None:
         _hline(fig, itl_slo_s * 1e3, f"TPOT SLO {itl_slo_s * 1e3:g} ms", row=2, log_axis=len(gaps) > 0)
     if spikes is not None:
@@ -209,10 +286,10 @@ def latency_spikes_figure(
             fig.add_vrect(
                 x0=sp.start_s, x1=sp.end_s, fillcolor="rgba(213,94,0,0.12)", line_width=0, row="all", col=1
             )
-    fig.update_yaxes(title_text="TTFT (s)", row=1, col=1)
-    fig.update_yaxes(title_text="ITL (ms)" + (", log scale" if len(gaps) else ""), row=2, col=1)
-    fig.update_yaxes(title_text="events (area ∝ count)", type="category", row=3, col=1)
-    fig.update_yaxes(title_text="waiting (requests)", rangemode="tozero", row=4, col=1)
+    fig.update_yaxes(title_text="TTFT, log" if ttft_log else "TTFT (s)", row=1, col=1)
+    fig.update_yaxes(title_text="ITL, log" if len(gaps) else "ITL (ms)", row=2, col=1)
+    fig.update_yaxes(title_text="events", type="category", row=3, col=1)
+    fig.update_yaxes(title_text="requests", rangemode="tozero", row=4, col=1)
     fig.update_xaxes(title_text=TIME_TITLE, row=4, col=1)
     return _finish(fig, "Latency over time (shaded: spikes)", 900)
 
@@ -225,57 +302,99 @@ def throughput_capacity_figure(
     ttft_slo_s: float,
     tpot_slo_s: float,
     knee_x: float | None = None,
+    knee_name: str = "knee",
 ) -> go.Figure:
-    """Throughput and p99 TTFT / TPOT of sweep points against the swept quantity.
+    """Offered against achieved load and p99 TTFT / TPOT of sweep points against the swept quantity.
 
     ``points`` has one row per point with the column ``x`` and the summary columns
-    ``throughput_tokens_per_s``, ``ttft_p99_s`` and ``tpot_p99_s``. SLO lines are drawn
-    on the latency rows and the knee (`analysis.find_knee`), if any, on all rows.
+    ``offered_requests_per_s`` and ``achieved_requests_per_s`` (without them, the row
+    shows ``throughput_tokens_per_s``), ``ttft_p99_s``, ``tpot_p99_s`` and optionally
+    ``overloaded``. The TTFT row is logarithmic (decade ticks) so that the SLO line and
+    where the curve crosses it stay visible from milliseconds to minutes; crossings are
+    marked. Overloaded points are drawn as crosses. The knee (`analysis.find_knee`), if
+    any, is a dotted line on all rows, named in the title.
     """
     pts = points.sort_values(x, kind="stable") if pd.api.types.is_numeric_dtype(points[x]) else points
+    numeric = pd.api.types.is_numeric_dtype(pts[x])
+    loads = {"offered_requests_per_s", "achieved_requests_per_s"} <= set(pts.columns)
     fig = make_subplots(
         rows=3,
         cols=1,
         shared_xaxes=True,
-        vertical_spacing=0.07,
-        subplot_titles=("Output throughput", "p99 time to first token", "p99 time per output token"),
+        vertical_spacing=0.09,
+        subplot_titles=(
+            "Offered and achieved load" if loads else "Output throughput",
+            "p99 time to first token",
+            "p99 time per output token",
+        ),
     )
-    series = (
-        ("throughput_tokens_per_s", 1.0, "throughput", SERIES_COLORS[0]),
-        ("ttft_p99_s", 1.0, "p99 TTFT", SERIES_COLORS[1]),
-        ("tpot_p99_s", 1e3, "p99 TPOT", SERIES_COLORS[2]),
-    )
-    for row, (col, scale, name, color) in enumerate(series, start=1):
+    xv = pts[x].to_numpy()
+    over = pts["overloaded"].fillna(False).astype(bool).to_numpy() if "overloaded" in pts.columns else None
+    hover_x = f"{x_title}: %{{x}}"
+    if loads:
+        for col, name, color, dash in (
+            ("offered_requests_per_s", "offered (arrivals)", "#555555", "dash"),
+            ("achieved_requests_per_s", "achieved (finished)", SERIES_COLORS[0], "solid"),
+        ):
+            fig.add_trace(
+                go.Scatter(x=xv, y=pts[col], mode="lines+markers", name=name, line={"color": color, "dash": dash},
+                           marker={"size": 8}, hovertemplate=f"{hover_x}<br>{name}: %{{y:.3g}} req/s<extra></extra>"),
+                row=1, col=1,
+            )  # fmt: skip
+    else:
         fig.add_trace(
-            go.Scatter(
-                x=pts[x],
-                y=pts[col] * scale,
-                mode="lines+markers",
-                name=name,
-                line={"color": color},
-                marker={"size": 8},
-            ),
-            row=row,
-            col=1,
-        )
-    _hline(fig, ttft_slo_s, f"SLO {ttft_slo_s:g} s", row=2)
+            go.Scatter(x=xv, y=pts["throughput_tokens_per_s"], mode="lines+markers", name="throughput",
+                       line={"color": SERIES_COLORS[0]}, marker={"size": 8},
+                       hovertemplate=f"{hover_x}<br>throughput: %{{y:,.0f}} tokens/s<extra></extra>"),
+            row=1, col=1,
+        )  # fmt: skip
+    ttft = pts["ttft_p99_s"].to_numpy(float)
+    tpot_ms = pts["tpot_p99_s"].to_numpy(float) * 1e3
+    for row, y, name, color, unit in (
+        (2, ttft, "p99 TTFT", SERIES_COLORS[1], "s"),
+        (3, tpot_ms, "p99 TPOT", SERIES_COLORS[2], "ms"),
+    ):
+        fig.add_trace(
+            go.Scatter(x=xv, y=y, mode="lines+markers", name=name, line={"color": color}, marker={"size": 8},
+                       hovertemplate=f"{hover_x}<br>{name}: %{{y:.3g}} {unit}<extra></extra>"),
+            row=row, col=1,
+        )  # fmt: skip
+    if over is not None and over.any():
+        fig.add_trace(
+            go.Scatter(x=xv[over], y=ttft[over], mode="markers", name="overloaded (backlog growing)",
+                       marker={"symbol": "x", "size": 13, "color": "#000000", "line": {"width": 1}},
+                       hovertemplate=f"{hover_x}<br>overloaded: the backlog was still growing<extra></extra>"),
+            row=2, col=1,
+        )  # fmt: skip
+    fig.update_yaxes(**decade_ticks([*ttft, ttft_slo_s], seconds_label), row=2, col=1)
+    _hline(fig, ttft_slo_s, f"SLO {ttft_slo_s:g} s", row=2, log_axis=True)
     _hline(fig, tpot_slo_s * 1e3, f"SLO {tpot_slo_s * 1e3:g} ms", row=3)
+    if numeric:
+        for row, y, limit, log_y, what in (
+            (2, ttft, ttft_slo_s, True, "TTFT"),
+            (3, tpot_ms, tpot_slo_s * 1e3, False, "TPOT"),
+        ):
+            cross = _crossings(xv.astype(float), y, limit, log_y=log_y)
+            if cross:
+                unit = "s" if what == "TTFT" else "ms"
+                fig.add_trace(
+                    go.Scatter(x=cross, y=[limit] * len(cross), mode="markers", name=f"crosses the {what} SLO",
+                               marker={"symbol": "diamond-open", "size": 14, "color": SLO_COLOR, "line": {"width": 2}},
+                               hovertemplate=f"p99 {what} crosses {limit:g} {unit} at {x_title} ≈ %{{x:.3g}}"
+                                             "<extra></extra>"),
+                    row=row, col=1,
+                )  # fmt: skip
+    title = f"Load and tail latency against {x_title}"
     if knee_x is not None:
         fig.add_vline(x=knee_x, line={"color": "#333333", "dash": "dot"}, row="all", col=1)
-        fig.add_annotation(
-            x=knee_x,
-            y=1.0,
-            xref="x",
-            yref="paper",
-            yanchor="bottom",
-            showarrow=False,
-            text=f"knee: {knee_x:g}",
-        )
-    fig.update_yaxes(title_text="throughput (tokens/s)", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text="p99 TTFT (s)", rangemode="tozero", row=2, col=1)
+        title += f" ({knee_name}: {knee_x:g})"
+    fig.update_yaxes(title_text="requests/s" if loads else "tokens/s", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="p99 TTFT, log", row=2, col=1)
     fig.update_yaxes(title_text="p99 TPOT (ms)", rangemode="tozero", row=3, col=1)
     fig.update_xaxes(title_text=x_title, row=3, col=1)
-    return _finish(fig, f"Throughput and tail latency against {x_title}", 800)
+    fig = _finish(fig, title, 820)
+    fig.update_layout(hovermode="closest")
+    return fig
 
 
 def kv_blocks_figure(kv: pd.DataFrame) -> go.Figure:
@@ -294,6 +413,7 @@ def kv_blocks_figure(kv: pd.DataFrame) -> go.Figure:
                 name=name,
                 stackgroup="kv",
                 line={"color": color, "width": 0.5, "shape": "hv"},
+                hovertemplate=f"{name}: %{{y:,}} blocks at t=%{{x:,.1f}} s<extra></extra>",
             )
         )
     fig.update_yaxes(title_text="KV blocks (count)", rangemode="tozero")
@@ -311,6 +431,7 @@ def prefix_hit_rate_figure(hit_rate: pd.DataFrame, *, overall: float | None = No
             name="hit rate (window)",
             line={"color": SERIES_COLORS[0]},
             connectgaps=False,
+            hovertemplate="%{y:.1f}% of prompt tokens hit (window to t=%{x:,.1f} s)<extra></extra>",
         )
     )
     if overall is not None:
@@ -346,6 +467,7 @@ def cache_curve_figure(
             mode="lines+markers",
             name=f"cache-only replay ({policy.upper()})",
             line={"color": SERIES_COLORS[0]},
+            hovertemplate="%{x:,} blocks: %{y:.1f}% of prompt tokens hit<extra></extra>",
         )
     )
     unbounded = curve[cap.isna()]
@@ -365,9 +487,11 @@ def cache_curve_figure(
                 mode="markers",
                 name="this run (timed)",
                 marker={"color": SERIES_COLORS[1], "size": 12, "symbol": "diamond"},
+                hovertemplate="this run: %{x:,} blocks per replica, %{y:.1f}% hit<extra></extra>",
             )
         )
-    fig.update_xaxes(title_text="cache capacity (KV blocks, log scale)", type="log")
+    fig.update_xaxes(title_text="cache capacity (KV blocks, log scale)",
+                     **decade_ticks([*cap[cap.notna()], run_capacity_blocks or 1], count_label))  # fmt: skip
     fig.update_yaxes(title_text="token hit ratio (%)", range=[0, 105])
     return _finish(fig, "Hit ratio against cache size", 420)
 
@@ -390,6 +514,8 @@ def latency_cdfs_figure(runs: Mapping[str, pd.DataFrame]) -> go.Figure:
                     legendgroup=name,
                     showlegend=col_i == 1,
                     line={"color": color, "shape": "hv"},
+                    hovertemplate=f"{name}: %{{y:.1%}} of requests at or below %{{x:.3g}} {title.split('(')[-1][:-1]}"
+                    "<extra></extra>",
                 ),
                 row=1,
                 col=col_i,
@@ -404,12 +530,15 @@ def calibration_figure(points: pd.DataFrame, *, x_titles: Mapping[str, str]) -> 
     """Measured kernel times against the roofline's prediction, one panel per kernel.
 
     ``points`` columns: ``kernel``, ``x`` (the grid variable), ``measured_s`` and
-    ``roofline_s``; ``x_titles`` maps each kernel to its x-axis title (with unit).
+    ``roofline_s``; ``x_titles`` maps each kernel to what its x axis counts, which goes
+    into the panel's title (two panels a row, so that narrow windows keep them apart).
     """
     kernels: Sequence[str] = list(dict.fromkeys(points["kernel"]))
-    cols = min(3, max(1, len(kernels)))
-    rows = (len(kernels) + cols - 1) // cols
-    fig = make_subplots(rows=max(rows, 1), cols=cols, subplot_titles=list(kernels), vertical_spacing=0.12)
+    cols = min(2, max(1, len(kernels)))
+    rows = max((len(kernels) + cols - 1) // cols, 1)
+    titles = [f"{k}<br><sup>x: {x_titles.get(k, 'x')}</sup>" for k in kernels]
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, vertical_spacing=min(0.3, 0.45 / rows),
+                        horizontal_spacing=0.14)  # fmt: skip
     for i, k in enumerate(kernels):
         r, c = i // cols + 1, i % cols + 1
         p = points[points["kernel"] == k].sort_values("x")
@@ -426,10 +555,88 @@ def calibration_figure(points: pd.DataFrame, *, x_titles: Mapping[str, str]) -> 
                     legendgroup=name,
                     showlegend=i == 0,
                     line={"color": color, "dash": "dash" if col == "roofline_s" else "solid"},
+                    customdata=[seconds_label(v) for v in p[col]],
+                    hovertemplate=f"{name}: %{{customdata}} at x = %{{x:,}}<extra></extra>",
                 ),
                 row=r,
                 col=c,
             )
-        fig.update_xaxes(title_text=x_titles.get(k, "x"), type="log", row=r, col=c)
-        fig.update_yaxes(title_text="time (ms)", type="log", row=r, col=c)
-    return _finish(fig, "Measured cost curves against the roofline", 360 * max(rows, 1) + 60)
+        fig.update_xaxes(**decade_ticks(p["x"], count_label), tickangle=0, row=r, col=c)
+        times_ms = [*p["measured_s"] * 1e3, *p["roofline_s"] * 1e3]
+        fig.update_yaxes(title_text="time per layer" if c == 1 else "", row=r, col=c,
+                         **decade_ticks(times_ms, lambda v: seconds_label(v / 1e3)))  # fmt: skip
+    fig = _finish(fig, "Measured cost curves against the roofline (log-log)", 300 * rows + 140)
+    fig.update_layout(hovermode="closest", margin={"t": 110})  # two-line panel titles below the title
+    return fig
+
+
+#: Colours of the segments of a request's timeline.
+TIMELINE_COLORS = {
+    "queued": "#BBBBBB",
+    "prefill chunk": SERIES_COLORS[0],
+    "kv_transfer": SERIES_COLORS[3],
+    "decode": SERIES_COLORS[2],
+    **EVENT_COLORS,
+}
+
+
+def request_timeline_figure(timeline: pd.DataFrame, *, title: str) -> go.Figure:
+    """One request's timeline (`analysis.request_timeline`) as a Gantt chart: a bar per segment, a mark per instant."""
+    fig = go.Figure()
+    lanes = [lane for lane in analysis.TIMELINE_LANES if lane in set(timeline["lane"])]
+    bars = timeline[timeline["end_s"] > timeline["start_s"]]
+    instants = timeline[timeline["end_s"] <= timeline["start_s"]]
+    for kind, group in bars.groupby("kind", sort=False):
+        fig.add_trace(
+            go.Bar(
+                y=group["lane"], x=group["end_s"] - group["start_s"], base=group["start_s"], orientation="h",
+                name=str(kind), marker={"color": TIMELINE_COLORS.get(str(kind), "#777777"),
+                                        "line": {"color": "#ffffff", "width": 1}},
+                customdata=np.stack([group["detail"], [seconds_label(d) for d in group["end_s"] - group["start_s"]],
+                                     np.where(group["exact"], "", " (estimated from the iteration table)")], axis=-1),
+                hovertemplate="%{base:,.3f} s + %{customdata[1]}%{customdata[2]}<br>%{customdata[0]}<extra></extra>",
+            )
+        )  # fmt: skip
+    for kind, group in instants.groupby("kind", sort=False):
+        fig.add_trace(
+            go.Scatter(
+                x=group["start_s"], y=group["lane"], mode="markers", name=str(kind),
+                marker={"symbol": "x" if kind != "swap_in" else "triangle-up", "size": 12,
+                        "color": TIMELINE_COLORS.get(str(kind), "#777777")},
+                customdata=group["detail"], hovertemplate="t=%{x:,.3f} s: %{customdata}<extra></extra>",
+            )
+        )  # fmt: skip
+    fig.update_yaxes(title_text="", categoryorder="array", categoryarray=lanes[::-1], type="category")
+    fig.update_xaxes(title_text=TIME_TITLE)
+    fig = _finish(fig, title, 140 + 45 * max(len(lanes), 1))
+    fig.update_layout(barmode="overlay", hovermode="closest", margin={"t": 50, "b": 50})
+    return fig
+
+
+def replica_panels_figure(series: pd.DataFrame) -> go.Figure:
+    """Per-replica running and waiting requests and KV usage over time (`analysis.replica_series`)."""
+    metrics = (
+        (analysis.VLLM_RUNNING, "running (requests)", 1.0, "{:,}"),
+        (analysis.VLLM_WAITING, "waiting (requests)", 1.0, "{:,}"),
+        (analysis.VLLM_KV_USAGE, "KV usage (%)", 100.0, "{:.1f}%"),
+    )
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=[m[0] for m in metrics])  # fmt: skip
+    replicas = list(dict.fromkeys(series["replica_id"]))
+    for i, rid in enumerate(replicas):
+        color = SERIES_COLORS[i % len(SERIES_COLORS)]
+        rows = series[series["replica_id"] == rid]
+        for row, (col, title, scale, _) in enumerate(metrics, start=1):
+            unit = "%" if scale == 100.0 else " requests"
+            fig.add_trace(
+                go.Scatter(x=rows["time_s"], y=rows[col] * scale, mode="lines", name=str(rid), legendgroup=str(rid),
+                           showlegend=row == 1, line={"color": color, "width": 1.2, "shape": "hv"},
+                           hovertemplate=f"{rid}: %{{y:,.4g}}{unit} ({col}, bin to t=%{{x:,.1f}} s)<extra></extra>"),
+                row=row, col=1,
+            )  # fmt: skip
+            fig.update_yaxes(title_text=title, rangemode="tozero", row=row, col=1)
+    fig.update_yaxes(range=[0, 105], row=3, col=1)
+    fig.update_xaxes(title_text=TIME_TITLE, row=3, col=1)
+    fig = _finish(fig, "Per replica: running and waiting requests, KV usage (highest per time bin)", 700)
+    fig.update_layout(hovermode="closest")
+    return fig

@@ -42,6 +42,10 @@ def _fixed(value: Any, digits: int, scale: float = 1.0) -> str:
     return MISSING if v is None else f"{v * scale:,.{digits}f}"
 
 
+def _flag(value: Any) -> str:
+    return MISSING if not isinstance(value, bool) else ("YES" if value else "no")
+
+
 def _percent(value: Any) -> str:
     return _fixed(value, 1, 100.0)
 
@@ -71,6 +75,13 @@ def _sections(s: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str, str]
                 ("finished requests", _fixed(s.get("throughput_requests_per_s"), 2), "requests/s"),
                 ("goodput (SLO met)", _fixed(s.get("goodput_requests_per_s"), 2), "requests/s"),
                 ("SLO attainment", _percent(s.get("slo_attainment")), "%"),
+                ("offered load", _fixed(s.get("offered_requests_per_s"), 2), "requests/s (arrivals)"),
+                (
+                    "achieved load",
+                    _fixed(s.get("achieved_requests_per_s"), 2),
+                    "requests/s (finished, 2nd half of the arrivals)",
+                ),
+                ("overloaded", _flag(s.get("overloaded")), str(s.get("overload_reason") or "")),
             ],
         ),
         (

@@ -24,6 +24,7 @@ from kvsim.scenario.schema import Scenario
 
 if TYPE_CHECKING:
     from kvsim.core.outcome import CacheStats
+from kvsim.overload import load_summary
 
 #: Per-request table. ``*_s`` are times (absolute) or durations (latencies) in seconds.
 REQUEST_COLUMNS: dict[str, str] = {
@@ -176,6 +177,8 @@ def summarize(
         out["kv_usage_mean"] = 0.0
         out["kv_token_usage_mean"] = 0.0
         out["kv_token_usage_loaded_mean"] = float("nan")
+    # Offered vs achieved load and the overload flag (kvsim.overload).
+    out.update(load_summary(requests, events))
     for old, new in SUMMARY_ALIASES.items():
         out[old] = out[new]
     return out

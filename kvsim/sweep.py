@@ -153,6 +153,11 @@ def simulate(scenario: Scenario) -> tuple[dict[str, Any], dict[str, bytes]]:
     return dict(result.summary), files
 
 
+def summary_only(scenario: Scenario) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """A runner that keeps only the summary (``kvsim.capacity`` needs no tables)."""
+    return dict(kvsim.run(scenario).summary), {}
+
+
 def run_point(point: Point, runner: Runner) -> PointOutcome:
     """Validate and simulate one point; every exception becomes a failed outcome."""
     start = time.perf_counter()
@@ -251,6 +256,26 @@ def _run_ray(
     finally:
         if started:
             ray.shutdown()
+
+
+def run_points(
+    points: list[Point],
+    runner: Runner = simulate,
+    *,
+    jobs: int = 1,
+    executor: Executor = "local",
+    address: str | None = None,
+) -> Iterator[tuple[Point, PointOutcome]]:
+    """Run points in ``jobs`` worker processes (or Ray tasks), yielding each as it finishes.
+
+    The parallel runner behind `run_sweep`, for callers that choose their points as they
+    go (`kvsim.capacity` runs one round of a search at a time). Nothing is written.
+    """
+    if jobs < 1:
+        raise SweepError(f"--jobs must be >= 1, got {jobs}")
+    if executor == "ray":
+        return _run_ray(points, runner, address, jobs)
+    return _run_local(points, runner, min(jobs, max(len(points), 1)))
 
 
 def _flat(value: Any) -> Any:

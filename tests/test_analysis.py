@@ -129,9 +129,9 @@ def test_attribute_spikes_counts_events_in_the_span_the_slow_samples_lived() -> 
     assert row["num_evicted_blocks"] == 5
     assert row["max_waiting"] == 37
     assert row["cause"] == "preemption (recompute)"
-    assert row["explanation"] == (
-        "p99 ITL 480 ms at t=312 s: 14 preemptions by recompute; 5 cached blocks evicted; "
-        "queue up to 37 waiting"
+    # No prefix hits in the run (the table has none): the evicted blocks could not have been hit.
+    assert (
+        row["explanation"] == "p99 ITL 480 ms at t=312 s: 14 preemptions by recompute; queue up to 37 waiting"
     )
 
 
@@ -201,6 +201,115 @@ def test_attribute_spikes_names_the_prefill_the_decodes_waited_for() -> None:
     assert (row["slowest_iteration_s"], row["slowest_iteration_prefill_tokens"]) == (0.19, 4096)
     assert row["explanation"] == (
         "p99 ITL 190 ms at t=11 s: slowest iteration (190 ms) computed 4,096 prefill tokens beside 12 decodes"
+    )
+
+
+def _overloaded_requests() -> pd.DataFrame:
+    """10 req/s arrive for 20 s, 5 req/s finish; request i waits 0.1 i s, then 0.5 s to its first token."""
+    n = 200
+    arrival = np.arange(n) * 0.1
+    queueing = 0.1 * np.arange(n)  # the queue grows by 0.1 s per request
+    first_token = arrival + queueing + 0.5
+    finish = 0.2 * np.arange(1, n + 1)  # one every 0.2 s: 5 req/s
+    return pd.DataFrame(
+        {
+            "arrival_s": arrival,
+            "prompt_tokens": 100,
+            "first_scheduled_s": arrival + queueing,
+            "first_token_s": first_token,
+            "queueing_s": queueing,
+            "ttft_s": first_token - arrival,
+            "finish_s": finish,
+            "finished": True,
+            "prefix_cache_hits_tokens": 0,
+        }
+    )
+
+
+def _spike(metric: str, start: float, end: float, peak: float) -> pd.DataFrame:
+    row = {"metric": metric, "statistic": "p99", "start_s": start, "end_s": end, "peak_time_s": end,
+           "peak_s": peak, "num_samples": 10}  # fmt: skip
+    return pd.DataFrame([row])
+
+
+def test_a_ttft_spike_under_sustained_overload_is_put_down_to_queueing_with_its_numbers() -> None:
+    requests = _overloaded_requests()
+    # Evictions in the span, but the run has no prefix hits: not blamed.
+    events = _events([(30.0 + i, "r-0", "evict", -1, 1000, 0) for i in range(5)])
+    iterations = _iterations([("r-0", 30.0, 0.1, 4, 90, 10, 0, 0)])
+    # Spike (30, 35] with p99 TTFT 20 s: the span is [10, 35].
+    row = analysis.attribute_spikes(_spike("TTFT", 30.0, 35.0, 20.0), requests, iterations, events).iloc[0]
+    assert row["cause"] == "queueing"
+    # First tokens (at 0.2 i + 0.5 s) in [30, 35]: requests 148..172, which arrived at 14.8..17.2 s.
+    # There, 25 arrivals and 13 finishes (0.2 k, k = 74..86) in 2.4 s; backlog 149 - 74 -> 173 - 86.
+    assert (row["queue_from_s"], row["queue_to_s"]) == pytest.approx((14.8, 17.2))
+    assert (row["queue_arrival_rate_per_s"], row["completion_rate_per_s"]) == pytest.approx(
+        (25 / 2.4, 13 / 2.4)
+    )
+    assert (row["backlog_start_requests"], row["backlog_end_requests"]) == (75, 87)
+    assert row["queued_share_of_ttft"] == pytest.approx(16 / 16.5)  # the median, request 160: 16 s of 16.5 s
+    assert row["num_evicted_blocks"] == 5000
+    # Evictions in the span, but the run has no prefix hits: not blamed, not even mentioned.
+    assert row["explanation"] == (
+        "p99 TTFT 20.0 s at t=35 s: queueing: 10.4 req/s arrived, 5.4 req/s finished while they arrived "
+        "(t=14.8-17.2 s), backlog 75 -> 87; 97% of TTFT spent queued; queue up to 90 waiting"
+    )
+
+
+def test_a_queue_built_up_before_the_slow_requests_arrived_is_named_so() -> None:
+    # 100 requests at t=0, then one a second (t=1..40); served FIFO two a second.
+    arrival = np.r_[np.zeros(100), np.arange(1.0, 41.0)]
+    finish = 0.5 * np.arange(2, 142)
+    first_token = finish - 0.4
+    requests = pd.DataFrame(
+        {
+            "arrival_s": arrival,
+            "prompt_tokens": 100,
+            "first_scheduled_s": first_token - 0.1,
+            "first_token_s": first_token,
+            "queueing_s": first_token - 0.1 - arrival,
+            "ttft_s": first_token - arrival,
+            "finish_s": finish,
+            "finished": True,
+        }
+    )
+    row = analysis.attribute_spikes(_spike("TTFT", 51.0, 70.0, 49.6), requests, _iterations([]), _events([]))
+    row = row.iloc[0]
+    # Request k gets its first token at 0.5 k + 0.6 s: k = 101..138 in [51, 70], arrived at 2..39 s.
+    # There: 38 arrivals and 75 finishes (0.5 j, j = 4..78) in 37 s; backlog 102 - 3 -> 139 - 77.
+    assert row["explanation"] == (
+        "p99 TTFT 49.6 s at t=70 s: queueing: the queue had built up before: 1.0 req/s arrived, 2.0 req/s "
+        "finished while they arrived (t=2-39 s), backlog 99 -> 62; 100% of TTFT spent queued"
+    )
+
+
+def test_eviction_is_blamed_only_for_hits_it_cost() -> None:
+    requests = _overloaded_requests().assign(queueing_s=0.0)  # no queueing: other causes only
+    events = _events([(12.0, "r-0", "evict", -1, 40, 0)])
+    spike = _spike("TTFT", 12.0, 13.0, 0.6)
+    empty = _iterations([])
+
+    def cause(req: pd.DataFrame) -> tuple[str, str]:
+        row = analysis.attribute_spikes(spike, req, empty, events).iloc[0]
+        return row["cause"], row["explanation"]
+
+    # The engine's column: the 9 requests admitted in [11.4, 13] (at 0.2 i s) missed 16 tokens each.
+    misses = np.where(requests["first_scheduled_s"].between(11.4, 13.0), 16, 0)
+    assert cause(requests.assign(evicted_miss_tokens=misses)) == (
+        "eviction",
+        "p99 TTFT 600 ms at t=13 s: 40 cached blocks evicted; 144 prompt tokens missed because their "
+        "blocks had been evicted",
+    )
+    assert cause(requests.assign(evicted_miss_tokens=0))[0] == "none found"  # evictions that cost nothing
+    assert cause(requests)[0] == "none found"  # no column, no prefix reuse in the run
+    # No column, prefix reuse: never a cause (a dip in the hit rate can be longer unique prompts),
+    # but the evictions are told as context, with the hit rates.
+    hits = np.where(requests["first_scheduled_s"].between(11.4, 13.0), 10, 50)
+    assert cause(requests.assign(prefix_cache_hits_tokens=hits)) == (
+        "none found",
+        "p99 TTFT 600 ms at t=13 s: no preemption, swap, eviction, queue or burst in the span; 40 cached blocks "
+        "evicted (whether any was needed again is not recorded; prefix hit rate of the span's admissions 10%, "
+        "run 48%)",
     )
 
 

@@ -1,15 +1,25 @@
 """The dashboard in a real browser: `streamlit run` on a free port, driven in headless Chromium.
 
-Runs the default scenario (200 requests, preset by the ``?set=`` link), then visits every
-page (a request-rate sweep on the throughput page), waits until its Plotly charts are
-drawn, checks that no page shows an exception or error, and saves screenshots to ``$KVSIM_ARTIFACTS`` (default
-``tests/artifacts``). Needs Debian's ``chromium`` and ``chromium-driver`` (see
-``.ci/install-browser.sh``) and selenium (the ``dev`` extra); skipped otherwise.
+1. Runs the default scenario (200 requests, preset by the ``?set=`` link), then visits every
+   page (a request-rate sweep on the throughput page), waits until its Plotly charts are
+   drawn, checks that no page shows an exception or error and that no text of a chart
+   (axis and tick labels, titles, annotations, legend) overlaps another, at two window
+   sizes, and saves screenshots to ``$KVSIM_ARTIFACTS`` (default ``tests/artifacts``).
+2. Types settings on three pages, navigates away and back, and finds them kept.
+3. Answers the capacity question of issue 13 on the Capacity page (the Azure conversation
+   trace, how many H100s at p99 TTFT < 2 s, at the trace's rate and at 8x) and gets the
+   answer line ``kvsim capacity`` prints for the same question, as docs/questions.md quotes
+   it (tests/test_questions.py runs those two commands and checks the quoted output).
+
+Needs Debian's ``chromium`` and ``chromium-driver`` (see ``.ci/install-browser.sh``) and
+selenium (the ``dev`` extra); skipped otherwise.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -34,6 +44,12 @@ CHROMIUM_FLAGS = (
     "--disable-sync",
     "--window-size=1400,2000",
 )
+#: The two window sizes the charts are checked at (width, height).
+WINDOW_SIZES = ((1400, 2000), (1024, 1300))
+#: The capacity question, as the CLI asks it (the dashboard gets the same through its inputs).
+AZURE = REPO_ROOT / "scenarios" / "azure_conversation.yaml"
+CAPACITY_ARGS = ["--knob", "replicas.0.count", "--range", "1:4", "--slo", "ttft_p99_s=2", "--set",
+                 "router.kind=least_loaded"]  # fmt: skip
 
 pytestmark = pytest.mark.browser
 
@@ -45,6 +61,7 @@ if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
 webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (pip install -e '.[dev]')")
 from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
@@ -118,7 +135,10 @@ def _wait(driver: webdriver.Chrome, timeout_s: float) -> WebDriverWait:
 
 def _wait_charts(driver: webdriver.Chrome, count: int, timeout_s: float = 90) -> None:
     """Until ``count`` Plotly charts have drawn their traces, and the script has stopped running."""
-    script = "return [...document.querySelectorAll('.js-plotly-plot')].filter(p => p.querySelector('.trace')).length;"
+    script = (
+        "return [...document.querySelectorAll('.js-plotly-plot')]"
+        ".filter(p => p.querySelector('.trace') || p.querySelector('.gl-container canvas')).length;"
+    )
     _wait(driver, timeout_s).until(lambda d: d.execute_script(script) >= count)
     _wait(driver, timeout_s).until(
         lambda d: not d.find_elements(By.CSS_SELECTOR, "[data-testid='stStatusWidget']")
@@ -143,10 +163,69 @@ def _assert_no_error(driver: webdriver.Chrome, page: str) -> None:
 
 def _open_page(driver: webdriver.Chrome, name: str) -> None:
     """Follow the sidebar link (a new URL would start a new session, without the run)."""
+    title = name.replace("_", " ")  # the page's title in the sidebar (the Scenario page's URL is /)
     link = _wait(driver, 30).until(
-        ec.element_to_be_clickable((By.CSS_SELECTOR, f"[data-testid='stSidebarNav'] a[href$='/{name}']"))
+        ec.element_to_be_clickable(
+            (By.XPATH, f"//*[@data-testid='stSidebarNav']//a[.//span[normalize-space()='{title}']]")
+        )
     )
     link.click()
+
+
+def _overlaps(driver: webdriver.Chrome) -> list[str]:
+    """Pairs of chart texts whose boxes overlap on screen (axis/tick labels, titles, annotations, legend)."""
+    script = """
+    const out = [];
+    for (const plot of document.querySelectorAll('.js-plotly-plot')) {
+      const texts = [...plot.querySelectorAll(
+        'text.gtitle, text[class$="title"], .xtick text, .ytick text, [class*="tick"] > text, ' +
+        'text.annotation-text, text.legendtext')]
+        .filter(t => t.textContent.trim() && t.getBoundingClientRect().width > 0
+                && getComputedStyle(t).opacity !== '0' && getComputedStyle(t).display !== 'none');
+      const boxes = [...new Set(texts)].map(t => [t.textContent.trim(), t.getBoundingClientRect()]);
+      for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+        const [a, r] = boxes[i], [b, s] = boxes[j];
+        const w = Math.min(r.right, s.right) - Math.max(r.left, s.left);
+        const h = Math.min(r.bottom, s.bottom) - Math.max(r.top, s.top);
+        if (w > 1 && h > 1) out.push(a + ' | ' + b);
+      }
+    }
+    return out;"""
+    return list(driver.execute_script(script))
+
+
+def _check_page(driver: webdriver.Chrome, name: str, charts: int, out: Path) -> None:
+    """Charts drawn, no error, no overlapping label, at both window sizes; a screenshot of each."""
+    for width, height in WINDOW_SIZES:
+        driver.set_window_size(width, height)
+        _wait_charts(driver, charts)
+        time.sleep(1.0)  # Plotly redraws on resize
+        _assert_no_error(driver, name)
+        overlaps = _overlaps(driver)
+        assert not overlaps, f"{name} at {width}x{height}: overlapping labels: {overlaps[:5]}"
+        driver.save_screenshot(str(out / f"dashboard_{name}_{width}.png"))
+    driver.set_window_size(*WINDOW_SIZES[0])
+
+
+def _set_text(driver: webdriver.Chrome, label: str, text: str, *, area: bool = False) -> None:
+    """Type into the text input (or area) labelled ``label`` and commit it as a user would."""
+    tag = "textarea" if area else "input"
+    box = _wait(driver, 30).until(
+        ec.element_to_be_clickable((By.CSS_SELECTOR, f"{tag}[aria-label='{label}']"))
+    )
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(Keys.DELETE)
+    box.send_keys(text)
+    box.send_keys(Keys.CONTROL, Keys.ENTER) if area else box.send_keys(Keys.ENTER)
+    time.sleep(1.0)
+    _wait(driver, 60).until(lambda d: not d.find_elements(By.CSS_SELECTOR, "[data-testid='stStatusWidget']"))
+
+
+def _input_value(driver: webdriver.Chrome, label: str, tag: str = "input") -> str:
+    box = _wait(driver, 30).until(
+        ec.presence_of_element_located((By.CSS_SELECTOR, f"{tag}[aria-label='{label}']"))
+    )
+    return box.get_attribute("value")
 
 
 def test_default_scenario_runs_and_draws_charts(server: str, browser: webdriver.Chrome) -> None:
@@ -162,6 +241,8 @@ def _walk_pages(server: str, browser: webdriver.Chrome, out: Path) -> None:
     run = _wait(browser, 60).until(
         ec.element_to_be_clickable((By.XPATH, "//button[.//p[normalize-space()='Run']]"))
     )
+    # Above the fold: the Run button is within the first screen.
+    assert run.location["y"] + run.size["height"] < browser.get_window_size()["height"] * 0.6
     _assert_no_error(browser, "Scenario (before run)")
     run.click()
     _wait(browser, 120).until(
@@ -174,15 +255,12 @@ def _walk_pages(server: str, browser: webdriver.Chrome, out: Path) -> None:
 
     _open_page(browser, "Latency_spikes")
     _wait_charts(browser, 1)
-    _assert_no_error(browser, "Latency spikes")
-    wanted = {"TTFT (s)", "ITL (ms)", "events (area ∝ count)", "waiting (requests)"}
+    wanted = {"TTFT (s)", "ITL (ms)", "events", "requests", "simulated time (s)"}
     _wait(browser, 30).until(lambda d: wanted <= _axis_titles(d))
-    browser.save_screenshot(str(out / "dashboard_latency_spikes.png"))
+    _check_page(browser, "latency_spikes", 1, out)
 
     _open_page(browser, "KV_cache")
-    _wait_charts(browser, 3)
-    _assert_no_error(browser, "KV cache")
-    browser.save_screenshot(str(out / "dashboard_kv_cache.png"))
+    _check_page(browser, "kv_cache", 3, out)
 
     _open_page(browser, "Throughput_vs_capacity")
     sweep = _wait(browser, 60).until(
@@ -190,15 +268,99 @@ def _walk_pages(server: str, browser: webdriver.Chrome, out: Path) -> None:
     )
     sweep.click()
     _wait_charts(browser, 1, timeout_s=180)
-    _assert_no_error(browser, "Throughput vs capacity")
-    browser.save_screenshot(str(out / "dashboard_throughput.png"))
+    _check_page(browser, "throughput", 1, out)
 
-    _open_page(browser, "Compare")  # the sweep's runs are there to compare
-    _wait_charts(browser, 1)
+    _open_page(browser, "Requests")
+    _check_page(browser, "requests", 3, out)
+
+    _open_page(browser, "Compare")  # the sweep's runs are there to compare, once a baseline is chosen
+    _wait(browser, 60).until(lambda d: "Choose the baseline" in d.page_source)
     _assert_no_error(browser, "Compare")
-    browser.save_screenshot(str(out / "dashboard_compare.png"))
+    box = _wait(browser, 30).until(
+        ec.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid='stSelectbox'] input"))
+    )
+    box.click()
+    box.send_keys(Keys.ENTER)  # the first run
+    _check_page(browser, "compare", 1, out)
 
     _open_page(browser, "Calibration")
-    _wait_charts(browser, 1)
-    _assert_no_error(browser, "Calibration")
-    browser.save_screenshot(str(out / "dashboard_calibration.png"))
+    _check_page(browser, "calibration", 1, out)
+
+
+def test_settings_survive_navigation(server: str, browser: webdriver.Chrome) -> None:
+    browser.get(f"{server}/?source=catalogue&file=chunked_prefill.yaml")
+    _wait(browser, 60).until(lambda d: "Scenario: chunked-prefill" in d.page_source)
+    _set_text(browser, "Number of prompts sent", "150")
+    _open_page(browser, "Throughput_vs_capacity")
+    _set_text(browser, "Values of Mean arrival rate, requests per second (comma-separated)", "3, 6")
+    _open_page(browser, "Capacity")
+    _set_text(browser, "SLO", "ttft_p99_s=1.5")
+    _open_page(browser, "KV_cache")
+    _open_page(browser, "Scenario")
+    _wait(browser, 60).until(lambda d: "Scenario: chunked-prefill" in d.page_source)
+    assert _input_value(browser, "Number of prompts sent") == "150"
+    _open_page(browser, "Throughput_vs_capacity")
+    label = "Values of Mean arrival rate, requests per second (comma-separated)"
+    assert _input_value(browser, label) == "3, 6"
+    _open_page(browser, "Capacity")
+    assert _input_value(browser, "SLO") == "ttft_p99_s=1.5"
+    # The address bar carries it all: a new tab on that link shows the same inputs.
+    _wait(browser, 60).until(lambda d: "cap.slo=ttft_p99_s%3D1.5" in d.current_url)  # set as the page ends
+    url = browser.current_url
+    browser.get(url.replace("/Capacity", "/Throughput_vs_capacity"))
+    assert _input_value(browser, label) == "3, 6"
+
+
+def _success(driver: webdriver.Chrome, start: str):
+    alerts = driver.find_elements(By.CSS_SELECTOR, "[data-testid='stAlertContentSuccess']")
+    return next((a for a in alerts if a.text.strip().startswith(start)), None)
+
+
+def _cli_answers() -> dict[str, str]:
+    """The answer lines `kvsim capacity` prints for the question, as docs/questions.md quotes them
+    (tests/test_questions.py runs those commands and checks the page against their output)."""
+    text = (REPO_ROOT / "docs" / "questions.md").read_text()
+    blocks = re.findall(r"```text\n\$ (kvsim capacity [^\n]+)\n(.*?)```", text, re.S)
+    out = {}
+    for command, body in blocks:
+        args = shlex.split(command)
+        for part in CAPACITY_ARGS:  # the question the page is asked below, with 2 runs at once
+            assert part in args, command
+        assert args[2] == str(AZURE.relative_to(REPO_ROOT)) and args[args.index("--jobs") + 1] == "2"
+        line = next(x for x in body.splitlines() if x.startswith("Smallest"))
+        out["8x" if "time_scale" in command else "real"] = line
+    return out
+
+
+def test_capacity_page_answers_the_h100_question_as_the_cli(
+    server: str, browser: webdriver.Chrome, traces_dir: Path
+) -> None:
+    try:
+        _capacity_question(server, browser, _cli_answers())
+    except Exception:
+        browser.save_screenshot(str(_artifacts() / "failure_capacity.png"))
+        raise
+
+
+def _capacity_question(server: str, browser: webdriver.Chrome, cli: dict[str, str]) -> None:
+    assert cli["real"].endswith(": 1 (3 runs)") and cli["8x"].endswith(": 3 (2 runs)")
+    # The question through a link (the page's inputs preset), then at 8x through the page's own input.
+    browser.get(
+        f"{server}/Capacity?source=catalogue&file=azure_conversation.yaml&cap.knob=replicas"
+        "&cap.values.replicas=1:4&cap.slo=ttft_p99_s%3D2&cap.jobs=2&cap.set=router.kind%3Dleast_loaded"
+    )
+    answers = {}
+    for rate, overrides in (("real", None), ("8x", "router.kind=least_loaded\nworkload.time_scale=8")):
+        if overrides is not None:
+            label = "Overrides for every point, one dotted.key=value per line (as --set)"
+            _set_text(browser, label, overrides, area=True)
+        button = _wait(browser, 60).until(
+            ec.element_to_be_clickable((By.XPATH, "//button[.//p[normalize-space()='Find capacity']]"))
+        )
+        button.click()
+        alert = _wait(browser, 400).until(lambda d: _success(d, "Smallest replicas.0.count"))
+        answers[rate] = alert.text.strip()
+        _assert_no_error(browser, f"Capacity ({rate})")
+        _wait_charts(browser, 1)
+        browser.save_screenshot(str(_artifacts() / f"dashboard_capacity_{rate}.png"))
+    assert answers == cli

@@ -1,18 +1,26 @@
 """Each dashboard page under `streamlit.testing.v1.AppTest`: no exception, the expected elements.
 
 Runs are small (``?set=workload.num_requests=...``). Pages are reached from the app with
-``switch_page``, as in a browser session, so they share its session state (the run).
+``switch_page``, as in a browser session, so they share its session state (the view, the
+runs). The security tests ask for /etc/passwd through every path input and check that no
+line of it reaches the page.
 """
 
 from __future__ import annotations
 
+import io
+import os
 import sys
+import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
+from google.protobuf import text_format
 
 import kvsim
 import kvsim.io
+from kvsim.capacity import find_capacity, parse_slo, parse_values
 from kvsim.cost.profile import shipped_profiles
 
 pytest.importorskip("streamlit")
@@ -21,21 +29,26 @@ from streamlit.testing.v1 import AppTest
 DASHBOARD = Path(__file__).resolve().parents[1] / "dashboard"
 sys.path.insert(0, str(DASHBOARD))
 import _common as common  # noqa: E402
+import _paths  # noqa: E402
 
 NUM_REQUESTS = 120
 TIMEOUT_S = 120
+PASSWD = Path("/etc/passwd")
 
 
-def _app(num_requests: int = NUM_REQUESTS) -> AppTest:
+def _app(num_requests: int | None = NUM_REQUESTS, **params: str | list[str]) -> AppTest:
     at = AppTest.from_file(str(DASHBOARD / "app.py"), default_timeout=TIMEOUT_S)
-    at.query_params["set"] = [f"workload.num_requests={num_requests}"]
+    if num_requests is not None:
+        at.query_params["set"] = [f"workload.num_requests={num_requests}"]
+    for key, value in params.items():
+        at.query_params[key] = value
     at.run()
     assert not at.exception, at.exception
     return at
 
 
-def _ran() -> AppTest:
-    at = _app()
+def _ran(**params: str | list[str]) -> AppTest:
+    at = _app(**params)
     next(b for b in at.button if b.label == "Run").click()
     at.run()
     assert not at.exception, at.exception
@@ -43,10 +56,14 @@ def _ran() -> AppTest:
 
 
 def _page(at: AppTest, name: str) -> AppTest:
-    at.switch_page(f"pages/{name}.py")
+    at.switch_page(f"views/{name}.py" if name != "app" else "views/scenario.py")
     at.run()
     assert not at.exception, at.exception
     return at
+
+
+def _knob(at: AppTest, path: str, kind: str = "number_input"):
+    return next(w for w in getattr(at, kind) if str(w.key).endswith(f":{path}"))
 
 
 def _charts(at: AppTest) -> int:
@@ -57,45 +74,106 @@ def _downloads(at: AppTest) -> int:
     return len(at.get("download_button"))
 
 
+def _page_text(at: AppTest) -> str:
+    """Everything the page sends to the browser, as text (every element's message)."""
+    out = []
+
+    def walk(node) -> None:
+        proto = getattr(node, "proto", None)
+        if proto is not None:
+            out.append(text_format.MessageToString(proto, as_utf8=True))
+        for child in getattr(node, "children", {}).values():
+            walk(child)
+
+    walk(at._tree)
+    return "\n".join(out)
+
+
 # --- Scenario page (app.py) -------------------------------------------------------------
 
 
 def test_scenario_page_opens_on_the_default_and_runs_it() -> None:
     at = _app()
     assert at.title[0].value.startswith("kvsim")
-    knobs = {w.label: w for w in at.number_input}
-    assert knobs["workload.num_requests"].value == NUM_REQUESTS
-    assert "Tokens per KV block" in knobs["replicas.0.engine.block_size"].help  # help from the schema
+    knob = _knob(at, "workload.num_requests")
+    assert knob.value == NUM_REQUESTS
+    assert knob.label == "Number of prompts sent"  # labels from the schema's descriptions
+    block = _knob(at, "replicas.0.engine.block_size")
+    assert block.label == "Tokens per KV block" and "`replicas.0.engine.block_size`" in block.help
     assert _downloads(at) == 1  # resolved YAML
+    # The Run button comes before the knobs (above the fold).
+    order = [type(e).__name__ for e in at.main]
     next(b for b in at.button if b.label == "Run").click()
     at.run()
     assert not at.exception
-    assert [m.label for m in at.metric] == ["p99 TTFT", "p99 TPOT", "Throughput (tok/s)", "Prefix hit rate",
-                                            "Preemptions", "Peak KV usage"]  # fmt: skip
+    assert [m.label for m in at.metric] == ["p99 TTFT", "p99 TPOT", "Achieved / offered (req/s)", "Throughput (tok/s)",
+                                            "Prefix hit rate", "Preemptions", "Peak KV usage"]  # fmt: skip
+    assert " / " in at.metric[2].value
     (run,) = at.session_state["runs"].values()
     assert run.result.summary["num_requests"] == NUM_REQUESTS
     assert run.result.scenario == at.session_state["scenario"]
+    assert order  # the page drew
 
 
 def test_catalogue_scenarios_can_be_chosen() -> None:
     files = common.scenario_files()
-    if not files:
-        pytest.skip("no scenarios/*.yaml yet")
     at = _app()
-    at.radio[0].set_value("Catalogue (scenarios/)").run()
+    at.radio[0].set_value("catalogue").run()
     assert not at.exception and not at.error
-    box = at.selectbox[0]
+    box = at.selectbox(key="w:file")
     assert box.label == "Scenario file" and len(box.options) == len(files)
-    box.select_index(len(files) - 1).run()
+    box.set_value(files[-1].name).run()
     assert at.session_state["scenario"] == kvsim.load_scenario(files[-1])
+    assert at.query_params["file"] == [files[-1].name] or at.query_params["file"] == files[-1].name
 
 
-def test_knob_change_resolves_a_new_scenario() -> None:
+def test_knob_change_resolves_a_new_scenario_and_the_router_is_a_knob() -> None:
     at = _app()
-    next(w for w in at.number_input if w.label == "replicas.0.engine.block_size").set_value(32)
-    at.run()
+    _knob(at, "replicas.0.engine.block_size").set_value(32).run()
     assert at.session_state["scenario"].replicas[0].engine.block_size == 32
     assert "block_size: 32" in at.code[0].value
+    router = _knob(at, "router.kind", "selectbox")
+    assert router.label == "How an arriving request picks a replica"
+    router.set_value("least_loaded").run()
+    assert at.session_state["scenario"].router.kind == "least_loaded"
+
+
+def test_settings_survive_navigation_and_a_link_reproduces_the_view() -> None:
+    at = _app()
+    at.radio[0].set_value("catalogue").run()
+    at.selectbox(key="w:file").set_value("chunked_prefill.yaml").run()
+    _knob(at, "workload.num_requests").set_value(80).run()
+    at = _page(at, "2_Throughput_vs_capacity")
+    at.text_input(key="w:sweep.values.workload.arrival.rate_per_s").set_value("2, 3").run()
+    at = _page(at, "4_KV_cache")
+    at = _page(at, "app")
+    assert at.radio[0].value == "catalogue" and at.selectbox(key="w:file").value == "chunked_prefill.yaml"
+    assert _knob(at, "workload.num_requests").value == 80
+    scenario = at.session_state["scenario"]
+    assert scenario.name == "chunked-prefill" or scenario.workload.num_requests == 80
+    at = _page(at, "2_Throughput_vs_capacity")
+    assert at.text_input(key="w:sweep.values.workload.arrival.rate_per_s").value == "2, 3"
+    # The URL carries it all: a new session opened on that link shows the same scenario and inputs.
+    params = {k: at.query_params[k] for k in at.query_params}
+    assert params["source"] in ("catalogue", ["catalogue"])
+    fresh = AppTest.from_file(str(DASHBOARD / "app.py"), default_timeout=TIMEOUT_S)
+    for key, value in params.items():
+        fresh.query_params[key] = value
+    fresh.run()
+    assert not fresh.exception
+    assert fresh.session_state["scenario"] == scenario
+    fresh = _page(fresh, "2_Throughput_vs_capacity")
+    assert fresh.text_input(key="w:sweep.values.workload.arrival.rate_per_s").value == "2, 3"
+
+
+def test_edit_yaml_starts_from_the_chosen_scenario() -> None:
+    at = _app()
+    at.radio[0].set_value("catalogue").run()
+    at.selectbox(key="w:file").set_value("chunked_prefill.yaml").run()
+    at.radio[0].set_value("yaml").run()
+    text = at.text_area(key="w:yaml").value
+    assert "name: chunked-prefill" in text and "num_requests: 120" not in text
+    assert at.session_state["scenario"] == kvsim.load_scenario(common.SCENARIO_DIR / "chunked_prefill.yaml")
 
 
 @pytest.mark.parametrize(
@@ -109,8 +187,8 @@ def test_knob_change_resolves_a_new_scenario() -> None:
 )
 def test_invalid_yaml_shows_file_field_and_rule_not_a_traceback(text: str, field: str, rule: str) -> None:
     at = _app()
-    at.radio[0].set_value("Edit YAML").run()
-    at.text_area(key="yaml_editor").set_value(text).run()
+    at.radio[0].set_value("yaml").run()
+    at.text_area(key="w:yaml").set_value(text).run()
     assert not at.exception
     assert len(at.error) == 1
     message = at.error[0].value
@@ -126,6 +204,30 @@ def test_upload_bytes_are_size_limited_utf8_and_safe_loaded() -> None:
     with pytest.raises(common.kvsim.ScenarioError, match="not valid YAML"):  # safe loader: no python tags
         common.parse_scenario_bytes(b"name: !!python/object/apply:os.system [ls]\n", "evil.yaml")
     assert common.parse_scenario_bytes(b"name: ok\n", "ok.yaml") == {"name": "ok"}
+
+
+def test_runs_are_kept_up_to_a_memory_budget_with_a_notice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(common, "RUN_BUDGET_BYTES", 1)  # room for one run only
+    at = _ran()
+    _knob(at, "seed").set_value(1).run()
+    next(b for b in at.button if b.label == "Run").click()
+    at.run()
+    assert len(at.session_state["runs"]) == 1
+    assert any("was dropped to keep the session's runs within" in w.value for w in at.warning)
+    at = _page(at, "4_KV_cache")
+    assert not any("was dropped" in w.value for w in at.warning)  # said once
+
+
+def test_streamlit_settings_bind_localhost_and_match_the_upload_limit() -> None:
+    config = tomllib.loads((DASHBOARD.parent / ".streamlit" / "config.toml").read_text())
+    assert config["server"]["address"] == "localhost"
+    assert config["server"]["maxUploadSize"] == common.MAX_UPLOAD_MIB
+    assert config["client"]["showErrorDetails"] == "none"
+    assert config["browser"]["gatherUsageStats"] is False
+    makefile = (DASHBOARD.parent / "Makefile").read_text()
+    assert (
+        "DASHBOARD_ADDRESS ?= localhost" in makefile and "--server.address $(DASHBOARD_ADDRESS)" in makefile
+    )
 
 
 # --- other pages ------------------------------------------------------------------------
@@ -148,15 +250,18 @@ def test_latency_spikes_page() -> None:
         "ITL spike threshold (s)",
     ]
     # A threshold of 0 makes every window with samples a spike: the table explains them.
-    next(w for w in at.number_input if w.label == "TTFT spike threshold (s)").set_value(0.0).run()
+    at.number_input(key="w:spikes.ttft").set_value(0.0).run()
     assert not at.exception
     assert len(at.dataframe) == 1
     table = at.dataframe[0].value
     assert table["explanation"].str.startswith("p99 ").all()
+    assert {"queued_share_of_ttft", "completion_rate_per_s", "evicted_miss_tokens"} <= set(table.columns)
     assert _downloads(at) == 2  # figure HTML, table CSV
+    at = _page(_page(at, "app"), "1_Latency_spikes")
+    assert at.number_input(key="w:spikes.ttft").value == 0.0  # kept across pages
 
 
-def test_throughput_vs_capacity_page_runs_a_sweep() -> None:
+def test_throughput_vs_capacity_page_runs_a_sweep_and_flags_overload() -> None:
     at = _page(_ran(), "2_Throughput_vs_capacity")
     assert at.selectbox[0].value == "Request rate"
     at.text_input[0].set_value("2, 64").run()
@@ -167,7 +272,10 @@ def test_throughput_vs_capacity_page_runs_a_sweep() -> None:
     points = at.dataframe[0].value
     assert points["workload.arrival.rate_per_s"].tolist() == [2.0, 64.0]
     assert (points["error"] == "").all()
-    assert any("Knee" in m.value for m in at.markdown)
+    assert points["overloaded"].tolist() == [False, True]
+    knee = next(m.value for m in at.markdown if "Knee" in m.value)
+    assert "= **2**" in knee  # 64 req/s is overloaded: never the knee
+    assert any("overloaded" in w.value for w in at.warning)
 
 
 def test_throughput_page_rejects_malformed_values() -> None:
@@ -177,25 +285,53 @@ def test_throughput_page_rejects_malformed_values() -> None:
     assert "must be float values" in at.error[0].value
 
 
-def test_trace_workload_knobs_and_sweep_axis(traces_dir: Path) -> None:
-    at = _app()
-    at.radio[0].set_value("Edit YAML").run()
+def test_trace_workload_runs_whole_by_default_and_warns_when_shortened(traces_dir: Path) -> None:
+    at = _app(num_requests=None)
+    at.radio[0].set_value("yaml").run()
     trace = traces_dir / "mooncake" / "conversation_trace.jsonl"
     yaml_text = (
-        f"name: mooncake\nworkload: {{kind: trace, path: {trace}, format: mooncake, max_requests: 40, "
-        "rate_per_s: 2.0}\n"
+        f"name: mooncake\nworkload: {{kind: trace, path: {trace}, format: mooncake, rate_per_s: 2.0}}\n"
     )
-    at.text_area(key="yaml_editor").set_value(yaml_text).run()
-    knobs = {w.label: w for w in at.number_input}
-    assert knobs["workload.max_requests"].value == 40 and knobs["workload.rate_per_s"].value == 2.0
+    at.text_area(key="w:yaml").set_value(yaml_text).run()
+    assert not at.error
+    assert _knob(at, "workload.rate_per_s").value == 2.0
     at = _page(at, "2_Throughput_vs_capacity")
-    assert at.text_input[0].label == "Values of workload.rate_per_s (comma-separated)"
+    assert at.text_input[0].label == "Values of request rate (req/s) (comma-separated)"
     assert at.text_input[0].value == "1, 2, 4, 6, 8"
-    assert at.number_input[0].value == 40  # workload.max_requests
+    assert at.number_input[0].value == 0  # the whole trace
+    assert not at.warning
+    at.number_input[0].set_value(40).run()
+    assert "replays only the first 40 requests" in at.warning[0].value
+    at.text_input[0].set_value("2").run()
+    next(b for b in at.button if b.label == "Run sweep").click().run()
+    assert any("The points replayed 0.3% of the trace" in w.value for w in at.warning)
+
+
+def test_capacity_page_gives_the_answer_of_kvsim_capacity() -> None:
+    at = _page(_app(), "3_Capacity")
+    at.selectbox(key="w:cap.knob").set_value("rate").run()
+    at.text_input(key="w:cap.values.rate").set_value("4:64:4").run()
+    at.text_input(key="w:cap.slo").set_value("ttft_p99_s=0.5").run()
+    at.number_input(key="w:cap.jobs").set_value(1).run()
+    assert at.radio(key="w:cap.goal.rate").value == "largest"
+    next(b for b in at.button if b.label == "Find capacity").click().run()
+    assert not at.exception, at.exception
+    answer = at.success[0].value
+    report = find_capacity(None, "workload.arrival.rate_per_s", parse_values("4:64:4"), parse_slo("ttft_p99_s=0.5"),
+                           overrides=[f"workload.num_requests={NUM_REQUESTS}"])  # fmt: skip
+    assert answer == f"**{report.answer_line()}**"
+    assert _charts(at) == 1
+    table = at.dataframe[0].value
+    assert {"offered_requests_per_s", "achieved_requests_per_s", "slo_met", "overloaded"} <= set(
+        table.columns
+    )
+    at = _page(_page(at, "app"), "3_Capacity")
+    assert at.text_input(key="w:cap.values.rate").value == "4:64:4"
+    assert at.success[0].value == answer  # kept: no new search
 
 
 def test_kv_cache_page() -> None:
-    at = _page(_ran(), "3_KV_cache")
+    at = _page(_ran(), "4_KV_cache")
     assert _charts(at) == 3
     assert [m.label for m in at.metric] == ["KV blocks (all replicas)", "Peak KV usage", "Prefix hit rate",
                                             "Evicted blocks"]  # fmt: skip
@@ -204,37 +340,72 @@ def test_kv_cache_page() -> None:
     assert curve["token_hit_ratio"].is_monotonic_increasing
 
 
-def test_compare_page_runs_a_variant_and_compares() -> None:
-    at = _page(_ran(), "4_Compare")
+def test_requests_page_draws_a_request_timeline_and_replica_panels() -> None:
+    at = _page(_ran(), "5_Requests")
+    assert _charts(at) == 3  # TTFT picker, the request's Gantt, per-replica panels
+    rid = at.number_input(key="w:req.id")
+    assert rid.value == int(at.session_state["runs"][next(iter(at.session_state["runs"]))]
+                            .result.requests.nlargest(1, "ttft_s")["request_id"].iloc[0])  # fmt: skip
+    rid.set_value(3).run()
+    timeline = at.dataframe[0].value
+    assert timeline["lane"].tolist()[:2] == ["queued", "prefill"] and "decode" in set(timeline["lane"])
+    assert "cache hits" in timeline["detail"].iloc[1]
+
+
+def test_compare_asks_for_the_baseline_and_shows_the_scenario_diff() -> None:
+    at = _page(_ran(), "6_Compare")
     assert "needs two runs" in at.info[0].value
     at.text_area[0].set_value("replicas.0.engine.enable_prefix_caching=false")
     next(b for b in at.button if b.label == "Run variant").click().run()
     assert not at.exception
+    assert "Choose the baseline" in at.info[0].value  # no default baseline
+    at.selectbox(key="w:cmp.base").set_value(next(iter(at.session_state["runs"]))).run()  # caching on
     assert _charts(at) == 1
     table = at.dataframe[0].value.set_index("metric")
+    run_label = table.columns[1]
+    assert table.columns[2] == f"{run_label} vs {table.columns[0]} (%)"  # the % column beside its run
     assert table.loc["prefix_cache_hit_rate"].iloc[1] == 0.0  # the variant has caching off
-    assert any(c.endswith("(%)") for c in table.columns)
+    diff = at.dataframe[1].value
+    assert diff["field"].tolist() == ["replicas.0.engine.enable_prefix_caching"]
+    assert diff[["baseline", "run"]].values.tolist() == [["true", "false"]]
 
 
-def test_compare_page_loads_a_saved_result_folder(tmp_path: Path) -> None:
+def test_compare_loads_result_folders_from_allowed_folders_and_archives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(_paths.ALLOW_ENV, str(tmp_path / "allowed"))
+    monkeypatch.setenv(_paths.UPLOADS_ENV, str(tmp_path / "uploads"))
     at = _ran()
     (run,) = at.session_state["runs"].values()
-    kvsim.io.save_result(run.result, tmp_path / "saved")
-    at = _page(at, "4_Compare")
-    at.text_input[0].set_value(str(tmp_path / "saved")).run()
+    saved = kvsim.io.save_result(run.result, tmp_path / "allowed" / "saved")
+    outside = kvsim.io.save_result(run.result, tmp_path / "outside")
+    at = _page(at, "6_Compare")
+    assert str(saved) in [str(o) for o in at.selectbox[0].options]  # listed from the allowed folder
+    at.text_input[0].set_value(str(saved)).run()
     next(b for b in at.button if b.label == "Load folder").click().run()
     assert not at.exception
     labels = [r.label for r in at.session_state["runs"].values()]
     assert labels[-1] == "saved (folder)"
-    table = at.dataframe[0].value.set_index("metric")
-    assert table.loc["ttft_p99_s"].iloc[0] == table.loc["ttft_p99_s"].iloc[1]  # same run, saved and loaded
-    at.text_input[0].set_value(str(tmp_path / "missing")).run()
-    next(b for b in at.button if b.label == "Load folder").click().run()
-    assert "no such result folder" in at.error[0].value
+    for path in (outside, tmp_path / "missing"):
+        at.text_input[0].set_value(str(path)).run()
+        next(b for b in at.button if b.label == "Load folder").click().run()
+        assert at.error[0].value == f"Cannot load: {path}: {_paths.REFUSED}"  # the same, existing or not
+    blob = io.BytesIO()
+    with zipfile.ZipFile(blob, "w") as z:
+        for f in sorted(saved.iterdir()):
+            z.write(f, f"saved/{f.name}")
+    folder = common.unpack_result_archive(blob.getvalue(), "saved.zip", "session")
+    assert sorted(p.name for p in folder.iterdir()) == sorted(kvsim.io.RESULT_FILES)
+    assert folder.is_relative_to(tmp_path / "uploads")
+    bad = io.BytesIO()
+    with zipfile.ZipFile(bad, "w") as z:
+        z.writestr("../../evil.txt", "x")
+    with pytest.raises(ValueError, match="must hold exactly the files of a result folder"):
+        common.unpack_result_archive(bad.getvalue(), "bad.zip", "session")
 
 
 def test_compare_page_shows_invalid_overrides() -> None:
-    at = _page(_ran(), "4_Compare")
+    at = _page(_ran(), "6_Compare")
     at.text_area[0].set_value("replicas.0.tp=0")
     next(b for b in at.button if b.label == "Run variant").click().run()
     assert not at.exception
@@ -242,23 +413,137 @@ def test_compare_page_shows_invalid_overrides() -> None:
 
 
 def test_calibration_page() -> None:
-    at = _page(_app(), "5_Calibration")
+    at = _page(_app(), "7_Calibration")
     profiles = shipped_profiles()
     if profiles:
         assert _charts(at) == 1
+        table = at.dataframe[0].value
+        assert "measured_us" in table.columns and "measured_s" not in table.columns
+        measured = table["measured_us"].dropna()
+        assert len(measured) and all(float(f"{v:.3g}") == v for v in measured)  # 3 significant digits
     else:
         assert "No cost profiles found" in at.info[0].value
 
 
-def test_a_scenario_that_fails_while_running_shows_an_error_not_a_traceback(tmp_path: Path) -> None:
-    # Valid as a scenario, but its trace file is missing: the failure comes from kvsim.run.
+def test_a_scenario_that_fails_while_running_shows_an_error_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Valid as a scenario, in an allowed folder, but the trace file is missing: kvsim.run fails.
+    monkeypatch.setenv(_paths.ALLOW_ENV, str(tmp_path))
     missing = tmp_path / "no-such-trace.jsonl"
     at = _app()
-    at.radio[0].set_value("Edit YAML").run()
+    at.radio[0].set_value("yaml").run()
     text = f"workload: {{kind: trace, format: mooncake, path: '{missing}'}}\n"
-    at.text_area(key="yaml_editor").set_value(text).run()
+    at.text_area(key="w:yaml").set_value(text).run()
     assert not at.exception and not at.error
     next(b for b in at.button if b.label == "Run").click()
     at.run()
     assert not at.exception
-    assert any("no-such-trace" in e.value for e in at.error)
+    assert any("no-such-trace.jsonl cannot be read" in e.value for e in at.error)
+
+
+# --- no file outside the allowed folders reaches the page -----------------------------------
+
+
+def _assert_no_passwd(at: AppTest) -> None:
+    text = _page_text(at)
+    for line in PASSWD.read_text().splitlines():
+        if len(line) > 8:
+            assert line not in text, line
+    assert "root:x:0" not in text
+
+
+@pytest.mark.skipif(not PASSWD.is_file(), reason="needs /etc/passwd")
+def test_paths_outside_the_allowed_folders_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(_paths.ALLOW_ENV, str(tmp_path / "allowed"))
+    (tmp_path / "allowed").mkdir()
+    (tmp_path / "allowed" / "link.csv").symlink_to(PASSWD)
+    for path in ("/etc/passwd", "~/.bashrc", "../../../../etc/passwd", str(tmp_path / "allowed" / "link.csv"),
+                 "/etc/../etc/passwd", "/nonexistent/x"):  # fmt: skip
+        with pytest.raises(_paths.PathNotAllowed) as err:
+            _paths.confine(path)
+        assert str(err.value) == f"{path}: {_paths.REFUSED}"  # never says whether it exists
+    assert _paths.confine("scenarios/default.yaml") == common.SCENARIO_DIR / "default.yaml"
+    assert _paths.confine(tmp_path / "allowed") == (tmp_path / "allowed").resolve()
+    assert _paths.startup_folders(["--allow", "runs", "-q"], {}) == [common.REPO_ROOT / "runs"]
+
+
+@pytest.mark.skipif(not PASSWD.is_file(), reason="needs /etc/passwd")
+def test_no_byte_of_etc_passwd_reaches_the_page_through_any_path_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(_paths.ALLOW_ENV, str(tmp_path))
+    (tmp_path / "link.jsonl").symlink_to(PASSWD)
+    link = str(tmp_path / "link.jsonl")
+    workloads = [
+        f"{{kind: trace, format: {fmt}, path: {p}}}"
+        for p in ("/etc/passwd", "~/../../etc/passwd", link)
+        for fmt in ("azure", "mooncake")
+    ] + [
+        "{kind: trace, format: csv, path: /etc/passwd, columns: {timestamp: root, prompt_tokens: x, output_tokens: 0}}",
+        "{prompt_tokens: {kind: empirical, path: /etc/passwd, field: prompt}}",
+    ]
+    # 1. The YAML editor (and so an upload, which goes through the same parse_and_resolve).
+    at = _app()
+    at.radio[0].set_value("yaml").run()
+    for workload in workloads:
+        at.text_area(key="w:yaml").set_value(f"workload: {workload}\n").run()
+        assert not at.exception
+        assert any(_paths.REFUSED in e.value for e in at.error), workload
+        _assert_no_passwd(at)
+    at.text_area(key="w:yaml").set_value("replicas: [{cost_model: {profile: /etc/passwd}}]\n").run()
+    assert any(_paths.REFUSED in e.value for e in at.error)
+    _assert_no_passwd(at)
+    with pytest.raises(kvsim.ScenarioError, match="not in an allowed folder"):
+        common.parse_and_resolve(b"workload: {kind: trace, format: azure, path: /etc/passwd}\n", "up.yaml")
+    # 2. A link: knob changes and an edited scenario in the URL.
+    at = _app(None, source="catalogue", file="azure_conversation.yaml", set=["workload.path=/etc/passwd"])
+    assert any(_paths.REFUSED in e.value for e in at.error)
+    _assert_no_passwd(at)
+    packed = common._yaml_param("workload: {kind: trace, format: azure, path: /etc/passwd}\n")
+    at = _app(None, source="yaml", yaml=packed)
+    assert any(_paths.REFUSED in e.value for e in at.error)
+    _assert_no_passwd(at)
+    # 3. Compare: a variant's overrides and the result folder input.
+    at = _page(_ran(), "6_Compare")
+    at.text_area[0].set_value("workload={kind: trace, format: azure, path: /etc/passwd}")
+    next(b for b in at.button if b.label == "Run variant").click().run()
+    assert any(_paths.REFUSED in e.value for e in at.error)
+    _assert_no_passwd(at)
+    for path in ("/etc/passwd", "/etc", link, "~"):
+        at.text_input[0].set_value(path).run()
+        next(b for b in at.button if b.label == "Load folder").click().run()
+        assert at.error and _paths.REFUSED in at.error[0].value
+        _assert_no_passwd(at)
+    # 4. The sweep folder of the Throughput page and the Capacity page's overrides.
+    at = _page(at, "2_Throughput_vs_capacity")
+    for path in ("/etc/passwd", "/etc", link):
+        at.text_input(key="w:sweep.folder").set_value(path).run()
+        assert any(_paths.REFUSED in e.value for e in at.error)
+        _assert_no_passwd(at)
+    at = _page(at, "3_Capacity")
+    at.text_area(key="w:cap.set").set_value("workload={kind: trace, format: azure, path: /etc/passwd}").run()
+    at.number_input(key="w:cap.jobs").set_value(1).run()
+    next(b for b in at.button if b.label == "Find capacity").click().run()
+    assert any(_paths.REFUSED in e.value for e in at.error)
+    _assert_no_passwd(at)
+    # 5. A result folder in an allowed folder whose scenario names /etc/passwd: the KV page never replays it.
+    (run,) = [r for r in at.session_state["runs"].values()][:1]
+    data = run.result.scenario.model_dump(mode="json")
+    data["workload"] = {"kind": "trace", "format": "azure", "path": "/etc/passwd"}
+    forged = kvsim.Result(kvsim.load_scenario(data), run.result.requests, run.result.iterations,
+                          run.result.events, run.result.summary)  # fmt: skip
+    kvsim.io.save_result(forged, tmp_path / "forged")
+    at = _page(at, "6_Compare")
+    at.text_input[0].set_value(str(tmp_path / "forged")).run()
+    next(b for b in at.button if b.label == "Load folder").click().run()
+    assert not at.error
+    at.session_state["scenario"] = forged.scenario
+    key = common.scenario_key(forged.scenario)
+    at.session_state["runs"][key] = common.Run("forged", forged, 1)
+    at = _page(at, "4_KV_cache")
+    assert any("not in an allowed folder" in i.value for i in at.info)
+    _assert_no_passwd(at)
+    assert os.environ[_paths.ALLOW_ENV] == str(tmp_path)

@@ -88,15 +88,19 @@ def test_latency_spikes_figure_traces_axes_and_spike_shading() -> None:
     assert list(evict.marker.size) == [20.0]
     preempt = next(t for t in fig.data if t.name == "preempt_recompute")
     assert list(preempt.marker.size) == pytest.approx([4 + 16 * np.sqrt(1 / 2)])
-    assert _axis_titles(fig, "yaxis") == [
-        "TTFT (s)",
-        "ITL (ms), log scale",
-        "events (area ∝ count)",
-        "waiting (requests)",
-    ]
+    assert _axis_titles(fig, "yaxis") == ["TTFT (s)", "ITL, log", "events", "requests"]
     slo = next(s for s in fig.layout.shapes if s.type == "line" and s.yref == "y2")
     label = next(a for a in fig.layout.annotations if a.text == "TPOT SLO 100 ms")
     assert (slo.y0, label.y, label.yref) == (100.0, 2.0, "y2")  # a label on a log axis takes log10
+    # ITL from 20 ms to a 900-ms gap and the 100-ms SLO: decades 10 ms .. 1 s, labelled with units only.
+    assert fig.layout.yaxis2.type == "log" and list(fig.layout.yaxis2.range) == [1, 3]
+    assert list(fig.layout.yaxis2.ticktext) == ["10 ms", "100 ms", "1 s"]
+    assert "request %{customdata}" in fig.data[0].hovertemplate and list(fig.data[0].customdata) == [
+        0,
+        1,
+        2,
+        3,
+    ]
     assert _axis_titles(fig, "xaxis") == ["simulated time (s)"]
     assert len([s for s in fig.layout.shapes if s.type == "rect"]) == 4  # the spike, on each row
     assert {a.text for a in fig.layout.annotations} >= {"TTFT SLO 0.5 s", "TPOT SLO 100 ms"}
@@ -106,21 +110,40 @@ def test_throughput_capacity_figure_marks_slo_and_knee() -> None:
     pts = pd.DataFrame(
         {
             "rate_per_s": [4.0, 2.0, 8.0],
-            "throughput_tokens_per_s": [800.0, 400.0, 1200.0],
-            "ttft_p99_s": [0.5, 0.3, 5.0],
+            "offered_requests_per_s": [4.0, 2.0, 8.0],
+            "achieved_requests_per_s": [4.0, 2.0, 5.0],
+            "ttft_p99_s": [0.2, 0.02, 20.0],
             "tpot_p99_s": [0.04, 0.03, 0.2],
+            "overloaded": [False, False, True],
         }
     )
     fig = plots.throughput_capacity_figure(
         pts, x="rate_per_s", x_title="request rate (req/s)", ttft_slo_s=2.0, tpot_slo_s=0.1, knee_x=4.0
     )
-    assert _names(fig) == ["throughput", "p99 TTFT", "p99 TPOT"]
+    assert _names(fig) == ["offered (arrivals)", "achieved (finished)", "p99 TTFT", "p99 TPOT",
+                           "overloaded (backlog growing)", "crosses the TTFT SLO", "crosses the TPOT SLO"]  # fmt: skip
     assert list(fig.data[0].x) == [2.0, 4.0, 8.0]  # sorted by x
-    assert list(fig.data[2].y) == [30.0, 40.0, 200.0]  # TPOT in ms
-    assert _axis_titles(fig, "yaxis") == ["throughput (tokens/s)", "p99 TTFT (s)", "p99 TPOT (ms)"]
+    assert list(fig.data[1].y) == [2.0, 4.0, 5.0]
+    assert list(fig.data[3].y) == [30.0, 40.0, 200.0]  # TPOT in ms
+    assert list(fig.data[4].x) == [8.0]  # the overloaded point, drawn as a cross on the TTFT row
+    # Between 4 (0.2 s) and 8 (20 s) the TTFT crosses 2 s halfway in log10: at 6. TPOT: linear, 40 -> 200 ms.
+    assert list(fig.data[5].x) == pytest.approx([6.0])
+    assert list(fig.data[6].x) == pytest.approx([4 + 4 * 60 / 160])
+    assert _axis_titles(fig, "yaxis") == ["requests/s", "p99 TTFT, log", "p99 TPOT (ms)"]
+    assert fig.layout.yaxis2.type == "log" and list(fig.layout.yaxis2.ticktext) == ["10 ms", "100 ms", "1 s",
+                                                                                     "10 s", "100 s"]  # fmt: skip
     assert _axis_titles(fig, "xaxis") == ["request rate (req/s)"]
-    texts = {a.text for a in fig.layout.annotations}
-    assert {"knee: 4", "SLO 2 s", "SLO 100 ms"} <= texts
+    assert fig.layout.title.text.endswith("(knee: 4)")  # in the title: never over a subplot title
+    assert {"SLO 2 s", "SLO 100 ms"} <= {a.text for a in fig.layout.annotations}
+    assert "req/s" in fig.data[1].hovertemplate and "ms" in fig.data[3].hovertemplate
+
+
+def test_decade_ticks_label_whole_decades_only() -> None:
+    ticks = plots.decade_ticks([0.005, 0.1, 0.12], plots.seconds_label)
+    assert ticks["range"] == [-3, 0] and ticks["ticktext"] == ["1 ms", "10 ms", "100 ms", "1 s"]
+    assert plots.decade_ticks([3.0, 7.0], plots.count_label)["ticktext"] == ["1", "10"]  # within one decade
+    assert plots.decade_ticks([16, 512, 65536], plots.count_label)["ticktext"][-2:] == ["10k", "100k"]
+    assert plots.decade_ticks([float("nan"), 0.0], plots.count_label) == {"type": "log"}
 
 
 def test_kv_figures() -> None:
@@ -138,7 +161,7 @@ def test_kv_figures() -> None:
     fig = plots.cache_curve_figure(curve, run_capacity_blocks=50, run_hit_rate=0.25)
     assert _names(fig) == ["cache-only replay (LRU)", "this run (timed)"]
     assert list(fig.data[0].x) == [10.0, 100.0]
-    assert fig.layout.xaxis.type == "log"
+    assert fig.layout.xaxis.type == "log" and list(fig.layout.xaxis.ticktext) == ["10", "100"]
     assert fig.layout.xaxis.title.text == "cache capacity (KV blocks, log scale)"
     assert "unbounded cache: 40.0 %" in {a.text for a in fig.layout.annotations}
 
@@ -167,7 +190,9 @@ def test_calibration_figure_panels_per_kernel() -> None:
     fig = plots.calibration_figure(pts, x_titles={"gemm": "tokens", "decode_attention": "context (tokens)"})
     assert _names(fig) == ["measured", "roofline", "measured", "roofline"]
     assert list(fig.data[0].y) == [0.1, 0.2]  # ms
-    assert _axis_titles(fig, "xaxis") == ["tokens", "context (tokens)"]
+    assert [a.text for a in fig.layout.annotations] == ["gemm<br><sup>x: tokens</sup>",
+                                                         "decode_attention<br><sup>x: context (tokens)</sup>"]  # fmt: skip
+    assert fig.layout.yaxis.ticktext == ("10 µs", "100 µs", "1 ms")
 
 
 def test_figures_export_to_html() -> None:
@@ -181,7 +206,7 @@ def test_latency_spikes_figure_marks_gaps_of_preempted_requests_on_a_log_axis() 
     gaps = next(t for t in fig.data if t.name == "gap of a preempted request")
     assert (list(gaps.x), list(gaps.y)) == ([2.9], [900.0])  # preempted at 2.0, gap 0.9 s
     assert fig.layout.yaxis2.type == "log"
-    assert fig.layout.yaxis2.title.text == "ITL (ms), log scale"
+    assert fig.layout.yaxis2.title.text == "ITL, log"
 
 
 def test_latency_spikes_figure_keeps_the_events_row_when_there_are_none() -> None:
@@ -189,4 +214,4 @@ def test_latency_spikes_figure_keeps_the_events_row_when_there_are_none() -> Non
     assert "no preemption, swap, eviction or rejection in this run" in {
         a.text for a in fig.layout.annotations
     }
-    assert fig.layout.yaxis3.title.text == "events (area ∝ count)"
+    assert fig.layout.yaxis3.title.text == "events"

@@ -193,3 +193,21 @@ def test_overrides_reach_into_defaults_the_base_left_out(tmp_path: Path) -> None
     f.write_text("base: base.yaml\ngrid: {replicas.0.tp: [1, 2]}\n")
     _, points = load_sweep(f)
     assert [p.data["replicas"][0]["tp"] for p in points] == [1, 2]
+
+
+def test_cli_sweep_prints_load_per_point_and_warns_about_a_shortened_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = "".join(f"2023-11-16 18:00:{i:02d}.000,{200 + i},{20 + i}\n" for i in range(40))
+    (tmp_path / "trace.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + rows)
+    (tmp_path / "base.yaml").write_text("workload: {kind: trace, path: trace.csv, format: azure}\n")
+    f = tmp_path / "s.yaml"
+    f.write_text("base: base.yaml\ngrid: {workload.max_requests: [10, null]}\n")
+    assert main(["sweep", str(f), "--out", str(tmp_path / "out"), "--jobs", "1"]) == 0
+    captured = capsys.readouterr()
+    head, *lines = captured.out.splitlines()
+    assert head.split() == ["workload.max_requests", "status", "offered", "achieved", "TTFT", "p50", "TTFT",
+                            "p99", "TPOT", "p99", "overloaded"]  # fmt: skip
+    assert lines[0].split()[:2] == ["10", "ok"] and lines[0].split()[-1] == "no"
+    warnings = [w for w in captured.err.splitlines() if "warning" in w]
+    assert len(warnings) == 1 and "replays 25.0% of its trace" in warnings[0]

@@ -17,10 +17,28 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from kvsim import __version__
-from kvsim.cli import calibrate_cmd, kvsize_cmd, run_cmd, sweep_cmd, trace_cmd, verify_cmd
+from kvsim.cli import (
+    analysis_cmd,
+    calibrate_cmd,
+    capacity_cmd,
+    kvsize_cmd,
+    run_cmd,
+    sweep_cmd,
+    trace_cmd,
+    verify_cmd,
+)
 from kvsim.errors import KvsimError
 
-_COMMAND_MODULES = (run_cmd, kvsize_cmd, trace_cmd, sweep_cmd, calibrate_cmd, verify_cmd)
+_COMMAND_MODULES = (
+    run_cmd,
+    kvsize_cmd,
+    trace_cmd,
+    sweep_cmd,
+    capacity_cmd,
+    analysis_cmd,
+    calibrate_cmd,
+    verify_cmd,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

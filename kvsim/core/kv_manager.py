@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from kvsim.core.block import PRIVATE, KVBlock
 from kvsim.core.block_pool import BlockPool
-from kvsim.core.request_state import Request
+from kvsim.core.request_state import NEVER_PRIVATE, Request
 
 
 class FullAttentionManager:
@@ -142,6 +142,10 @@ class FullAttentionManager:
         """Give ``req``'s private cached blocks their real hashes (before it is preempted
         for recompute, when it may hit them again)."""
         first_private = req.private_from_token // self.block_size
+        # From now on the request can hit its own blocks (in the GPU cache or in an
+        # offload tier below it), so none of its blocks is private any more: those it
+        # computes after resuming are hashed like everyone's.
+        req.private_from_token = NEVER_PRIVATE
         n = req.num_cached_blocks
         if first_private >= n:
             return

@@ -36,7 +36,7 @@ T = TypeVar("T")
 
 _FIRST_BLOCK_MARK = 0x6B7673696D  # distinguishes the first block's parent from real hashes
 _ALIAS_OF_MINUS_ONE = -(2**60) - 1
-_NEVER = 1 << 62  # private_from_token of a request whose content may all be shared
+NEVER_PRIVATE = 1 << 62  # private_from_token of a request whose content may all be shared
 
 
 def tenant_salt(tenant: str) -> int:
@@ -113,7 +113,7 @@ class Request:
         self.prompt_tokens = spec.prompt_tokens
         # Tokens from here on follow content no other request contains, so their blocks
         # can only be hit by this request itself. None: every id may be shared.
-        self.private_from_token = _NEVER
+        self.private_from_token = NEVER_PRIVATE
         if shared_content_ids is not None:
             start = 0
             for seg in (*spec.prompt, spec.output_segment):

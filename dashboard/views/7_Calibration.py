@@ -38,8 +38,24 @@ def kernel_points(rows: pd.DataFrame, context_tokens: int) -> pd.DataFrame:
     return pd.concat([gemm, attn])[["kernel", "x", "measured_s", "roofline_s"]]
 
 
+def readable(rows: pd.DataFrame) -> pd.DataFrame:
+    """Times in µs with three significant digits, relative errors in % (the CSV keeps these numbers)."""
+    out = rows.copy()
+    for col in [c for c in out.columns if c.endswith("_s")]:
+        out[col.removesuffix("_s") + "_us"] = out.pop(col).map(
+            lambda v: float(f"{v * 1e6:.3g}") if pd.notna(v) else v
+        )
+    for col in [c for c in out.columns if c.endswith("_rel_err")]:
+        out[col.removesuffix("_rel_err") + "_err_pct"] = out.pop(col).map(
+            lambda v: round(float(v) * 100, 1) if pd.notna(v) else v
+        )
+    return out
+
+
 def main() -> None:
     st.set_page_config(page_title="kvsim: calibration", layout="wide")
+    common.show_notices()
+    common.sync_url()  # nothing here goes into the view; the link keeps the rest of it
     st.title("Calibration")
     profiles = shipped_profiles()
     if not profiles:
@@ -102,7 +118,7 @@ def main() -> None:
     fig = plots.calibration_figure(points, x_titles=titles)
     common.show_figure(fig, f"{profile.name}_vs_roofline")
     st.caption("One layer on one tensor-parallel shard; roofline with the default efficiency factors.")
-    common.show_table(rows, f"{profile.name}_compare")
+    common.show_table(readable(rows), f"{profile.name}_compare")
 
 
 main()

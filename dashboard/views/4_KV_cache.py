@@ -13,6 +13,9 @@ from kvsim.cache_curve import cache_curve
 from kvsim.engine.simulator import scenario_workload
 from kvsim.scenario.loading import parse_yaml
 
+#: The summary's prefix hit rate, under its new name or its old one.
+HIT_RATE_KEYS = ("prefix_cache_hit_rate",)
+
 
 @st.cache_data(show_spinner="Replaying the workload against LRU caches ...", max_entries=8)
 def hit_curve(
@@ -35,6 +38,7 @@ def hit_curve(
 
 def main() -> None:
     st.set_page_config(page_title="kvsim: KV cache", layout="wide")
+    common.show_notices()
     st.title("KV cache")
     run = common.require_run()
     res = run.result
@@ -42,7 +46,8 @@ def main() -> None:
     cols = st.columns(4)
     cols[0].metric("KV blocks (all replicas)", f"{summary.get('total_kv_blocks', 0):,}")
     cols[1].metric("Peak KV usage", f"{summary.get('kv_usage_peak', 0.0):.1%}")
-    cols[2].metric("Prefix hit rate", f"{summary.get('prefix_cache_hit_rate', 0.0):.1%}")
+    hit_rate = next((summary[k] for k in HIT_RATE_KEYS if k in summary), 0.0)
+    cols[2].metric("Prefix hit rate", f"{hit_rate:.1%}")
     cols[3].metric("Evicted blocks", f"{summary.get('num_evicted_blocks', 0):,}")
 
     kv = analysis.kv_blocks_over_time(res.iterations)
@@ -61,7 +66,7 @@ def main() -> None:
         help="Requests first scheduled within this window count towards each point.",
     )
     hr = analysis.prefix_hit_rate_over_time(res.requests, window_s=window_s, step_s=window_s / 2)
-    fig = plots.prefix_hit_rate_figure(hr, overall=summary.get("prefix_cache_hit_rate"))
+    fig = plots.prefix_hit_rate_figure(hr, overall=hit_rate)
     common.show_figure(fig, f"{res.scenario.name}_prefix_hit_rate")
 
     st.subheader("How much cache does this reuse need?")
@@ -70,6 +75,12 @@ def main() -> None:
     top = max(per_replica * 8, 1024)
     capacities = (*sorted({int(c) for c in np.geomspace(16, top, 12)}), None)
     admitted = res.requests.loc[res.requests["first_scheduled_s"].notna()]
+    try:  # a run loaded from a result folder may name trace files outside the allowed folders
+        common.confined(res.scenario.model_dump(mode="json"), f"<scenario {res.scenario.name}>")
+    except kvsim.ScenarioError:
+        st.info("The cache-only replay needs the run's trace file, which is not in an allowed folder.")
+        common.sync_url()
+        return
     curve = hit_curve(common.scenario_yaml(res.scenario), capacities, tuple(admitted["request_id"].tolist()))
     st.caption(
         "Cache-only replay of the prompts the run admitted (kvsim.cache_curve) against one block cache of each "
@@ -81,12 +92,13 @@ def main() -> None:
         curve,
         policy=res.scenario.replicas[0].engine.eviction_policy,
         run_capacity_blocks=per_replica or None,
-        run_hit_rate=summary.get("prefix_cache_hit_rate"),
+        run_hit_rate=hit_rate,
     )
     common.show_figure(fig, f"{res.scenario.name}_cache_curve")
     common.show_table(curve, f"{res.scenario.name}_cache_curve")
     if len(admitted) and curve["prompt_tokens"].iloc[0] != int(admitted["prompt_tokens"].sum()):
         st.warning("The replayed prompts differ from the run's (trace paths or generator changed).")
+    common.sync_url()
 
 
 main()

@@ -1,0 +1,182 @@
+"""Capacity: the smallest value of a knob (or the largest rate) that meets an SLO, by bisection.
+
+The same search as ``kvsim capacity`` (`kvsim.capacity.find_capacity`): each point is a
+full run of the whole workload, run in worker processes; a point counts only when every
+SLO bound holds and the run is not overloaded.
+"""
+
+from __future__ import annotations
+
+import os
+
+import _common as common
+import pandas as pd
+import streamlit as st
+
+import kvsim
+from kvsim import plots
+from kvsim.capacity import CapacityError, CapacityPoint, default_goal, find_capacity, parse_slo, parse_values
+from kvsim.units import format_seconds
+
+#: Knobs offered by name: (dotted path, default candidates). "rate" is the workload's own rate path.
+KNOBS = {
+    "replicas": ("replicas.0.count", "1:8"),
+    "gpu": ("replicas.0.gpu", "l4, a100-40gb, a100-80gb, h100-sxm, h200"),
+    "tp": ("replicas.0.tp", "1, 2, 4, 8"),
+    "memory": ("replicas.0.engine.gpu_memory_utilization", "0.5:0.95:0.05"),
+    "rate": ("", "1:64"),
+    "time_scale": ("workload.time_scale", "1:16"),
+    "other": ("", ""),
+}
+
+
+def rate_path(scenario: kvsim.Scenario) -> str | None:
+    arrival = getattr(scenario.workload, "arrival", None)
+    if hasattr(arrival, "rate_per_s"):
+        return "workload.arrival.rate_per_s"
+    return "workload.rate_per_s" if scenario.workload.kind == "trace" else None
+
+
+def knob_choices(scenario: kvsim.Scenario) -> dict[str, str]:
+    """Knob name -> label, for the knobs this scenario has."""
+    out = {}
+    for name, (path, _) in KNOBS.items():
+        if name == "rate":
+            path = rate_path(scenario) or ""
+            if not path:
+                continue
+        if name == "time_scale" and scenario.workload.kind != "trace":
+            continue
+        out[name] = f"{common.knob_label(scenario, path)} ({path})" if path else "another knob (dotted path)"
+    return out
+
+
+def search(scenario: kvsim.Scenario, knob: str, values: list, slo_text: str, goal: str | None,
+           overrides: list[str], jobs: int) -> object:  # fmt: skip
+    """Run the search with a progress bar (one step per point run)."""
+    bar = st.progress(0, text="Capacity search")
+    runs = [0]
+
+    def progress(point: CapacityPoint, num_candidates: int) -> None:
+        runs[0] += 1
+        verdict = "meets" if point.feasible else "misses"
+        bar.progress(
+            min(runs[0] / max(num_candidates.bit_length(), 1), 1.0),
+            text=f"run {runs[0]}: {knob} = {point.value} {verdict} the SLO "
+            f"(p99 TTFT {format_seconds(point.summary.get('ttft_p99_s'))})",
+        )
+
+    try:
+        return find_capacity(scenario, knob, values, parse_slo(slo_text), goal=goal, overrides=overrides,
+                             jobs=jobs, progress=progress)  # fmt: skip
+    finally:
+        bar.empty()
+
+
+def main() -> None:
+    st.set_page_config(page_title="kvsim: capacity", layout="wide")
+    common.show_notices()
+    st.title("Capacity: the least that meets the SLO")
+    scenario = common.current_scenario()
+    st.caption(
+        f"Searches a knob of scenario **{scenario.name}** by bisection, each point a full run of the whole "
+        "workload (`kvsim capacity` on the command line runs the same search). A point counts when every "
+        "SLO bound holds and the run is not overloaded."
+    )
+    choices = knob_choices(scenario)
+    cols = st.columns([2, 2, 2])
+    name = cols[0].selectbox(
+        "Knob", list(choices), format_func=choices.get, key=common.kept("cap.knob", next(iter(choices)))
+    )
+    common.keep("cap.knob", name)
+    path, default_values = KNOBS[name]
+    if name == "rate":
+        path = rate_path(scenario) or ""
+    if name == "other":
+        path = cols[0].text_input(
+            "Dotted path", key=common.kept("cap.path", "replicas.0.engine.max_num_seqs")
+        )
+        common.keep("cap.path", path)
+        default_values = "64, 128, 256, 512"
+    values_text = cols[1].text_input(
+        "Candidate values",
+        key=common.kept(f"cap.values.{name}", default_values),
+        help="START:STOP[:STEP] (both ends included) or a comma-separated list in order of increasing capacity.",
+    )
+    common.keep(f"cap.values.{name}", values_text)
+    slo_text = cols[2].text_input(
+        "SLO",
+        key=common.kept("cap.slo", f"ttft_p99_s={scenario.slo.ttft_s:g},tpot_p99_s={scenario.slo.tpot_s:g}"),
+        help="Bounds on summary keys: KEY=LIMIT or KEY<=LIMIT, KEY>=LIMIT; any percentile key "
+        "(ttft_p90_s, e2e_p99_s, ...).",
+    )
+    common.keep("cap.slo", slo_text)
+    cols = st.columns([2, 1, 1])
+    overrides_text = cols[0].text_area(
+        "Overrides for every point, one dotted.key=value per line (as --set)",
+        key=common.kept("cap.set", ""),
+        placeholder="workload.time_scale=8\nrouter.kind=least_loaded",
+        height=80,
+    )
+    common.keep("cap.set", overrides_text)
+    auto = default_goal(path) if path else "smallest"
+    goal = cols[1].radio(
+        "Look for the", ("smallest", "largest"), index=0 if auto == "smallest" else 1, horizontal=True,
+        key=common.kept(f"cap.goal.{name}", auto),
+    )  # fmt: skip
+    common.keep(f"cap.goal.{name}", goal)
+    jobs = cols[2].number_input(
+        "Runs at once",
+        min_value=1,
+        max_value=max(os.cpu_count() or 1, 1),
+        key=common.kept("cap.jobs", min(os.cpu_count() or 1, 2)),
+        help="Points run per bisection round, in worker processes; 1 runs the fewest points.",
+    )
+    common.keep("cap.jobs", int(jobs))
+    overrides = [o.strip() for o in overrides_text.splitlines() if o.strip()]
+    try:
+        values = parse_values(values_text)
+        parse_slo(slo_text)
+    except CapacityError as err:
+        st.error(str(err))
+        common.sync_url()
+        st.stop()
+    key = ("capacity", common.scenario_key(scenario), path, tuple(map(str, values)), slo_text, tuple(overrides),
+           goal, int(jobs))  # fmt: skip
+    reports = st.session_state.setdefault("capacity", {})
+    if key not in reports and st.button("Find capacity", type="primary"):
+        try:
+            # The scenario's file paths were confined when it was chosen; the overrides are checked here.
+            common.resolve(scenario.model_dump(mode="json"), overrides, "<overrides>")
+            reports[key] = search(scenario, path, values, slo_text, goal, overrides, int(jobs))
+        except kvsim.ScenarioError as err:
+            common.show_scenario_error(err)
+        except kvsim.KvsimError as err:
+            st.error(common.safe_error(err))
+    report = reports.get(key)
+    if report is not None:
+        if report.answer is not None:
+            st.success(f"**{report.answer_line()}**")
+        else:
+            st.warning(report.answer_line())
+        for note in report.notes:
+            st.warning(note, icon="⚠️")
+        table = report.table()
+        numeric = pd.api.types.is_numeric_dtype(table[path])
+        ok = table[table["error"] == ""]
+        if len(ok):
+            fig = plots.throughput_capacity_figure(
+                ok.rename(columns={path: "x"}),
+                x="x",
+                x_title=common.knob_axis_title(scenario, path) if common._walk(scenario, path) else path,
+                ttft_slo_s=next((b.limit for b in report.slo if b.key == "ttft_p99_s"), scenario.slo.ttft_s),
+                tpot_slo_s=next((b.limit for b in report.slo if b.key == "tpot_p99_s"), scenario.slo.tpot_s),
+                knee_x=report.answer if numeric else None,
+                knee_name="answer",
+            )
+            common.show_figure(fig, f"{scenario.name}_capacity_{path}")
+        common.show_table(table, f"{scenario.name}_capacity_{path}")
+    common.sync_url()
+
+
+main()

@@ -67,7 +67,8 @@ KNOBS: dict[str, Any] = {
     "long_prefill_token_threshold": 0,
     "enable_prefix_caching": True,
 }
-#: Environment of the engine process: one OpenMP / torch thread (see docs/cost-model.md).
+#: Environment of the engine process: one OpenMP / torch thread, the device of
+#: specs/cpu-xeon-icelake-1thread.yaml (docs/validation.md, "Latencies of a real engine").
 ENGINE_THREADS_ENV = {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 #: The two workloads (pinned seeds). ``shared_prefix_tokens`` > 0: every prompt starts with

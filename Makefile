@@ -6,6 +6,7 @@
 #   make test       set up (dev, dashboard, calibration and ray extras), then run the test suite
 #   make lint       ruff check + ruff format --check + mypy (strict)
 #   make bench      the speed benchmark (benchmarks/run.py)
+#   make bench-cluster  cluster cost per request: 64 x 100k vs 1 x 100k (benchmarks/cluster_scale.py)
 #   make dashboard  the Streamlit dashboard, on localhost only (DASHBOARD_ADDRESS=0.0.0.0 serves others;
 #                   DASHBOARD_ALLOW="runs /data/results" lists the folders its pages may read besides
 #                   scenarios/, ../shared/traces and the upload area)
@@ -23,7 +24,7 @@ ARGS ?=
 DASHBOARD_ADDRESS ?= localhost
 DASHBOARD_ALLOW ?= runs
 
-.PHONY: run test lint bench dashboard calibrate-deps vllm-deps clean
+.PHONY: run test lint bench bench-cluster dashboard calibrate-deps vllm-deps clean
 
 run: $(VENV)/.installed-dev
 	$(BIN)/kvsim run $(ARGS)
@@ -38,6 +39,9 @@ lint: $(VENV)/.installed-dev
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/run.py $(ARGS)
+
+bench-cluster: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/cluster_scale.py $(ARGS)
 
 dashboard: $(VENV)/.installed-dev,dashboard
 	$(BIN)/streamlit run dashboard/app.py --server.address $(DASHBOARD_ADDRESS) $(ARGS) -- \

@@ -99,8 +99,14 @@ def load_summary(requests: pd.DataFrame, events: pd.DataFrame) -> dict[str, Any]
     arrivals = np.sort(requests.loc[arrived, "arrival_s"].to_numpy(float))
     finished = requests["finished"].to_numpy(bool)
     finishes = np.sort(requests.loc[finished, "finish_s"].to_numpy(float))
-    rejected_ids = set(events.loc[events["kind"] == "reject", "request_id"].tolist())
-    rejected = requests["request_id"].isin(rejected_ids).to_numpy()
+    # The request table's own column where it has one: follow-up turns of a rejected
+    # conversation are rejected without an event of their own (never sent).
+    if "rejected" in requests:
+        rejected = requests["rejected"].to_numpy(bool)
+    else:
+        rejected = (
+            requests["request_id"].isin(events.loc[events["kind"] == "reject", "request_id"]).to_numpy()
+        )
     num_cut_off = int((arrived & ~finished & ~rejected).sum())
     nan = float("nan")
     out: dict[str, Any] = {
@@ -111,7 +117,7 @@ def load_summary(requests: pd.DataFrame, events: pd.DataFrame) -> dict[str, Any]
         "ttft_trend_s_per_s": nan,
         "backlog_end_requests": 0,
         "backlog_peak_requests": 0,
-        "num_rejected": len(rejected_ids),
+        "num_rejected": int(rejected.sum()),
         "num_cut_off": num_cut_off,
     }
     growing = False

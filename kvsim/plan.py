@@ -2,8 +2,9 @@
 
     Scenario ──resolve_plan──> Plan
                                  ├── model        ModelSpec (preset or inline)
-                                 └── groups[]     GroupPlan: GpuSpec, KvCapacity, KvGeometry,
-                                                  max_model_len, replica names
+                                 ├── groups[]     GroupPlan: GpuSpec, KvCapacity, KvGeometry,
+                                 │                max_model_len, replica names, offload tiers
+                                 └── shared_pool  TierPlan of the cluster-wide KV store, if any
 
 The engine, the cost models, the router and the recorder read block sizes, bytes per
 block and block counts from here instead of resolving names or recomputing them.
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from kvsim.kv_sizing import GIB, KvCapacity, engine_kv_capacity
 from kvsim.presets import resolve_gpu, resolve_model
-from kvsim.scenario.schema import EngineConfig, ReplicaGroup, Scenario
+from kvsim.scenario.schema import EngineConfig, ReplicaGroup, Scenario, SharedPoolConfig, TierConfig
 from kvsim.specs import GpuSpec, ModelSpec
 
 #: Blocks of the memory-sized (or overridden) pool that never hold KV: vLLM keeps block 0
@@ -50,6 +51,24 @@ class KvGeometry:
         return -(-num_tokens // self.block_size)
 
 
+@dataclass(frozen=True, slots=True)
+class TierPlan:
+    """One offload tier, resolved: capacity in blocks and the link it loads over.
+
+    ``bandwidth_bytes_per_s`` None means the GPU's PCIe link as the cost model prices it
+    (host DRAM). ``per_shard``: whether each tensor-parallel GPU moves its own shard over its
+    own link (local tiers) or the replica's whole blocks cross one link (the shared pool).
+    """
+
+    kind: str
+    capacity_blocks: int
+    bandwidth_bytes_per_s: float | None
+    latency_s: float
+    eviction_policy: str
+    write_through: bool
+    per_shard: bool = True
+
+
 @dataclass(frozen=True)
 class GroupPlan:
     """One replica group, resolved."""
@@ -61,6 +80,12 @@ class GroupPlan:
     kv: KvGeometry
     max_model_len: int
     replica_names: tuple[str, ...]
+    tiers: tuple[TierPlan, ...] = ()  # local offload tiers, lookup order (the shared pool apart)
+
+    @property
+    def initial_count(self) -> int:
+        """Replicas taking requests at the start (all of replica_names without autoscaling)."""
+        return self.config.count
 
     @property
     def name(self) -> str:
@@ -86,6 +111,7 @@ class Plan:
     scenario: Scenario
     model: ModelSpec
     groups: tuple[GroupPlan, ...]
+    shared_pool: TierPlan | None = None
 
     @property
     def replicas(self) -> list[tuple[str, GroupPlan]]:
@@ -102,19 +128,47 @@ class Plan:
         return self.scenario.replicas[0].engine.cache_isolation == "tenant"
 
 
+def _tier(kind: str, cfg: TierConfig, bytes_per_block: float) -> TierPlan:
+    return TierPlan(
+        kind=kind,
+        capacity_blocks=max(1, int(cfg.capacity_gib * GIB // bytes_per_block)),
+        bandwidth_bytes_per_s=cfg.bandwidth_bytes_per_s,
+        latency_s=cfg.latency_s,
+        eviction_policy=cfg.eviction_policy,
+        write_through=cfg.write_policy == "write_through",
+    )
+
+
+def _local_tiers(group: ReplicaGroup, per_shard: float, num_dram_blocks: int) -> tuple[TierPlan, ...]:
+    """The group's DRAM tier (engine.cpu_offload_gib or offload.dram) and NVMe tier."""
+    eng, off = group.engine, group.offload
+    if not eng.enable_prefix_caching:
+        return ()
+    tiers: list[TierPlan] = []
+    if off is not None and off.dram is not None:
+        tiers.append(_tier("dram", off.dram, per_shard))
+    elif num_dram_blocks:
+        tiers.append(TierPlan("dram", num_dram_blocks, None, 0.0, "lru", False))
+    if off is not None and off.nvme is not None:
+        tiers.append(_tier("nvme", off.nvme, per_shard))
+    return tuple(tiers)
+
+
 def resolve_group(model: ModelSpec, group: ReplicaGroup, index: int = 0) -> GroupPlan:
     gpu = resolve_gpu(group.gpu)
     eng = group.engine
     cap = engine_kv_capacity(model, gpu, group.tp, eng)
     per_shard = cap.bytes_per_block_per_shard
+    tiers = _local_tiers(group, per_shard, int(eng.cpu_offload_gib * GIB // per_shard))
     kv = KvGeometry(
         block_size=eng.block_size,
         num_blocks=cap.num_blocks - NULL_BLOCKS,
         bytes_per_block_per_shard=per_shard,
         tp=group.tp,
         num_swap_blocks=int(eng.swap_space_gib * GIB // per_shard),
-        num_offload_blocks=int(eng.cpu_offload_gib * GIB // per_shard) if eng.enable_prefix_caching else 0,
+        num_offload_blocks=sum(t.capacity_blocks for t in tiers if t.kind == "dram"),
     )
+    count = group.autoscale.max_count if group.autoscale is not None else group.count
     return GroupPlan(
         index=index,
         config=group,
@@ -122,7 +176,23 @@ def resolve_group(model: ModelSpec, group: ReplicaGroup, index: int = 0) -> Grou
         capacity=cap,
         kv=kv,
         max_model_len=eng.max_model_len or model.max_model_len,
-        replica_names=tuple(f"{group.name}-{i}" for i in range(group.count)),
+        replica_names=tuple(f"{group.name}-{i}" for i in range(count)),
+        tiers=tiers,
+    )
+
+
+def _shared_pool(cfg: SharedPoolConfig | None, groups: tuple[GroupPlan, ...]) -> TierPlan | None:
+    if cfg is None:
+        return None
+    bytes_per_block = groups[0].kv.bytes_per_block  # equal in every group (checked)
+    return TierPlan(
+        kind="shared_pool",
+        capacity_blocks=max(1, int(cfg.capacity_gib * GIB // bytes_per_block)),
+        bandwidth_bytes_per_s=cfg.bandwidth_bytes_per_s,
+        latency_s=cfg.latency_s,
+        eviction_policy=cfg.eviction_policy,
+        write_through=cfg.write_policy == "write_through",
+        per_shard=False,
     )
 
 
@@ -130,4 +200,9 @@ def resolve_plan(scenario: Scenario) -> Plan:
     """The plan of a validated scenario (`kvsim.load_scenario` checked every name)."""
     model = resolve_model(scenario.model)
     groups = tuple(resolve_group(model, g, i) for i, g in enumerate(scenario.replicas))
-    return Plan(scenario=scenario, model=model, groups=groups)
+    return Plan(
+        scenario=scenario,
+        model=model,
+        groups=groups,
+        shared_pool=_shared_pool(scenario.shared_kv_pool, groups),
+    )

@@ -1,8 +1,8 @@
 """The summary table that ``kvsim run`` prints: a pure function from summary to text.
 
 `format_summary` groups the flat summary of `kvsim.result.summarize` into sections
-(requests, latency percentiles in milliseconds, throughput, cache, KV) with aligned
-columns and units. A key that is missing or NaN shows as ``-``, so summaries written
+(requests, latency percentiles in milliseconds, throughput, cache, KV, and the cluster's
+routing, transfers and fleet when the summary has them) with aligned columns and units. A key that is missing or NaN shows as ``-``, so summaries written
 by older versions, or runs in which nothing finished, still format.
 """
 
@@ -62,6 +62,7 @@ def _sections(s: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str, str]
                 ("requests", _count(s.get("num_requests")), ""),
                 ("finished", _count(s.get("num_finished")), ""),
                 ("unfinished", _count(s.get("num_unfinished")), ""),
+                ("rejected", _count(s.get("num_rejected")), _reasons(s)),
                 ("prompt tokens", _count(s.get("prompt_tokens")), ""),
                 ("output tokens", _count(s.get("output_tokens")), ""),
                 ("simulated time", _fixed(s.get("sim_time_s"), 2), "s"),
@@ -95,6 +96,8 @@ def _sections(s: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str, str]
                     f"tokens (of {_count(rc_queries)} re-queried after preemption)",
                 ),
                 ("evicted blocks", _count(s.get("num_evicted_blocks")), ""),
+                ("tier hits", _count(s.get("offload_hits_tokens")), "tokens (DRAM, NVMe, shared pool)"),
+                ("cluster hit rate", _percent(s.get("cluster_hit_rate")), "% (GPU and tiers)"),
             ],
         ),
         (
@@ -111,6 +114,40 @@ def _sections(s: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str, str]
     ]
 
 
+def _reasons(s: Mapping[str, Any]) -> str:
+    """'(queue_full 3, max_model_len 1)' for the rejection reasons that occurred."""
+    found = [
+        (key.removeprefix("num_rejected_"), v)
+        for key, v in s.items()
+        if key.startswith("num_rejected_") and isinstance(v, int | float) and v
+    ]
+    return "(" + ", ".join(f"{k} {v:,.0f}" for k, v in found) + ")" if found else ""
+
+
+def _cluster_section(s: Mapping[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
+    return (
+        "Cluster",
+        [
+            (
+                "GPU-hours",
+                _fixed(s.get("gpu_hours"), 3),
+                f"({_fixed(s.get('replica_seconds'), 1)} replica-s)",
+            ),
+            (
+                "scaling",
+                _count(s.get("num_scale_ups")),
+                f"up, {_count(s.get('num_scale_downs'))} down, peak {_count(s.get('replicas_peak'))} replicas",
+            ),
+            (
+                "router expected",
+                _count(s.get("router_expected_hits_tokens")),
+                f"cached tokens (found {_count(s.get('router_found_hits_tokens'))})",
+            ),
+            ("KV transfer", _fixed(s.get("kv_transfer_mean_s"), 2, 1000.0), "ms mean"),
+        ],
+    )
+
+
 def _title(s: Mapping[str, Any]) -> str:
     name = s.get("scenario", "scenario")
     details = []
@@ -125,6 +162,8 @@ def _title(s: Mapping[str, Any]) -> str:
 def format_summary(summary: Mapping[str, Any]) -> str:
     """The summary as an aligned, sectioned table (no trailing newline)."""
     sections = _sections(summary)
+    if "replica_seconds" in summary:
+        sections.append(_cluster_section(summary))
     latency = [
         (label, [_fixed(summary.get(f"{stem}_{stat}_s"), 1, 1000.0) for stat in LATENCY_STATS])
         for label, stem in LATENCY_ROWS
@@ -135,6 +174,9 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     col_w = max(len(c) for c in (*LATENCY_STATS, *(v for _, vals in latency for v in vals)))
 
     lines = [_title(summary)]
+    note = summary.get("completion_note")
+    if note:
+        lines.append(f"NOTE: {note}")
     ordered = [sections[0], ("Latency (ms)", []), *sections[1:]]
     for title, rows in ordered:
         lines.append("")

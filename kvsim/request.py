@@ -40,6 +40,9 @@ class RequestSpec:
     output_content_id: int | None = None
     parent_id: int | None = None
     think_time_s: float = 0.0
+    session_id: int | None = (
+        None  # conversation id for session-affine routing (None: the parent chain's root)
+    )
 
     def __post_init__(self) -> None:
         if self.output_tokens < 1:

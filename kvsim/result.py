@@ -20,11 +20,26 @@ import numpy as np
 import pandas as pd
 
 from kvsim.core.outcome import EventKind
+from kvsim.overload import load_summary
 from kvsim.scenario.schema import Scenario
 
 if TYPE_CHECKING:
     from kvsim.core.outcome import CacheStats
-from kvsim.overload import load_summary
+    from kvsim.engine.cluster import ClusterStats
+
+#: Why a request was rejected (``reject_reason``; the summary counts each as num_rejected_REASON).
+REJECT_REASONS: dict[str, str] = {
+    "max_model_len": "the prompt is the replica's max_model_len tokens or longer",
+    "kv_capacity": "the request needs more KV blocks than the replica's whole pool",
+    "prompt_budget": "without chunked prefill, the prompt exceeds max_num_batched_tokens",
+    "queue_full": "the chosen replica's waiting queue was at admission.max_waiting_per_replica",
+    "cluster_queue": "the entry replicas held admission.max_cluster_waiting waiting requests",
+    "estimated_wait": "the chosen replica's estimated wait exceeded admission.max_estimated_wait_s",
+    "kv_usage": "the chosen replica's KV usage was at admission.max_kv_usage",
+    "parent_rejected": "an earlier turn of its conversation was rejected, so it was never sent",
+}
+#: Link kinds whose utilisation the summary reports under network.sharing: fair_share.
+LINK_KINDS = ("nic_tx", "nic_rx", "pcie_h2d", "pcie_d2h", "nvme", "fabric", "shared_pool")
 
 #: Per-request table. ``*_s`` are times (absolute) or durations (latencies) in seconds.
 REQUEST_COLUMNS: dict[str, str] = {
@@ -52,6 +67,16 @@ REQUEST_COLUMNS: dict[str, str] = {
     "num_preemptions": "Times the request was preempted.",
     "num_swaps": "Times the request was swapped out to the swap space.",
     "finished": "Whether the request produced all its output tokens.",
+    "rejected": "Whether the request was rejected (never served; see reject_reason).",
+    "reject_reason": "Why it was rejected (kvsim.result.REJECT_REASONS), '' if it was not.",
+    "router_expected_hits_tokens": "Prompt tokens the router's view said the chosen replica had cached "
+    "(-1: the router does not read cached prefixes); compare with prefix_cache_hits_tokens.",
+    "dram_hits_tokens": "Of offload_hits_tokens: loaded from the replica's host-DRAM tier.",
+    "nvme_hits_tokens": "Of offload_hits_tokens: loaded from the replica's NVMe tier.",
+    "shared_pool_hits_tokens": "Of offload_hits_tokens: loaded from the cluster-wide shared KV pool.",
+    "kv_transfer_s": "Disaggregated serving: from the hand-off to the KV's arrival at the decode replica.",
+    "kv_transfer_queueing_s": "Of kv_transfer_s: time lost to other transfers on shared links "
+    "(kv_transfer_s - the transfer alone on its path).",
 }
 
 #: Per-iteration table.
@@ -120,18 +145,29 @@ def summarize(
     cache: CacheStats,
     total_kv_blocks: int,
     sim_time_s: float,
+    cluster: ClusterStats | None = None,
 ) -> dict[str, Any]:
-    """Flat summary of a run: counts, latency percentiles, throughput, hit rate, KV usage."""
+    """Flat summary of a run: counts, latency percentiles, throughput, hit rate, KV usage,
+    and the cluster layer's figures (``cluster``: from `kvsim.engine.cluster.Cluster.stats`)."""
     fin = requests[requests["finished"]]
+    rejected = (
+        requests["rejected"].to_numpy(dtype=bool) if "rejected" in requests else np.zeros(len(requests), bool)
+    )
+    num_rejected = int(rejected.sum())
     out: dict[str, Any] = {
         "scenario": scenario.name,
         "seed": scenario.seed,
         "num_replicas": scenario.num_replicas,
         "num_requests": len(requests),
         "num_finished": len(fin),
-        "num_unfinished": int(len(requests) - len(fin)),
+        "num_unfinished": int(len(requests) - len(fin) - num_rejected),
+        "num_rejected": num_rejected,
         "sim_time_s": float(sim_time_s),
     }
+    reasons = requests["reject_reason"] if "reject_reason" in requests else pd.Series([], dtype=object)
+    for reason in REJECT_REASONS:
+        out[f"num_rejected_{reason}"] = int((reasons == reason).sum())
+    out["completion_note"] = _completion_note(out, scenario)
     for col in ("ttft_s", "tpot_s", "e2e_s", "queueing_s", "max_itl_s"):
         vals = fin[col].to_numpy(dtype=float)
         vals = vals[~np.isnan(vals)]
@@ -180,8 +216,83 @@ def summarize(
         out["kv_usage_mean"] = 0.0
         out["kv_token_usage_mean"] = 0.0
         out["kv_token_usage_loaded_mean"] = float("nan")
+    out.update(_cluster_summary(requests, out, cluster))
     # Offered vs achieved load and the overload flag (kvsim.overload).
     out.update(load_summary(requests, events))
     for old, new in SUMMARY_ALIASES.items():
         out[old] = out[new]
     return out
+
+
+def _completion_note(out: dict[str, Any], scenario: Scenario) -> str:
+    """'' normally; what went wrong when requests were sent and none finished."""
+    if out["num_finished"] or not out["num_requests"]:
+        return ""
+    if out["num_rejected"] == out["num_requests"]:
+        counts = [f"{r} {out[f'num_rejected_{r}']}" for r in REJECT_REASONS if out[f"num_rejected_{r}"]]
+        return "no request can finish: every one was rejected (" + ", ".join(counts) + ")"
+    if scenario.sim.max_time_s is not None:
+        return f"no request finished before sim.max_time_s ({scenario.sim.max_time_s} s)"
+    return "no request finished"
+
+
+def _column_sum(requests: pd.DataFrame, column: str) -> int:
+    return int(requests[column].sum()) if column in requests else 0
+
+
+def _cluster_summary(
+    requests: pd.DataFrame, out: dict[str, Any], cluster: ClusterStats | None
+) -> dict[str, Any]:
+    """Routing, tiers, transfers, links and fleet figures (zeros or NaN where they do not apply)."""
+    nan = float("nan")
+    s: dict[str, Any] = {}
+    expected = requests.get("router_expected_hits_tokens")
+    if expected is not None and (expected >= 0).any():
+        served = ~requests["rejected"] if "rejected" in requests else True
+        seen = requests[(expected >= 0) & served]
+        diff = seen["router_expected_hits_tokens"].to_numpy(np.int64) - seen[
+            "prefix_cache_hits_tokens"
+        ].to_numpy(np.int64)
+        s["router_expected_hits_tokens"] = int(seen["router_expected_hits_tokens"].sum())
+        s["router_found_hits_tokens"] = int(seen["prefix_cache_hits_tokens"].sum())
+        s["router_overestimated_tokens"] = int(diff[diff > 0].sum())
+        s["router_underestimated_tokens"] = int(-diff[diff < 0].sum())
+        s["router_mispredicted_requests"] = int((diff != 0).sum())
+    else:
+        for key in ("expected_hits", "found_hits", "overestimated", "underestimated"):
+            s[f"router_{key}_tokens"] = 0
+        s["router_mispredicted_requests"] = 0
+    for kind in ("dram", "nvme", "shared_pool"):
+        s[f"{kind}_hits_tokens"] = _column_sum(requests, f"{kind}_hits_tokens")
+    queries = out["prefix_cache_queries_tokens"]
+    tier_first = cluster.first_admission_tier_hits_tokens if cluster is not None else 0
+    s["cluster_hit_rate"] = (out["prefix_cache_hits_tokens"] + tier_first) / queries if queries else 0.0
+    writes = cluster.tier_write_bytes if cluster is not None else {}
+    for kind in ("dram", "nvme", "shared_pool"):
+        s[f"{kind}_write_bytes"] = float(writes.get(kind, 0.0))
+    transfer = (
+        requests["kv_transfer_s"].dropna() if "kv_transfer_s" in requests else pd.Series([], dtype=float)
+    )
+    queueing = (
+        requests["kv_transfer_queueing_s"].dropna() if "kv_transfer_queueing_s" in requests else transfer
+    )
+    s["num_kv_transfers"] = len(transfer)
+    s["kv_transfer_mean_s"] = float(transfer.mean()) if len(transfer) else nan
+    s["kv_transfer_p99_s"] = _pct(transfer.to_numpy(float), 99)
+    s["kv_transfer_queueing_mean_s"] = float(queueing.mean()) if len(queueing) else nan
+    util = cluster.link_utilization if cluster is not None else {}
+    for kind in LINK_KINDS:
+        mean, peak = util.get(kind, (nan, nan))
+        s[f"link_{kind}_utilization_mean"] = mean
+        s[f"link_{kind}_utilization_max"] = peak
+    if cluster is not None:
+        s["replica_seconds"] = cluster.replica_seconds
+        s["gpu_hours"] = cluster.gpu_seconds / 3600.0
+        s["num_scale_ups"], s["num_scale_downs"] = cluster.num_scale_ups, cluster.num_scale_downs
+        s["replicas_peak"] = cluster.replicas_peak
+    else:  # a table made by hand: a fixed fleet, GPUs per replica unknown
+        s["replica_seconds"] = out["num_replicas"] * out["sim_time_s"]
+        s["gpu_hours"] = nan
+        s["num_scale_ups"] = s["num_scale_downs"] = 0
+        s["replicas_peak"] = out["num_replicas"]
+    return s

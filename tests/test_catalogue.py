@@ -407,6 +407,50 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
 ]
 
 
+AUTOSCALING_REDUCED: dict[str, Any] = {
+    "workload.num_requests": 4000,
+    "workload.arrival.period_s": 200.0,
+    "workload.arrival.phase_s": -50.0,
+    "replicas.0.autoscale.cold_start_s": 5.0,
+    "replicas.0.autoscale.interval_s": 2.0,
+    "replicas.0.autoscale.scale_down_delay_s": 10.0,
+}
+GOLDEN += [
+    (
+        "disaggregation_ratio.yaml",
+        {"workload.num_requests": 200},
+        {
+            "num_finished": 200,
+            "total_kv_blocks": 260024,
+            "num_preemptions": 0,
+            "num_swaps": 0,
+            "prefix_cache_hit_rate": 0.0,
+            "ttft_p50_s": 0.10128048698232778,
+            "ttft_p99_s": 0.29300276020097715,
+            "max_itl_p99_s": 0.022783517779785628,
+            "throughput_tokens_per_s": 2021.9837644180166,
+            "kv_usage_peak": 0.05908685352121343,
+        },
+    ),
+    (
+        "autoscaling_diurnal.yaml",
+        AUTOSCALING_REDUCED,
+        {
+            "num_finished": 4000,
+            "total_kv_blocks": 112668,
+            "num_preemptions": 0,
+            "num_swaps": 0,
+            "prefix_cache_hit_rate": 0.0,
+            "ttft_p50_s": 0.04904145932465376,
+            "ttft_p99_s": 0.7318037341685479,
+            "max_itl_p99_s": 0.20982579628110898,
+            "throughput_tokens_per_s": 9088.205595209252,
+            "kv_usage_peak": 0.6651045549756808,
+        },
+    ),
+]
+
+
 def run(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
     if name in TRACE_SCENARIOS and not TRACES.is_dir():
         pytest.skip(f"real traces not found at {TRACES} (see shared/traces/README.md)")
@@ -631,3 +675,42 @@ def test_disaggregation_removes_prefill_interference_from_decodes() -> None:
     assert pd_["max_itl_p99_s"] < 0.5 * colocated["max_itl_p99_s"]  # decodes never wait for a prefill
     assert pd_["tpot_p99_s"] < colocated["tpot_p99_s"]
     assert pd_["ttft_p99_s"] > colocated["ttft_p99_s"]  # one GPU does every prefill
+
+
+def test_autoscaling_saves_gpu_hours_at_the_same_slo() -> None:
+    auto = run("autoscaling_diurnal.yaml", AUTOSCALING_REDUCED)
+    fixed = run(
+        "autoscaling_diurnal.yaml",
+        AUTOSCALING_REDUCED | {"replicas.0.autoscale": None, "replicas.0.count": 4},
+    )
+    assert auto["num_scale_ups"] >= 3 and auto["num_scale_downs"] >= 1
+    assert auto["slo_attainment"] >= 0.99 and fixed["slo_attainment"] >= 0.99
+    assert auto["gpu_hours"] < 0.8 * fixed["gpu_hours"]
+
+
+def test_disaggregation_pays_under_a_tight_tpot_slo_not_a_loose_one() -> None:
+    long_prompts = {"workload.num_requests": 300, "workload.prompt_tokens.mean_tokens": 8192}
+    colocated = {"replicas.0.role": "both", "replicas.1.role": "both"}
+    tight = {"slo.tpot_s": 0.010, "workload.arrival.rate_per_s": 6.0}
+    assert run("disaggregation_ratio.yaml", long_prompts | tight)["slo_attainment"] > 0.95
+    assert run("disaggregation_ratio.yaml", long_prompts | tight | colocated)["slo_attainment"] < 0.85
+    # A loose TPOT target at a higher rate: the two prefill replicas fall behind on TTFT,
+    # the colocated fleet's four do not.
+    loose = {"slo.tpot_s": 0.050, "workload.arrival.rate_per_s": 10.0}
+    disagg = run("disaggregation_ratio.yaml", long_prompts | loose)["slo_attainment"]
+    assert run("disaggregation_ratio.yaml", long_prompts | loose | colocated)["slo_attainment"] > disagg + 0.1
+
+
+def test_prefix_aware_routing_beats_round_robin_and_the_shared_pool_beats_both() -> None:
+    # The first 1,500 Mooncake conversation requests on 4 x H200 (sweeps/mooncake_global_cache.yaml
+    # runs the whole hour); cluster_hit_rate counts GPU and pool hits.
+    first = {"workload.max_requests": 1500}
+    rr = run("mooncake_conversation.yaml", first | {"router.kind": "round_robin"})
+    aware = run("mooncake_conversation.yaml", first | {"router.kind": "prefix_aware"})
+    pool = run(
+        "mooncake_conversation.yaml",
+        first | {"router.kind": "prefix_aware", "shared_kv_pool": {"capacity_gib": 1024}},
+    )
+    assert aware["cluster_hit_rate"] > 1.5 * rr["cluster_hit_rate"]
+    assert pool["cluster_hit_rate"] > 1.15 * aware["cluster_hit_rate"]
+    assert pool["shared_pool_hits_tokens"] > 0 and rr["shared_pool_hits_tokens"] == 0

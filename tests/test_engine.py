@@ -169,7 +169,8 @@ def test_time_limit_leaves_requests_unfinished_and_reported():
     res = kvsim.run(None, overrides=ov)
     s = res.summary
     assert s["num_requests"] == 400 and 0 < s["num_finished"] < 400
-    assert s["num_unfinished"] == 400 - s["num_finished"]
+    # Rejected requests are not "unfinished": they are counted apart, with their reason.
+    assert s["num_unfinished"] == 400 - s["num_finished"] - s["num_rejected"]
     assert (res.iterations.start_s < 10).all()
     assert res.requests.loc[~res.requests.finished, "e2e_s"].isna().all()
 
@@ -184,7 +185,9 @@ def test_rejected_requests_are_logged_and_not_lost():
     assert list(res.requests.finished) == [False, True, True]
     assert list(res.requests.output_tokens) == [0, 4, 2]
     assert list(res.events.kind) == ["reject"]
-    assert res.summary["num_unfinished"] == 1
+    assert list(res.requests.reject_reason) == ["max_model_len", "", ""]
+    assert res.summary["num_unfinished"] == 0
+    assert res.summary["num_rejected"] == res.summary["num_rejected_max_model_len"] == 1
 
 
 def test_every_record_carries_a_replica_id():

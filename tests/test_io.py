@@ -54,6 +54,14 @@ def small_result(num_requests: int = 3) -> Result:
             "num_preemptions": np.zeros(num_requests, dtype=np.int64),
             "num_swaps": np.zeros(num_requests, dtype=np.int64),
             "finished": finished,
+            "rejected": np.zeros(num_requests, dtype=bool),
+            "reject_reason": [""] * num_requests,
+            "router_expected_hits_tokens": np.full(num_requests, -1, dtype=np.int64),
+            "dram_hits_tokens": np.zeros(num_requests, dtype=np.int64),
+            "nvme_hits_tokens": np.zeros(num_requests, dtype=np.int64),
+            "shared_pool_hits_tokens": np.zeros(num_requests, dtype=np.int64),
+            "kv_transfer_s": np.full(num_requests, np.nan),
+            "kv_transfer_queueing_s": np.full(num_requests, np.nan),
         }
     )
     iterations = pd.DataFrame(

@@ -23,6 +23,12 @@ the one case where it could look them up again.
 
 An evicted cached block is written back to the offload tier below the pool, if any
 (`kvsim.kv.tiers`).
+
+With ``kv_events`` set to a list, the pool logs what a prefix-cache index outside the
+engine needs, as vLLM's KV events do: ``(True, hash)`` when a hash enters the index
+(BlockStored), ``(False, hash)`` when it leaves (BlockRemoved); with ``kv_events_private``
+also ``(True, PRIVATE)`` for a block cached without a hash (it takes room in a
+write-through tier). The owner drains it.
 """
 
 from __future__ import annotations
@@ -76,6 +82,9 @@ class BlockPool:
         self.evicted_hashes: set[int] = set()
         # Tier below the pool that evicted cached blocks are written back to, if any.
         self.offload = offload
+        # KV event log (None: nobody listens), see the module docstring.
+        self.kv_events: list[tuple[bool, int]] | None = None
+        self.kv_events_private = False
 
     # -- queries -------------------------------------------------------------------
     @property
@@ -124,6 +133,8 @@ class BlockPool:
                 elif not self._dupes and cached.get(h) is node:
                     del cached[h]
                     self.evicted_hashes.add(h)
+                    if self.kv_events is not None:
+                        self.kv_events.append((False, h))
                     node.block_hash = None
                     node.num_hits = 0
                     self.num_cached_free -= 1
@@ -181,6 +192,8 @@ class BlockPool:
             else:
                 del self.cached[h]
                 self.evicted_hashes.add(h)
+                if self.kv_events is not None:
+                    self.kv_events.append((False, h))
         else:
             assert dupes is not None
             dupes.remove(block)
@@ -266,6 +279,8 @@ class BlockPool:
             self._dupes.setdefault(block_hash, []).append(block)
         else:
             self.cached[block_hash] = block
+            if self.kv_events is not None:
+                self.kv_events.append((True, block_hash))
 
     def check_invariants(self) -> None:
         """Assert the pool's bookkeeping is consistent (used by tests)."""

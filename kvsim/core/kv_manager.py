@@ -120,12 +120,15 @@ class FullAttentionManager:
         start = req.num_cached_blocks
         blocks = req.blocks
         first_private = req.private_from_token // self.block_size
+        log = self.pool.kv_events
         if first_private < num_full:
             for j in range(max(start, first_private), num_full):
                 block = blocks[j]
                 if block is not None:
                     assert block.block_hash is None and block.ref_cnt > 0
                     block.block_hash = PRIVATE
+                    if log is not None and self.pool.kv_events_private:
+                        log.append((True, PRIVATE))
             num_hashed = max(first_private, start)
         else:
             num_hashed = num_full
@@ -144,6 +147,8 @@ class FullAttentionManager:
                     assert block.block_hash is None and block.ref_cnt > 0
                     block.block_hash = h
                     cached[h] = block
+                    if log is not None:
+                        log.append((True, h))
         req.num_cached_blocks = num_full
 
     def publish_private_blocks(self, req: Request) -> None:

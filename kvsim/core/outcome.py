@@ -25,7 +25,12 @@ class EventKind(StrEnum):
     SWAP_IN = "swap_in"  # ... and back
     OFFLOAD_LOAD = "offload_load"  # prefix blocks loaded from the offload tier
     KV_TRANSFER = "kv_transfer"  # disaggregated serving: KV sent to a decode replica
-    REJECT = "reject"  # a request that can never run on its replica
+    REJECT = "reject"  # a request that can never run on its replica, or refused by admission
+    TIER_WRITE = "tier_write"  # cached blocks written to an offload tier (per iteration and tier)
+    SCALE_UP = "scale_up"  # the autoscaler started a replica (cold start begins)
+    REPLICA_READY = "replica_ready"  # ... which now takes requests
+    SCALE_DOWN = "scale_down"  # the autoscaler stopped routing to a replica (it drains)
+    REPLICA_STOPPED = "replica_stopped"  # ... which finished its last request and left
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +40,7 @@ class KvEvent:
     kind: EventKind
     request_id: int
     num_blocks: int
+    reason: str = ""  # REJECT: why the request can never run (kvsim.result.REJECT_REASONS)
 
 
 @dataclass(slots=True)

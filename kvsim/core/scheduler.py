@@ -112,13 +112,18 @@ class Scheduler:
         # Without chunked prefill a prompt must fit one iteration's budget (vLLM refuses
         # such configurations; kvsim rejects the requests that could never start).
         too_long_prompt = not self.chunked_prefill and req.prompt_tokens > self.max_num_batched_tokens
-        if (
-            (limit is not None and req.prompt_tokens >= limit)
-            or needed_blocks > self.pool.num_blocks
-            or too_long_prompt
-        ):
+        reason = (
+            "max_model_len"
+            if limit is not None and req.prompt_tokens >= limit
+            else "kv_capacity"
+            if needed_blocks > self.pool.num_blocks
+            else "prompt_budget"
+            if too_long_prompt
+            else ""
+        )
+        if reason:
             req.status = Status.REJECTED
-            return KvEvent(EventKind.REJECT, req.request_id, needed_blocks)
+            return KvEvent(EventKind.REJECT, req.request_id, needed_blocks, reason)
         req.status = Status.WAITING
         self.queue.push(req)
         return None

@@ -151,7 +151,7 @@ class Recorder:
 
     def events_frame(self) -> pd.DataFrame:
         ev = self._events
-        names = self.replica_names
+        names = [*self.replica_names, ""]  # replica -1: the cluster (admission), no replica
         df = pd.DataFrame(
             {
                 "time_s": np.asarray([e[0] for e in ev], dtype=np.float64),

@@ -18,6 +18,7 @@ import pandas as pd
 
 from kvsim.core.request_state import Request, Status
 from kvsim.engine.cluster import Cluster, CostModelSource, ProgressFn
+from kvsim.engine.ledger import RequestLedger
 from kvsim.engine.routers import Router
 from kvsim.estimate import check_work, estimate_work
 from kvsim.plan import resolve_plan
@@ -94,7 +95,7 @@ def _source_name(scenario: Scenario | str | Path | Mapping[str, Any] | None) -> 
 
 def _result(cluster: Cluster, workload_summary: Mapping[str, Any]) -> Result:
     scenario = cluster.plan.scenario
-    req_df = requests_frame(list(cluster.requests.values()), cluster.plan.replica_names)
+    req_df = requests_frame(list(cluster.requests.values()), cluster.plan.replica_names, cluster.ledger)
     it_df = cluster.recorder.iterations_frame()
     ev_df = cluster.recorder.events_frame()
     sim_time = float((it_df["start_s"] + it_df["duration_s"]).max()) if len(it_df) else 0.0
@@ -106,13 +107,22 @@ def _result(cluster: Cluster, workload_summary: Mapping[str, Any]) -> Result:
         cache=cluster.cache_stats(),
         total_kv_blocks=cluster.total_kv_blocks,
         sim_time_s=sim_time,
+        cluster=cluster.stats(sim_time),
     )
     summary.update(workload_summary)
     return Result(scenario=scenario, requests=req_df, iterations=it_df, events=ev_df, summary=summary)
 
 
-def requests_frame(reqs: list[Request], names: list[str]) -> pd.DataFrame:
-    """The request table (`kvsim.result.REQUEST_COLUMNS`), ordered by request id."""
+def requests_frame(
+    reqs: list[Request], names: list[str], ledger: RequestLedger | None = None
+) -> pd.DataFrame:
+    """The request table (`kvsim.result.REQUEST_COLUMNS`), ordered by request id.
+
+    ``ledger`` holds the cluster layer's columns for ``reqs`` in the same order (None: a
+    table without rejections, router expectations, tiers or transfers).
+    """
+    if ledger is None:
+        ledger = RequestLedger({r.request_id: r for r in reqs})
 
     def col(attr: str, dtype: Any) -> np.ndarray:
         return np.asarray([getattr(r, attr) for r in reqs], dtype=dtype)
@@ -152,6 +162,14 @@ def requests_frame(reqs: list[Request], names: list[str]) -> pd.DataFrame:
             "num_preemptions": col("num_preemptions", np.int64),
             "num_swaps": col("num_swaps", np.int64),
             "finished": finished,
+            "rejected": np.asarray([r.status is Status.REJECTED for r in reqs], dtype=bool),
+            "reject_reason": pd.Series(ledger.reject_reason, dtype=object),
+            "router_expected_hits_tokens": ledger.expected_hits_tokens,
+            "dram_hits_tokens": ledger.tier_hits_tokens["dram"],
+            "nvme_hits_tokens": ledger.tier_hits_tokens["nvme"],
+            "shared_pool_hits_tokens": ledger.tier_hits_tokens["shared_pool"],
+            "kv_transfer_s": ledger.kv_transfer_s,
+            "kv_transfer_queueing_s": ledger.kv_transfer_queueing_s,
         }
     )
     df = df.sort_values("request_id", kind="stable", ignore_index=True)

@@ -6,6 +6,7 @@ the ones before found nothing, as each assumes the last passed):
 
 1. combinations of fields: disaggregated roles, one cache isolation and block size where
    the router or hashing needs it, unique group names, contiguous KV without caching;
+   the cluster layer's: offload tiers, the shared pool, autoscaling bounds;
 2. presets: model and GPU names, TP against the heads, weights and one KV block in memory,
    an engine max_model_len within the model's;
 3. cost profiles: readable, and measured for the scenario's model, GPU, dtype, KV dtype, TP.
@@ -110,6 +111,76 @@ def check_combinations(scenario: Scenario) -> Problems:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         problems.append(("", f"replica group names must be unique; repeated: {', '.join(dup)}"))
+    return problems + check_cluster(scenario)
+
+
+def check_cluster(scenario: Scenario) -> Problems:
+    """Offload tiers, the shared KV pool and autoscaling: what must agree for them to work."""
+    problems: Problems = []
+    for i, group in enumerate(scenario.replicas):
+        off, eng = group.offload, group.engine
+        if off is not None and (off.dram or off.nvme) and not eng.enable_prefix_caching:
+            problems.append(
+                (
+                    f"replicas.{i}.offload",
+                    "offload tiers hold cached prefix blocks: set enable_prefix_caching: true",
+                )
+            )
+        if off is not None and off.dram is not None and eng.cpu_offload_gib > 0:
+            problems.append(
+                (
+                    f"replicas.{i}.offload.dram",
+                    "give the host DRAM tier once: offload.dram or engine.cpu_offload_gib, not both",
+                )
+            )
+        problems += _autoscale_problems(group, f"replicas.{i}")
+    pool = scenario.shared_kv_pool
+    if pool is not None:
+        groups = scenario.replicas
+        for what, values in (
+            ("engine.block_size", {g.engine.block_size for g in groups}),
+            ("engine.kv_cache_dtype", {g.engine.kv_cache_dtype for g in groups}),
+        ):
+            if len(values) > 1:
+                problems.append(
+                    (
+                        "shared_kv_pool",
+                        f"every replica reads the same blocks from the shared pool: all groups need "
+                        f"the same {what} (got {sorted(map(str, values))})",
+                    )
+                )
+        if not all(g.engine.enable_prefix_caching for g in groups):
+            problems.append(
+                (
+                    "shared_kv_pool",
+                    "the shared pool holds cached prefixes: enable_prefix_caching on every group",
+                )
+            )
+    return problems
+
+
+def _autoscale_problems(group: ReplicaGroup, where: str) -> Problems:
+    auto = group.autoscale
+    if auto is None:
+        return []
+    problems: Problems = []
+    if not auto.min_count <= group.count <= auto.max_count:
+        problems.append(
+            (
+                f"{where}.count",
+                f"an autoscaled group starts with count replicas: need min_count ({auto.min_count}) "
+                f"<= count ({group.count}) <= max_count ({auto.max_count})",
+            )
+        )
+    if not auto.scale_down_below < auto.scale_up_above:
+        problems.append(
+            (
+                f"{where}.autoscale",
+                f"scale_down_below ({auto.scale_down_below}) must be < scale_up_above ({auto.scale_up_above})",
+            )
+        )
+    if auto.metric == "kv_usage" and auto.scale_up_above > 1:
+        problems.append((f"{where}.autoscale.scale_up_above", "kv_usage is a share of the pool: at most 1"))
     return problems
 
 

@@ -9,7 +9,13 @@ profiles live in `kvsim.scenario.checks`; loading and overrides in `kvsim.scenar
     scenario
     ├── model                  preset name or inline ModelSpec
     ├── replicas[]             replica groups: count x (gpu, tp, engine, cost_model)
-    ├── router                 how arrivals pick a replica
+    │     ├── offload          host DRAM / NVMe tiers below the GPU pool
+    │     └── autoscale        replicas added and removed with the load
+    ├── router                 how arrivals pick a replica, and what it sees (view)
+    ├── admission              which arrivals the cluster refuses
+    ├── kv_transfer            the prefill -> decode link (one NIC per replica)
+    ├── network                dedicated or fair-shared links, fabric limit
+    ├── shared_kv_pool         a cluster-wide KV store every replica reads over the network
     ├── workload               arrivals, lengths, prefix structure
     ├── slo                    targets for goodput
     └── sim                    simulator knobs (fast-forward, time limit)
@@ -32,6 +38,7 @@ from kvsim.limits import (
     MAX_TOKENS,
     MAX_WEIGHT,
     MIN_BANDWIDTH_BYTES_PER_S,
+    MIN_PERIOD_S,
 )
 from kvsim.registry import EVICTION_POLICIES, ROUTERS, SCHEDULING_POLICIES
 from kvsim.specs import GpuSpec, KvDtype, ModelSpec
@@ -45,6 +52,8 @@ MAX_HOST_GIB = 1024.0**2
 MAX_REPLICAS_PER_GROUP = 65_536
 MAX_TP = 1024
 MAX_GROUPS = 128
+#: Most points per replica on a consistent-hash ring.
+MAX_HASH_VIRTUAL_NODES = 4096
 #: Largest simulated time limit, seconds; largest seed (exact in JSON and in the dashboard).
 MAX_SIM_TIME_S = 1e12
 MAX_SEED = 2**53 - 1
@@ -168,6 +177,99 @@ class EngineConfig(FrozenModel):
         return EVICTION_POLICIES.check(name)
 
 
+WritePolicy = Literal["write_on_evict", "write_through"]
+
+
+class TierConfig(FrozenModel):
+    """One offload tier of a replica: capacity, link to the GPU, replacement policy."""
+
+    capacity_gib: float = Field(gt=0, le=MAX_HOST_GIB, description="Capacity per replica, GiB.")
+    bandwidth_bytes_per_s: float | None = Field(
+        default=None,
+        ge=MIN_BANDWIDTH_BYTES_PER_S,
+        le=MAX_BANDWIDTH_BYTES_PER_S,
+        description="Bytes per second between this tier and one GPU; None: the GPU's PCIe "
+        "bandwidth (host DRAM; required for nvme).",
+    )
+    latency_s: float = Field(
+        default=0.0, ge=0, le=MAX_STEP_TIME_S, description="Fixed cost of one load from this tier, seconds."
+    )
+    eviction_policy: Literal["lru", "fifo"] = Field(
+        default="lru",
+        description="Which block the tier drops when full: lru (stored or hit longest ago) or fifo "
+        "(stored first; hits do not refresh).",
+    )
+    write_policy: WritePolicy = Field(
+        default="write_on_evict",
+        description="write_on_evict: blocks arrive when the tier above drops them (vLLM CPU "
+        "offloading, SGLang HiCache); write_through: every block the GPU caches is written at "
+        "once (LMCache's store-on-compute), and evictions write nothing.",
+    )
+
+
+class OffloadConfig(FrozenModel):
+    """Tiers below one replica's GPU pool, looked up in this order (host DRAM, then NVMe)."""
+
+    dram: TierConfig | None = Field(
+        default=None, description="Host DRAM tier (replaces engine.cpu_offload_gib when set)."
+    )
+    nvme: TierConfig | None = Field(
+        default=None,
+        description="Local NVMe tier; its bandwidth must be given (e.g. 7e9 for one PCIe 4.0 x4 drive).",
+    )
+
+    @field_validator("nvme")
+    @classmethod
+    def _nvme_has_bandwidth(cls, tier: TierConfig | None) -> TierConfig | None:
+        if tier is not None and tier.bandwidth_bytes_per_s is None:
+            raise ValueError("an nvme tier needs its bandwidth_bytes_per_s")
+        return tier
+
+
+class AutoscaleConfig(FrozenModel):
+    """Replicas of a group added and removed with the load, between min_count and max_count.
+
+    Every ``interval_s`` the policy reads ``metric`` averaged over the group's replicas that
+    take requests: above ``scale_up_above`` it starts one more (it takes requests after
+    ``cold_start_s``); below ``scale_down_below`` for ``scale_down_delay_s`` it stops routing
+    to one, which leaves once its last request is done. The group's ``count`` is the start.
+    """
+
+    metric: Literal["queue_length", "kv_usage", "outstanding"] = Field(
+        default="queue_length",
+        description="queue_length: waiting requests per replica; kv_usage: used share of the KV "
+        "pool; outstanding: unfinished requests per replica.",
+    )
+    scale_up_above: float = Field(
+        ge=0, le=MAX_NUM_REQUESTS, description="Start a replica when the metric is above this."
+    )
+    scale_down_below: float = Field(
+        ge=0, le=MAX_NUM_REQUESTS, description="Drain a replica when the metric stays below this."
+    )
+    interval_s: float = Field(
+        default=10.0, ge=MIN_PERIOD_S, le=MAX_TIME_S, description="Seconds between two decisions."
+    )
+    cold_start_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=MAX_TIME_S,
+        description="Seconds from the decision to start a replica until it takes requests (model "
+        "load, warm-up); it is paid for from the decision on.",
+    )
+    scale_down_delay_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=MAX_TIME_S,
+        description="How long the metric must stay below scale_down_below before a replica is drained.",
+    )
+    min_count: int = Field(
+        default=1, ge=1, le=MAX_REPLICAS_PER_GROUP, description="Fewest replicas taking requests."
+    )
+    max_count: int = Field(
+        ge=1, le=MAX_REPLICAS_PER_GROUP, description="Most replicas provisioned (starting ones included)."
+    )
+
+
 class ReplicaGroup(_CostHolder):
     """``count`` identical replicas (one GPU, or one tensor-parallel group, each)."""
 
@@ -186,6 +288,40 @@ class ReplicaGroup(_CostHolder):
         description="both: prefill and decode on the same replica; prefill / decode: "
         "disaggregated serving, prompts on prefill replicas, KV sent to decode replicas.",
     )
+    offload: OffloadConfig | None = Field(
+        default=None,
+        description="Host DRAM and NVMe tiers below each replica's GPU pool (None: none, "
+        "or engine.cpu_offload_gib).",
+    )
+    autoscale: AutoscaleConfig | None = Field(
+        default=None,
+        description="Add and remove replicas of this group with the load (None: count is fixed).",
+    )
+
+
+class RouterViewConfig(FrozenModel):
+    """What a router sees of the replicas, and how late."""
+
+    cache: Literal["events", "exact"] = Field(
+        default="events",
+        description="events: cached prefixes come from an index of the KV events (block stored / "
+        "removed) each replica publishes, as vLLM's KV events feed llm-d's and Dynamo's routers; "
+        "exact: the router reads every replica's prefix cache directly.",
+    )
+    kv_events_delay_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=MAX_TIME_S,
+        description="cache events: seconds from an engine step to its KV events reaching the "
+        "index (0: at once, which routes exactly as cache: exact).",
+    )
+    load_refresh_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=MAX_TIME_S,
+        description="Seconds between load snapshots (outstanding, running, waiting requests, KV "
+        "usage) the router reads; 0: live values.",
+    )
 
 
 class RouterConfig(FrozenModel):
@@ -193,10 +329,13 @@ class RouterConfig(FrozenModel):
 
     kind: str = Field(
         default="round_robin",
-        description="round_robin: in turn; least_loaded: fewest unfinished requests (ties: lowest "
-        "index); prefix_aware: the best score cached-prefix share - load_weight x relative load "
-        "(vLLM production stack's load-aware KV routing); or a router registered in "
-        "kvsim.registry.ROUTERS.",
+        description="round_robin: in turn; least_loaded (= least_outstanding): fewest unfinished "
+        "requests (ties: lowest index); prefix_aware: the best score cached-prefix share - "
+        "load_weight x relative load (vLLM production stack's load-aware KV routing); random "
+        "(seeded); least_kv_usage: lowest used share of the KV pool; session_affinity: a "
+        "conversation stays on its replica unless that one is overloaded; consistent_hash: a "
+        "ring of replicas keyed by the prompt's first tokens, with bounded loads; or a router "
+        "registered in kvsim.registry.ROUTERS.",
         json_schema_extra=ROUTERS.json_schema_enum,
     )
     load_weight: float = Field(
@@ -206,11 +345,89 @@ class RouterConfig(FrozenModel):
         description="prefix_aware: weight of a replica's relative load, (load - mean) / max(1, mean), "
         "against the share of the prompt it has cached; 0 routes on cache hits alone.",
     )
+    prefix_threshold: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="prefix_aware: a cached share of the prompt below this counts as none (so a "
+        "short common prefix does not pull requests to a busy replica); 0: every hit counts.",
+    )
+    session_max_load_ratio: float = Field(
+        default=2.0,
+        ge=1,
+        le=MAX_WEIGHT,
+        description="session_affinity: a conversation leaves its replica (for the least loaded one) "
+        "when that replica has more than this times the mean unfinished requests (at least 1).",
+    )
+    hash_prefix_tokens: int = Field(
+        default=1024,
+        ge=1,
+        le=MAX_TOKENS,
+        description="consistent_hash: how many leading prompt tokens (with the tenant) form the key.",
+    )
+    hash_load_bound: float | None = Field(
+        default=1.25,
+        ge=1,
+        le=MAX_WEIGHT,
+        description="consistent_hash: a replica takes a key only while it has at most this times the "
+        "mean load (rounded up), else the next on the ring does (Mirrokni et al., consistent "
+        "hashing with bounded loads, SODA 2018); None: plain consistent hashing.",
+    )
+    hash_virtual_nodes: int = Field(
+        default=64,
+        ge=1,
+        le=MAX_HASH_VIRTUAL_NODES,
+        description="consistent_hash: points per replica on the ring.",
+    )
+    view: RouterViewConfig = Field(
+        default_factory=RouterViewConfig,
+        description="What the router sees (exact state, KV-event index, snapshots).",
+    )
 
     @field_validator("kind")
     @classmethod
     def _known_router(cls, name: str) -> str:
         return ROUTERS.check(name)
+
+
+class AdmissionConfig(FrozenModel):
+    """Which arrivals the cluster refuses; refused requests are rejected with their reason."""
+
+    max_waiting_per_replica: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_NUM_REQUESTS,
+        description="Bounded waiting queue: a request routed to a replica already holding this many "
+        "waiting requests is rejected (queue_full); None: unbounded.",
+    )
+    max_cluster_waiting: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_NUM_REQUESTS,
+        description="Reject arrivals while the entry replicas hold this many waiting requests in "
+        "all (cluster_queue); None: no limit.",
+    )
+    max_estimated_wait_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_TIME_S,
+        description="Reject a request whose chosen replica's estimated wait exceeds this "
+        "(estimated_wait): waiting requests / requests the replica admitted per second over the "
+        "last estimate_window_s; None: no limit.",
+    )
+    estimate_window_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=MAX_TIME_S,
+        description="Window of the admission rate behind the estimated wait.",
+    )
+    max_kv_usage: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Reject a request when the replica the router chose has at least this share of "
+        "its KV blocks in use (kv_usage): the best the cluster offers is full; None: no limit.",
+    )
 
 
 class KvTransferConfig(FrozenModel):
@@ -225,6 +442,60 @@ class KvTransferConfig(FrozenModel):
     )
     latency_s: float = Field(
         default=50e-6, ge=0, le=MAX_STEP_TIME_S, description="Fixed cost of one request's transfer, seconds."
+    )
+
+
+class NetworkConfig(FrozenModel):
+    """Whether KV transfers share their links (and the cluster fabric) or each gets them whole."""
+
+    sharing: Literal["dedicated", "fair_share"] = Field(
+        default="dedicated",
+        description="dedicated: every transfer gets its whole link (latency + bytes / bandwidth), "
+        "writes to tiers cost nothing; fair_share: disaggregation's KV transfers, swaps, tier "
+        "loads and writes cross shared links (each replica's NIC each way at "
+        "kv_transfer.bandwidth_bytes_per_s, its PCIe link each way at the GPU's PCIe bandwidth, "
+        "its NVMe drive, the shared pool, the fabric), each link split max-min fairly among the "
+        "transfers on it.",
+    )
+    fabric_bandwidth_bytes_per_s: float | None = Field(
+        default=None,
+        ge=MIN_BANDWIDTH_BYTES_PER_S,
+        le=MAX_BANDWIDTH_BYTES_PER_S,
+        description="fair_share: one cluster-wide limit that every transfer between replicas (and "
+        "to the shared pool) also crosses, bytes/s; None: no fabric limit.",
+    )
+
+
+class SharedPoolConfig(FrozenModel):
+    """A cluster-wide KV store below every replica's own tiers, read over the network
+    (Mooncake's store: Qin et al., FAST 2025)."""
+
+    capacity_gib: float = Field(gt=0, le=MAX_HOST_GIB, description="Capacity of the whole pool, GiB.")
+    bandwidth_bytes_per_s: float = Field(
+        default=50e9,
+        ge=MIN_BANDWIDTH_BYTES_PER_S,
+        le=MAX_BANDWIDTH_BYTES_PER_S,
+        description="Bytes per second between the pool and one replica (its NIC; default one "
+        "400 Gb/s RDMA NIC).",
+    )
+    pool_bandwidth_bytes_per_s: float | None = Field(
+        default=None,
+        ge=MIN_BANDWIDTH_BYTES_PER_S,
+        le=MAX_BANDWIDTH_BYTES_PER_S,
+        description="network.sharing fair_share: the pool servers' total bandwidth, shared by all "
+        "reads and writes; None: no limit beyond each replica's NIC.",
+    )
+    latency_s: float = Field(
+        default=50e-6, ge=0, le=MAX_STEP_TIME_S, description="Fixed cost of one load from the pool, seconds."
+    )
+    eviction_policy: Literal["lru", "fifo"] = Field(
+        default="lru", description="Which block the pool drops when full (lru or fifo)."
+    )
+    write_policy: WritePolicy = Field(
+        default="write_on_evict",
+        description="write_on_evict: blocks arrive when a replica's last tier (or GPU) drops them; "
+        "write_through: every block a GPU caches is written at once (as Mooncake's prefill "
+        "nodes store their KV).",
     )
 
 
@@ -293,10 +564,20 @@ class Scenario(FrozenModel):
     kv_transfer: KvTransferConfig = Field(
         default_factory=KvTransferConfig, description="KV link between prefill and decode replicas."
     )
+    admission: AdmissionConfig = Field(
+        default_factory=AdmissionConfig, description="Which arrivals the cluster refuses (default: none)."
+    )
+    network: NetworkConfig = Field(
+        default_factory=NetworkConfig, description="Dedicated or fair-shared links for KV transfers."
+    )
+    shared_kv_pool: SharedPoolConfig | None = Field(
+        default=None, description="A cluster-wide KV store every replica reads over the network (None: none)."
+    )
     workload: WorkloadConfig = Field(default_factory=SyntheticWorkload, description="Traffic.")
     slo: SloConfig = Field(default_factory=SloConfig, description="Latency targets for goodput.")
     sim: SimConfig = Field(default_factory=SimConfig, description="Simulator knobs.")
 
     @property
     def num_replicas(self) -> int:
+        """Replicas at the start (autoscaled groups: their initial count)."""
         return sum(g.count for g in self.replicas)

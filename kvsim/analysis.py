@@ -259,7 +259,7 @@ PREFIX_HIT_TOKENS = ("prefix_cache_hits_tokens",)
 OFFLOAD_HIT_TOKENS = ("offload_hits_tokens",)
 #: The summary's prefix hit rate.
 PREFIX_HIT_RATE = ("prefix_cache_hit_rate",)
-#: Prompt tokens that missed the prefix cache because their block had been evicted (engine column, planned).
+#: Prompt tokens that missed the prefix cache because their block had been evicted (request column).
 EVICTED_MISS_TOKENS = ("evicted_miss_tokens",)
 #: Share of the slow requests' TTFT spent queued (median) from which a TTFT spike is put down to queueing.
 QUEUEING_SHARE = 0.5
@@ -334,10 +334,10 @@ def attribute_spikes(
     2. preemption by recompute, by swap, swap traffic;
     3. **eviction**, only where evicted blocks were needed again: with the engine's
        ``evicted_miss_tokens`` column, when requests admitted in the span missed tokens
-       whose blocks had been evicted. Without the column eviction is never a cause: on a
-       run with prefix reuse the evictions are added at the end as context (with the span's
-       and the run's prefix hit rates), on a run without prefix hits not even that (nothing
-       evicted could have been hit);
+       whose blocks had been evicted. Otherwise eviction is never a cause: on a run with
+       prefix reuse the evictions are added at the end as context ("none needed again";
+       for a table without the column, the span's and the run's prefix hit rates), on a
+       run without prefix hits not even that (nothing evicted could have been hit);
     4. rejections, the waiting queue, a prefill in the slowest iteration, an arrival
        burst, long prompts.
 
@@ -453,12 +453,17 @@ def attribute_spikes(
             )
         # Without the engine's column nothing says whether an evicted block was needed again
         # (a hit rate that dips can as well be longer unique prompts): context, never a cause.
-        eviction_context = (
-            f"{_plural(evicted, 'cached block')} evicted (whether any was needed again is not recorded; "
-            f"prefix hit rate of the span's admissions {span_hit:.0%}, run {run_hit:.0%})"
-            if evicted and miss_tokens is None and has_reuse
-            else None
-        )
+        # With it, evictions no admission missed are context too ("none needed again").
+        eviction_context = None
+        if evicted and has_reuse and miss_tokens is None:
+            eviction_context = (
+                f"{_plural(evicted, 'cached block')} evicted (whether any was needed again is not recorded; "
+                f"prefix hit rate of the span's admissions {span_hit:.0%}, run {run_hit:.0%})"
+            )
+        elif evicted and has_reuse and not miss_tokens:
+            eviction_context = (
+                f"{_plural(evicted, 'cached block')} evicted, none needed again by the span's admissions"
+            )
         if rejected:
             causes.append(("rejection", f"{_plural(rejected, 'request')} rejected"))
         if max_wait and sp.metric == "TTFT":

@@ -51,13 +51,15 @@ NON_TORCH_ALLOWANCE_BYTES = 1 * GIB
 
 
 def kv_dtype_bytes(model: ModelSpec, kv_cache_dtype: str) -> float:
-    """Bytes per stored KV element for ``kv_cache_dtype`` ("auto": the model's 16-bit dtype).
+    """Bytes per stored KV element for ``kv_cache_dtype`` ("auto": the model's float dtype).
 
-    As in vLLM, "auto" means the dtype the model computes in. For weight-only quantized
-    models (fp8/int8/int4 weights) that is still a 16-bit float, so "auto" is 2 bytes.
+    As in vLLM, "auto" means the dtype the model computes in (fp32, fp16 or bf16). For
+    weight-only quantized models (fp8/int8/int4 weights) that is still a 16-bit float, so
+    "auto" is 2 bytes.
     """
     if kv_cache_dtype == "auto":
-        return KV_DTYPE_BYTES[model.weight_dtype] if model.weight_dtype in ("fp16", "bf16") else 2.0
+        computes_in_weights = model.weight_dtype in ("fp32", "fp16", "bf16")
+        return KV_DTYPE_BYTES[model.weight_dtype] if computes_in_weights else 2.0
     try:
         return KV_DTYPE_BYTES[kv_cache_dtype]
     except KeyError:

@@ -65,6 +65,8 @@ REQUEST_COLUMNS: dict[str, str] = {
     "prefix_cache_hits_tokens": "Prompt tokens found in the GPU prefix cache at first admission.",
     "recompute_hits_tokens": "Tokens found in the cache when re-admitted after preemption by recompute.",
     "offload_hits_tokens": "Tokens loaded from the offload tier (CPU offload) instead of recomputed.",
+    "evicted_miss_tokens": "Prompt tokens recomputed because their cached blocks had been evicted "
+    "since they were cached (hits lost to eviction), over all admissions.",
     "num_preemptions": "Times the request was preempted.",
     "num_swaps": "Times the request was swapped out to the swap space.",
     "finished": "Whether the request produced all its output tokens.",
@@ -194,6 +196,7 @@ def summarize(
     out["recompute_queries_tokens"] = int(cache.recompute_queries_tokens)
     out["recompute_hits_tokens"] = int(cache.recompute_hits_tokens)
     out["offload_hits_tokens"] = int(requests["offload_hits_tokens"].sum())
+    out["evicted_miss_tokens"] = int(requests["evicted_miss_tokens"].sum())
     out["num_preemptions"] = int(requests["num_preemptions"].sum())
     out["num_swaps"] = int(requests["num_swaps"].sum())
     out["num_evicted_blocks"] = int(events.loc[events["kind"] == "evict", "num_blocks"].sum())

@@ -28,8 +28,9 @@ from kvsim.limits import (
     MIN_FLOPS,
 )
 
-KvDtype = Literal["auto", "fp16", "bf16", "fp8", "int8", "int4"]
-WeightDtype = Literal["fp16", "bf16", "fp8", "int8", "int4"]
+KvDtype = Literal["auto", "fp32", "fp16", "bf16", "fp8", "int8", "int4"]
+#: fp32 is for CPUs (vLLM's CPU build serves float32 models; see benchmarks/vllm_latency.py).
+WeightDtype = Literal["fp32", "fp16", "bf16", "fp8", "int8", "int4"]
 
 #: Bytes per stored element for each KV-cache dtype ("auto" means the model's dtype).
 KV_DTYPE_BYTES: dict[str, float] = {
@@ -38,6 +39,7 @@ KV_DTYPE_BYTES: dict[str, float] = {
     "fp8": 1.0,
     "int8": 1.0,
     "int4": 0.5,
+    "fp32": 4.0,  # CPUs (last: error messages list the GPU dtypes first)
 }
 
 
@@ -220,6 +222,12 @@ class GpuSpec(FrozenModel):
     fp16_flops: float = Field(
         ge=MIN_FLOPS, le=MAX_FLOPS, description="Dense fp16 tensor-core peak, FLOP/s (no sparsity)."
     )
+    fp32_flops: float | None = Field(
+        default=None,
+        ge=MIN_FLOPS,
+        le=MAX_FLOPS,
+        description="Dense fp32 peak, FLOP/s (CPUs; fp32 models); None uses bf16_flops.",
+    )
     fp8_flops: float | None = Field(
         default=None,
         ge=MIN_FLOPS,
@@ -251,6 +259,8 @@ class GpuSpec(FrozenModel):
 
     def peak_flops(self, dtype: str) -> float:
         """Dense tensor-core peak for a compute dtype, falling back to bf16."""
+        if dtype == "fp32" and self.fp32_flops is not None:
+            return self.fp32_flops
         if dtype == "fp8" and self.fp8_flops is not None:
             return self.fp8_flops
         if dtype == "int8" and self.int8_ops is not None:

@@ -53,6 +53,7 @@ def fake_run(scenario: kvsim.Scenario, *, progress: Any = None) -> Result:
             "prefix_cache_hits_tokens": 0,
             "recompute_hits_tokens": 0,
             "offload_hits_tokens": 0,
+            "evicted_miss_tokens": 0,
             "num_preemptions": 0,
             "num_swaps": 0,
             "finished": finished,

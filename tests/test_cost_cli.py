@@ -11,7 +11,7 @@ import yaml
 from kvsim.cli import main
 from kvsim.cost.base import Batch
 from kvsim.cost.config import RooflineCostConfig
-from kvsim.cost.fit import Point, point_time_s
+from kvsim.cost.fit import Point, point_time_s, write_points
 from kvsim.cost.roofline import RooflineCostModel
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
 
@@ -246,3 +246,50 @@ def test_unknown_gpu_names_the_presets(tmp_path: Path, capsys: pytest.CaptureFix
         capsys,
     )
     assert code == 2 and "unknown GPU preset 'tpu'" in err and "or a YAML/JSON GpuSpec file" in err
+
+
+def test_fit_whole_steps_with_the_sum_roofline_then_compare_and_predict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    true = RooflineCostConfig(compute_efficiency=0.6, memory_efficiency=0.5, combine="sum")
+    steps = [
+        Point.step([(256, 0)], 0, 0),
+        Point.step([(100, 512), (20, 0)], 3, 3000),
+        Point.step([], 8, 8 * 700),
+        Point.step([], 1, 90),
+        Point.step([(64, 2048)], 12, 12 * 1500),
+        Point.step([], 30, 30 * 300),
+    ]
+    m = RooflineCostModel(LLAMA3, H100, true)
+    timed = [
+        Point.step(p.prefill_chunks, p.num_decode_seqs, p.decode_context_tokens, point_time_s(m, p))
+        for p in steps
+    ]
+    csv = write_points(timed, tmp_path / "steps.csv")
+    fitted = tmp_path / "fit.json"
+    argv = ["calibrate", "--fit-measurements", str(csv), "--model", "llama-3-8b", "--gpu", "h100-sxm"]
+    code, _, _ = run(
+        [*argv, "--out", str(fitted), "--combine", "sum", "--robust", "0.05", "--match-total"], capsys
+    )
+    data = json.loads(fitted.read_text())
+    assert code == 0 and data["roofline"]["combine"] == "sum"
+    assert data["command"].endswith("--combine sum --robust 0.05 --match-total")
+    assert data["points"][1]["prefill_chunks"] == [[100, 512], [20, 0]]
+    code, out, _ = run(["calibrate", "--compare", str(fitted), "--json"], capsys)
+    assert code == 0 and all(abs(r["fitted_rel_err"]) < 1e-3 for r in json.loads(out))
+    code, out, _ = run(
+        [
+            "predict",
+            "--cost-model",
+            str(fitted),
+            "--model",
+            "llama-3-8b",
+            "--gpu",
+            "h100-sxm",
+            "--points",
+            str(csv),
+            "--json",
+        ],
+        capsys,
+    )
+    assert code == 0 and max(abs(r["relative_error"]) for r in json.loads(out)) < 1e-3

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import sys
+import time
 import tomllib
 import zipfile
 from pathlib import Path
@@ -204,6 +205,40 @@ def test_upload_bytes_are_size_limited_utf8_and_safe_loaded() -> None:
     with pytest.raises(common.kvsim.ScenarioError, match="not valid YAML"):  # safe loader: no python tags
         common.parse_scenario_bytes(b"name: !!python/object/apply:os.system [ls]\n", "evil.yaml")
     assert common.parse_scenario_bytes(b"name: ok\n", "ok.yaml") == {"name": "ok"}
+
+
+ALIAS_BOMB = (
+    "a: &a [x,x,x,x,x,x,x,x,x]\n"
+    + "".join(f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcde", "bcdef", strict=True))
+    + "workload: [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n"
+)  # 9^7 = 4.8 M nodes once expanded
+
+
+def test_the_editor_refuses_an_alias_bomb_in_under_a_second() -> None:
+    at = _app()
+    at.radio[0].set_value("yaml").run()
+    start = time.process_time()
+    at.text_area(key="w:yaml").set_value(ALIAS_BOMB).run()
+    assert time.process_time() - start < 1.0
+    assert not at.exception
+    assert any("once aliases are expanded" in e.value for e in at.error)
+    assert not [b for b in at.button if b.label == "Run"]
+
+
+def test_a_run_over_the_work_limit_is_refused_with_the_estimate_before_it_starts() -> None:
+    at = _app()
+    at.radio[0].set_value("yaml").run()
+    at.text_area(key="w:yaml").set_value("workload: {num_requests: 1000000000}\n").run()
+    assert not at.exception
+    start = time.process_time()
+    next(b for b in at.button if b.label == "Run").click()
+    at.run()
+    assert time.process_time() - start < 1.0  # the estimate, not the run
+    assert not at.exception
+    assert any("sim.max_requests" in e.value and "1,000,000,000" in e.value for e in at.error), [
+        e.value for e in at.error
+    ]
+    assert not at.session_state["runs"]
 
 
 def test_runs_are_kept_up_to_a_memory_budget_with_a_notice(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -50,6 +50,7 @@ def small_result(num_requests: int = 3) -> Result:
             "prefix_cache_hits_tokens": np.where(ids > 0, 512, 0).astype(np.int64),
             "recompute_hits_tokens": np.zeros(num_requests, dtype=np.int64),
             "offload_hits_tokens": np.zeros(num_requests, dtype=np.int64),
+            "evicted_miss_tokens": np.zeros(num_requests, dtype=np.int64),
             "num_preemptions": np.zeros(num_requests, dtype=np.int64),
             "num_swaps": np.zeros(num_requests, dtype=np.int64),
             "finished": finished,

@@ -51,6 +51,28 @@ def test_decode_step_by_hand() -> None:
     assert m.step_time_s(batch) == pytest.approx(4.04096e-4 + 6.5536e-5 + 1.2e-4, rel=1e-12)
 
 
+def test_sum_form_adds_compute_and_memory_times_by_hand() -> None:
+    m = RooflineCostModel(MODEL, GPU, CFG.model_copy(update={"combine": "sum"}), tp=1)
+    # linear: 4 tokens x 2e8 FLOP + 4 x 2 x 1.024e6 (LM head) at 0.5 PFLOP/s = 1.616384e-6 s
+    #         plus the weights, 4.04096e-4 s (as in the max form)
+    # attention: 4000 pairs x 4 x 2 layers x 8 heads x 128 at 0.5 PFLOP/s = 6.5536e-8 s
+    #         plus the KV reads, 6.5536e-5 s
+    batch = Batch(num_decode_seqs=4, decode_context_tokens=4000)
+    expected = 1.616384e-6 + 4.04096e-4 + 6.5536e-8 + 6.5536e-5 + 1.2e-4
+    assert m.step_time_s(batch) == pytest.approx(expected, rel=1e-12)
+
+
+def test_fp32_weights_and_kv_take_four_bytes_and_the_fp32_peak() -> None:
+    fp32 = MODEL.model_copy(update={"weight_dtype": "fp32"})
+    cpu = GPU.model_copy(update={"fp32_flops": 1e12})
+    m = RooflineCostModel(fp32, cpu, CFG, tp=1)
+    batch = Batch(prefill_chunks=[(512, 0)])
+    t = m.terms(batch)
+    assert t.weight_bytes == (1e8 + 1.024e6) * 4
+    assert t.kv_bytes == 2 * 2 * 8 * 128 * 4 * 512  # K and V, 2 layers, 8 heads of 128, fp32
+    assert cpu.peak_flops("fp32") == 1e12 and GPU.peak_flops("fp32") == GPU.bf16_flops
+
+
 def test_tensor_parallel_halves_work_and_adds_two_allreduces_per_layer() -> None:
     one, two = RooflineCostModel(MODEL, GPU, CFG, tp=1), RooflineCostModel(MODEL, GPU, CFG, tp=2)
     batch = Batch(num_decode_seqs=4, decode_context_tokens=4000)
@@ -100,11 +122,13 @@ def test_empty_batch_costs_nothing_and_host_transfer_uses_pcie() -> None:
     tp=st.sampled_from([1, 2, 4, 8]),
     kv=st.sampled_from(["auto", "fp8"]),
     contexts=st.lists(st.integers(1, 200_000), min_size=1, max_size=20),
+    combine=st.sampled_from(["max", "sum"]),
 )
 def test_decode_steps_equal_step_time_bit_for_bit(
-    num_seqs: int, tp: int, kv: str, contexts: list[int]
+    num_seqs: int, tp: int, kv: str, contexts: list[int], combine: str
 ) -> None:
-    m = RooflineCostModel(MODEL_PRESETS["llama-3-8b"], GPU_PRESETS["h100-sxm"], tp=tp, kv_cache_dtype=kv)
+    cfg = RooflineCostConfig(combine=combine)  # type: ignore[arg-type]
+    m = RooflineCostModel(MODEL_PRESETS["llama-3-8b"], GPU_PRESETS["h100-sxm"], cfg, tp=tp, kv_cache_dtype=kv)
     ctx = np.array([num_seqs * c for c in contexts], dtype=np.int64)
     fast = m.decode_steps_s(num_seqs, ctx)
     slow = [m.step_time_s(Batch(num_decode_seqs=num_seqs, decode_context_tokens=int(c))) for c in ctx]

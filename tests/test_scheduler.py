@@ -78,6 +78,27 @@ def test_shared_prefix_hits_whole_blocks_and_leaves_one_token_to_compute():
     assert s.stats.prefix_cache_queries_tokens == 10 + 13 + 8 and s.stats.prefix_cache_hits_tokens == 12
 
 
+def test_a_miss_on_an_evicted_block_is_counted_as_a_hit_lost_to_eviction():
+    s = make()  # 10 blocks of 4 tokens
+    a = Request(spec(0, [(1, 12)], output=1))  # blocks 0-2 cached, 3 (partial) uncached
+    add(s, a)
+    assert step(s, 0) == [(0, 12)] and a.status is Status.FINISHED
+    # Free queue now 3 (uncached, at the head), 4..9, then a's cached blocks tail first: 2, 1, 0.
+    b = Request(spec(1, 28, output=2))
+    add(s, b)
+    assert step(s, 2) == [(1, 28)] and block_ids(b) == [3, 4, 5, 6, 7, 8, 9]
+    out = schedule(s, 3)  # its decode needs an 8th block: a's block 2, evicted
+    assert block_ids(b)[-1] == 2 and out.num_evicted == 1
+    s.update(out, 4)
+    c = Request(spec(2, [(1, 12), (5, 4)], output=1))
+    d = Request(spec(3, [(6, 12)], output=1))  # content never cached: nothing lost
+    add(s, c)
+    add(s, d)
+    step(s, 4)
+    assert (c.prefix_cache_hits_tokens, c.evicted_miss_tokens) == (8, 4)  # blocks 0, 1 hit; 2 was evicted
+    assert (d.prefix_cache_hits_tokens, d.evicted_miss_tokens) == (0, 0)
+
+
 def test_tenants_never_share_blocks():
     s = make()
     a = Request(spec(0, [(1, 8), (2, 1)], output=2, tenant="a"))

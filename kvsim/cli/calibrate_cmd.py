@@ -4,8 +4,9 @@
         time the model's kernels with torch (calibration/ harness) and write a profile
     kvsim calibrate --fit-roofline PROFILE [--gpu G] [--out FIT]
         fit roofline efficiencies to a kernels profile (carry a GPU's character to other models)
-    kvsim calibrate --fit-measurements CSV --model M --gpu G --out FIT
-        fit roofline parameters to end-to-end measurements of a serving engine
+    kvsim calibrate --fit-measurements CSV --model M --gpu G [--combine max|sum] --out FIT
+        fit roofline parameters to end-to-end measurements of a serving engine (uniform
+        prefill/decode batches, or whole steps of any composition: phase=step rows)
     kvsim calibrate --compare PROFILE [--gpu G] [--json]
         roofline vs calibrated vs measured over the profile's grid, with relative errors
     kvsim profiles [--json]
@@ -76,6 +77,28 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default=None,
         help="--fit-*: hold the per-layer overhead at this value (it cannot be told apart from the "
         "per-iteration overhead for one model); default: the roofline default",
+    )
+    p.add_argument(
+        "--combine",
+        choices=("max", "sum"),
+        default=None,
+        help="--fit-*: how compute and memory times combine in the fitted roofline: max (they "
+        "overlap, GPUs; the default) or sum (they do not, e.g. one CPU core)",
+    )
+    p.add_argument(
+        "--robust",
+        type=float,
+        default=None,
+        metavar="SCALE",
+        help="--fit-measurements: soft-L1 loss on log residuals with this scale (e.g. 0.05) instead "
+        "of squares, so that a minority of disturbed steps (other work on a shared machine) does "
+        "not bend the fit",
+    )
+    p.add_argument(
+        "--match-total",
+        action="store_true",
+        help="--fit-measurements: then scale the fitted times by one factor so that their total "
+        "equals the measured total (latencies are sums of steps: they need the mean step time)",
     )
     p.add_argument(
         "--kv-cache-dtype", default="auto", help="KV dtype for --compare / --fit-roofline (default auto)"
@@ -151,6 +174,12 @@ def _fit_command(args: argparse.Namespace) -> str:
         parts += [flag, value] if value else []
     if args.per_layer_overhead_s is not None:
         parts += ["--per-layer-overhead-s", repr(args.per_layer_overhead_s)]
+    if args.combine is not None:
+        parts += ["--combine", args.combine]
+    if getattr(args, "robust", None) is not None:
+        parts += ["--robust", repr(args.robust)]
+    if getattr(args, "match_total", False):
+        parts += ["--match-total"]
     return shlex.join(parts)
 
 
@@ -276,7 +305,15 @@ def _fit_measurements(args: argparse.Namespace) -> int:
         raise KvsimError("--out is required: the roofline-fit profile to write")
     model, gpu = _model(args.model), _gpu(args.gpu)
     points = fit.read_points(args.fit_measurements)
-    result = fit.fit_roofline(points, model=model, gpu=gpu, per_layer_overhead_s=args.per_layer_overhead_s)
+    result = fit.fit_roofline(
+        points,
+        model=model,
+        gpu=gpu,
+        per_layer_overhead_s=args.per_layer_overhead_s,
+        combine=args.combine,
+        robust_scale=args.robust,
+        match_total=args.match_total,
+    )
     data = fit.roofline_fit_profile(result, model=model, gpu=gpu, points=points, command=_fit_command(args))
     write_profile(data, args.out)
     _print_fit(result)
@@ -303,6 +340,7 @@ def _fit_roofline(args: argparse.Namespace) -> int:
         gpu=gpu,
         per_layer_overhead_s=args.per_layer_overhead_s,
         kv_cache_dtype=args.kv_cache_dtype,
+        combine=args.combine,
     )
     _print_fit(result)
     if args.out:

@@ -77,6 +77,10 @@ class BlockPool:
         self._dupes: dict[int, list[KVBlock]] = {}
         self.num_cached_free = 0  # free blocks that still hold a hash
         self.num_evicted = 0
+        # Hashes that left the cache by eviction (a later miss on one is a hit lost to
+        # eviction). Real hashes only: private blocks never have one, so a workload
+        # without shared content keeps this empty.
+        self.evicted_hashes: set[int] = set()
         # Tier below the pool that evicted cached blocks are written back to, if any.
         self.offload = offload
         # KV event log (None: nobody listens), see the module docstring.
@@ -129,6 +133,7 @@ class BlockPool:
                         offload.store(None)
                 elif not self._dupes and cached.get(h) is node:
                     del cached[h]
+                    self.evicted_hashes.add(h)
                     if self.kv_events is not None:
                         self.kv_events.append((False, h))
                     node.block_hash = None
@@ -188,6 +193,7 @@ class BlockPool:
                     del self._dupes[h]
             else:
                 del self.cached[h]
+                self.evicted_hashes.add(h)
                 if self.kv_events is not None:
                     self.kv_events.append((False, h))
         else:

@@ -75,6 +75,14 @@ class FullAttentionManager:
             return 0
         return len(req.match_prefix(self.block_size, tier.lookup, start))
 
+    def evicted_misses(self, req: Request, start: int) -> int:
+        """Blocks ``start, start+1, ...`` of ``req`` missed because they were evicted: the
+        run of hashes, after the hits, that the pool once cached (0 without caching)."""
+        evicted = self.pool.evicted_hashes
+        if not evicted or not self.enable_caching:
+            return 0
+        return len(req.match_prefix(self.block_size, lambda h: True if h in evicted else None, start))
+
     # -- allocation ----------------------------------------------------------------
     def allocate_slots(
         self,

@@ -62,6 +62,7 @@ class Request:
         "arrival_s",
         "block_hashes",
         "blocks",
+        "evicted_miss_tokens",
         "finish_s",
         "first_scheduled_s",
         "first_token_s",
@@ -148,6 +149,7 @@ class Request:
         self.prefix_cache_hits_tokens = 0
         self.recompute_hits_tokens = 0
         self.offload_hits_tokens = 0
+        self.evicted_miss_tokens = 0  # prompt tokens whose cached block was evicted before a lookup
         self.num_preemptions = 0
         self.num_swaps = 0
         self.swapped_blocks = 0

@@ -366,6 +366,9 @@ class Scheduler:
             stats.offload_hits_tokens += loaded_tokens
             req.offload_hits_tokens += loaded_tokens
             step.events.append(KvEvent(EventKind.OFFLOAD_LOAD, req.request_id, num_loaded))
+        missed = self.kv.evicted_misses(req, num_hit_tokens // self.kv.block_size + num_loaded)
+        if missed:
+            req.evicted_miss_tokens += missed * self.kv.block_size
         if req.num_preemptions:
             stats.recompute_queries_tokens += req.num_tokens
             stats.recompute_hits_tokens += num_hit_tokens

@@ -106,7 +106,7 @@ def _fit_rows(
     rows = []
     models: dict[int, tuple[RooflineCostModel, RooflineCostModel]] = {}
     for raw in profile.data["points"]:
-        p = Point(**raw)
+        p = Point.from_dict(raw)
         if p.tp not in models:
             models[p.tp] = (
                 RooflineCostModel(model, gpu, fitted_cfg, tp=p.tp, kv_cache_dtype=kv_cache_dtype),

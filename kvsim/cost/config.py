@@ -56,6 +56,12 @@ class RooflineCostConfig(FrozenModel):
             "None uses memory_efficiency."
         ),
     )
+    combine: Literal["max", "sum"] = Field(
+        default="max",
+        description="How the compute and memory times of the linear layers, and of attention, "
+        "combine: max (they overlap: the roofline, as on GPUs) or sum (they do not: one CPU core "
+        "streaming weights and computing small batches in turn; see docs/cost-model.md).",
+    )
     per_layer_overhead_s: float = Field(
         default=0.0,
         ge=0,

@@ -8,7 +8,16 @@ A measurement point is one row of a CSV with columns
   new tokens each, after ``context_tokens`` already-cached tokens each (usually 0);
 - ``phase=decode``: one decode step of ``batch_size`` requests, each attending to
   ``context_tokens`` tokens;
+- ``phase=step``: one engine iteration as it ran, of any composition, given by three more
+  columns: ``prefill_chunks`` (space-separated ``q+c`` pairs: a chunk of q new tokens after
+  c cached ones, e.g. ``256+0 31+480``; empty for none), ``num_decode_seqs`` and
+  ``decode_context_tokens`` (decoding requests and the sum of the tokens they attend to,
+  as in `kvsim.cost.base.Batch`). ``batch_size`` may be empty (it is then the number of
+  sequences), ``prompt_tokens`` and ``context_tokens`` are ignored. Serving engines'
+  step logs (e.g. `benchmarks/vllm_latency.py`) are written this way;
 - ``time_s``: the measured time (may be empty for `kvsim predict`).
+
+CSVs without the three ``step`` columns read as before.
 
 `fit_roofline` fits, by Levenberg-Marquardt on log-time residuals (numpy only), the
 roofline parameters of `kvsim.cost.roofline`:
@@ -17,6 +26,11 @@ roofline parameters of `kvsim.cost.roofline`:
     kv_memory_efficiency                         (attention's KV reads)
     fixed = layers * per_layer_overhead_s + per_iteration_overhead_s
     allreduce_latency_s, allreduce_bandwidth     when some points have tp > 1
+
+with the roofline's ``combine`` (max or sum of compute and memory times) held as given.
+With ``combine="sum"`` the weight reads take the same time in every step, like the fixed
+overhead, so only their sum is determined: how it splits between ``memory_efficiency``
+and the overheads follows the starting values (predictions do not depend on the split).
 
 For one model the two fixed overheads add up to one constant per iteration, so the fit
 determines their sum: ``per_layer_overhead_s`` is held at a given value (default: the
@@ -31,9 +45,10 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -45,13 +60,20 @@ from kvsim.errors import KvsimError
 from kvsim.specs import GpuSpec, ModelSpec
 
 CSV_COLUMNS = ("tp", "phase", "batch_size", "prompt_tokens", "context_tokens", "time_s")
+#: Extra columns of ``phase=step`` rows (a whole iteration of any composition).
+STEP_COLUMNS = ("prefill_chunks", "num_decode_seqs", "decode_context_tokens")
+PHASES = ("prefill", "decode", "step")
 #: Weight of the pull of each log-parameter towards its starting value.
 RIDGE = 1e-8
 
 
 @dataclass(frozen=True)
 class Point:
-    """One measured (or to-be-predicted) iteration."""
+    """One measured (or to-be-predicted) iteration.
+
+    ``prefill`` and ``decode`` points are uniform batches (``batch_size`` alike sequences);
+    a ``step`` point is one iteration of any composition, held in the last three fields.
+    """
 
     tp: int
     phase: str
@@ -59,8 +81,58 @@ class Point:
     prompt_tokens: int
     context_tokens: int
     time_s: float | None = None
+    prefill_chunks: tuple[tuple[int, int], ...] = ()
+    num_decode_seqs: int = 0
+    decode_context_tokens: int = 0
+
+    @classmethod
+    def step(
+        cls,
+        prefill_chunks: Sequence[tuple[int, int]],
+        num_decode_seqs: int,
+        decode_context_tokens: int,
+        time_s: float | None = None,
+        tp: int = 1,
+    ) -> Point:
+        """A ``step`` point: one iteration of any composition."""
+        chunks = tuple((int(q), int(c)) for q, c in prefill_chunks)
+        return cls(
+            tp=tp,
+            phase="step",
+            batch_size=len(chunks) + num_decode_seqs,
+            prompt_tokens=0,
+            context_tokens=0,
+            time_s=time_s,
+            prefill_chunks=chunks,
+            num_decode_seqs=num_decode_seqs,
+            decode_context_tokens=decode_context_tokens,
+        )
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Point:
+        """Inverse of `as_dict` (a profile's ``points``)."""
+        if d.get("phase") == "step":
+            return cls.step(
+                [(int(q), int(c)) for q, c in d.get("prefill_chunks", ())],
+                int(d.get("num_decode_seqs", 0)),
+                int(d.get("decode_context_tokens", 0)),
+                d.get("time_s"),
+                int(d.get("tp", 1)),
+            )
+        return cls(**{k: d[k] for k in CSV_COLUMNS if k in d})
+
+    @property
+    def has_prefill(self) -> bool:
+        """Whether the iteration prefills anything (how fit statistics group points)."""
+        return self.phase == "prefill" or bool(self.prefill_chunks)
 
     def batch(self) -> Batch:
+        if self.phase == "step":
+            return Batch(
+                prefill_chunks=list(self.prefill_chunks),
+                num_decode_seqs=self.num_decode_seqs,
+                decode_context_tokens=self.decode_context_tokens,
+            )
         if self.phase == "prefill":
             return Batch(prefill_chunks=[(self.prompt_tokens, self.context_tokens)] * self.batch_size)
         return Batch(
@@ -68,7 +140,7 @@ class Point:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "tp": self.tp,
             "phase": self.phase,
             "batch_size": self.batch_size,
@@ -76,6 +148,34 @@ class Point:
             "context_tokens": self.context_tokens,
             "time_s": self.time_s,
         }
+        if self.phase == "step":
+            d["prefill_chunks"] = [list(c) for c in self.prefill_chunks]
+            d["num_decode_seqs"] = self.num_decode_seqs
+            d["decode_context_tokens"] = self.decode_context_tokens
+        return d
+
+    def csv_row(self) -> dict[str, Any]:
+        """The point as a row of a measurements CSV (`write_points`)."""
+        d = self.as_dict()
+        if self.phase == "step":
+            d["prefill_chunks"] = " ".join(f"{q}+{c}" for q, c in self.prefill_chunks)
+            d["prompt_tokens"] = d["context_tokens"] = ""
+        d["time_s"] = "" if self.time_s is None else repr(self.time_s)
+        return d
+
+
+def write_points(points: Sequence[Point], path: str | Path) -> Path:
+    """Write points as a measurements CSV that `read_points` reads back (step columns if needed)."""
+    path = Path(path)
+    columns = list(CSV_COLUMNS)
+    if any(p.phase == "step" for p in points):
+        columns += STEP_COLUMNS
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore", restval="")
+        writer.writeheader()
+        for p in points:
+            writer.writerow(p.csv_row())
+    return path
 
 
 def read_points(path: str | Path) -> list[Point]:
@@ -108,8 +208,8 @@ def _parse_row(row: dict[str, str], where: str) -> Point:
         return v
 
     phase = (row["phase"] or "").strip()
-    if phase not in ("prefill", "decode"):
-        raise KvsimError(f"{where}: phase: must be 'prefill' or 'decode', got {phase!r}")
+    if phase not in PHASES:
+        raise KvsimError(f"{where}: phase: must be 'prefill', 'decode' or 'step', got {phase!r}")
     time_text = (row.get("time_s") or "").strip()
     time_s = None
     if time_text:
@@ -119,6 +219,8 @@ def _parse_row(row: dict[str, str], where: str) -> Point:
             raise KvsimError(f"{where}: time_s: must be a number, got {time_text!r}") from None
         if not math.isfinite(time_s) or time_s <= 0:
             raise KvsimError(f"{where}: time_s: must be > 0, got {time_text}")
+    if phase == "step":
+        return _parse_step_row(row, where, time_s, integer)
     point = Point(
         tp=integer("tp", 1),
         phase=phase,
@@ -131,6 +233,39 @@ def _parse_row(row: dict[str, str], where: str) -> Point:
         raise KvsimError(f"{where}: prompt_tokens: a prefill needs >= 1 prompt token")
     if phase == "decode" and point.context_tokens < 1:
         raise KvsimError(f"{where}: context_tokens: a decode step attends to >= 1 token")
+    return point
+
+
+def _parse_step_row(row: dict[str, str], where: str, time_s: float | None, integer: Any) -> Point:
+    missing = [c for c in STEP_COLUMNS if c not in row]
+    if missing:
+        raise KvsimError(f"{where}: a step row needs column(s) {', '.join(missing)}")
+    chunks = []
+    for item in (row["prefill_chunks"] or "").split():
+        q_text, plus, c_text = item.partition("+")
+        try:
+            q, c = int(q_text), int(c_text)
+        except ValueError:
+            q = c = -1
+        if not plus or q < 1 or c < 0:
+            raise KvsimError(
+                f"{where}: prefill_chunks: {item!r} is not 'q+c' (q >= 1 new tokens after c >= 0 cached)"
+            )
+        chunks.append((q, c))
+    num_decode = integer("num_decode_seqs", 0) if (row["num_decode_seqs"] or "").strip() else 0
+    decode_ctx = integer("decode_context_tokens", 0) if (row["decode_context_tokens"] or "").strip() else 0
+    if decode_ctx < num_decode:
+        raise KvsimError(
+            f"{where}: decode_context_tokens: each of the {num_decode} decodes attends to >= 1 token, "
+            f"got {decode_ctx}"
+        )
+    if not chunks and not num_decode:
+        raise KvsimError(f"{where}: a step needs a prefill chunk or a decode")
+    point = Point.step(chunks, num_decode, decode_ctx, time_s, integer("tp", 1))
+    if (row.get("batch_size") or "").strip() and integer("batch_size", 1) != point.batch_size:
+        raise KvsimError(
+            f"{where}: batch_size: {row['batch_size']} but the step has {point.batch_size} sequences"
+        )
     return point
 
 
@@ -183,12 +318,13 @@ class _Features:
         self.peak = gpu.peak_flops(model.weight_dtype)
         self.hbm = gpu.hbm_bandwidth_bytes_per_s
 
-    def predict(self, theta: np.ndarray) -> np.ndarray:
+    def predict(self, theta: np.ndarray, combine: str = "max") -> np.ndarray:
         ce, me, kve, fixed, lat, bw = np.exp(theta)
         rate_f, rate_b, rate_kv = self.peak * ce, self.hbm * me, self.hbm * kve
+        join = np.add if combine == "sum" else np.maximum
         times: np.ndarray = (
-            np.maximum(self.lin_flops / rate_f, self.weight_bytes / rate_b)
-            + np.maximum(self.attn_flops / rate_f, self.kv_bytes / rate_kv)
+            join(self.lin_flops / rate_f, self.weight_bytes / rate_b)
+            + join(self.attn_flops / rate_f, self.kv_bytes / rate_kv)
             + self.num_allreduces * lat
             + self.ar_bytes / bw
             + fixed
@@ -241,12 +377,32 @@ def fit_roofline(
     per_layer_overhead_s: float | None = None,
     kv_cache_dtype: str = "auto",
     initial: RooflineCostConfig | None = None,
+    combine: Literal["max", "sum"] | None = None,
+    robust_scale: float | None = None,
+    match_total: bool = False,
 ) -> FitResult:
-    """Fit roofline parameters to measured points (see the module docstring)."""
+    """Fit roofline parameters to measured points (see the module docstring).
+
+    ``combine`` ("max" or "sum", default: ``initial``'s) is the roofline's form, fixed
+    during the fit (`RooflineCostConfig.combine`).
+
+    ``robust_scale`` (e.g. 0.05): a soft-L1 loss on the log residuals instead of squares,
+    log-residuals much larger than this count about linearly (iteratively reweighted),
+    so that a minority of disturbed points (steps stretched by other work on a shared
+    machine) does not bend the fit: it follows the undisturbed majority.
+
+    ``match_total``: then scale every fitted time by one factor (all rates divided by it,
+    fixed times multiplied: the roofline is homogeneous in them) so that the fit's total
+    equals the measured total. A log (or robust) fit matches the typical point; a sum of
+    step times, a request's latency, needs the mean, which right-skewed noise lifts.
+    """
     measured = [p for p in points if p.time_s is not None]
     if len(measured) < 3:
         raise KvsimError(f"fitting needs at least 3 points with time_s, got {len(measured)}")
     init = initial or RooflineCostConfig()
+    combine = combine or init.combine
+    if combine not in ("max", "sum"):
+        raise KvsimError(f'"combine" must be "max" or "sum", got {combine!r}')
     plo = per_layer_overhead_s if per_layer_overhead_s is not None else init.per_layer_overhead_s
     if plo < 0:
         raise KvsimError('"per_layer_overhead_s" must be >= 0')
@@ -259,11 +415,14 @@ def fit_roofline(
     fixed0 = max(model.num_layers * init.per_layer_overhead_s + init.per_iteration_overhead_s, 1e-6)
     kve0 = init.kv_memory_efficiency or init.memory_efficiency
     prior = np.log([init.compute_efficiency, init.memory_efficiency, kve0, fixed0, max(lat0, 1e-9), bw0])
+    if robust_scale is not None and not robust_scale > 0:
+        raise KvsimError(f'"robust_scale" must be > 0, got {robust_scale}')
     sqrt_ridge = math.sqrt(RIDGE)
+    sqrt_w = np.ones(len(measured))
 
     def residual(theta: np.ndarray) -> np.ndarray:
-        r = np.log(feats.predict(theta)) - log_t
-        return np.concatenate([r, sqrt_ridge * (theta - prior)[free]])
+        r = np.log(feats.predict(theta, combine)) - log_t
+        return np.concatenate([sqrt_w * r, sqrt_ridge * (theta - prior)[free]])
 
     best: tuple[np.ndarray, float] | None = None
     for ce in (0.3, 0.6, 0.9):
@@ -274,6 +433,25 @@ def fit_roofline(
             if best is None or cost < best[1]:
                 best = (theta, cost)
     assert best is not None
+    if robust_scale is not None:
+        # Iteratively reweighted least squares for the soft-L1 loss 2 (sqrt(1 + (r/s)^2) - 1):
+        # weight 1 / sqrt(1 + (r/s)^2), from the best start.
+        theta = best[0]
+        for _ in range(20):
+            r = np.log(feats.predict(theta, combine)) - log_t
+            sqrt_w[:] = (1.0 + (r / robust_scale) ** 2) ** -0.25
+            new_theta, _cost = _levenberg_marquardt(residual, theta, free)
+            done = np.max(np.abs(new_theta - theta)) < 1e-6
+            theta = new_theta
+            if done:
+                break
+        best = (theta, 0.0)
+    if match_total:
+        factor = float(np.exp(log_t).sum() / feats.predict(best[0], combine).sum())
+        scaled = best[0].copy()
+        scaled[[0, 1, 2, 5]] -= math.log(factor)  # rates / factor
+        scaled[[3, 4]] += math.log(factor)  # fixed times x factor
+        best = (scaled, 0.0)
     ce, me, kve, fixed, lat, bw = (float(v) for v in np.exp(best[0]))
     pio = fixed - model.num_layers * plo
     if pio < 0:
@@ -282,13 +460,15 @@ def fit_roofline(
         compute_efficiency=min(ce, 1.0),
         memory_efficiency=min(me, 1.0),
         kv_memory_efficiency=min(kve, 1.0),
+        combine=combine,
         per_layer_overhead_s=plo,
         per_iteration_overhead_s=pio,
         allreduce_latency_s=lat if with_tp else init.allreduce_latency_s,
         allreduce_bandwidth_bytes_per_s=bw if with_tp else init.allreduce_bandwidth_bytes_per_s,
     )
-    rel = np.abs(feats.predict(best[0]) / np.exp(log_t) - 1.0)
-    phases = np.array([p.phase for p in measured])
+    rel = np.abs(feats.predict(best[0], combine) / np.exp(log_t) - 1.0)
+    # Step points count as prefill when they prefill anything, else as decode.
+    phases = np.array(["prefill" if p.has_prefill else "decode" for p in measured])
     med = {
         ph: float(np.median(rel[phases == ph])) if np.any(phases == ph) else None
         for ph in ("prefill", "decode")

@@ -7,7 +7,7 @@ A profile is one JSON object with a header and a body that depends on its ``kind
              "roofline-fit"            roofline parameters fitted to measurements
     model    {name, num_layers, hidden_size, num_attention_heads, num_kv_heads,
               head_dim, intermediate_size, vocab_size, dtype}
-    dtype    weight/activation dtype ("bf16", "fp16")
+    dtype    weight/activation dtype ("bf16", "fp16"; "fp32" for CPU fits)
     gpu      kvsim GPU preset the profile belongs to (or null: not checked)
     created  ISO-8601 UTC time;  command: the command line that made it
 
@@ -29,7 +29,8 @@ roofline-fit body:
     roofline         RooflineCostConfig fields (compute_efficiency, memory_efficiency, ...)
     fit              {num_points, median_abs_rel_error_prefill, ..._decode}
     points[]         the measurements fitted, {tp, phase, batch_size, prompt_tokens,
-                     context_tokens, time_s}
+                     context_tokens, time_s}; ``step`` points add prefill_chunks [[q, c]],
+                     num_decode_seqs and decode_context_tokens (`kvsim.cost.fit.Point`)
 
 `load_profile` resolves a shipped profile name or a path, checks everything above and
 raises `ProfileError` naming the file, the field and the rule; `check_profile_matches`
@@ -193,7 +194,7 @@ def validate_profile(data: Any, source: str = "<profile>") -> None:
             if v is not None and v <= 0:
                 c.fail(f"model.{f}", "must be > 0")
     dtype = c.get(data, "dtype", "dtype", str)
-    if dtype is not None and dtype not in ("fp16", "bf16", "fp8", "int8", "int4"):
+    if dtype is not None and dtype not in ("fp32", "fp16", "bf16", "fp8", "int8", "int4"):
         c.fail("dtype", f"unknown dtype {dtype!r}")
     if data.get("gpu") is not None:
         c.get(data, "gpu", "gpu", str)
@@ -279,8 +280,8 @@ def _validate_roofline_fit(c: _Checker, data: dict[str, Any]) -> None:
     points = c.get(data, "points", "points", list)
     if points is not None:
         for i, p in enumerate(points):
-            if not isinstance(p, dict) or p.get("phase") not in ("prefill", "decode"):
-                c.fail(f"points.{i}", "must be an object with phase 'prefill' or 'decode'")
+            if not isinstance(p, dict) or p.get("phase") not in ("prefill", "decode", "step"):
+                c.fail(f"points.{i}", "must be an object with phase 'prefill', 'decode' or 'step'")
                 break
 
 

@@ -11,6 +11,9 @@ is the sum of two roofline terms, the all-reduces and fixed overheads:
                (tp > 1: one all-reduce after attention, one after the MLP, ring algorithm)
     time     = linear + attention + comm + layers * per_layer_overhead + per_iteration_overhead
 
+With ``combine: sum`` each max(...) above becomes a sum: compute and memory traffic do
+not overlap (a CPU core streaming weights, then computing; benchmarks/vllm_latency.py).
+
 P_lin is the parameters of the transformer layers (all params less the embedding and the
 LM head, counted once when tied); the LM head runs on one row per sequence (``seqs``:
 decoding requests plus prefill chunks), as engines compute logits only for sampled positions.
@@ -135,6 +138,7 @@ class RooflineCostModel:
         self._kv_bytes_rate = gpu.hbm_bandwidth_bytes_per_s * (
             cfg.kv_memory_efficiency or cfg.memory_efficiency
         )
+        self._sum = cfg.combine == "sum"
         self._fixed_s = model.num_layers * cfg.per_layer_overhead_s + cfg.per_iteration_overhead_s
         self._num_allreduces = 2 * model.num_layers if tp > 1 else 0
         self._ar_bus_bytes_per_token = (
@@ -179,17 +183,19 @@ class RooflineCostModel:
         if n_tokens == 0:
             return 0.0
         t = self._linear_s(n_tokens, n_seqs)
-        t += max(
-            self._attn_flops_per_pair * pairs / self._flops_rate,
-            self._kv_bytes_per_token * kv_tokens / self._kv_bytes_rate,
-        )
+        attn_compute = self._attn_flops_per_pair * pairs / self._flops_rate
+        attn_memory = self._kv_bytes_per_token * kv_tokens / self._kv_bytes_rate
+        t += attn_compute + attn_memory if self._sum else max(attn_compute, attn_memory)
         t += self._ar_fixed_s + self._ar_s_per_token * n_tokens
         t += self._fixed_s
         return t
 
     def _linear_s(self, n_tokens: int, n_seqs: int) -> float:
         flops = self._linear_flops_per_token * n_tokens + self._lm_flops_per_seq * n_seqs
-        return max(flops / self._flops_rate, self._weights_read(n_tokens) / self._bytes_rate)
+        weights = self._weights_read(n_tokens)
+        if self._sum:
+            return flops / self._flops_rate + weights / self._bytes_rate
+        return max(flops / self._flops_rate, weights / self._bytes_rate)
 
     def _weights_read(self, n_tokens: int) -> float:
         """Weight bytes one step over ``n_tokens`` tokens reads on one GPU."""
@@ -218,10 +224,9 @@ class RooflineCostModel:
         if num_seqs == 0:
             return np.zeros(len(ctx))
         t_linear = self._linear_s(num_seqs, num_seqs)
-        attn = np.maximum(
-            self._attn_flops_per_pair * ctx / self._flops_rate,
-            self._kv_bytes_per_token * ctx / self._kv_bytes_rate,
-        )
+        attn_compute = self._attn_flops_per_pair * ctx / self._flops_rate
+        attn_memory = self._kv_bytes_per_token * ctx / self._kv_bytes_rate
+        attn = attn_compute + attn_memory if self._sum else np.maximum(attn_compute, attn_memory)
         t = t_linear + attn
         t = t + (self._ar_fixed_s + self._ar_s_per_token * num_seqs)
         return t + self._fixed_s

@@ -166,6 +166,7 @@ def requests_frame(
             "prefix_cache_hits_tokens": col("prefix_cache_hits_tokens", np.int64),
             "recompute_hits_tokens": col("recompute_hits_tokens", np.int64),
             "offload_hits_tokens": col("offload_hits_tokens", np.int64),
+            "evicted_miss_tokens": col("evicted_miss_tokens", np.int64),
             "num_preemptions": col("num_preemptions", np.int64),
             "num_swaps": col("num_swaps", np.int64),
             "finished": finished,

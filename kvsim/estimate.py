@@ -26,6 +26,7 @@ from kvsim.workload.config import (
     FixedLength,
     LengthConfig,
     LognormalLength,
+    MixtureWorkload,
     SyntheticWorkload,
     TraceWorkload,
     UniformLength,
@@ -95,18 +96,27 @@ def _count_trace_rows(cfg: TraceWorkload, base_dir: Path | None) -> int:
     return min(rows, cfg.max_requests) if cfg.max_requests is not None else rows
 
 
+def _requests_and_output(
+    workload: SyntheticWorkload | TraceWorkload | MixtureWorkload, base_dir: Path | None
+) -> tuple[int, float]:
+    """Requests a workload sends and their mean output length (a mixture: its components')."""
+    if isinstance(workload, SyntheticWorkload):
+        n = workload.num_requests * workload.parallel_samples * workload.beam_width
+        return n, mean_tokens(workload.output_tokens)
+    if isinstance(workload, TraceWorkload):
+        return _count_trace_rows(workload, base_dir), float(DEFAULT_MEAN_TOKENS)
+    parts = [_requests_and_output(c, base_dir) for c in workload.components]
+    total = sum(n for n, _ in parts)
+    return total, (sum(n * m for n, m in parts) / total if total else float(DEFAULT_MEAN_TOKENS))
+
+
 def estimate_work(
     plan: Plan, *, num_requests: int | None = None, base_dir: Path | None = None
 ) -> WorkEstimate:
     """The estimate for ``plan``; ``num_requests`` replaces the workload's count (custom requests)."""
-    workload = plan.scenario.workload
     output_mean = float(DEFAULT_MEAN_TOKENS)
     if num_requests is None:
-        if isinstance(workload, SyntheticWorkload):
-            num_requests = workload.num_requests * workload.parallel_samples * workload.beam_width
-            output_mean = mean_tokens(workload.output_tokens)
-        else:
-            num_requests = _count_trace_rows(workload, base_dir)
+        num_requests, output_mean = _requests_and_output(plan.scenario.workload, base_dir)
     num_replicas = sum(len(g.replica_names) for g in plan.groups)
     num_blocks = sum(g.kv.num_blocks * len(g.replica_names) for g in plan.groups)
     memory = (

@@ -27,6 +27,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from kvsim.moe import routed_expert_params
 from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
 
 if TYPE_CHECKING:
@@ -87,8 +88,14 @@ def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str = "auto", tp: int =
     return 2 * model.num_layers * kv_heads_per_shard(model, tp) * model.head_dim * elem
 
 
+def kv_bytes_per_token_per_layer(model: ModelSpec, kv_cache_dtype: str = "auto", tp: int = 1) -> float:
+    """KV bytes one token occupies in one layer on one TP shard (every layer is alike)."""
+    return kv_bytes_per_token(model, kv_cache_dtype, tp) / model.num_layers
+
+
 def kv_tokens_held(model: ModelSpec, num_tokens: int) -> int:
-    """Tokens whose KV a request of ``num_tokens`` tokens keeps (sliding window caps it).
+    """Tokens whose KV a sliding-window layer keeps for a request of ``num_tokens`` tokens:
+    the window plus the attention sinks (all of them without a window).
 
     Token granularity: a block-based engine frees a block only once all its tokens have
     left the window, so it may hold up to ``block_size - 1`` more.
@@ -97,19 +104,106 @@ def kv_tokens_held(model: ModelSpec, num_tokens: int) -> int:
         raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
     if model.sliding_window is None:
         return num_tokens
-    return min(num_tokens, model.sliding_window)
+    return min(num_tokens, model.sliding_window + model.num_sink_tokens)
 
 
 def kv_bytes_for_context(
     model: ModelSpec, num_tokens: int, kv_cache_dtype: str = "auto", tp: int = 1
 ) -> float:
-    """KV bytes on one TP shard for a context of ``num_tokens`` (sliding window applied)."""
-    return kv_tokens_held(model, num_tokens) * kv_bytes_per_token(model, kv_cache_dtype, tp)
+    """KV bytes on one TP shard for a context of ``num_tokens`` (sliding window applied).
+
+    Full-attention layers keep every token, sliding-window layers the window and sinks.
+    """
+    if not model.is_hybrid:
+        return kv_tokens_held(model, num_tokens) * kv_bytes_per_token(model, kv_cache_dtype, tp)
+    per_layer = kv_bytes_per_token_per_layer(model, kv_cache_dtype, tp)
+    held = model.num_full_layers * num_tokens + model.num_window_layers * kv_tokens_held(model, num_tokens)
+    return held * per_layer
+
+
+@dataclass(frozen=True)
+class KvLayerGroups:
+    """How the KV cache of a model's layers is grouped into block tables (vLLM's hybrid allocator).
+
+    Every group has ``layers_per_group`` layers of one attention kind and one block table
+    per request; one pool block holds a block of tokens for one group, so all blocks have
+    the same size. A model of one kind has one group of all its layers. Gemma-3-1B (22
+    sliding-window, 4 full layers): groups of 4 layers, 1 full and 6 sliding-window
+    groups, 2 padding layers (vLLM's ``_get_kv_cache_groups_uniform_page_size``: the group
+    size is the smaller layer count, or the larger one when it is under 1.5 times the
+    smaller, as gpt-oss's 12 + 12).
+    """
+
+    layers_per_group: int
+    num_full_groups: int
+    num_window_groups: int
+
+    @property
+    def num_groups(self) -> int:
+        return self.num_full_groups + self.num_window_groups
+
+    def num_padding_layers(self, model: ModelSpec) -> int:
+        """Layers the last group of each kind is padded with (memory reserved, unused)."""
+        return self.num_groups * self.layers_per_group - model.num_layers
+
+
+def kv_layer_groups(model: ModelSpec) -> KvLayerGroups:
+    """The block-table groups of ``model``'s layers (one group unless it mixes kinds)."""
+    full, window = model.num_full_layers, model.num_window_layers
+    if not model.is_hybrid:
+        return KvLayerGroups(model.num_layers, 1 if window == 0 else 0, 1 if window else 0)
+    small, large = min(full, window), max(full, window)
+    size = large if large < small * 1.5 else small
+    return KvLayerGroups(size, -(-full // size), -(-window // size))
+
+
+def window_blocks_needed(model: ModelSpec, block_size: int, chunk_tokens: int = 1) -> int:
+    """Most blocks one sliding-window group of a request holds while ``chunk_tokens`` are computed.
+
+    The chunk's first token attends to the ``sliding_window - 1`` tokens before it, so the
+    group holds those, the chunk (one more block for the misalignment) and the sinks'
+    blocks: ``cdiv(window - 1 + chunk, block_size) + 1 + cdiv(sinks, block_size)``, vLLM's
+    ``SlidingWindowSpec.max_memory_usage_bytes`` plus the sinks.
+    """
+    assert model.sliding_window is not None
+    sinks = -(-model.num_sink_tokens // block_size)
+    return -(-(model.sliding_window - 1 + chunk_tokens) // block_size) + 1 + sinks
+
+
+def blocks_per_sequence(model: ModelSpec, num_tokens: int, block_size: int, chunk_tokens: int = 1) -> int:
+    """Most pool blocks one request of ``num_tokens`` tokens holds at once, all groups together.
+
+    ``chunk_tokens`` is the largest number of tokens computed in one iteration (1 while
+    decoding; max_num_batched_tokens for vLLM's start-up check), which a sliding window
+    must hold beside the window.
+    """
+    groups = kv_layer_groups(model)
+    full = -(-num_tokens // block_size)
+    if not groups.num_window_groups:
+        return groups.num_full_groups * full
+    window = min(full, window_blocks_needed(model, block_size, chunk_tokens))
+    return groups.num_full_groups * full + groups.num_window_groups * window
+
+
+def bytes_per_block_per_shard(model: ModelSpec, kv_cache_dtype: str, tp: int, block_size: int) -> float:
+    """Bytes of one pool block on one TP shard: one block of tokens of one layer group."""
+    if not model.is_hybrid:
+        return kv_bytes_per_token(model, kv_cache_dtype, tp) * block_size
+    layers = kv_layer_groups(model).layers_per_group
+    return kv_bytes_per_token_per_layer(model, kv_cache_dtype, tp) * layers * block_size
 
 
 def weight_bytes(model: ModelSpec) -> float:
-    """Bytes of all weights at the model's weight dtype (quantization scales ignored)."""
-    return model.num_params * KV_DTYPE_BYTES[model.weight_dtype]
+    """Bytes of all weights at the model's weight dtype (quantization scales ignored).
+
+    A mixture of experts whose routed experts have their own dtype (``expert_weight_dtype``,
+    gpt-oss's MXFP4) counts them at that dtype and the rest at ``weight_dtype``.
+    """
+    if model.expert_weight_dtype is None:
+        return model.num_params * KV_DTYPE_BYTES[model.weight_dtype]
+    experts = routed_expert_params(model)
+    rest = model.num_params - experts
+    return rest * KV_DTYPE_BYTES[model.weight_dtype] + experts * KV_DTYPE_BYTES[model.expert_weight_dtype]
 
 
 def activation_reserve_estimate(
@@ -159,10 +253,13 @@ class KvCapacity:
     tp: int = 1
     memory_bytes: int = 0
     gpu_memory_utilization: float = 0.9
+    #: Block tables per request (`KvLayerGroups`): 1 unless sliding-window and full layers mix,
+    #: in which case a block holds one group's layers and a token takes a block per group.
+    num_kv_groups: int = 1
 
     @property
     def num_tokens(self) -> int:
-        """Token slots in the pool (every block full)."""
+        """Token slots in the pool (every block full; a hybrid model's token needs one per group)."""
         return self.num_blocks * self.block_size
 
     @property
@@ -179,13 +276,23 @@ class KvCapacity:
 
 
 def engine_kv_capacity(
-    model: ModelSpec, gpu: GpuSpec, tp: int, engine: EngineConfig, *, use_override: bool = True
+    model: ModelSpec,
+    gpu: GpuSpec,
+    tp: int,
+    engine: EngineConfig,
+    *,
+    use_override: bool = True,
+    draft_model: ModelSpec | None = None,
 ) -> KvCapacity:
-    """`kv_capacity` with the knobs of a replica group's ``engine`` section."""
+    """`kv_capacity` with the knobs of a replica group's ``engine`` section.
+
+    ``draft_model``: the speculative draft model whose weights and KV share the GPU.
+    """
     reserve = engine.activation_reserve_gib
     return kv_capacity(
         model,
         gpu,
+        draft_model=draft_model,
         tp=tp,
         kv_cache_dtype=engine.kv_cache_dtype,
         block_size=engine.block_size,
@@ -209,12 +316,15 @@ def kv_capacity(
     max_num_seqs: int = 256,
     activation_reserve_bytes: float | None = None,
     num_gpu_blocks_override: int | None = None,
+    draft_model: ModelSpec | None = None,
 ) -> KvCapacity:
     """KV blocks one TP shard can hold after weights and activations (vLLM's rule).
 
     ``activation_reserve_bytes`` None uses `activation_reserve_estimate`;
     ``num_gpu_blocks_override`` fixes the block count regardless of memory (as vLLM's
-    option of that name does), while the other figures are still reported.
+    option of that name does), while the other figures are still reported. A speculative
+    ``draft_model`` adds its weights, and its KV to every block (vLLM keeps the draft's
+    layers in the same KV cache, one block table for both).
     """
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
@@ -222,12 +332,17 @@ def kv_capacity(
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     per_token_shard = kv_bytes_per_token(model, kv_cache_dtype, tp)
     weights = weight_bytes(model) / tp
+    if draft_model is not None:
+        per_token_shard += kv_bytes_per_token(draft_model, kv_cache_dtype, tp)
+        weights += weight_bytes(draft_model) / tp
     if activation_reserve_bytes is None:
         activation_reserve_bytes = activation_reserve_estimate(
             model, tp=tp, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs
         )
     kv_bytes = gpu.memory_bytes * gpu_memory_utilization - weights - activation_reserve_bytes
-    per_block = per_token_shard * block_size
+    per_block = bytes_per_block_per_shard(model, kv_cache_dtype, tp, block_size)
+    if draft_model is not None:
+        per_block = per_token_shard * block_size
     if num_gpu_blocks_override is not None:
         num_blocks = num_gpu_blocks_override
     else:
@@ -244,4 +359,5 @@ def kv_capacity(
         tp=tp,
         memory_bytes=gpu.memory_bytes,
         gpu_memory_utilization=gpu_memory_utilization,
+        num_kv_groups=kv_layer_groups(model).num_groups,
     )

@@ -80,6 +80,7 @@ class GroupPlan:
     kv: KvGeometry
     max_model_len: int
     replica_names: tuple[str, ...]
+    draft_model: ModelSpec | None = None  # speculative decoding's draft model (method draft_model)
     tiers: tuple[TierPlan, ...] = ()  # local offload tiers, lookup order (the shared pool apart)
 
     @property
@@ -157,7 +158,8 @@ def _local_tiers(group: ReplicaGroup, per_shard: float, num_dram_blocks: int) ->
 def resolve_group(model: ModelSpec, group: ReplicaGroup, index: int = 0) -> GroupPlan:
     gpu = resolve_gpu(group.gpu)
     eng = group.engine
-    cap = engine_kv_capacity(model, gpu, group.tp, eng)
+    draft = draft_model_of(eng)
+    cap = engine_kv_capacity(model, gpu, group.tp, eng, draft_model=draft)
     per_shard = cap.bytes_per_block_per_shard
     tiers = _local_tiers(group, per_shard, int(eng.cpu_offload_gib * GIB // per_shard))
     kv = KvGeometry(
@@ -177,6 +179,7 @@ def resolve_group(model: ModelSpec, group: ReplicaGroup, index: int = 0) -> Grou
         kv=kv,
         max_model_len=eng.max_model_len or model.max_model_len,
         replica_names=tuple(f"{group.name}-{i}" for i in range(count)),
+        draft_model=draft,
         tiers=tiers,
     )
 
@@ -194,6 +197,14 @@ def _shared_pool(cfg: SharedPoolConfig | None, groups: tuple[GroupPlan, ...]) ->
         write_through=cfg.write_policy == "write_through",
         per_shard=False,
     )
+
+
+def draft_model_of(engine: EngineConfig) -> ModelSpec | None:
+    """The speculative draft model an engine names (None without one)."""
+    spec = engine.speculative_config
+    if spec is None or spec.model is None:
+        return None
+    return resolve_model(spec.model)
 
 
 def resolve_plan(scenario: Scenario) -> Plan:

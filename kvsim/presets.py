@@ -175,6 +175,8 @@ MODEL_PRESETS: dict[str, ModelSpec] = _models(
         qk_rope_head_dim=64,
         num_experts=64,
         num_experts_per_token=6,
+        num_shared_experts=2,
+        num_dense_layers=1,
         source=f"{_HF}/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json (MLA: kv_lora_rank "
         "512, qk_rope_head_dim 64, qk_nope_head_dim 128, v_head_dim 128, q_lora_rank null; MoE: "
         "64 routed experts of moe_intermediate_size 1408, 6 per token, 2 shared, first layer "
@@ -197,6 +199,227 @@ MODEL_PRESETS: dict[str, ModelSpec] = _models(
         "hidden 4544 / 71 heads = 64; MLP 4 x hidden); parameter count: the checkpoint's "
         "tensors (model card: 7B); Almazrouei et al. 2023, arXiv:2311.16867. 71 query heads: "
         "only tp=1 divides them.",
+    ),
+    # -- small models people run at home --------------------------------------------------
+    ModelSpec(
+        name="llama-3.2-1b",
+        num_layers=16,
+        hidden_size=2048,
+        num_attention_heads=32,
+        num_kv_heads=8,
+        head_dim=64,
+        intermediate_size=8192,
+        vocab_size=128256,
+        num_params=1_235_814_400,
+        weight_dtype="bf16",
+        max_model_len=131072,
+        tie_word_embeddings=True,
+        source=f"{_HF}/meta-llama/Llama-3.2-1B/blob/main/config.json (hidden 2048, 16 layers, 32 "
+        "heads, 8 KV heads, head_dim 64, intermediate 8192, vocab 128256, "
+        "max_position_embeddings 131072, tie_word_embeddings true, bfloat16); parameter count: "
+        "the checkpoint's tensors (model card: 1.23B).",
+    ),
+    ModelSpec(
+        name="llama-3.2-3b",
+        num_layers=28,
+        hidden_size=3072,
+        num_attention_heads=24,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=8192,
+        vocab_size=128256,
+        num_params=3_212_749_824,
+        weight_dtype="bf16",
+        max_model_len=131072,
+        tie_word_embeddings=True,
+        source=f"{_HF}/meta-llama/Llama-3.2-3B/blob/main/config.json (hidden 3072, 28 layers, 24 "
+        "heads, 8 KV heads, head_dim 128, intermediate 8192, vocab 128256, "
+        "max_position_embeddings 131072, tied embeddings, bfloat16); parameter count: the "
+        "checkpoint's tensors (model card: 3.21B).",
+    ),
+    ModelSpec(
+        name="qwen2.5-0.5b",
+        num_layers=24,
+        hidden_size=896,
+        num_attention_heads=14,
+        num_kv_heads=2,
+        head_dim=64,
+        intermediate_size=4864,
+        vocab_size=151936,
+        num_params=494_032_768,
+        weight_dtype="bf16",
+        max_model_len=32768,
+        tie_word_embeddings=True,
+        source=f"{_HF}/Qwen/Qwen2.5-0.5B-Instruct/blob/main/config.json (hidden 896, 24 layers, "
+        "14 heads, 2 KV heads, intermediate 4864, vocab 151936, max_position_embeddings 32768, "
+        "tied embeddings, use_sliding_window false); model card: 0.49B parameters.",
+    ),
+    ModelSpec(
+        name="qwen2.5-1.5b",
+        num_layers=28,
+        hidden_size=1536,
+        num_attention_heads=12,
+        num_kv_heads=2,
+        head_dim=128,
+        intermediate_size=8960,
+        vocab_size=151936,
+        num_params=1_543_714_304,
+        weight_dtype="bf16",
+        max_model_len=32768,
+        tie_word_embeddings=True,
+        source=f"{_HF}/Qwen/Qwen2.5-1.5B-Instruct/blob/main/config.json (hidden 1536, 28 layers, "
+        "12 heads, 2 KV heads, intermediate 8960, vocab 151936, max_position_embeddings 32768, "
+        "tied embeddings); model card: 1.54B parameters.",
+    ),
+    ModelSpec(
+        name="qwen2.5-3b",
+        num_layers=36,
+        hidden_size=2048,
+        num_attention_heads=16,
+        num_kv_heads=2,
+        head_dim=128,
+        intermediate_size=11008,
+        vocab_size=151936,
+        num_params=3_085_938_688,
+        weight_dtype="bf16",
+        max_model_len=32768,
+        tie_word_embeddings=True,
+        source=f"{_HF}/Qwen/Qwen2.5-3B-Instruct/blob/main/config.json (hidden 2048, 36 layers, "
+        "16 heads, 2 KV heads, intermediate 11008, vocab 151936, max_position_embeddings 32768, "
+        "tied embeddings); model card: 3.09B parameters.",
+    ),
+    # -- interleaved sliding-window and full-attention layers -----------------------------
+    ModelSpec(
+        name="gemma-3-1b",
+        num_layers=26,
+        hidden_size=1152,
+        num_attention_heads=4,
+        num_kv_heads=1,
+        head_dim=256,
+        intermediate_size=6912,
+        vocab_size=262144,
+        num_params=999_885_952,
+        weight_dtype="bf16",
+        max_model_len=32768,
+        sliding_window=512,
+        num_sliding_window_layers=22,
+        tie_word_embeddings=True,
+        source=f"{_HF}/google/gemma-3-1b-it/blob/main/config.json (hidden 1152, 26 layers, 4 "
+        "heads, 1 KV head, head_dim 256, intermediate 6912, vocab 262144, "
+        "max_position_embeddings 32768, sliding_window 512, sliding_window_pattern 6: layer i "
+        "is full attention when (i + 1) % 6 == 0, i.e. 4 full and 22 sliding-window layers, "
+        "as transformers' Gemma3TextConfig derives layer_types); model card: 1B parameters "
+        "(1.0B in the checkpoint); Gemma Team 2025, Gemma 3 technical report, arXiv:2503.19786.",
+    ),
+    ModelSpec(
+        name="gemma-3-4b",
+        num_layers=34,
+        hidden_size=2560,
+        num_attention_heads=8,
+        num_kv_heads=4,
+        head_dim=256,
+        intermediate_size=10240,
+        vocab_size=262208,
+        num_params=4.3e9,
+        weight_dtype="bf16",
+        max_model_len=131072,
+        sliding_window=1024,
+        num_sliding_window_layers=29,
+        tie_word_embeddings=True,
+        source=f"{_HF}/google/gemma-3-4b-it/blob/main/config.json, text_config (hidden 2560, 34 "
+        "layers, 8 heads, 4 KV heads, head_dim 256, intermediate 10240, vocab 262208, 128k "
+        "context, sliding_window 1024, pattern 6: 5 full, 29 sliding-window layers); 4.3B "
+        "parameters with the 0.4B SigLIP vision encoder vLLM loads with it (3.9B text); "
+        "arXiv:2503.19786.",
+    ),
+    ModelSpec(
+        name="gemma-3-12b",
+        num_layers=48,
+        hidden_size=3840,
+        num_attention_heads=16,
+        num_kv_heads=8,
+        head_dim=256,
+        intermediate_size=15360,
+        vocab_size=262208,
+        num_params=12.2e9,
+        weight_dtype="bf16",
+        max_model_len=131072,
+        sliding_window=1024,
+        num_sliding_window_layers=40,
+        tie_word_embeddings=True,
+        source=f"{_HF}/google/gemma-3-12b-it/blob/main/config.json, text_config (hidden 3840, 48 "
+        "layers, 16 heads, 8 KV heads, head_dim 256, intermediate 15360, 128k context, "
+        "sliding_window 1024, pattern 6: 8 full, 40 sliding-window layers); 12.2B parameters "
+        "with the vision encoder; arXiv:2503.19786.",
+    ),
+    ModelSpec(
+        name="gemma-3-27b",
+        num_layers=62,
+        hidden_size=5376,
+        num_attention_heads=32,
+        num_kv_heads=16,
+        head_dim=128,
+        intermediate_size=21504,
+        vocab_size=262208,
+        num_params=27.4e9,
+        weight_dtype="bf16",
+        max_model_len=131072,
+        sliding_window=1024,
+        num_sliding_window_layers=52,
+        tie_word_embeddings=True,
+        source=f"{_HF}/google/gemma-3-27b-it/blob/main/config.json, text_config (hidden 5376, 62 "
+        "layers, 32 heads, 16 KV heads, head_dim 128, intermediate 21504, 128k context, "
+        "sliding_window 1024, pattern 6: 10 full, 52 sliding-window layers); 27.4B parameters "
+        "with the vision encoder; arXiv:2503.19786.",
+    ),
+    ModelSpec(
+        name="gpt-oss-20b",
+        num_layers=24,
+        hidden_size=2880,
+        num_attention_heads=64,
+        num_kv_heads=8,
+        head_dim=64,
+        intermediate_size=2880,
+        vocab_size=201088,
+        num_params=20.9e9,
+        num_active_params=3.6e9,
+        weight_dtype="bf16",
+        expert_weight_dtype="int4",
+        max_model_len=131072,
+        sliding_window=128,
+        num_sliding_window_layers=12,
+        num_experts=32,
+        num_experts_per_token=4,
+        source=f"{_HF}/openai/gpt-oss-20b/blob/main/config.json (24 layers, hidden 2880, 64 heads, "
+        "8 KV heads, head_dim 64, num_local_experts 32, experts_per_token 4, intermediate 2880, "
+        "vocab 201088, max_position_embeddings 131072, sliding_window 128, layer_types "
+        "alternating sliding_attention / full_attention; MoE weights in MXFP4 (4.25 bits, "
+        "counted as int4), attention, router and embeddings in bf16); OpenAI 2025, gpt-oss-120b "
+        "& gpt-oss-20b model card, arXiv:2508.10925, Table 1: 20.9B total, 3.6B active "
+        "parameters. Its attention sinks are learned logits, not cached tokens "
+        "(num_sink_tokens 0).",
+    ),
+    ModelSpec(
+        name="gpt-oss-120b",
+        num_layers=36,
+        hidden_size=2880,
+        num_attention_heads=64,
+        num_kv_heads=8,
+        head_dim=64,
+        intermediate_size=2880,
+        vocab_size=201088,
+        num_params=116.8e9,
+        num_active_params=5.1e9,
+        weight_dtype="bf16",
+        expert_weight_dtype="int4",
+        max_model_len=131072,
+        sliding_window=128,
+        num_sliding_window_layers=18,
+        num_experts=128,
+        num_experts_per_token=4,
+        source=f"{_HF}/openai/gpt-oss-120b/blob/main/config.json (36 layers, 128 local experts, "
+        "top-4, otherwise as gpt-oss-20b: alternating 128-token sliding-window and full "
+        "layers, MXFP4 experts); arXiv:2508.10925, Table 1: 116.8B total, 5.1B active.",
     ),
     ModelSpec(
         name="starcoder",
@@ -313,6 +536,63 @@ GPU_PRESETS: dict[str, GpuSpec] = _gpus(
         "no BF16: bf16_flops holds the FP16 figure, bf16 models run in fp16 there); "
         "no NVLink: PCIe Gen3 x16, 32 GB/s total = 16 GB/s per direction.",
     ),
+)
+
+
+_GEFORCE_NOTE = (
+    "GeForce cards run fp16/bf16 tensor math with fp32 accumulation (what serving kernels "
+    "use) at half the fp16-accumulate rate; no NVLink: GPU-to-GPU and host traffic over "
+    "PCIe Gen4 x16, 64 GB/s total = 32 GB/s per direction."
+)
+
+GPU_PRESETS.update(
+    _gpus(
+        GpuSpec(
+            name="rtx-4090",
+            memory_bytes=24 * GIB,
+            hbm_bandwidth_bytes_per_s=1008e9,
+            bf16_flops=165.2e12,
+            fp16_flops=165.2e12,
+            fp8_flops=330.3e12,
+            int8_ops=660.6e12,
+            interconnect_bandwidth_bytes_per_s=32e9,
+            pcie_bandwidth_bytes_per_s=32e9,
+            source="NVIDIA Ada GPU architecture whitepaper (v2.1, 2023), Appendix A, GeForce RTX "
+            "4090: 24GB GDDR6X, 1,008 GB/s; peak FP16/BF16 tensor TFLOPS with FP32 accumulate "
+            "165.2 dense (330.3 with sparsity), FP8 with FP32 accumulate 330.3 dense, INT8 "
+            f"660.6 TOPS dense. {_GEFORCE_NOTE}",
+        ),
+        GpuSpec(
+            name="rtx-3090",
+            memory_bytes=24 * GIB,
+            hbm_bandwidth_bytes_per_s=936e9,
+            bf16_flops=71e12,
+            fp16_flops=71e12,
+            fp8_flops=None,
+            int8_ops=284e12,
+            interconnect_bandwidth_bytes_per_s=32e9,
+            pcie_bandwidth_bytes_per_s=32e9,
+            source="NVIDIA Ampere GA102 GPU architecture whitepaper (v2.0, 2020), Table 9, GeForce "
+            "RTX 3090: 24GB GDDR6X, 936 GB/s; peak FP16/BF16 tensor TFLOPS with FP32 accumulate "
+            "71 dense (142 with sparsity), INT8 284 TOPS dense, no FP8. An NVLink bridge "
+            f"(112.5 GB/s total) is optional and not assumed. {_GEFORCE_NOTE}",
+        ),
+        GpuSpec(
+            name="rtx-3070",
+            memory_bytes=8 * GIB,
+            hbm_bandwidth_bytes_per_s=448e9,
+            bf16_flops=40.6e12,
+            fp16_flops=40.6e12,
+            fp8_flops=None,
+            int8_ops=162.6e12,
+            interconnect_bandwidth_bytes_per_s=32e9,
+            pcie_bandwidth_bytes_per_s=32e9,
+            source="The 8 GB card: NVIDIA Ampere GA102 GPU architecture whitepaper (v2.0, 2020), "
+            "Appendix A, GeForce RTX 3070 (GA104): 8GB GDDR6, 448 GB/s; peak FP16/BF16 tensor "
+            "TFLOPS with FP32 accumulate 40.6 dense (81.3 with sparsity), INT8 162.6 TOPS "
+            f"dense, no FP8. {_GEFORCE_NOTE}",
+        ),
+    )
 )
 
 

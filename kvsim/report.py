@@ -114,6 +114,62 @@ def _sections(s: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str, str]
     ]
 
 
+def _optional_sections(s: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """Sections shown only when the run has them (side channel analysis, speculation, beams)."""
+    out = []
+    if "side_channel_num_probes" in s:
+        out.append(
+            (
+                "Side channel (attacker probes)",
+                [
+                    (
+                        "probes",
+                        _count(s.get("side_channel_num_probes")),
+                        f"({_count(s.get('side_channel_num_test'))} held out)",
+                    ),
+                    ("victim had sent", _percent(s.get("side_channel_victim_sent_rate")), "%"),
+                    (
+                        "attacker accuracy",
+                        _percent(s.get("side_channel_accuracy")),
+                        f"% (chance {_percent(s.get('side_channel_chance_accuracy'))}%)",
+                    ),
+                    (
+                        "balanced accuracy",
+                        _percent(s.get("side_channel_balanced_accuracy")),
+                        f"% (chance 50.0 +- {_percent(s.get('side_channel_noise'))})",
+                    ),
+                    (
+                        "KS statistic",
+                        _fixed(s.get("side_channel_ks_statistic"), 3),
+                        f"(5% critical {_fixed(s.get('side_channel_ks_critical_value'), 3)}, p {_fixed(s.get('side_channel_ks_p_value'), 3)})",
+                    ),
+                ],
+            )
+        )
+    if s.get("spec_decode_num_drafts"):
+        out.append(
+            (
+                "Speculative decoding",
+                [
+                    ("verify passes", _count(s.get("spec_decode_num_drafts")), ""),
+                    ("drafts accepted", _percent(s.get("spec_decode_acceptance_rate")), "%"),
+                    ("tokens per verify", _fixed(s.get("spec_decode_mean_acceptance_length"), 2), "(mean)"),
+                ],
+            )
+        )
+    if s.get("beam_num_forks") or s.get("beam_num_forks_skipped"):
+        out.append(
+            (
+                "Beam search",
+                [
+                    ("forks", _count(s.get("beam_num_forks")), "(blocks shared copy-on-write)"),
+                    ("forks skipped", _count(s.get("beam_num_forks_skipped")), "(beams out of lockstep)"),
+                ],
+            )
+        )
+    return out
+
+
 def _reasons(s: Mapping[str, Any]) -> str:
     """'(queue_full 3, max_model_len 1)' for the rejection reasons that occurred."""
     found = [
@@ -164,6 +220,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     sections = _sections(summary)
     if "replica_seconds" in summary:
         sections.append(_cluster_section(summary))
+    sections += _optional_sections(summary)
     latency = [
         (label, [_fixed(summary.get(f"{stem}_{stat}_s"), 1, 1000.0) for stat in LATENCY_STATS])
         for label, stem in LATENCY_ROWS

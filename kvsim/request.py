@@ -19,6 +19,52 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+#: TensorRT-LLM's default retention priority (0 lowest .. 100 highest; KvCacheRetentionConfig).
+DEFAULT_RETENTION_PRIORITY = 35
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """What happens to a request's cached KV once it finishes (after TensorRT-LLM's
+    ``KvCacheRetentionConfig``).
+
+    ``default`` keeps its blocks cached in the free queue (vLLM); ``none`` frees the blocks
+    it computed uncached, to be reused first (a classifier's one-off history); ``priority``
+    keeps them cached at ``priority`` (0..100, default 35): among free cached blocks the
+    lowest priority is evicted first, until ``duration_s`` after they were freed, when they
+    fall back to the default priority (None: never).
+    """
+
+    kind: str = "default"
+    priority: int = DEFAULT_RETENTION_PRIORITY
+    duration_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("default", "none", "priority"):
+            raise ValueError(f"retention kind must be default, none or priority, got {self.kind!r}")
+        if not 0 <= self.priority <= 100:
+            raise ValueError(f"retention priority must be in [0, 100], got {self.priority}")
+        if self.duration_s is not None and not (self.duration_s > 0 and self.duration_s != float("inf")):
+            raise ValueError(f"retention duration_s must be > 0 and finite, got {self.duration_s}")
+
+    @classmethod
+    def parse(cls, text: str) -> Retention:
+        """``none``, ``default``, ``priority:P`` or ``priority:P:DURATION_S`` (a trace column)."""
+        parts = text.strip().split(":")
+        kind = parts[0].lower()
+        try:
+            if kind == "priority" and len(parts) in (2, 3):
+                duration = float(parts[2]) if len(parts) == 3 else None
+                return cls("priority", int(parts[1]), duration)
+        except ValueError:
+            pass
+        if kind in ("none", "default") and len(parts) == 1:
+            return cls(kind)
+        raise ValueError(f"retention {text!r}: expected none, default, priority:P or priority:P:DURATION_S")
+
+
+DEFAULT_RETENTION = Retention()
+
 
 class Segment(NamedTuple):
     """A run of ``num_tokens`` tokens whose content is identified by ``content_id``."""
@@ -40,6 +86,12 @@ class RequestSpec:
     output_content_id: int | None = None
     parent_id: int | None = None
     think_time_s: float = 0.0
+    retention: Retention = DEFAULT_RETENTION
+    #: Beam search: the request id of the group's beam 0 (None: not a beam), this beam's index,
+    #: and on beam 0 the group's forks (step, pruned beam, parent beam; `kvsim.workload.beams`).
+    beam_group: int | None = None
+    beam_index: int = 0
+    beam_forks: tuple[tuple[int, int, int], ...] = ()
     session_id: int | None = (
         None  # conversation id for session-affine routing (None: the parent chain's root)
     )

@@ -24,7 +24,8 @@ from kvsim.overload import load_summary
 from kvsim.scenario.schema import Scenario
 
 if TYPE_CHECKING:
-    from kvsim.core.outcome import CacheStats
+    from kvsim.core.beam_search import BeamStats
+    from kvsim.core.outcome import CacheStats, SpecDecodeStats
     from kvsim.engine.cluster import ClusterStats
 
 #: Why a request was rejected (``reject_reason``; the summary counts each as num_rejected_REASON).
@@ -32,6 +33,8 @@ REJECT_REASONS: dict[str, str] = {
     "max_model_len": "the prompt is the replica's max_model_len tokens or longer",
     "kv_capacity": "the request needs more KV blocks than the replica's whole pool",
     "prompt_budget": "without chunked prefill, the prompt exceeds max_num_batched_tokens",
+    "unschedulable": "with nothing else running its next chunk still did not fit the pool "
+    "(e.g. a chunk plus its sliding window): no block would ever be freed for it",
     "queue_full": "the chosen replica's waiting queue was at admission.max_waiting_per_replica",
     "cluster_queue": "the entry replicas held admission.max_cluster_waiting waiting requests",
     "estimated_wait": "the chosen replica's estimated wait exceeded admission.max_estimated_wait_s",
@@ -145,6 +148,8 @@ def summarize(
     cache: CacheStats,
     total_kv_blocks: int,
     sim_time_s: float,
+    spec: SpecDecodeStats | None = None,
+    beams: BeamStats | None = None,
     cluster: ClusterStats | None = None,
 ) -> dict[str, Any]:
     """Flat summary of a run: counts, latency percentiles, throughput, hit rate, KV usage,
@@ -216,11 +221,46 @@ def summarize(
         out["kv_usage_mean"] = 0.0
         out["kv_token_usage_mean"] = 0.0
         out["kv_token_usage_loaded_mean"] = float("nan")
+    out.update(_spec_decode_summary(spec))
+    out.update(_tenant_summary(requests))
+    out["beam_num_forks"] = beams.num_forks if beams is not None else 0
+    out["beam_num_forks_skipped"] = beams.num_forks_skipped if beams is not None else 0
     out.update(_cluster_summary(requests, out, cluster))
     # Offered vs achieved load and the overload flag (kvsim.overload).
     out.update(load_summary(requests, events))
     for old, new in SUMMARY_ALIASES.items():
         out[old] = out[new]
+    return out
+
+
+def _spec_decode_summary(spec: SpecDecodeStats | None) -> dict[str, Any]:
+    """Speculative decoding's counters, vLLM's names; zeros without speculation."""
+    drafts = spec.num_drafts if spec is not None else 0
+    draft_tokens = spec.num_draft_tokens if spec is not None else 0
+    accepted = spec.num_accepted_tokens if spec is not None else 0
+    return {
+        "spec_decode_num_drafts": drafts,
+        "spec_decode_num_draft_tokens": draft_tokens,
+        "spec_decode_num_accepted_tokens": accepted,
+        "spec_decode_acceptance_rate": accepted / draft_tokens if draft_tokens else 0.0,
+        "spec_decode_mean_acceptance_length": 1 + accepted / drafts if drafts else 0.0,
+    }
+
+
+def _tenant_summary(requests: pd.DataFrame) -> dict[str, Any]:
+    """With two tenants or more, each tenant's prefix hit rate (hit over prompt tokens, on
+    admission) and TTFT p50: what one tier's cache does to another's (none with one tenant)."""
+    tenants = sorted(set(requests["tenant"]))
+    if len(tenants) < 2:
+        return {}
+    out: dict[str, Any] = {}
+    for tenant in tenants:
+        own = requests[requests["tenant"] == tenant]
+        prompt = int(own["prompt_tokens"].sum())
+        hits = int(own["prefix_cache_hits_tokens"].sum())
+        ttft = own.loc[own["finished"], "ttft_s"].to_numpy(dtype=float)
+        out[f"tenant_{tenant}_prefix_cache_hit_rate"] = hits / prompt if prompt else 0.0
+        out[f"tenant_{tenant}_ttft_p50_s"] = _pct(ttft[~np.isnan(ttft)], 50)
     return out
 
 

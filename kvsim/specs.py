@@ -73,6 +73,22 @@ class ModelSpec(FrozenModel):
         le=MAX_TOKENS,
         description="Sliding-window attention span in tokens; KV older than this is dropped.",
     )
+    num_sliding_window_layers: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_LAYERS,
+        description="Layers that attend within sliding_window; the others attend to everything "
+        "(Gemma 2/3 interleave them 1:1 / 5:1, gpt-oss alternates them). None: every layer, when "
+        "sliding_window is set.",
+    )
+    num_sink_tokens: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_TOKENS,
+        description="Attention sinks (StreamingLLM, Xiao et al. 2023): the first tokens every token "
+        "attends to besides its window; their KV is kept while older window blocks are freed. "
+        "Needs sliding_window.",
+    )
     kv_lora_rank: int | None = Field(
         default=None,
         gt=0,
@@ -94,6 +110,29 @@ class ModelSpec(FrozenModel):
         default="",
         description="Where these numbers come from (model card, config).",
     )
+    num_shared_experts: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_EXPERTS,
+        description="MoE: experts every token goes through besides its routed ones (DeepSeek), "
+        "each intermediate_size wide.",
+    )
+    num_dense_layers: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_LAYERS,
+        description="MoE: leading layers with a dense MLP instead of experts (DeepSeek's "
+        "first_k_dense_replace); the others are mixture-of-experts layers.",
+    )
+    expert_weight_dtype: WeightDtype | None = Field(
+        default=None,
+        description="MoE: dtype of the routed experts' weights when it differs from weight_dtype "
+        "(gpt-oss ships them in MXFP4, about int4); None: weight_dtype.",
+    )
+    tie_word_embeddings: bool = Field(
+        default=False,
+        description="Whether the LM head shares the embedding matrix (counted once in num_params).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
@@ -112,6 +151,21 @@ class ModelSpec(FrozenModel):
             and self.num_experts_per_token > self.num_experts
         ):
             raise ValueError("num_experts_per_token must be <= num_experts")
+        if self.sliding_window is None and (self.num_sliding_window_layers or self.num_sink_tokens):
+            raise ValueError("num_sliding_window_layers and num_sink_tokens need a sliding_window")
+        if self.num_sliding_window_layers is not None and self.num_sliding_window_layers > self.num_layers:
+            raise ValueError(
+                f"num_sliding_window_layers ({self.num_sliding_window_layers}) exceeds num_layers "
+                f"({self.num_layers})"
+            )
+        moe_fields = self.num_shared_experts or self.num_dense_layers or self.expert_weight_dtype
+        if moe_fields and (self.num_experts is None or self.num_experts_per_token is None):
+            raise ValueError(
+                "num_shared_experts, num_dense_layers and expert_weight_dtype describe a mixture of "
+                "experts: set num_experts and num_experts_per_token"
+            )
+        if self.num_experts is not None and self.num_dense_layers >= self.num_layers:
+            raise ValueError(f"num_dense_layers ({self.num_dense_layers}) must be < num_layers")
         return self
 
     @property
@@ -121,6 +175,27 @@ class ModelSpec(FrozenModel):
     @property
     def active_params(self) -> float:
         return self.num_active_params if self.num_active_params is not None else self.num_params
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts is not None and self.num_experts_per_token is not None
+
+    @property
+    def num_window_layers(self) -> int:
+        """Layers attending within the sliding window (0 without one)."""
+        if self.sliding_window is None:
+            return 0
+        return self.num_layers if self.num_sliding_window_layers is None else self.num_sliding_window_layers
+
+    @property
+    def num_full_layers(self) -> int:
+        """Layers attending to every earlier token."""
+        return self.num_layers - self.num_window_layers
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Both sliding-window and full-attention layers (vLLM's hybrid KV cache groups)."""
+        return 0 < self.num_window_layers < self.num_layers
 
     @property
     def attention_kind(self) -> str:

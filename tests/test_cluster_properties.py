@@ -134,7 +134,7 @@ def test_no_request_is_lost_or_duplicated_and_blocks_are_conserved(data: dict[st
     specs = scenario_workload(scenario).requests
     cluster = Cluster(resolve_plan(scenario), specs)
     cluster.run()
-    res = _result(cluster, {})
+    res = _result(cluster, {}, specs)
     r = res.requests
     # Every request exactly once, and each either finished or rejected with a reason.
     assert sorted(r.request_id) == sorted(s.request_id for s in specs)

@@ -16,12 +16,15 @@ from kvsim.core.block_pool import BlockPool
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler import Scheduler
 from kvsim.kv.tiers import CpuOffloadTier
-from kvsim.request import RequestSpec, Segment
+from kvsim.request import RequestSpec, Retention, Segment
 from kvsim.scenario.schema import EngineConfig
 
 NUM_BLOCKS = 12
 #: Rule steps each machine ran (invariants are checked after every one), for the CI log.
 STEPS = {"block pool": 0, "scheduler": 0}
+#: Forks and speculative verify passes the scheduler machines made, for the CI log.
+FEATURES = {"beam forks": 0, "verify passes": 0}
+BEAM_CONTENT = 10_000  # content ids of beam groups' prompts
 
 
 class BlockPoolMachine(RuleBasedStateMachine):
@@ -104,10 +107,12 @@ class SchedulerMachine(RuleBasedStateMachine):
         threshold=st.sampled_from([0, 3, 8]),
         mode=st.sampled_from(["recompute", "swap"]),
         policy=st.sampled_from(["fcfs", "priority"]),
-        eviction=st.sampled_from(["lru", "lfu"]),
+        eviction=st.sampled_from(["lru", "lfu", "retention"]),
         caching=st.booleans(),
         allocation=st.sampled_from(["paged", "paged", "reserve_pow2", "reserve_oracle"]),
         offload_blocks=st.sampled_from([0, 0, 3, 16]),
+        spec_k=st.sampled_from([0, 0, 1, 3]),
+        acceptance=st.sampled_from([0.0, 0.5, 1.0]),
     )
     def configure(
         self,
@@ -121,8 +126,16 @@ class SchedulerMachine(RuleBasedStateMachine):
         caching,
         allocation,
         offload_blocks,
+        spec_k,
+        acceptance,
     ) -> None:
         caching = caching and allocation == "paged"
+        # Speculative decoding (rollback of rejected drafts) on some machines.
+        speculative = (
+            {"method": "ngram", "num_speculative_tokens": spec_k, "acceptance_rate": acceptance}
+            if spec_k
+            else None
+        )
         cfg = EngineConfig(
             block_size=4,
             max_num_batched_tokens=budget,
@@ -134,6 +147,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             eviction_policy=eviction,
             enable_prefix_caching=caching,
             kv_allocation=allocation,
+            speculative_config=speculative,
         )
 
         def tier() -> CpuOffloadTier | None:  # a CPU offload tier below each pool
@@ -153,18 +167,55 @@ class SchedulerMachine(RuleBasedStateMachine):
         own=st.integers(1, 12),
         out=st.integers(1, 8),
         prio=st.integers(0, 2),
+        retention=st.sampled_from(["default", "default", "none", "priority:80:2", "priority:10"]),
     )
-    def arrive(self, prefix, prefix_len, own, out, prio) -> None:
+    def arrive(self, prefix, prefix_len, own, out, prio, retention) -> None:
         rid = len(self.reqs)
         segs = (
             (Segment(prefix, prefix_len), Segment(100 + rid, own)) if prefix else (Segment(100 + rid, own),)
         )
-        spec = RequestSpec(request_id=rid, arrival_s=self.t, prompt=segs, output_tokens=out, priority=prio)
-        req = Request(spec, shared_content_ids={1, 2})  # only the prefixes are shared
-        self.reqs[rid] = req
+        if self.sched.pool.timed or not retention.startswith("priority"):  # priorities need the policy
+            kept = Retention.parse(retention)
+        else:
+            kept = Retention()
+        spec = RequestSpec(
+            request_id=rid, arrival_s=self.t, prompt=segs, output_tokens=out, priority=prio, retention=kept
+        )
+        self._add(spec)
+
+    @precondition(lambda self: self.sched is not None)
+    @rule(
+        width=st.integers(2, 3),
+        prompt_len=st.integers(1, 10),
+        out=st.integers(2, 8),
+        forks=st.lists(st.tuples(st.integers(1, 7), st.integers(1, 2), st.integers(0, 2)), max_size=4),
+    )
+    def arrive_beams(self, width, prompt_len, out, forks) -> None:
+        """A beam group: forks (step, pruned, parent) with copy-on-write of partial blocks."""
+        first = len(self.reqs)
+        genealogy = tuple(sorted((s, c, p) for s, c, p in forks if c < width and p < width and c != p))
+        for i in range(width):
+            spec = RequestSpec(
+                request_id=first + i,
+                arrival_s=self.t,
+                prompt=(Segment(BEAM_CONTENT + first, prompt_len),),
+                output_tokens=out,
+                beam_group=first,
+                beam_index=i,
+                beam_forks=genealogy if i == 0 else (),
+            )
+            self._add(spec)
+
+    def _add(self, spec: RequestSpec) -> None:
+        # Only the prefixes and the beams' prompts are shared (the twin hashes everything).
+        req = Request(
+            spec,
+            shared_content_ids={1, 2, *(s.content_id for s in spec.prompt if s.content_id >= BEAM_CONTENT)},
+        )
+        self.reqs[spec.request_id] = req
         self.sched.add_request(req)
-        self.twin_reqs[rid] = Request(spec)
-        self.twin.add_request(self.twin_reqs[rid])
+        self.twin_reqs[spec.request_id] = Request(spec)
+        self.twin.add_request(self.twin_reqs[spec.request_id])
 
     @precondition(lambda self: self.sched is not None and self.sched.has_work())
     @rule()
@@ -176,7 +227,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert len(out.scheduled) <= s.max_num_seqs and len(s.running) <= s.max_num_seqs
         assert len({r.request_id for r, _ in out.scheduled}) == len(out.scheduled)
         for r, n in out.scheduled:
-            assert 1 <= n <= r.num_tokens - r.num_computed_tokens
+            assert 1 <= n <= r.num_tokens - r.num_computed_tokens + r.num_spec_tokens  # drafts verified
             held = sum(1 for b in r.blocks if b is not None)
             assert held * 4 >= r.num_computed_tokens + n - 4 * r.num_skipped_blocks
         twin_out = self.twin.schedule(self.t)
@@ -194,6 +245,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.t += 1.0
         done, twin_done = s.update(out, self.t), self.twin.update(twin_out, self.t)
         assert [r.request_id for r in done.finished] == [r.request_id for r in twin_done.finished]
+
+    def teardown(self) -> None:
+        if self.sched is not None:
+            FEATURES["beam forks"] += self.sched.beams.stats.num_forks
+            FEATURES["verify passes"] += self.sched.spec_stats.num_drafts
 
     @invariant()
     def nothing_lost_or_duplicated(self) -> None:
@@ -220,6 +276,13 @@ class SchedulerMachine(RuleBasedStateMachine):
         # Blocks conserved: used blocks are exactly the distinct blocks running requests hold.
         held = {b.block_id for r in s.running for b in r.blocks if b is not None}
         assert s.pool.num_used_blocks == len(held)
+        # Ref counts are the holders: beams sharing a block after a fork count once each.
+        holders: dict[int, int] = {}
+        for r in s.running:
+            for b in r.blocks:
+                if b is not None:
+                    holders[b.block_id] = holders.get(b.block_id, 0) + 1
+        assert {b.block_id: b.ref_cnt for b in s.pool.blocks if b.ref_cnt} == holders
         assert 0 <= s.swap.num_used_blocks <= s.swap.num_blocks
         s.pool.check_invariants()
 
@@ -236,3 +299,5 @@ def test_scheduler_machine(record_property) -> None:
         ),
     )
     record_property("steps", {"machine": "scheduler", "steps": STEPS["scheduler"] - before})
+    # The new operations were exercised, not only allowed.
+    assert FEATURES["beam forks"] > 0 and FEATURES["verify passes"] > 0, FEATURES

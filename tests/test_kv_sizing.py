@@ -233,3 +233,79 @@ def test_inline_model_is_sized_like_a_preset() -> None:
     )
     assert kv_bytes_per_token(tiny, "fp16") == 2 * 2 * 2 * 16 * 2
     assert kv_capacity(tiny, resolve_gpu("t4"), block_size=4).to_dict()["num_tokens"] % 4 == 0
+
+
+# --------------------------------------------------------------------------- mixed layers, sinks
+
+
+def test_gemma_3_1b_keeps_the_window_in_22_layers_and_everything_in_4() -> None:
+    gemma = resolve_model("gemma-3-1b")  # 26 layers x 1 KV head x 256 dim x 2 (K, V) x 2 bytes
+    assert (gemma.num_window_layers, gemma.num_full_layers, gemma.is_hybrid) == (22, 4, True)
+    assert kv_bytes_per_token(gemma) == 26 * 1024
+    # 32k tokens: 4 full layers hold all of them, 22 sliding layers the last 512.
+    assert kv_bytes_for_context(gemma, 32768) == (4 * 32768 + 22 * 512) * 1024 == 145_752_064
+    assert kv_bytes_for_context(gemma, 300) == 300 * 26 * 1024  # inside the window: every layer
+
+
+def test_layer_groups_follow_vllms_hybrid_allocator() -> None:
+    from kvsim.kv_sizing import kv_layer_groups
+
+    gemma = kv_layer_groups(resolve_model("gemma-3-1b"))
+    assert (gemma.layers_per_group, gemma.num_full_groups, gemma.num_window_groups) == (4, 1, 6)
+    assert gemma.num_padding_layers(resolve_model("gemma-3-1b")) == 2  # 28 layer slots for 26
+    oss = kv_layer_groups(resolve_model("gpt-oss-20b"))  # 12 + 12: one group of each
+    assert (oss.layers_per_group, oss.num_full_groups, oss.num_window_groups) == (12, 1, 1)
+    # 12 sliding + 13 full (a drafter layer added): under 1.5x, so groups of 13 (vLLM's example)
+    spec = resolve_model("gpt-oss-20b").model_copy(update={"num_layers": 25})
+    assert kv_layer_groups(spec).layers_per_group == 13
+    assert kv_layer_groups(resolve_model("llama-3-8b")).num_groups == 1
+    assert kv_layer_groups(resolve_model("mistral-7b")).num_window_groups == 1
+
+
+def test_blocks_per_sequence_counts_a_block_table_per_group() -> None:
+    from kvsim.kv_sizing import blocks_per_sequence, bytes_per_block_per_shard
+
+    gemma = resolve_model("gemma-3-1b")
+    # One block holds 16 tokens of 4 layers: 16 x 4 x 1,024 bytes.
+    assert bytes_per_block_per_shard(gemma, "auto", 1, 16) == 65_536
+    # 32k tokens: the full group 2,048 blocks, each window group cdiv(511 + 1, 16) + 1 = 33.
+    assert blocks_per_sequence(gemma, 32768, 16) == 2048 + 6 * 33
+    # vLLM's start-up check holds a whole 8,192-token chunk beside the window.
+    assert blocks_per_sequence(gemma, 32768, 16, chunk_tokens=8192) == 2048 + 6 * (-(-(511 + 8192) // 16) + 1)
+    mistral = resolve_model("mistral-7b")  # one window group: ceil(4096 / 16) + 1 = 257
+    assert blocks_per_sequence(mistral, 20000, 16) == 257
+    assert blocks_per_sequence(mistral, 1000, 16) == 63
+    assert blocks_per_sequence(resolve_model("llama-3-8b"), 1000, 16) == 63
+
+
+def test_sinks_stay_beside_the_window() -> None:
+    from kvsim.kv_sizing import blocks_per_sequence
+
+    spec = resolve_model("mistral-7b").model_copy(update={"num_sink_tokens": 4})
+    assert kv_tokens_held(spec, 10_000) == 4096 + 4
+    assert kv_tokens_held(spec, 3000) == 3000
+    assert blocks_per_sequence(spec, 20000, 16) == 257 + 1  # one more block for the sinks
+
+
+def test_mixed_layer_fields_are_checked() -> None:
+    base = resolve_model("llama-3-8b").model_dump()
+    with pytest.raises(ValueError, match="need a sliding_window"):
+        ModelSpec(**{**base, "num_sink_tokens": 4})
+    with pytest.raises(ValueError, match="exceeds num_layers"):
+        ModelSpec(**{**base, "sliding_window": 512, "num_sliding_window_layers": 33})
+    with pytest.raises(ValueError, match="set num_experts"):
+        ModelSpec(**{**base, "num_shared_experts": 2})
+
+
+def test_gpt_oss_counts_its_mxfp4_experts_at_half_a_byte() -> None:
+    oss = resolve_model("gpt-oss-20b")
+    experts = 24 * 32 * 3 * 2880 * 2880  # layers x experts x (gate, up, down) x hidden x intermediate
+    assert weight_bytes(oss) == (20.9e9 - experts) * 2 + experts * 0.5
+    assert 12 * GIB < weight_bytes(oss) < 12.5 * GIB  # "runs within 16 GB of memory"
+
+
+def test_hybrid_capacity_sizes_blocks_per_group() -> None:
+    gemma = resolve_model("gemma-3-1b")
+    cap = kv_capacity(gemma, resolve_gpu("rtx-3070"), activation_reserve_bytes=1 * GIB)
+    assert cap.bytes_per_block_per_shard == 65_536 and cap.num_kv_groups == 7
+    assert cap.num_blocks == int(cap.kv_bytes_per_shard // 65_536)

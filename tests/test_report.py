@@ -123,3 +123,30 @@ def test_missing_and_nan_values_show_a_dash() -> None:
 
 def test_plural_replicas() -> None:
     assert format_summary(dict(SUMMARY, num_replicas=4)).splitlines()[0] == "default (seed 0, 4 replicas)"
+
+
+def test_speculation_and_beam_sections_only_when_they_ran() -> None:
+    assert "Speculative decoding" not in format_summary(SUMMARY | {"spec_decode_num_drafts": 0})
+    text = format_summary(
+        SUMMARY
+        | {
+            "spec_decode_num_drafts": 4760,
+            "spec_decode_acceptance_rate": 0.438,
+            "spec_decode_mean_acceptance_length": 2.744,
+            "beam_num_forks": 1939,
+            "beam_num_forks_skipped": 3,
+        }
+    )
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    at = lines.index("Speculative decoding")
+    assert lines[at : at + 4] == [
+        "Speculative decoding",
+        "verify passes 4,760",
+        "drafts accepted 43.8 %",
+        "tokens per verify 2.74 (mean)",
+    ]
+    at = lines.index("Beam search")
+    assert lines[at + 1 : at + 3] == [
+        "forks 1,939 (blocks shared copy-on-write)",
+        "forks skipped 3 (beams out of lockstep)",
+    ]

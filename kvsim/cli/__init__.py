@@ -21,6 +21,7 @@ from kvsim.cli import (
     analysis_cmd,
     calibrate_cmd,
     capacity_cmd,
+    fit_cmd,
     kvsize_cmd,
     run_cmd,
     sweep_cmd,
@@ -32,6 +33,7 @@ from kvsim.errors import KvsimError
 _COMMAND_MODULES = (
     run_cmd,
     kvsize_cmd,
+    fit_cmd,
     trace_cmd,
     sweep_cmd,
     capacity_cmd,

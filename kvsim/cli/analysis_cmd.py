@@ -3,12 +3,15 @@
     kvsim spikes scenarios/preemption_recompute.yaml --top 3
     kvsim spikes --set workload.num_requests=300 --itl-threshold 0.1
     kvsim exposure scenarios/prefix_cache_side_channel.yaml
+    kvsim sharing scenarios/beam_search.yaml --widths 2,4,6
 
 ``spikes`` runs a scenario, finds the windows whose p99 TTFT or ITL exceed the thresholds
 (the scenario's SLOs by default) and prints each spike's cause with the numbers behind it,
 worst first, as the dashboard's Latency spikes page does. ``exposure`` prints how often
 prompts a tenant sends for the first time hit the prefix cache (on blocks only another
 tenant can have put there) and the TTFT of hits against misses: the timing side channel.
+``sharing`` prints the memory beam search or parallel sampling saves by sharing blocks
+(`kvsim.sharing`, the vLLM paper's Figure 15).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import json
 from pathlib import Path
 
 import kvsim
-from kvsim import analysis
+from kvsim import analysis, sharing
 from kvsim.engine.simulator import scenario_workload
 from kvsim.io import json_safe
 from kvsim.units import format_seconds
@@ -73,6 +76,33 @@ def _cmd_exposure(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sharing(args: argparse.Namespace) -> int:
+    scenario = kvsim.load_scenario(args.scenario, args.overrides)
+    base_dir = Path(args.scenario).resolve().parent if args.scenario else None
+    try:
+        widths = [int(w) for w in args.widths.split(",")]
+    except ValueError:
+        problem = ("", f"expected integers separated by commas, got {args.widths!r}")
+        raise kvsim.ScenarioError("--widths", [problem]) from None
+    points = sharing.memory_saving(scenario, args.kind, widths, base_dir=base_dir)
+    if args.json:
+        print(json.dumps(json_safe([vars_of(p) for p in points]), indent=2, allow_nan=False))
+        return 0
+    label = "beam width" if args.kind == "beam" else "parallel samples"
+    print(f"{scenario.name}: memory saved by sharing blocks ({args.kind}), 1 - block-seconds shared / alone")
+    for p in points:
+        note = "" if p.same_schedule else f"  (schedules differ: {p.num_preemptions} preemptions)"
+        print(
+            f"  {label} {p.width}: {p.saving:.1%} saved "
+            f"({p.block_s_shared:,.0f} vs {p.block_s_alone:,.0f} block-s){note}"
+        )
+    return 0
+
+
+def vars_of(point: sharing.SharingPoint) -> dict[str, object]:
+    return {f: getattr(point, f) for f in point.__dataclass_fields__}
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", nargs="?", help="Scenario file (default: the embedded default scenario).")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -81,7 +111,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add ``spikes`` and ``exposure`` to the parser."""
+    """Add ``spikes``, ``exposure`` and ``sharing`` to the parser."""
     p = sub.add_parser(
         "spikes",
         help="Run a scenario and explain its latency spikes (the dashboard's Latency spikes page).",
@@ -109,3 +139,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     _common(e)
     e.set_defaults(func=_cmd_exposure)
+    h = sub.add_parser(
+        "sharing",
+        help="Memory saved by sharing blocks in beam search or parallel sampling (vLLM paper Fig. 15).",
+        description="Run a scenario with and without block sharing for each width and print the memory "
+        "saved, 1 - block-seconds held with sharing / without (kvsim.sharing): beam search (workload.beam_sharing true "
+        "vs false) or parallel sampling (each prompt's samples sharing its blocks after the prefill vs not). Meaningful when neither run preempts "
+        "(each line says when the schedules differ).",
+    )
+    _common(h)
+    h.add_argument("--kind", choices=("beam", "parallel"), default="beam", help="What shares (default beam).")
+    h.add_argument(
+        "--widths", default="2,4,6", help="Beam widths or sample counts, comma-separated (default 2,4,6)."
+    )
+    h.set_defaults(func=_cmd_sharing)

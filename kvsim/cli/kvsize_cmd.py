@@ -2,9 +2,12 @@
 
     kvsim kv-size --model llama-2-70b --kv-dtype fp16
     kvsim kv-size --model llama-2-70b --gpu h100-sxm --tp 8 --json
+    kvsim kv-size --model my-model.yaml --gpu '{"name": "my-gpu", ...}'
 
 Without ``--gpu`` only the per-token and per-block figures are printed; with it, the
-memory breakdown of one TP shard and the capacity in blocks and tokens.
+memory breakdown of one TP shard and the capacity in blocks and tokens; when not one KV
+block fits, it says why and exits 3 (`kvsim fit` answers for a context and batch).
+``--model`` / ``--gpu`` take a preset name, a YAML/JSON spec file or inline JSON.
 """
 
 from __future__ import annotations
@@ -13,17 +16,21 @@ import argparse
 import json
 from typing import Any
 
+from kvsim.cli.fit_cmd import EXIT_DOES_NOT_FIT, gpu_arg, model_arg
 from kvsim.errors import KvsimError
 from kvsim.kv_sizing import (
     GIB,
+    blocks_per_sequence,
+    bytes_per_block_per_shard,
     kv_bytes_for_context,
     kv_bytes_per_token,
     kv_capacity,
     kv_heads_per_shard,
+    kv_layer_groups,
     kv_tokens_held,
     weight_bytes,
 )
-from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model, tp_problem
+from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, tp_problem
 from kvsim.specs import KV_DTYPE_BYTES
 
 
@@ -56,14 +63,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="KV-cache size of a model, and with --gpu how many KV blocks and tokens fit "
         "after weights and activation reserve (vLLM's rule, per tensor-parallel shard).",
     )
-    p.add_argument("--model", required=True, help=f"model preset: {', '.join(MODEL_PRESETS)}")
+    p.add_argument(
+        "--model", required=True, help=f"model preset ({', '.join(MODEL_PRESETS)}), spec file or JSON"
+    )
     p.add_argument(
         "--kv-dtype",
         default="auto",
         choices=["auto", *KV_DTYPE_BYTES],
         help="KV-cache element type (vLLM's kv_cache_dtype; 'auto' = the model's dtype).",
     )
-    p.add_argument("--gpu", help=f"GPU preset: {', '.join(GPU_PRESETS)}")
+    p.add_argument("--gpu", help=f"GPU preset ({', '.join(GPU_PRESETS)}), spec file or JSON")
     p.add_argument("--tp", type=_positive_int, default=1, help="tensor-parallel degree (default 1)")
     p.add_argument("--block-size", type=_positive_int, default=16, help="tokens per block (default 16)")
     p.add_argument(
@@ -106,7 +115,7 @@ def _num(value: float) -> int | float:
 
 
 def _figures(args: argparse.Namespace) -> dict[str, Any]:
-    model = resolve_model(args.model)
+    model = model_arg(args.model)
     problem = tp_problem(model, args.tp)
     if problem:
         raise KvsimError(f"--tp: {problem}")
@@ -123,8 +132,11 @@ def _figures(args: argparse.Namespace) -> dict[str, Any]:
         "bytes_per_token": _num(per_token),
         "bytes_per_token_per_shard": _num(per_token_shard),
         "bytes_per_token_all_shards": _num(per_token_shard * tp),
-        "bytes_per_block_per_shard": _num(per_token_shard * args.block_size),
+        "bytes_per_block_per_shard": _num(bytes_per_block_per_shard(model, dtype, tp, args.block_size)),
         "sliding_window": model.sliding_window,
+        "num_sliding_window_layers": model.num_window_layers,
+        "num_kv_groups": kv_layer_groups(model).num_groups,
+        "context_blocks": blocks_per_sequence(model, ctx, args.block_size),
         "max_model_len": model.max_model_len,
         "context_tokens": ctx,
         "context_tokens_held": kv_tokens_held(model, ctx),
@@ -134,7 +146,7 @@ def _figures(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.gpu is None:
         return out
-    gpu = resolve_gpu(args.gpu)
+    gpu = gpu_arg(args.gpu)
     reserve = None if args.activation_reserve_gib is None else args.activation_reserve_gib * GIB
     cap = kv_capacity(
         model,
@@ -161,6 +173,7 @@ def _figures(args: argparse.Namespace) -> dict[str, Any]:
             "kv_bytes_per_shard": _num(cap.kv_bytes_per_shard),
             "num_blocks": cap.num_blocks,
             "num_tokens": cap.num_tokens,
+            "fits": cap.num_blocks >= 1 and cap.weight_bytes_per_shard <= cap.budget_bytes,
         }
     )
     return out
@@ -190,7 +203,12 @@ def _text(f: dict[str, Any]) -> str:
     if tp > 1:
         ctx_line += f" ({_gib(f['context_bytes_per_shard'])} per shard)"
     if held < ctx:
-        ctx_line += f" (sliding window {f['sliding_window']:,}: only the last {held:,} tokens are kept)"
+        layers = f"{f['num_sliding_window_layers']} sliding-window layers" if f["num_kv_groups"] > 1 else ""
+        ctx_line += (
+            f" (sliding window {f['sliding_window']:,}: only the last {held:,} tokens are kept"
+            + (f" in its {layers}" if layers else "")
+            + ")"
+        )
     if ctx > f["max_model_len"]:
         ctx_line += f" (beyond the model's max_model_len {f['max_model_len']:,})"
     lines.append(ctx_line)
@@ -210,9 +228,26 @@ def _text(f: dict[str, Any]) -> str:
             if f["activation_reserve_estimated"]
             else ""
         ),
-        f"  = KV cache                {_gib(f['kv_bytes_per_shard']):>14}",
+        (
+            f"  = KV cache                {_gib(f['kv_bytes_per_shard']):>14}"
+            if f["kv_bytes_per_shard"] >= 0
+            else f"  = KV cache                {'none':>14}  "
+            f"({_gib(-f['kv_bytes_per_shard'])} short of what weights and activations need)"
+        ),
         f"  KV capacity: {f['num_blocks']:,} blocks = {f['num_tokens']:,} tokens",
     ]
+    if f["num_kv_groups"] > 1:
+        lines.append(
+            f"  a {ctx:,}-token sequence holds {f['context_blocks']:,} blocks: one block table per "
+            f"layer group ({f['num_kv_groups']} groups, vLLM's hybrid allocator)"
+        )
+    if not f["fits"]:
+        why = (
+            "the weights alone exceed the budget"
+            if f["weight_bytes_per_shard"] > f["budget_bytes"]
+            else "no room is left for a single KV block"
+        )
+        lines.append(f"  DOES NOT FIT: {why}; raise --tp, quantize, or pick a larger GPU (see kvsim fit)")
     return "\n".join(lines)
 
 
@@ -220,4 +255,4 @@ def run(args: argparse.Namespace) -> int:
     """Print the KV sizing figures as text or one JSON object."""
     figures = _figures(args)
     print(json.dumps(figures, indent=2) if args.json else _text(figures))
-    return 0
+    return EXIT_DOES_NOT_FIT if figures.get("fits") is False else 0

@@ -70,6 +70,7 @@ class BlockPool:
         else:
             make_queue = eviction_policy
         self.free_queue: FreeQueue = make_queue(self.blocks)
+        self._timed = hasattr(self.free_queue, "set_time")
         # hash -> block. A second block with the same hash (the same content computed
         # twice at once) is kept in `_dupes` so that both can be found and evicted.
         self.cached: dict[int, KVBlock] = {}
@@ -178,7 +179,8 @@ class BlockPool:
                 return out
         return None
 
-    def _evict(self, block: KVBlock) -> None:
+    def _unindex(self, block: KVBlock) -> int:
+        """Take ``block`` out of the prefix index and drop its hash; returns the hash it had."""
         h = block.block_hash
         assert h is not None
         dupes = self._dupes.get(h)
@@ -201,6 +203,32 @@ class BlockPool:
                 del self._dupes[h]
         block.block_hash = None
         block.num_hits = 0
+        return h
+
+    def uncache(self, block: KVBlock) -> None:
+        """Drop the hash of an in-use block (its owner keeps nothing for later requests:
+        retention none). Not an eviction: nothing is counted or written to the offload tier."""
+        assert block.ref_cnt > 0
+        self._unindex(block)
+
+    # -- time, for retention priorities (kvsim.core.eviction.RetentionFreeQueue) ----------
+    @property
+    def timed(self) -> bool:
+        """Whether the free queue keeps retention priorities (and so needs the time)."""
+        return hasattr(self.free_queue, "set_time")
+
+    def set_time(self, now: float) -> None:
+        """The simulated time, for a free queue whose priorities expire."""
+        if self._timed:
+            self.free_queue.set_time(now)  # type: ignore[attr-defined]
+
+    def set_retention(self, priority: int, expiry_s: float | None) -> None:
+        """The retention priority (and its expiry) of the blocks freed next."""
+        if self._timed:
+            self.free_queue.set_retention(priority, expiry_s)  # type: ignore[attr-defined]
+
+    def _evict(self, block: KVBlock) -> None:
+        h = self._unindex(block)
         self.num_cached_free -= 1
         self.num_evicted += 1
         if self.offload is not None:

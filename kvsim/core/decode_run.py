@@ -45,6 +45,8 @@ class DecodeRun:
     num_allocated: int = 0
     new_blocks: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     evicted: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: Start time of each step, for a pool whose retention priorities expire (set by the engine).
+    step_starts: np.ndarray | None = None
 
     def context_tokens(self) -> np.ndarray:
         """``decode_context_tokens`` of each iteration of the run."""
@@ -54,9 +56,12 @@ class DecodeRun:
         """Make the block allocations of the run's first ``num_started`` iterations."""
         pool = self.scheduler.pool
         steps, reqs = self.alloc_steps, self.alloc_reqs
+        starts = self.step_starts if pool.timed else None
         i = self.num_allocated
         while i < len(steps) and steps[i] < num_started:
             j = steps[i]
+            if starts is not None:  # as stepping: the allocation happens when step j is scheduled
+                pool.set_time(float(starts[j]))
             before = pool.num_evicted
             reqs[i].blocks.extend(pool.get_new_blocks(1))
             self.new_blocks[j] += 1
@@ -82,6 +87,7 @@ class DecodeRun:
         t_first = float(ends[0])
         limit = sched.max_model_len or _NO_LIMIT
         outcome = StepOutcome()
+        sched.pool.set_time(t_last)
         sched.num_tokens_stored += len(self.reqs) * num_steps
         for req in self.reqs:
             if caching:
@@ -108,6 +114,10 @@ class DecodeRun:
 def plan_decode_run(sched: Scheduler, out: SchedulerOutput, max_steps: int) -> DecodeRun | None:
     """If ``out`` starts a stretch of identical pure-decode iterations, describe it."""
     if not out.all_running_decode or not sched.kv.supports_decode_fast_path or max_steps < 2:
+        return None
+    if sched.speculator is not None or sched.beams:
+        # Speculating, each step's drafts come from a draw; beams fork at steps of their own:
+        # both are stepped, never fast-forwarded.
         return None
     reqs = sched.running
     # Steps each request has left: its remaining output, or up to max_model_len (vLLM's cap).

@@ -6,6 +6,7 @@ first (and so which cached prefix is evicted first):
     lru  a doubly linked list: freed blocks join the tail, new data takes the head, a
          prefix hit pulls a block out of the middle in O(1)  (vLLM: FreeKVCacheBlockQueue)
     lfu  the free block hit least often first, ties by time freed (a heap)
+    retention  LRU within TensorRT-LLM-style retention priorities, with expiry
 
 A policy is a class built from the pool's blocks with `append` (a freed cached block),
 `appendleft` (a freed block holding nothing reusable: it is reused first, as vLLM 0.32
@@ -161,3 +162,123 @@ class LfuFreeQueue:
     def __iter__(self) -> Iterator[KVBlock]:
         live = [(h, t, b) for h, t, b in self._heap if self._entry.get(b.block_id) == t]
         return iter(b for _, _, b in sorted(live, key=lambda e: (e[0], e[1])))
+
+
+#: TensorRT-LLM's default retention priority (kvsim.request.DEFAULT_RETENTION_PRIORITY).
+DEFAULT_PRIORITY = 35
+#: The level of free blocks dropped uncached (``retention: none``): reused before any other.
+UNCACHED_LEVEL = -1
+
+
+@EVICTION_POLICIES.register("retention")
+class RetentionFreeQueue:
+    """LRU within retention priorities (TensorRT-LLM's prioritized eviction).
+
+    Free blocks sit in one LRU list per priority (0..100); new data takes the head of the
+    lowest non-empty level. A block freed with a ``duration_s`` returns to the default
+    level (35), at its tail, once the queue's clock passes its expiry:
+
+        level  -1  [b4 b9]             dropped uncached (retention: none), reused first
+        level  35  [b7 b2 b5]          default
+        level  80  [b3 b1]             a system prompt kept until t = 120 s, then level 35
+
+    The block pool frees blocks at ``set_retention(priority, expiry_s)`` (default level
+    otherwise) and tells the queue the time with ``set_time`` before freeing or taking
+    blocks. Every operation first moves the blocks whose time ran out, in expiry order, so
+    the order does not depend on when anyone looks.
+    """
+
+    __slots__ = ("_expiry", "_heap", "_level", "_levels", "_next_expiry", "_next_level", "_tick", "now")
+
+    def __init__(self, blocks: Iterable[KVBlock] = ()) -> None:
+        self._levels: dict[int, LruFreeQueue] = {}
+        self._level: dict[int, int] = {}  # block_id -> its level while free
+        self._expiry: dict[int, float] = {}  # block_id -> when it falls back to the default level
+        self._heap: list[tuple[float, int, KVBlock]] = []
+        self._tick = 0
+        self._next_level = DEFAULT_PRIORITY
+        self._next_expiry: float | None = None
+        self.now = 0.0
+        for b in blocks:
+            self.append(b)
+
+    def set_retention(self, priority: int, expiry_s: float | None) -> None:
+        """The level (and fall-back time) of the blocks freed next; reset with (35, None)."""
+        self._next_level, self._next_expiry = priority, expiry_s
+
+    def set_time(self, now: float) -> None:
+        self.now = now
+
+    def __len__(self) -> int:
+        return len(self._level)
+
+    def _push(self, block: KVBlock, level: int, left: bool = False) -> None:
+        queue = self._levels.get(level)
+        if queue is None:
+            queue = self._levels[level] = LruFreeQueue()
+        if left:
+            first = queue.head.next
+            assert first is not None
+            block.prev, block.next = queue.head, first
+            queue.head.next = first.prev = block
+            queue.num_free_blocks += 1
+        else:
+            queue.append(block)
+        self._level[block.block_id] = level
+
+    def append(self, block: KVBlock) -> None:
+        # Expire first: a block whose priority ran out earlier joins the default level
+        # before the blocks freed now (the order is by time, whenever the queue looks).
+        self._expire()
+        level, expiry = self._next_level, self._next_expiry
+        if expiry is not None and expiry <= self.now:
+            level, expiry = DEFAULT_PRIORITY, None
+        self._push(block, level)
+        if expiry is not None and level != DEFAULT_PRIORITY:
+            self._tick += 1
+            self._expiry[block.block_id] = expiry
+            heapq.heappush(self._heap, (expiry, self._tick, block))
+
+    def appendleft(self, block: KVBlock) -> None:
+        """A block dropped uncached: reused before every cached one."""
+        self._expire()
+        self._push(block, UNCACHED_LEVEL, left=True)
+
+    def _expire(self) -> None:
+        heap = self._heap
+        while heap and heap[0][0] <= self.now:
+            expiry, _, block = heapq.heappop(heap)
+            bid = block.block_id
+            if self._expiry.get(bid) != expiry:
+                continue  # taken since, or freed again with another expiry
+            del self._expiry[bid]
+            self._levels[self._level[bid]].remove(block)
+            self._push(block, DEFAULT_PRIORITY)
+
+    def popleft(self) -> KVBlock:
+        self._expire()
+        for level in sorted(self._levels):
+            queue = self._levels[level]
+            if len(queue):
+                block = queue.popleft()
+                self._forget(block)
+                return block
+        raise IndexError("no free blocks")
+
+    def _forget(self, block: KVBlock) -> None:
+        del self._level[block.block_id]
+        self._expiry.pop(block.block_id, None)
+
+    def remove(self, block: KVBlock) -> None:
+        self._levels[self._level[block.block_id]].remove(block)
+        self._forget(block)
+
+    def level_of(self, block: KVBlock) -> int | None:
+        """The level of a free block (None if it is not free)."""
+        return self._level.get(block.block_id)
+
+    def __iter__(self) -> Iterator[KVBlock]:
+        """Free blocks in reuse order, as of the queue's clock (expiries applied first)."""
+        self._expire()
+        for level in sorted(self._levels):
+            yield from self._levels[level]

@@ -4,7 +4,8 @@ One manager class per attention kind, after vLLM v1's single-type KV cache manag
 
     FullAttentionManager    every token's KV is kept while the request runs
     SlidingWindowManager    blocks whose tokens every future token has stopped attending
-                            to are freed as the request advances (left as None holes):
+                            to are freed as the request advances (left as None holes),
+                            attention sinks kept:
 
         window 8, block_size 4, 16 tokens computed:
         block table   [None][None][ b2 ][ b3 ]      tokens 0..7 out of the window
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from kvsim.core.block import PRIVATE, KVBlock
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.request_state import NEVER_PRIVATE, Request
+from kvsim.request import DEFAULT_RETENTION_PRIORITY
 
 
 class FullAttentionManager:
@@ -51,6 +53,14 @@ class FullAttentionManager:
     def remove_skipped_blocks(self, req: Request) -> None:
         """Free blocks no future token attends to (none under full attention)."""
 
+    def fit_chunk(self, req: Request, num_new_tokens: int, num_hit_blocks: int = 0) -> int:
+        """``num_new_tokens`` capped so that computing them, alone, fits the pool.
+
+        Full attention needs no cap: a request whose whole sequence exceeds the pool is
+        rejected on arrival. (``num_hit_blocks``: prefix blocks found, about to be attached.)
+        """
+        return num_new_tokens
+
     # -- prefix lookup -------------------------------------------------------------
     def get_computed_blocks(self, req: Request) -> list[KVBlock]:
         """Longest run of cached blocks matching the start of the request's tokens."""
@@ -75,7 +85,11 @@ class FullAttentionManager:
 
     # -- allocation ----------------------------------------------------------------
     def allocate_slots(
-        self, req: Request, num_new_tokens: int, new_computed: Sequence[KVBlock] = (), num_loaded: int = 0
+        self,
+        req: Request,
+        num_new_tokens: int,
+        new_computed: Sequence[KVBlock | None] = (),
+        num_loaded: int = 0,
     ) -> bool:
         """Make room for ``num_new_tokens`` more tokens (after any prefix hits).
 
@@ -90,11 +104,14 @@ class FullAttentionManager:
         num_computed = req.num_computed_tokens + (len(new_computed) + num_loaded) * bs
         num_required = -(-(num_computed + num_new_tokens) // bs)
         num_new_blocks = num_required - len(req.blocks) - len(new_computed)
-        num_evictable = sum(1 for b in new_computed if b.ref_cnt == 0) if new_computed else 0
+        # A sliding window's hits hold no block (None) where the window has moved past them.
+        num_evictable = (
+            sum(1 for b in new_computed if b is not None and b.ref_cnt == 0) if new_computed else 0
+        )
         if num_new_blocks > pool.num_free_blocks - num_evictable:
             return False
         if new_computed:
-            pool.touch(new_computed)
+            pool.touch([b for b in new_computed if b is not None])
             req.blocks.extend(new_computed)
             req.num_cached_blocks = len(req.blocks)
         if num_loaded:
@@ -159,6 +176,10 @@ class FullAttentionManager:
         # offload tier below it), so none of its blocks is private any more: those it
         # computes after resuming are hashed like everyone's.
         req.private_from_token = NEVER_PRIVATE
+        self.publish_blocks_from(req, first_private)
+
+    def publish_blocks_from(self, req: Request, first_private: int) -> None:
+        """Give ``req``'s private cached blocks from block ``first_private`` on their real hashes."""
         n = req.num_cached_blocks
         if first_private >= n:
             return
@@ -169,6 +190,71 @@ class FullAttentionManager:
             if block is not None and block.block_hash == PRIVATE:
                 block.block_hash = None
                 cache(block, hashes[j])
+
+    def rollback(self, req: Request) -> None:
+        """Speculative decoding: free the blocks past the request's computed tokens, which hold
+        only rejected drafts' slots (vLLM keeps them and overwrites them next step)."""
+        keep = -(-req.num_computed_tokens // self.block_size)
+        blocks = req.blocks
+        if len(blocks) > keep:
+            tail = blocks[keep:]
+            del blocks[keep:]
+            self.pool.free_blocks(b for b in reversed(tail) if b is not None)
+
+    def fork(self, child: Request, parent: Request) -> bool:
+        """Beam search: the pruned ``child`` continues as a copy of ``parent`` (same computed tokens).
+
+        The child drops its own blocks and shares the parent's full blocks (one more
+        reference each); the parent's partial last block is copied on write, into a new
+        block, as both beams write their next token into it (vLLM paper section 4.4):
+
+            parent  [ b0 ][ b1 ][ b2: 2 of 4 ]      child  [ b0 ][ b1 ][ b5: copy of b2 ]
+
+        Returns False, changing nothing, when no block is free for the copy.
+        """
+        bs = self.block_size
+        num_full = parent.num_computed_tokens // bs
+        shared = parent.blocks[:num_full]
+        partial = len(parent.blocks) > num_full
+        keep = {id(b) for b in shared}
+        freed = sum(1 for b in child.blocks if b is not None and b.ref_cnt == 1 and id(b) not in keep)
+        if partial and self.pool.num_free_blocks + freed < 1:
+            return False
+        for block in shared:
+            assert block is not None and block.ref_cnt > 0, "a running parent holds its blocks"
+            block.ref_cnt += 1
+        self.pool.free_blocks(b for b in reversed(child.blocks) if b is not None)
+        child.blocks = [*shared, *(self.pool.get_new_blocks(1) if partial else ())]
+        child.num_cached_blocks = min(parent.num_cached_blocks, num_full)
+        return True
+
+    def free_finished(self, req: Request, now: float) -> None:
+        """Release a finished request's blocks as its retention says (`kvsim.request.Retention`).
+
+        ``default``: `free`, its blocks stay cached. ``none``: the blocks it computed and no
+        one else holds are dropped uncached first (they go to the head of the free queue);
+        the prefix it hit on arrival was someone else's and stays. ``priority``: freed at
+        that retention priority until ``now + duration_s`` (a retention free queue keeps it).
+        """
+        retention = req.spec.retention
+        if retention.kind == "none" and self.enable_caching:
+            self.drop_own_cache(req)
+        elif retention.kind == "priority" and self.pool.timed:
+            expiry = None if retention.duration_s is None else now + retention.duration_s
+            self.pool.set_retention(retention.priority, expiry)
+            try:
+                self.free(req)
+            finally:
+                self.pool.set_retention(DEFAULT_RETENTION_PRIORITY, None)
+            return
+        self.free(req)
+
+    def drop_own_cache(self, req: Request) -> None:
+        """Uncache the blocks ``req`` computed (past its first-admission hits) that only it holds."""
+        keep = req.prefix_cache_hits_tokens // self.block_size
+        for block in req.blocks[keep:]:
+            if block is not None and block.ref_cnt == 1 and block.block_hash is not None:
+                self.pool.uncache(block)
 
     def free(self, req: Request) -> None:
         """Release all of the request's blocks, tail first (the tail is evicted first)."""
@@ -181,34 +267,92 @@ class SlidingWindowManager(FullAttentionManager):
     """Full attention's bookkeeping, minus the blocks that fell out of the window.
 
     Prefix hits still need the whole chain of blocks from the start (vLLM can hit with
-    only the last window's blocks cached): conservative, see docs/engine.md.
+    only the last window's blocks cached): conservative, see docs/engine.md. Hit blocks
+    the window has already passed are not taken (None holes, vLLM's null blocks).
+
+    Attention sinks (StreamingLLM): the first ``num_sink_tokens`` tokens stay attended, so
+    their blocks stay while the window slides past them:
+
+        window 8, 4 sink tokens, block_size 4, 20 tokens computed:
+        block table   [ b0 ][None][None][ b3 ][ b4 ]     b0: the sinks; tokens 4..11 gone
     """
 
     supports_decode_fast_path = False
 
-    def __init__(self, pool: BlockPool, block_size: int, sliding_window: int) -> None:
+    def __init__(
+        self, pool: BlockPool, block_size: int, sliding_window: int, num_sink_tokens: int = 0
+    ) -> None:
         super().__init__(pool, block_size)
         if sliding_window < 1:
             raise ValueError('"sliding_window" must be >= 1')
+        if num_sink_tokens < 0:
+            raise ValueError('"num_sink_tokens" must be >= 0')
         self.sliding_window = sliding_window
+        self.num_sink_tokens = num_sink_tokens
+        self.num_sink_blocks = -(-num_sink_tokens // block_size)
 
     def attended_tokens(self, num_tokens: int) -> int:
-        return min(num_tokens, self.sliding_window)
+        window = self.sliding_window
+        return min(num_tokens, window) + min(self.num_sink_tokens, max(0, num_tokens - window))
 
     def max_blocks_needed(self, num_tokens: int) -> int:
-        return min(-(-num_tokens // self.block_size), -(-self.sliding_window // self.block_size) + 1)
+        window = -(-self.sliding_window // self.block_size) + 1 + self.num_sink_blocks
+        return min(-(-num_tokens // self.block_size), window)
 
     def num_held_blocks(self, req: Request) -> int:
         return sum(1 for b in req.blocks if b is not None)
 
+    def _first_attended_block(self, num_computed_tokens: int) -> int:
+        """Blocks wholly before the window of the token after ``num_computed_tokens``."""
+        return max(0, num_computed_tokens - self.sliding_window + 1) // self.block_size
+
+    def fit_chunk(self, req: Request, num_new_tokens: int, num_hit_blocks: int = 0) -> int:
+        """The longest chunk whose blocks, with the window before it and the sinks, fit the pool.
+
+        Computing tokens [c, c + n) holds the blocks from the window's start to c + n, plus
+        the sinks: it can never run if that exceeds the pool, however empty (vLLM refuses to
+        start such an engine; kvsim, given a smaller pool, computes smaller chunks).
+        """
+        bs = self.block_size
+        c = req.num_computed_tokens + num_hit_blocks * bs
+        start = self._first_attended_block(c)
+        room = (self.pool.num_blocks + start - min(self.num_sink_blocks, start)) * bs - c
+        return max(0, min(num_new_tokens, room))
+
+    def get_computed_blocks(self, req: Request) -> list[KVBlock | None]:  # type: ignore[override]
+        hits: list[KVBlock | None] = list(super().get_computed_blocks(req))
+        skip = min(self._first_attended_block(len(hits) * self.block_size), len(hits))
+        for j in range(self.num_sink_blocks, skip):
+            hits[j] = None
+        return hits
+
+    def allocate_slots(
+        self,
+        req: Request,
+        num_new_tokens: int,
+        new_computed: Sequence[KVBlock | None] = (),
+        num_loaded: int = 0,
+    ) -> bool:
+        if not super().allocate_slots(req, num_new_tokens, new_computed, num_loaded):
+            return False
+        if new_computed:  # the holes of the hits are skipped blocks
+            req.num_skipped_blocks = max(req.num_skipped_blocks, self._skipped_prefix(req.blocks))
+        return True
+
+    def _skipped_prefix(self, blocks: list[KVBlock | None]) -> int:
+        n = self.num_sink_blocks
+        while n < len(blocks) and blocks[n] is None:
+            n += 1
+        return n if n > self.num_sink_blocks else 0
+
     def remove_skipped_blocks(self, req: Request) -> None:
-        num_skipped_tokens = req.num_computed_tokens - self.sliding_window + 1
-        n_skip = min(num_skipped_tokens // self.block_size, len(req.blocks))
+        n_skip = min(self._first_attended_block(req.num_computed_tokens), len(req.blocks))
         if n_skip <= req.num_skipped_blocks:
             return
         blocks = req.blocks
-        dropped = [b for b in blocks[req.num_skipped_blocks : n_skip] if b is not None]
-        for j in range(req.num_skipped_blocks, n_skip):
+        first = max(req.num_skipped_blocks, self.num_sink_blocks)
+        dropped = [b for b in blocks[first:n_skip] if b is not None]
+        for j in range(first, n_skip):
             blocks[j] = None
         req.num_skipped_blocks = n_skip
         self.pool.free_blocks(reversed(dropped))
@@ -221,9 +365,9 @@ class SlidingWindowManager(FullAttentionManager):
 
 
 def make_kv_manager(
-    pool: BlockPool, block_size: int, sliding_window: int | None = None
+    pool: BlockPool, block_size: int, sliding_window: int | None = None, num_sink_tokens: int = 0
 ) -> FullAttentionManager:
-    """The manager for a model's attention: sliding window if it has one, else full."""
+    """The manager for a model's attention: sliding window (with sinks) if it has one, else full."""
     if sliding_window is None:
         return FullAttentionManager(pool, block_size)
-    return SlidingWindowManager(pool, block_size, sliding_window)
+    return SlidingWindowManager(pool, block_size, sliding_window, num_sink_tokens)

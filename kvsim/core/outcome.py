@@ -76,6 +76,8 @@ class SchedulerOutput:
     swap_out_blocks: int = 0
     swap_in_blocks: int = 0
     all_running_decode: bool = False
+    #: Waiting requests found unschedulable (nothing runs, they still cannot start): rejected.
+    rejected: list[Request] = field(default_factory=list)
 
     @property
     def scheduled(self) -> list[tuple[Request, int]]:
@@ -96,3 +98,19 @@ class CacheStats:
     recompute_queries_tokens: int = 0
     recompute_hits_tokens: int = 0
     offload_hits_tokens: int = 0  # loaded from the offload tier instead of recomputed
+
+
+@dataclass(slots=True)
+class SpecDecodeStats:
+    """Speculative decoding counters of one replica (vLLM's spec_decode_num_drafts,
+    num_draft_tokens and num_accepted_tokens)."""
+
+    num_drafts: int = 0  # verify passes
+    num_draft_tokens: int = 0  # drafts verified
+    num_accepted_tokens: int = 0  # drafts accepted
+
+    def __iadd__(self, other: SpecDecodeStats) -> SpecDecodeStats:
+        self.num_drafts += other.num_drafts
+        self.num_draft_tokens += other.num_draft_tokens
+        self.num_accepted_tokens += other.num_accepted_tokens
+        return self

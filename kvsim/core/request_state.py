@@ -66,6 +66,7 @@ class Request:
         "finish_s",
         "first_scheduled_s",
         "first_token_s",
+        "group_views",
         "kv_transferred",
         "last_token_s",
         "max_itl_s",
@@ -74,6 +75,7 @@ class Request:
         "num_output_tokens",
         "num_preemptions",
         "num_skipped_blocks",
+        "num_spec_tokens",
         "num_swaps",
         "num_tokens",
         "offload_hits_tokens",
@@ -126,10 +128,12 @@ class Request:
         self.num_tokens = self.prompt_tokens
         self.num_computed_tokens = 0
         self.num_output_tokens = 0
+        self.num_spec_tokens = 0  # speculative decoding: drafts the next step verifies
         self.salt = tenant_salt(spec.tenant) if salt_by_tenant else 0
         self.blocks: list[KVBlock | None] = []
         self.num_cached_blocks = 0  # leading blocks registered in the prefix cache
         self.num_skipped_blocks = 0  # leading blocks dropped by a sliding window
+        self.group_views: list[Request] | None = None  # hybrid models: the other layer groups' tables
         self.block_hashes: list[int] = []
         self._cursor_seg = 0
         self._cursor_off = 0

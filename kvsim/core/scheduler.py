@@ -24,13 +24,15 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kvsim.core.allocators import make_allocator
+from kvsim.core.allocators import PagedAllocator, make_allocator
+from kvsim.core.beam_search import BeamGroups
 from kvsim.core.block import KVBlock
 from kvsim.core.block_pool import BlockPool
-from kvsim.core.kv_manager import make_kv_manager
-from kvsim.core.outcome import CacheStats, EventKind, KvEvent, SchedulerOutput, StepOutcome
+from kvsim.core.kv_manager import FullAttentionManager, make_kv_manager
+from kvsim.core.outcome import CacheStats, EventKind, KvEvent, SchedulerOutput, SpecDecodeStats, StepOutcome
 from kvsim.core.queues import RequestQueue
 from kvsim.core.request_state import Request, Status
+from kvsim.core.speculative import Speculator
 from kvsim.cost.base import Batch
 from kvsim.kv.swap import SwapSpace
 from kvsim.registry import SCHEDULING_POLICIES
@@ -48,6 +50,7 @@ class _Step:
     long_prefill_threshold: int = 0  # this step's cap on one request's prefill chunk (0: none)
     scheduled: dict[Request, int] = field(default_factory=dict)
     events: list[KvEvent] = field(default_factory=list)
+    rejected: list[Request] = field(default_factory=list)  # found unschedulable this step
     num_preempted: int = 0
     num_fast_decodes: int = 0  # decodes taken by the hot path (marked 0 in `scheduled`)
     fast_decode_ctx: int = 0
@@ -65,12 +68,15 @@ class Scheduler:
         pool: BlockPool,
         *,
         sliding_window: int | None = None,
+        num_sink_tokens: int = 0,
+        kv_manager: FullAttentionManager | None = None,
         num_swap_blocks: int = 0,
         max_model_len: int | None = None,
         role: str = "both",
+        seed: int = 0,
     ) -> None:
         self.pool = pool
-        self.kv = make_kv_manager(pool, config.block_size, sliding_window)
+        self.kv = kv_manager or make_kv_manager(pool, config.block_size, sliding_window, num_sink_tokens)
         self.queue: RequestQueue = SCHEDULING_POLICIES[config.scheduling_policy]()
         self.allocator = make_allocator(config.kv_allocation, pool, config.block_size, max_model_len)
         self.swap = SwapSpace(num_swap_blocks)
@@ -90,6 +96,20 @@ class Scheduler:
         self.running: list[Request] = []
         self.swapped: deque[Request] = deque()
         self.stats = CacheStats()
+        # Speculative decoding: drafts proposed after each sampled token, verified next step.
+        spec = config.speculative_config
+        self.speculator = (
+            None if spec is None else Speculator(spec.num_speculative_tokens, spec.acceptance(), seed)
+        )
+        self.spec_stats = SpecDecodeStats()
+        # Beam search: beams of a group share blocks and fork copy-on-write (kvsim.core.beam_search).
+        self.beams = BeamGroups(self.kv)
+        self.can_fork = (
+            type(self.kv) is FullAttentionManager
+            and type(self.allocator) is PagedAllocator
+            and self.kv_cache_enabled
+            and self.speculator is None
+        )
 
     # -- queues ----------------------------------------------------------------------
     @property
@@ -122,11 +142,21 @@ class Scheduler:
             else ""
         )
         if reason:
-            req.status = Status.REJECTED
-            return KvEvent(EventKind.REJECT, req.request_id, needed_blocks, reason)
+            return self._reject(req, needed_blocks, reason)
         req.status = Status.WAITING
         self.queue.push(req)
+        if req.spec.beam_group is not None:
+            if self.can_fork:
+                self.beams.add(req)
+            elif req.spec.beam_index == 0:  # a KV manager that cannot fork: beams share nothing
+                self.beams.stats.num_forks_skipped += len(req.spec.beam_forks)
         return None
+
+    @staticmethod
+    def _reject(req: Request, num_blocks: int, reason: str) -> KvEvent:
+        """Mark ``req`` rejected; ``reason`` is one of kvsim.result.REJECT_REASONS."""
+        req.status = Status.REJECTED
+        return KvEvent(EventKind.REJECT, req.request_id, num_blocks, reason)
 
     # -- scheduling ------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
@@ -135,12 +165,27 @@ class Scheduler:
         # with nobody else running or waiting there is nobody to starve (vLLM 0.32).
         alone = len(self.running) + self.num_waiting <= 1
         step = _Step(self.max_num_batched_tokens, 0 if alone else self.long_prefill_threshold)
+        self.pool.set_time(now)  # retention priorities expire by it
         evicted_before = self.pool.num_evicted
         self._schedule_running(step)
         if not step.num_preempted:
             self._resume_swapped(step)
             self._admit_waiting(step, now)
+            if not step.scheduled and not self.running and not self.swapped and len(self.queue):
+                self._reject_unschedulable(step, now)
         return self._make_output(step, self.pool.num_evicted - evicted_before)
+
+    def _reject_unschedulable(self, step: _Step, now: float) -> None:
+        """Nothing runs and the head of the queue still cannot start: it never will (no block
+        will be freed until something runs). Reject it, with the reason, and try the next."""
+        while len(self.queue) and not step.scheduled:
+            req = self.queue.pop()
+            needed = self.kv.max_blocks_needed(req.num_tokens)
+            step.events.append(self._reject(req, needed, "unschedulable"))
+            step.rejected.append(req)
+            if self.beams:
+                self.beams.remove(req)
+            self._admit_waiting(step, now)
 
     @staticmethod
     def _chunk(num_new: int, step: _Step) -> int:
@@ -160,7 +205,7 @@ class Scheduler:
         kv = self.kv
         bs = kv.block_size
         caching = kv.enable_caching
-        hot_path_ok = kv.supports_decode_fast_path and self.kv_cache_enabled
+        hot_path_ok = kv.supports_decode_fast_path and self.kv_cache_enabled and self.speculator is None
         running = self.running
         scheduled = step.scheduled
         budget = step.budget
@@ -185,8 +230,10 @@ class Scheduler:
                 i += 1
                 continue
             step.budget = budget
-            num_new = self._chunk(req.num_tokens - nc, step)
+            # The next token, or a prefill chunk; speculating, the drafts after it too.
+            num_new = self._chunk(req.num_tokens - nc + req.num_spec_tokens, step)
             kv.remove_skipped_blocks(req)
+            num_new = max(kv.fit_chunk(req, num_new), 1)
             preempted_itself = False
             while not kv.allocate_slots(req, num_new):
                 victim = running.pop(self.queue.victim_index(running))
@@ -215,6 +262,7 @@ class Scheduler:
         """Take ``victim``'s blocks: to the swap space if it fits there, else recompute."""
         kv = self.kv
         victim.num_preemptions += 1
+        victim.num_spec_tokens = 0  # drafted for a step it will not get
         step.num_preempted += 1
         if self.swap_mode:
             need = min(-(-victim.num_computed_tokens // kv.block_size), kv.num_held_blocks(victim))
@@ -243,8 +291,8 @@ class Scheduler:
         kv = self.kv
         while self.swapped and step.budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.swapped[0]
-            num_new = self._chunk(req.num_tokens - req.num_computed_tokens, step)
-            if not kv.allocate_slots(req, num_new):
+            num_new = kv.fit_chunk(req, self._chunk(req.num_tokens - req.num_computed_tokens, step))
+            if not num_new or not kv.allocate_slots(req, num_new):
                 break
             self.swapped.popleft()
             self.swap.release(req.swapped_blocks)
@@ -282,8 +330,8 @@ class Scheduler:
             num_new = thr
         if not self.chunked_prefill and num_new > step.budget:
             return False  # without chunking the (capped) prompt must fit this step's budget
-        num_new = min(num_new, step.budget)
-        if not self._whole_sequence_fits(req, hits):
+        num_new = kv.fit_chunk(req, min(num_new, step.budget), len(hits) + num_loaded)
+        if not num_new or not self._whole_sequence_fits(req, hits):
             return False
         if not self.allocator.reserve(req) or not kv.allocate_slots(req, num_new, hits, num_loaded):
             return False
@@ -293,7 +341,7 @@ class Scheduler:
         self._start(req, num_new, step)
         return True
 
-    def _whole_sequence_fits(self, req: Request, hits: Sequence[KVBlock]) -> bool:
+    def _whole_sequence_fits(self, req: Request, hits: Sequence[KVBlock | None]) -> bool:
         """Whether the free blocks hold the request's whole sequence so far, not just its first
         chunk (vLLM 0.32's admission gate, ``scheduler_reserve_full_isl``, on by default): a
         long prompt is not admitted to be preempted chunks later. Hit blocks that are free
@@ -301,7 +349,7 @@ class Scheduler:
         kv = self.kv
         num_tokens = req.num_tokens if self.max_model_len is None else min(req.num_tokens, self.max_model_len)
         needed = max(kv.max_blocks_needed(num_tokens) - len(req.blocks) - len(hits), 0)
-        needed += sum(1 for b in hits if b.ref_cnt == 0)
+        needed += sum(1 for b in hits if b is not None and b.ref_cnt == 0)
         return needed <= self.pool.num_free_blocks
 
     def _count_admission(
@@ -345,27 +393,38 @@ class Scheduler:
         scheduled = step.scheduled
         num_decode, decode_ctx = step.num_fast_decodes, step.fast_decode_ctx
         chunks: list[tuple[int, int]] = []
+        verifies: list[tuple[int, int]] = []  # speculative decoding: 1 + drafts after the context
         if num_decode != len(scheduled):  # classify what the hot path did not
             kv_cache = self.kv_cache_enabled
             for req, n in scheduled.items():
                 if n == 0:
                     continue
                 c = req.num_computed_tokens
-                if n == 1 and req.num_output_tokens and c == req.num_tokens - 1 and kv_cache:
+                decoding = req.num_output_tokens and c == req.num_tokens - 1 and kv_cache
+                if n == 1 and decoding:
                     num_decode += 1
                     decode_ctx += kv.attended_tokens(c + 1)
+                elif decoding:
+                    verifies.append((n, kv.attended_tokens(c)))
                 elif not kv_cache:
                     chunks.append((c + n, 0))  # no KV cache: every step recomputes the sequence
                 else:
                     chunks.append((n, kv.attended_tokens(c)))
+        batch = Batch(
+            prefill_chunks=chunks + verifies,
+            num_decode_seqs=num_decode,
+            decode_context_tokens=decode_ctx,
+            num_verify_chunks=len(verifies),
+        )
         return SchedulerOutput(
             tokens=scheduled,
-            batch=Batch(prefill_chunks=chunks, num_decode_seqs=num_decode, decode_context_tokens=decode_ctx),
+            batch=batch,
             events=step.events,
+            rejected=step.rejected,
             num_evicted=num_evicted,
             num_prefill_seqs=len(chunks),
             prefill_tokens=sum(q for q, _ in chunks),
-            decode_tokens=num_decode,
+            decode_tokens=num_decode + sum(q for q, _ in verifies),
             num_preempted=step.num_preempted,
             num_scheduled_tokens=self.max_num_batched_tokens - step.budget,
             offload_load_blocks=step.loaded_blocks,
@@ -373,6 +432,7 @@ class Scheduler:
             swap_in_blocks=step.swap_in_blocks,
             all_running_decode=(
                 not chunks
+                and not verifies
                 and not step.num_preempted
                 and not step.swap_in_blocks
                 and not step.loaded_blocks
@@ -388,16 +448,26 @@ class Scheduler:
         ``max_model_len`` (vLLM's length cap).
         """
         outcome = StepOutcome()
+        self.pool.set_time(t_end)
         self.num_tokens_stored += out.num_scheduled_tokens
         limit = self.max_model_len or _NO_LIMIT
+        spec = self.speculator
+        beams = self.beams if self.beams else None  # checked once: the loop below is the hot path
+        forked: list[int] = []  # beam groups that sampled a token
         for req, n in out.tokens.items():
             nc = req.num_computed_tokens + (n or 1)
+            if nc > req.num_tokens:  # a verify pass: its rejected drafts' slots are rolled back
+                nc -= self._settle_verify(req, n - 1)
             req.num_computed_tokens = nc
             if nc < req.num_tokens:
                 continue  # a prefill chunk that does not reach the end samples nothing
-            n_out = req.num_output_tokens + 1
+            n_out = req.num_output_tokens + nc + 1 - req.num_tokens  # one, or accepted drafts + 1
             req.num_output_tokens = n_out
             req.num_tokens = nc + 1
+            if spec is not None:  # the drafts the next step verifies
+                req.num_spec_tokens = spec.num_drafts(req, limit)
+            if beams is not None and req.spec.beam_group is not None:
+                forked.append(req.spec.beam_group)
             if n_out == 1:
                 req.first_token_s = req.last_token_s = t_end
                 if n_out == req.target_output_tokens or nc + 1 >= limit:
@@ -414,11 +484,33 @@ class Scheduler:
             if n_out == req.target_output_tokens or nc + 1 >= limit:
                 self.finish(req, t_end)
                 outcome.finished.append(req)
+        if beams is not None:
+            for group in dict.fromkeys(forked):
+                beams.after_step(group)
         if outcome:
             self.prune_running()
         return outcome
 
+    def _settle_verify(self, req: Request, num_drafts: int) -> int:
+        """Draw how many of a verify pass's drafts the target accepts; roll the rest back.
+
+        Returns the rejected drafts, whose KV slots are given up (`rollback`).
+        """
+        assert self.speculator is not None, "only a speculating engine verifies drafts"
+        accepted = self.speculator.accept(req, num_drafts)
+        stats = self.spec_stats
+        stats.num_drafts += 1
+        stats.num_draft_tokens += num_drafts
+        stats.num_accepted_tokens += accepted
+        rejected = num_drafts - accepted
+        self.num_tokens_stored -= rejected
+        req.num_computed_tokens += 1 + accepted  # the last sampled token and the accepted drafts
+        if type(self.allocator) is PagedAllocator:  # a contiguous reservation keeps its blocks
+            self.kv.rollback(req)
+        return rejected
+
     def _hand_off(self, req: Request) -> None:
+        req.num_spec_tokens = 0  # the decode replica proposes its own drafts
         req.status = Status.TRANSFERRING
         self.num_tokens_stored -= req.num_computed_tokens
         self.kv.free(req)  # freed tail first; the prompt stays cached here for later hits
@@ -428,7 +520,11 @@ class Scheduler:
         self.num_tokens_stored -= req.num_computed_tokens
         req.status = Status.FINISHED
         req.finish_s = t_end
-        self.kv.free(req)
+        self.kv.free_finished(req, t_end)
+        if self.speculator is not None:
+            self.speculator.release(req)
+        if self.beams:
+            self.beams.remove(req)
 
     def prune_running(self) -> None:
         """Drop requests that stopped running from the running list (order kept)."""

@@ -4,6 +4,7 @@ An iteration is summarised by what it computes:
 
     prefill_chunks   [(new_tokens, context_tokens_before), ...]   one per prefilling request
     num_decode_seqs  requests decoding one token each
+    num_verify_chunks  speculative decoding: the last chunks are verify passes (1 + k tokens)
     decode_context_tokens  sum over those requests of the tokens each attends to
                            (its cached context plus the new token)
 
@@ -31,6 +32,9 @@ class Batch:
     prefill_chunks: list[tuple[int, int]] = field(default_factory=list)
     num_decode_seqs: int = 0
     decode_context_tokens: int = 0
+    #: Speculative decoding: the last ``num_verify_chunks`` prefill chunks are verify passes,
+    #: (1 + draft tokens, context) each, priced as chunks (`kvsim.cost.speculative`).
+    num_verify_chunks: int = 0
 
     @property
     def num_prefill_tokens(self) -> int:

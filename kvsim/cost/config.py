@@ -89,6 +89,16 @@ class RooflineCostConfig(FrozenModel):
             "None uses the GPU's interconnect bandwidth."
         ),
     )
+    expert_routing_zipf_exponent: float = Field(
+        default=0.0,
+        ge=0,
+        le=10,
+        description=(
+            "Mixture of experts: skew of the router's expert popularity, p_i proportional to "
+            "(i + 1)^-s; 0 routes uniformly. Sets how many distinct experts a batch activates, "
+            "hence the expert weights a step reads (kvsim.moe)."
+        ),
+    )
 
 
 class ConstantCostConfig(FrozenModel):

@@ -15,8 +15,18 @@ With ``combine: sum`` each max(...) above becomes a sum: compute and memory traf
 not overlap (a CPU core streaming weights, then computing; benchmarks/vllm_latency.py).
 
 P_lin is the parameters of the transformer layers (all params less the embedding and the
-LM head, assumed untied); the LM head runs on one row per sequence (``seqs``: decoding
-requests plus prefill chunks), as engines compute logits only for sampled positions.
+LM head, counted once when tied); the LM head runs on one row per sequence (``seqs``:
+decoding requests plus prefill chunks), as engines compute logits only for sampled positions.
+
+Mixture of experts (`kvsim.moe`): a step reads the non-expert weights, the shared experts
+and only the routed experts its tokens activate, E[distinct experts](tokens) per MoE
+layer, instead of every parameter at every batch size; a token's FLOPs are its top-k
+experts'. With ``expert_parallel`` each GPU holds E/tp whole experts and the MoE layers
+exchange tokens by all-to-all instead of all-reducing the MLP output: per MoE layer two
+phases (dispatch, combine), each GPU sending the k copies of its 1/tp share of the tokens,
+(tp-1)/tp of them to other GPUs (tokens spread over the GPUs, as with vLLM's data-parallel
+attention); expected per-GPU weight traffic is the same as under TP, load imbalance is
+not modelled. All-to-all phases count in ``num_allreduces`` / ``allreduce_bus_bytes``.
 Attended pairs of a prefill chunk of q new tokens after c cached ones: q*c + q(q+1)/2
 (causal); of a decode, its context. KV tokens touched: q + c per chunk (read the cache,
 write the chunk), the context per decode.
@@ -34,6 +44,14 @@ import numpy as np
 from kvsim.cost.base import Batch
 from kvsim.cost.config import RooflineCostConfig
 from kvsim.kv_sizing import kv_bytes_per_token
+from kvsim.moe import (
+    active_layer_params,
+    expected_distinct_experts,
+    expert_params_per_layer,
+    non_expert_layer_params,
+    num_moe_layers,
+    shared_expert_params,
+)
 from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
 
 
@@ -66,9 +84,14 @@ def _tally(batch: Batch) -> tuple[int, int, int, int]:
 
 
 def layer_linear_params(model: ModelSpec) -> float:
-    """Parameters used per token by the transformer layers (excludes embedding and LM head)."""
-    embed = model.vocab_size * model.hidden_size
-    return max(model.active_params - 2 * embed, 0.5 * model.active_params)
+    """Parameters used per token by the transformer layers (excludes embedding and LM head).
+
+    A mixture of experts counts its structure (`kvsim.moe.active_layer_params`).
+    """
+    if model.is_moe:
+        return active_layer_params(model)
+    embed = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
+    return max(model.active_params - embed, 0.5 * model.active_params)
 
 
 class RooflineCostModel:
@@ -82,11 +105,15 @@ class RooflineCostModel:
         *,
         tp: int = 1,
         kv_cache_dtype: str = "auto",
+        expert_parallel: bool = False,
     ) -> None:
         if tp < 1:
             raise ValueError('"tp" must be >= 1')
+        if expert_parallel and not model.is_moe:
+            raise ValueError('"expert_parallel" needs a mixture-of-experts model')
         cfg = config or RooflineCostConfig()
         self.model, self.gpu, self.config, self.tp = model, gpu, cfg, tp
+        self.expert_parallel = expert_parallel
         wbytes = KV_DTYPE_BYTES[model.weight_dtype]
         # Activations travel in 16-bit even when weights are quantised.
         act_bytes = 2.0 if wbytes < 2 else wbytes
@@ -96,6 +123,15 @@ class RooflineCostModel:
         self._lm_flops_per_seq = 2.0 * lm_params / tp
         self._attn_flops_per_pair = 4.0 * model.num_layers * (model.num_attention_heads / tp) * model.head_dim
         self._weight_bytes = (lin_params + lm_params) * wbytes / tp
+        # Mixture of experts: the constant part (non-expert layers, LM head, shared experts)
+        # plus the bytes of one distinct routed expert over all MoE layers (per GPU).
+        self._expert_bytes = 0.0
+        self._distinct: dict[int, float] = {}  # expected distinct experts by tokens in the step
+        if model.is_moe:
+            ebytes = KV_DTYPE_BYTES[model.expert_weight_dtype or model.weight_dtype]
+            dense = non_expert_layer_params(model) + shared_expert_params(model) + lm_params
+            self._weight_bytes = dense * wbytes / tp
+            self._expert_bytes = num_moe_layers(model) * expert_params_per_layer(model) * ebytes / tp
         self._kv_bytes_per_token = kv_bytes_per_token(model, kv_cache_dtype, tp)
         self._flops_rate = gpu.peak_flops(model.weight_dtype) * cfg.compute_efficiency
         self._bytes_rate = gpu.hbm_bandwidth_bytes_per_s * cfg.memory_efficiency
@@ -108,6 +144,16 @@ class RooflineCostModel:
         self._ar_bus_bytes_per_token = (
             self._num_allreduces * 2.0 * (tp - 1) / tp * model.hidden_size * act_bytes
         )
+        if expert_parallel and tp > 1:
+            # MoE layers: attention all-reduce + dispatch and combine all-to-alls (see above).
+            n_moe = num_moe_layers(model)
+            k = model.num_experts_per_token or 1
+            n_allreduce = 2 * model.num_layers - n_moe
+            self._num_allreduces = n_allreduce + 2 * n_moe
+            self._ar_bus_bytes_per_token = (
+                n_allreduce * 2.0 * (tp - 1) / tp * model.hidden_size * act_bytes
+                + 2 * n_moe * k * model.hidden_size * act_bytes * (tp - 1) / tp / tp
+            )
         self.allreduce_latency_s = (
             cfg.allreduce_latency_s if cfg.allreduce_latency_s is not None else gpu.interconnect_latency_s
         )
@@ -123,7 +169,7 @@ class RooflineCostModel:
         pairs, kv_tokens, n_tokens, n_seqs = _tally(batch)
         return RooflineTerms(
             linear_flops=self._linear_flops_per_token * n_tokens + self._lm_flops_per_seq * n_seqs,
-            weight_bytes=self._weight_bytes if n_tokens else 0.0,
+            weight_bytes=self._weights_read(n_tokens) if n_tokens else 0.0,
             attention_flops=self._attn_flops_per_pair * pairs,
             kv_bytes=self._kv_bytes_per_token * kv_tokens,
             num_allreduces=self._num_allreduces if n_tokens else 0,
@@ -146,9 +192,31 @@ class RooflineCostModel:
 
     def _linear_s(self, n_tokens: int, n_seqs: int) -> float:
         flops = self._linear_flops_per_token * n_tokens + self._lm_flops_per_seq * n_seqs
+        weights = self._weights_read(n_tokens)
         if self._sum:
-            return flops / self._flops_rate + self._weight_bytes / self._bytes_rate
-        return max(flops / self._flops_rate, self._weight_bytes / self._bytes_rate)
+            return flops / self._flops_rate + weights / self._bytes_rate
+        return max(flops / self._flops_rate, weights / self._bytes_rate)
+
+    def _weights_read(self, n_tokens: int) -> float:
+        """Weight bytes one step over ``n_tokens`` tokens reads on one GPU."""
+        if not self._expert_bytes:
+            return self._weight_bytes
+        distinct = self._distinct.get(n_tokens)
+        if distinct is None:
+            m = self.model
+            assert m.num_experts is not None and m.num_experts_per_token is not None
+            distinct = expected_distinct_experts(
+                m.num_experts, m.num_experts_per_token, n_tokens, self.config.expert_routing_zipf_exponent
+            )
+            self._distinct[n_tokens] = distinct
+        return self._weight_bytes + distinct * self._expert_bytes
+
+    def expected_distinct_experts(self, n_tokens: int) -> float:
+        """Routed experts a step over ``n_tokens`` tokens activates per MoE layer (0 if dense)."""
+        if not self._expert_bytes:
+            return 0.0
+        self._weights_read(n_tokens)
+        return self._distinct[n_tokens]
 
     def decode_steps_s(self, num_seqs: int, context_tokens: np.ndarray) -> np.ndarray:
         # Same operations, in the same order, as step_time_s for a pure-decode batch.

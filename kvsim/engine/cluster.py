@@ -26,8 +26,10 @@ from typing import Any
 import numpy as np
 import simpy
 
+from kvsim.core.beam_search import BeamStats
 from kvsim.core.block_pool import BlockPool
-from kvsim.core.outcome import CacheStats, EventKind
+from kvsim.core.hybrid_kv import make_model_kv_manager
+from kvsim.core.outcome import CacheStats, EventKind, SpecDecodeStats
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler import Scheduler
 from kvsim.cost.base import CostModel
@@ -41,6 +43,7 @@ from kvsim.engine.replica import Replica, ReplicaLinks
 from kvsim.engine.routers import LeastLoadedRouter, Router, make_router, reads_prefix_cache
 from kvsim.engine.transfers import TransferService
 from kvsim.engine.view import LiveClusterView
+from kvsim.errors import KvsimError
 from kvsim.kv.links import DedicatedLink, FairShareNetwork, KvLink
 from kvsim.kv.tiers import BlockTier, TierStack
 from kvsim.plan import GroupPlan, Plan, TierPlan
@@ -156,6 +159,13 @@ class Cluster:
                 spec, shared_content_ids=shared_ids, salt_by_tenant=salt_by_tenant
             )
             (self._children[spec.parent_id] if spec.parent_id is not None else self._roots).append(spec)
+        if any(s.retention.kind == "priority" for s in specs):
+            plain = [g.name for g in self.plan.groups if g.engine.eviction_policy != "retention"]
+            if plain:
+                raise KvsimError(
+                    "requests with retention priorities need engine.eviction_policy: retention "
+                    f"(replica groups {', '.join(plain)} evict by another policy)"
+                )
 
     def _cost_model(
         self, group: GroupPlan, given: CostModelSource | None, base_dir: Path | None
@@ -168,6 +178,9 @@ class Cluster:
                 tp=group.tp,
                 kv_cache_dtype=group.engine.kv_cache_dtype,
                 base_dir=base_dir,
+                expert_parallel=group.config.expert_parallel,
+                speculative=group.engine.speculative_config,
+                draft_model=group.draft_model,
             )
         if isinstance(given, CostModel):
             return given
@@ -199,10 +212,11 @@ class Cluster:
         sched = Scheduler(
             eng,
             pool,
-            sliding_window=self.plan.model.sliding_window,
+            kv_manager=make_model_kv_manager(pool, eng.block_size, self.plan.model),
             num_swap_blocks=kv.num_swap_blocks,
             max_model_len=group.max_model_len,
             role=group.role,
+            seed=self.plan.scenario.seed,
         )
         return sched
 
@@ -385,13 +399,31 @@ class Cluster:
     def cache_stats(self) -> CacheStats:
         """Prefix-cache counters summed over all replicas (and engines they restarted with)."""
         total = CacheStats()
-        for s in [r.scheduler.stats for r in self.replicas] + self.fleet.retired_stats:
+        for s in (sched.stats for sched in self._schedulers()):
             total.prefix_cache_queries_tokens += s.prefix_cache_queries_tokens
             total.prefix_cache_hits_tokens += s.prefix_cache_hits_tokens
             total.recompute_queries_tokens += s.recompute_queries_tokens
             total.recompute_hits_tokens += s.recompute_hits_tokens
             total.offload_hits_tokens += s.offload_hits_tokens
         return total
+
+    def beam_stats(self) -> BeamStats:
+        """Beam search forks summed over all replicas."""
+        total = BeamStats()
+        for sched in self._schedulers():
+            total += sched.beams.stats
+        return total
+
+    def spec_stats(self) -> SpecDecodeStats:
+        """Speculative decoding counters summed over all replicas."""
+        total = SpecDecodeStats()
+        for sched in self._schedulers():
+            total += sched.spec_stats
+        return total
+
+    def _schedulers(self) -> list[Scheduler]:
+        """Every engine that ran: the replicas' current ones and those a cold restart replaced."""
+        return [r.scheduler for r in self.replicas] + self.fleet.retired
 
     def stats(self, sim_time_s: float) -> ClusterStats:
         """Replica-seconds, scaling, tiers and links, for a run that ended at ``sim_time_s``."""
@@ -550,7 +582,7 @@ class Fleet:
         self.num_scale_ups = 0
         self.num_scale_downs = 0
         self.peak = sum(s != "stopped" for s in self.state)
-        self.retired_stats: list[CacheStats] = []  # counters of engines replaced by a cold restart
+        self.retired: list[Scheduler] = []  # engines replaced by a cold restart, for their counters
         self.policies = {
             g.index: ThresholdPolicy(g.config.autoscale)
             for g in cluster.plan.groups
@@ -625,13 +657,7 @@ class Fleet:
         """A cold start is over: a fresh engine (empty caches) takes requests."""
         c = self.cluster
         replica = c.replicas[index]
-        old = replica.scheduler
-        if (
-            old.stats.prefix_cache_queries_tokens
-            or old.stats.recompute_queries_tokens
-            or old.stats.offload_hits_tokens
-        ):
-            self.retired_stats.append(old.stats)
+        self.retired.append(replica.scheduler)  # its counters still count
         sched = c.build_scheduler(c.groups[index])
         c.attach(replica, sched)
         self.state[index] = "ready"

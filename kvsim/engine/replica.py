@@ -226,10 +226,7 @@ class Replica:
         rejection = self.scheduler.add_request(req)
         if rejection is not None:
             self._record_events(self.env.now, [rejection])
-            if self.on_reject is not None:
-                self.on_reject(req, rejection.reason)
-            else:
-                self.on_finish(req)
+            self._rejected(req, rejection.reason)
             return
         self._add_outstanding(1)
         self._waiting_changed()
@@ -239,6 +236,13 @@ class Replica:
         elif self._in_run:
             self._in_run = False
             self.process.interrupt()
+
+    def _rejected(self, req: Request, reason: str) -> None:
+        """The engine refused ``req``: it can never run here (`kvsim.result.REJECT_REASONS`)."""
+        if self.on_reject is not None:
+            self.on_reject(req, reason)
+        else:
+            self.on_finish(req)
 
     def _add_outstanding(self, delta: int) -> None:
         self.num_outstanding += delta
@@ -271,6 +275,9 @@ class Replica:
             running_before = len(sched.running)
             out = sched.schedule(now)
             self._after_schedule(now, out, running_before)
+            for req in out.rejected:  # nothing could ever schedule them
+                self._add_outstanding(-1)
+                self._rejected(req, "unschedulable")
             if not out.tokens:  # cannot happen with an empty pool, but never spin
                 yield from self._sleep()
                 continue
@@ -369,6 +376,7 @@ class Replica:
         sched, env = self.scheduler, self.env
         dts = self.cost.decode_steps_s(len(run.reqs), run.context_tokens())
         ends = np.cumsum(np.concatenate(([now], dts)))[1:]
+        run.step_starts = np.concatenate(([now], ends[:-1]))
         k = run.num_steps
         if self.max_time_s is not None and ends[k - 2] >= self.max_time_s:
             # Iterations starting at or after max_time never start.

@@ -26,6 +26,7 @@ from kvsim.request import RequestSpec
 from kvsim.result import REQUEST_COLUMNS, Result, summarize
 from kvsim.scenario.loading import load_scenario
 from kvsim.scenario.schema import Scenario
+from kvsim.side_channel import side_channel_summary
 from kvsim.workload import Workload, generate_workload
 
 __all__ = ["ProgressFn", "run", "scenario_workload"]
@@ -81,7 +82,7 @@ def run(
         workload_summary = {"workload_kind": "custom", "workload_num_requests": len(specs)}
     cluster = Cluster(plan, specs, router=router, cost_model=cost_model, base_dir=base_dir, progress=progress)
     cluster.run()
-    return _result(cluster, workload_summary)
+    return _result(cluster, workload_summary, specs)
 
 
 def _source_name(scenario: Scenario | str | Path | Mapping[str, Any] | None) -> str:
@@ -93,7 +94,7 @@ def _source_name(scenario: Scenario | str | Path | Mapping[str, Any] | None) -> 
     return "<embedded default scenario>" if scenario is None else "<dict>"
 
 
-def _result(cluster: Cluster, workload_summary: Mapping[str, Any]) -> Result:
+def _result(cluster: Cluster, workload_summary: Mapping[str, Any], specs: Sequence[RequestSpec]) -> Result:
     scenario = cluster.plan.scenario
     req_df = requests_frame(list(cluster.requests.values()), cluster.plan.replica_names, cluster.ledger)
     it_df = cluster.recorder.iterations_frame()
@@ -105,11 +106,18 @@ def _result(cluster: Cluster, workload_summary: Mapping[str, Any]) -> Result:
         it_df,
         ev_df,
         cache=cluster.cache_stats(),
+        spec=cluster.spec_stats(),
+        beams=cluster.beam_stats(),
         total_kv_blocks=cluster.total_kv_blocks,
         sim_time_s=sim_time,
         cluster=cluster.stats(sim_time),
     )
     summary.update(workload_summary)
+    side_channel = scenario.analysis.side_channel
+    if side_channel is not None:
+        summary.update(
+            side_channel_summary(req_df, specs, attacker=side_channel.attacker, victim=side_channel.victim)
+        )
     return Result(scenario=scenario, requests=req_df, iterations=it_df, events=ev_df, summary=summary)
 
 

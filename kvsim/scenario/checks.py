@@ -20,12 +20,18 @@ from pathlib import Path
 from kvsim.cost.config import ProfileCostConfig
 from kvsim.cost.profile import check_profile_matches, load_profile
 from kvsim.errors import KvsimError
-from kvsim.kv_sizing import GIB, engine_kv_capacity, weight_bytes
+from kvsim.kv_sizing import GIB, KvCapacity, engine_kv_capacity, weight_bytes
+from kvsim.memory_fit import max_model_len_problem
 from kvsim.presets import UnknownPresetError, resolve_gpu, resolve_model, tp_problem
 from kvsim.scenario.schema import ReplicaGroup, Scenario
 from kvsim.specs import GpuSpec, ModelSpec
 
 Problems = list[tuple[str, str]]
+
+_HYBRID_ONLY = (
+    "%s mixes sliding-window and full-attention layers (one block table per layer group): "
+    "modelled with paged KV, without an offload tier"
+)
 
 
 def check_scenario(scenario: Scenario, base_dir: Path | None = None) -> Problems:
@@ -111,7 +117,55 @@ def check_combinations(scenario: Scenario) -> Problems:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         problems.append(("", f"replica group names must be unique; repeated: {', '.join(dup)}"))
-    return problems + check_cluster(scenario)
+    return problems + _side_channel_tenants(scenario) + _retention_policy(scenario) + check_cluster(scenario)
+
+
+def _retention_priorities(workload: object) -> bool:
+    """Whether a synthetic or mixture workload gives any request a retention priority."""
+    components = getattr(workload, "components", None)
+    if components is not None:
+        return any(_retention_priorities(c) for c in components)
+    retention = getattr(workload, "retention", None)
+    tenants = getattr(workload, "tenants", [])
+    kinds = [retention.kind if retention is not None else "default"]
+    kinds += [t.retention.kind for t in tenants if t.retention is not None]
+    return "priority" in kinds
+
+
+def _retention_policy(scenario: Scenario) -> Problems:
+    """Retention priorities are kept by the retention free queue only."""
+    if not _retention_priorities(scenario.workload):
+        return []
+    return [
+        (
+            f"replicas.{i}.engine.eviction_policy",
+            "requests with retention priorities need eviction_policy: retention",
+        )
+        for i, g in enumerate(scenario.replicas)
+        if g.engine.eviction_policy != "retention"
+    ]
+
+
+def _side_channel_tenants(scenario: Scenario) -> Problems:
+    """The side-channel analysis names two distinct tenants of a synthetic workload's list."""
+    cfg = scenario.analysis.side_channel
+    if cfg is None:
+        return []
+    if cfg.attacker == cfg.victim:
+        return [("analysis.side_channel", "attacker and victim must be different tenants")]
+    tenants = getattr(scenario.workload, "tenants", None)
+    if tenants is None:
+        return []  # a trace names its tenants per row
+    known = {t.name for t in tenants}
+    missing = [n for n in (cfg.attacker, cfg.victim) if n not in known]
+    if missing:
+        return [
+            (
+                "analysis.side_channel",
+                f"tenant(s) {', '.join(missing)} not in workload.tenants ({', '.join(sorted(known)) or 'none'})",
+            )
+        ]
+    return []
 
 
 def check_cluster(scenario: Scenario) -> Problems:
@@ -201,6 +255,13 @@ def check_presets(scenario: Scenario, specs: _Specs | None = None) -> Problems:
     problems = [p for p in specs.problems if p[0] == "model"]
     model = specs.model
     disaggregated = any(g.role != "both" for g in scenario.replicas)
+    if model is not None and model.is_hybrid:
+        for i, group in enumerate(scenario.replicas):
+            eng = group.engine
+            if eng.cpu_offload_gib:
+                problems.append((f"replicas.{i}.engine.cpu_offload_gib", _HYBRID_ONLY % model.name))
+            if eng.kv_allocation != "paged":
+                problems.append((f"replicas.{i}.engine.kv_allocation", _HYBRID_ONLY % model.name))
     if disaggregated and model is not None and model.sliding_window is not None:
         problems.append(
             ("replicas", f"disaggregated serving of a sliding-window model ({model.name}) is not modelled")
@@ -219,6 +280,18 @@ def _group_fits(model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, where: str)
     if bad_tp:
         return [(f"{where}.tp", bad_tp)]
     problems: Problems = []
+    if group.expert_parallel and (model.num_experts is None or model.num_experts % group.tp):
+        problems.append(
+            (
+                f"{where}.expert_parallel",
+                f"expert parallelism places num_experts / tp whole experts on each GPU: {model.name} "
+                + (
+                    "is not a mixture of experts"
+                    if model.num_experts is None
+                    else f"has {model.num_experts} experts, not a multiple of tp={group.tp}"
+                ),
+            )
+        )
     if engine.max_model_len is not None and engine.max_model_len > model.max_model_len:
         problems.append(
             (
@@ -226,7 +299,10 @@ def _group_fits(model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, where: str)
                 f"{engine.max_model_len} exceeds {model.name}'s max_model_len ({model.max_model_len})",
             )
         )
-    cap = engine_kv_capacity(model, gpu, group.tp, engine, use_override=False)
+    draft, draft_problems = _draft_model(model, group, where)
+    if draft_problems:
+        return problems + draft_problems
+    cap = engine_kv_capacity(model, gpu, group.tp, engine, use_override=False, draft_model=draft)
     if cap.weight_bytes_per_shard > cap.budget_bytes:
         problems.append(
             (
@@ -248,7 +324,48 @@ def _group_fits(model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, where: str)
                 f"{_gib(cap.kv_bytes_per_shard)} per GPU",
             )
         )
+    elif engine.num_gpu_blocks_override is None:
+        problems += _max_model_len_fits(model, gpu, group, cap, where)
     return problems
+
+
+def _draft_model(model: ModelSpec, group: ReplicaGroup, where: str) -> tuple[ModelSpec | None, Problems]:
+    """The speculative draft model, or why it cannot serve ``model`` on this group."""
+    spec = group.engine.speculative_config
+    if spec is None or spec.model is None:
+        return None, []
+    field = f"{where}.engine.speculative_config.model"
+    try:
+        draft = resolve_model(spec.model)
+    except UnknownPresetError as exc:
+        return None, [(field, str(exc))]
+    if model.sliding_window is not None or draft.sliding_window is not None:
+        return draft, [
+            (field, "a draft model beside a sliding-window model is not modelled (their KV shares blocks)")
+        ]
+    bad_tp = tp_problem(draft, group.tp)
+    if bad_tp:
+        return draft, [(field, f"the draft model {draft.name}: {bad_tp}")]
+    return draft, []
+
+
+def _max_model_len_fits(
+    model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, cap: KvCapacity, where: str
+) -> Problems:
+    """vLLM's start-up check: one request of max_model_len tokens fits the KV pool.
+
+    Skipped with ``num_gpu_blocks_override`` (vLLM applies it there too): tiny pools are
+    kvsim's way to study pressure, and a request longer than the pool is rejected at
+    arrival instead (docs/engine.md).
+    """
+    engine = group.engine
+    limit = engine.max_model_len or model.max_model_len
+    problem = max_model_len_problem(model, cap, limit, engine.max_num_batched_tokens)
+    if problem is None:
+        return []
+    if engine.max_model_len is None:
+        problem += f" (engine.max_model_len is unset: {model.name}'s own limit applies)"
+    return [(f"{where}.engine.max_model_len", f"{problem}; on {gpu.name} x tp {group.tp}")]
 
 
 # -- 3. cost profiles ------------------------------------------------------------------

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from kvsim.cost.config import CostModelConfig, RooflineCostConfig, _CostHolder
 from kvsim.frozen import FrozenModel
@@ -57,6 +57,74 @@ MAX_HASH_VIRTUAL_NODES = 4096
 #: Largest simulated time limit, seconds; largest seed (exact in JSON and in the dashboard).
 MAX_SIM_TIME_S = 1e12
 MAX_SEED = 2**53 - 1
+
+
+class SpeculativeConfig(FrozenModel):
+    """Speculative decoding, as vLLM's ``speculative_config``: a draft proposes
+    ``num_speculative_tokens`` tokens per step, the target verifies them in one pass.
+
+    Acceptance is per draft position, each conditional on the ones before (a rejected token
+    ends the run): ``acceptance_rate`` alpha at every position, or ``acceptance_per_position``.
+    Expected tokens per verify step: 1 + sum_i prod_{j <= i} p_j (Leviathan et al. 2023,
+    "Fast Inference from Transformers via Speculative Decoding", ICML, section 3.1).
+    """
+
+    method: Literal["draft_model", "eagle", "ngram"] = Field(
+        default="draft_model",
+        description="draft_model: a smaller model with its own weights, cost and KV (`model`); "
+        "eagle: a one-layer draft head on the target's hidden states (its cost, no KV of its own "
+        "here); ngram: prompt-lookup drafting on the CPU (free, no KV).",
+    )
+    num_speculative_tokens: int = Field(
+        ge=1, le=32, description="Draft tokens proposed per step (vLLM's num_speculative_tokens)."
+    )
+    model: str | ModelSpec | None = Field(
+        default=None, description="method draft_model: the draft model, a preset name or an inline spec."
+    )
+    acceptance_rate: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Chance each draft token is accepted given the ones before it were (alpha).",
+    )
+    acceptance_per_position: list[float] | None = Field(
+        default=None,
+        description="Conditional acceptance of draft position 1..num_speculative_tokens, each in [0, 1] "
+        "(replaces acceptance_rate).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> SpeculativeConfig:
+        per_pos = self.acceptance_per_position
+        if (self.acceptance_rate is None) == (per_pos is None):
+            raise ValueError("give exactly one of acceptance_rate and acceptance_per_position")
+        if per_pos is not None:
+            if len(per_pos) != self.num_speculative_tokens:
+                raise ValueError(
+                    f"acceptance_per_position has {len(per_pos)} entries for "
+                    f"num_speculative_tokens {self.num_speculative_tokens}"
+                )
+            if not all(0 <= p <= 1 for p in per_pos):  # also refuses NaN
+                raise ValueError("acceptance_per_position entries must lie in [0, 1]")
+        if (self.method == "draft_model") != (self.model is not None):
+            raise ValueError("method draft_model needs `model`; eagle and ngram take none")
+        return self
+
+    def acceptance(self) -> tuple[float, ...]:
+        """Conditional acceptance of each draft position."""
+        if self.acceptance_per_position is not None:
+            return tuple(self.acceptance_per_position)
+        assert self.acceptance_rate is not None
+        return (self.acceptance_rate,) * self.num_speculative_tokens
+
+    def expected_tokens_per_step(self) -> float:
+        """Tokens a verify step produces on average: the accepted run plus the bonus token."""
+        total, run = 1.0, 1.0
+        for p in self.acceptance():
+            run *= p
+            total += run
+        return total
 
 
 class EngineConfig(FrozenModel):
@@ -159,6 +227,10 @@ class EngineConfig(FrozenModel):
         description="tenant: the first block of every prompt is salted with its tenant, so tenants "
         "never share cache entries (vLLM's cache_salt, one per tenant); shared: one cache for "
         "everyone (vLLM without cache_salt), whose hits reveal through timing what others sent.",
+    )
+    speculative_config: SpeculativeConfig | None = Field(
+        default=None,
+        description="Speculative decoding (vLLM's speculative_config); None: off.",
     )
     enable_kv_cache: bool = Field(
         default=True,
@@ -287,6 +359,12 @@ class ReplicaGroup(_CostHolder):
         default="both",
         description="both: prefill and decode on the same replica; prefill / decode: "
         "disaggregated serving, prompts on prefill replicas, KV sent to decode replicas.",
+    )
+    expert_parallel: bool = Field(
+        default=False,
+        description="Mixture of experts: place whole experts on the tp GPUs (num_experts / tp each) "
+        "and exchange tokens by all-to-all, as vLLM's --enable-expert-parallel does, instead of "
+        "splitting every expert over them (tensor parallelism).",
     )
     offload: OffloadConfig | None = Field(
         default=None,
@@ -539,6 +617,25 @@ class SimConfig(FrozenModel):
     )
 
 
+class SideChannelAnalysis(FrozenModel):
+    """Measure the prefix-cache timing side channel as an attacker tenant would (kvsim.side_channel)."""
+
+    attacker: str = Field(default="attacker", min_length=1, description="Tenant that probes prefixes.")
+    victim: str = Field(
+        default="victim", min_length=1, description="Tenant whose prefixes the attacker tries to detect."
+    )
+
+
+class AnalysisConfig(FrozenModel):
+    """Analyses computed after the run and added to its summary."""
+
+    side_channel: SideChannelAnalysis | None = Field(
+        default=None,
+        description="Attacker's accuracy at telling from its own TTFT whether the victim sent a prefix, "
+        "and the KS statistic of those TTFTs (summary keys side_channel_*); None: not computed.",
+    )
+
+
 class Scenario(FrozenModel):
     """One simulation: model, replicas, router, workload, SLOs and seed."""
 
@@ -576,6 +673,9 @@ class Scenario(FrozenModel):
     workload: WorkloadConfig = Field(default_factory=SyntheticWorkload, description="Traffic.")
     slo: SloConfig = Field(default_factory=SloConfig, description="Latency targets for goodput.")
     sim: SimConfig = Field(default_factory=SimConfig, description="Simulator knobs.")
+    analysis: AnalysisConfig = Field(
+        default_factory=AnalysisConfig, description="Analyses added to the summary after the run."
+    )
 
     @property
     def num_replicas(self) -> int:

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from kvsim.request import RequestSpec
-from kvsim.workload.config import SyntheticWorkload, TraceWorkload, WorkloadConfig
+from kvsim.workload.config import MixtureWorkload, SyntheticWorkload, TraceWorkload, WorkloadConfig
+from kvsim.workload.mixture import generate_mixture
 from kvsim.workload.synthetic import generate_synthetic
 from kvsim.workload.traces import TraceReport, replay_trace
 
@@ -60,6 +61,9 @@ def generate_workload(
         report = None
     elif isinstance(cfg, TraceWorkload):
         requests, report = replay_trace(cfg, base_dir=base_dir)
+    elif isinstance(cfg, MixtureWorkload):
+        requests = generate_mixture(cfg, rng, base_dir=base_dir)
+        report = None
     else:
         raise TypeError(f"unsupported workload kind {cfg.kind!r}")
     sessions = sum(1 for r in requests if r.parent_id is None)

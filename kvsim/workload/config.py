@@ -47,6 +47,7 @@ from kvsim.limits import (
     MIN_RATE_PER_S,
     MIN_TIME_SCALE,
 )
+from kvsim.request import DEFAULT_RETENTION, Retention
 
 
 def _kind_or(default: str) -> Callable[[Any], str]:
@@ -315,6 +316,43 @@ class SessionConfig(FrozenModel):
     )
 
 
+class RetentionConfig(FrozenModel):
+    """What happens to a request's cached KV when it finishes (TensorRT-LLM's KvCacheRetentionConfig).
+
+    ``retention: none`` / ``default`` is short for ``{kind: none}`` / ``{kind: default}``.
+    """
+
+    kind: Literal["default", "none", "priority"] = Field(
+        default="default",
+        description="default: its blocks stay cached in the free queue (vLLM); none: the blocks it "
+        "computed are freed uncached and reused first (a one-off history such as a classifier's); "
+        "priority: they stay cached at `priority` until `duration_s` after they were freed.",
+    )
+    priority: int = Field(
+        default=35,
+        ge=0,
+        le=100,
+        description="kind priority: 0 (evicted first) .. 100 (last); TensorRT-LLM's default is 35.",
+    )
+    duration_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_TIME_S,
+        allow_inf_nan=False,
+        description="kind priority: seconds after being freed at which the blocks fall back to the "
+        "default priority 35 (None: never).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"kind": data} if isinstance(data, str) else data
+
+    def to_retention(self) -> Retention:
+        out = Retention(self.kind, self.priority, self.duration_s)
+        return DEFAULT_RETENTION if out == DEFAULT_RETENTION else out
+
+
 class TenantShare(FrozenModel):
     """A tenant: its share of the traffic, its cache salt (the name) and its priority."""
 
@@ -331,6 +369,9 @@ class TenantShare(FrozenModel):
         ge=-MAX_PRIORITY,
         le=MAX_PRIORITY,
         description="Scheduling priority of its requests (lower runs first).",
+    )
+    retention: RetentionConfig | None = Field(
+        default=None, description="Retention of its requests' KV (None: the workload's `retention`)."
     )
 
 
@@ -394,7 +435,24 @@ class SyntheticWorkload(FrozenModel):
         default=1,
         ge=1,
         le=MAX_SAMPLES,
-        description="Beam search approximated as beam_width requests sharing the prompt and output length.",
+        description="Beam search: beam_width requests with the prompt's and output's lengths that share "
+        "every block they have in common (copy-on-write of a partial last block; see beam_prune_probability).",
+    )
+    beam_prune_probability: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="Beam search: chance that a beam (other than the best) is pruned after a step and "
+        "replaced by a fork of a surviving beam (kvsim.workload.beams).",
+    )
+    beam_sharing: bool = Field(
+        default=True,
+        description="Beam search: beams share blocks (vLLM paper section 4.4); false: each beam holds its own "
+        "copy of every block (the paper's no-sharing baseline).",
+    )
+    retention: RetentionConfig = Field(
+        default_factory=RetentionConfig,
+        description="Retention of the requests' KV once they finish (per tenant: tenants[].retention).",
     )
 
     @model_validator(mode="after")
@@ -423,7 +481,8 @@ class TraceWorkload(FrozenModel):
     columns: dict[str, str] = Field(
         default_factory=dict,
         description="Generic formats: our field -> file column, for timestamp, prompt_tokens, "
-        "output_tokens and optionally hash_ids, tenant, priority.",
+        "output_tokens and optionally hash_ids, tenant, priority, retention (none, default, "
+        "priority:P or priority:P:DURATION_S).",
     )
     timestamp_unit: Literal["s", "ms", "us", "datetime"] = Field(
         default="s", description="Generic formats: unit of the timestamp column."
@@ -476,8 +535,30 @@ class TraceWorkload(FrozenModel):
         return self
 
 
+ComponentConfig = Annotated[
+    Annotated[SyntheticWorkload, Tag("synthetic")] | Annotated[TraceWorkload, Tag("trace")],
+    Discriminator(_kind_or("synthetic")),
+]
+
+
+class MixtureWorkload(FrozenModel):
+    """Several workloads served together, e.g. a chat tier beside a classifier tier.
+
+    Each component is drawn on its own (from its own child of the seed) with its own
+    arrivals, lengths, tenants and retention; their requests are merged by arrival and
+    renumbered, and their content ids kept apart, so components share no prefixes.
+    """
+
+    kind: Literal["mixture"] = Field(default="mixture", description="Selects this variant (mixture).")
+    components: list[ComponentConfig] = Field(
+        min_length=2, max_length=64, description="The workloads mixed (synthetic or trace)."
+    )
+
+
 # ``kind`` may be omitted: a workload without one is synthetic (as in the first schema).
 WorkloadConfig = Annotated[
-    Annotated[SyntheticWorkload, Tag("synthetic")] | Annotated[TraceWorkload, Tag("trace")],
+    Annotated[SyntheticWorkload, Tag("synthetic")]
+    | Annotated[TraceWorkload, Tag("trace")]
+    | Annotated[MixtureWorkload, Tag("mixture")],
     Discriminator(_kind_or("synthetic")),
 ]

@@ -15,11 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
 from kvsim.limits import MAX_TOKENS
 from kvsim.request import RequestSpec, Segment
+from kvsim.workload.beams import BeamFork, beam_forks
 from kvsim.workload.config import (
     ArrivalConfig,
     ConstantArrivals,
@@ -223,16 +225,23 @@ def generate_synthetic(
         else np.zeros(0, dtype=np.int64)
     )
 
+    workload_retention = cfg.retention.to_retention()
+    tenant_retention = [(t.retention or cfg.retention).to_retention() for t in cfg.tenants]
+    # Beam search with shared blocks: each group's genealogy drawn after everything else.
+    beams = cfg.beam_width > 1 and cfg.beam_sharing
+    beam_kw: dict[str, Any] = {}
+    beam_group, forks = 0, cast(tuple[BeamFork, ...], ())
     turns.sort(key=lambda u: (u.arrival_s, u.session, u.turn))
     shared = [Segment(0, cfg.shared_prefix_tokens)] if cfg.shared_prefix_tokens else []
     last_of_session: dict[int, RequestSpec] = {}
     requests: list[RequestSpec] = []
     for i, u in enumerate(turns):
         s = u.session
-        tenant, priority = cfg.tenant, 0
+        tenant, priority, retention = cfg.tenant, 0, workload_retention
         if cfg.tenants:
             share = cfg.tenants[int(tenant_pick[s])]
             tenant, priority = share.name, share.priority
+            retention = tenant_retention[int(tenant_pick[s])]
         user = Segment(next_id + i, u.user_tokens)
         parent = last_of_session.get(s)
         if parent is None:
@@ -251,6 +260,16 @@ def generate_synthetic(
                 if sample == 0
                 else int(extra_outputs[i * (cfg.parallel_samples - 1) + sample - 1])
             )
+            beam_index = c % cfg.beam_width
+            if beams:
+                if beam_index == 0:
+                    beam_group = len(requests)
+                    forks = beam_forks(cfg.beam_width, out, cfg.beam_prune_probability, rng)
+                beam_kw = {
+                    "beam_group": beam_group,
+                    "beam_index": beam_index,
+                    "beam_forks": forks if beam_index == 0 else (),
+                }
             req = RequestSpec(
                 request_id=len(requests),
                 arrival_s=u.arrival_s,
@@ -260,6 +279,8 @@ def generate_synthetic(
                 priority=priority,
                 parent_id=parent.request_id if parent is not None else None,
                 think_time_s=u.think_time_s,
+                retention=retention,
+                **beam_kw,
             )
             requests.append(req)
             if c == 0:

@@ -8,7 +8,7 @@ Formats (one reader each, all returning the same `TraceTable`):
 - ``burstgpt``  BurstGPT CSV: ``Timestamp`` (s), ``Model``, ``Request tokens``,
                 ``Response tokens``, ...
 - ``csv`` / ``jsonl``  generic, with a column mapping (timestamp, prompt_tokens,
-                output_tokens; optional hash_ids, tenant, priority)
+                output_tokens; optional hash_ids, tenant, priority, retention)
 
 Hash ids name prefix blocks of ``hash_block_tokens`` tokens (Mooncake: 512). Each id becomes
 one segment whose content id is the hash id, so identical id prefixes share KV and
@@ -52,7 +52,7 @@ from kvsim.limits import (
     MAX_TRACE_LINE_CHARS,
     MAX_TRACE_TIME_S,
 )
-from kvsim.request import RequestSpec, Segment
+from kvsim.request import DEFAULT_RETENTION, RequestSpec, Retention, Segment
 from kvsim.workload.config import TraceFormat, TraceWorkload
 
 _TIME_UNITS_S = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
@@ -69,6 +69,7 @@ class TraceTable:
     hash_ids: list[list[int]] | None = None
     tenant: list[str] | None = None
     priority: list[int] | None = None
+    retention: list[Retention] | None = None
     lines: list[int] = field(default_factory=list)  # file line of each row (1-based)
     num_lines: int = 0  # physical lines read
     num_dropped: Counter[str] = field(default_factory=Counter)  # reason -> rows
@@ -149,6 +150,14 @@ def _float(value: Any, name: str, path: str, line: int) -> float:
     if not math.isfinite(out):
         raise _err(path, line, f"{name} must be finite, got {_short(value)}")
     return out
+
+
+def _retention(value: Any, path: str, line: int) -> Retention:
+    """A retention column: none, default, priority:P or priority:P:DURATION_S."""
+    try:
+        return Retention.parse(str(value))
+    except ValueError as exc:
+        raise _err(path, line, str(exc)) from None
 
 
 def _time(t: float, name: str, path: str, line: int) -> float:
@@ -365,6 +374,7 @@ def read_trace(
             "hash_ids",
             "tenant",
             "priority",
+            "retention",
         }
         if unknown:
             raise TraceError(f"{p}: unknown column mapping key(s) {', '.join(sorted(unknown))}")
@@ -374,6 +384,8 @@ def read_trace(
             table.tenant = []
         if "priority" in cols:
             table.priority = []
+        if "retention" in cols:
+            table.retention = []
         rows = (
             _json_rows(path, table)
             if fmt == "jsonl"
@@ -399,6 +411,8 @@ def read_trace(
             if table.priority is not None:
                 value = _get(row, cols["priority"], p, line)
                 table.priority.append(_priority(value, cols["priority"], p, line))
+            if table.retention is not None:
+                table.retention.append(_retention(_get(row, cols["retention"], p, line), p, line))
             table.lines.append(line)
     else:
         raise TraceError(f"{p}: unknown trace format {fmt!r}")
@@ -509,6 +523,7 @@ def replay_trace(
                 output_tokens=max(table.output_tokens[i], 1),
                 tenant=table.tenant[i] if table.tenant is not None else cfg.tenant,
                 priority=table.priority[i] if table.priority is not None else 0,
+                retention=table.retention[i] if table.retention is not None else DEFAULT_RETENTION,
             )
         )
     report = TraceReport(

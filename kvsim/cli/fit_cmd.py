@@ -1,0 +1,203 @@
+"""``kvsim fit``: does a model fit a GPU at a context and batch, and what are the limits.
+
+    kvsim fit --model llama-3-8b --gpu rtx-4090 --context-tokens 32768 --batch 4
+    kvsim fit --model my-model.yaml --gpu rtx-3070 --context-tokens 8192 --json
+    kvsim fit --model '{"name": "tiny", "num_layers": 4, ...}' --gpu t4
+
+Prints whether it fits, what dominates memory (weights, activation reserve or KV), the
+longest context for the batch and the largest batch at the context, then the same limits
+with fp8 KV and fp8 / int4 weights. Exits 0 when it fits, 3 when it does not (2: bad input).
+``--model`` and ``--gpu`` take a preset name, a YAML/JSON file holding a spec, or inline JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from kvsim.errors import KvsimError
+from kvsim.kv_sizing import GIB
+from kvsim.memory_fit import FitCheck, check_fit, fit_variants
+from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model, tp_problem
+from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
+from kvsim.yaml_safe import load_yaml_file
+
+#: Exit code of ``fit`` (and ``kv-size``) when the model does not fit.
+EXIT_DOES_NOT_FIT = 3
+
+S = TypeVar("S", bound=BaseModel)
+
+
+def _spec_from_text(text: str, cls: type[S], what: str) -> S | None:
+    """A spec from inline JSON or a YAML/JSON file; None when ``text`` is neither."""
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        source, data = "inline JSON", _loads(stripped, what)
+    elif Path(text).is_file():
+        source = text
+        try:
+            data = load_yaml_file(text, what=f"{what} spec")
+        except OSError as exc:
+            raise KvsimError(f"--{what}: cannot read {text}: {exc}") from None
+    else:
+        return None
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        rules = "; ".join(f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors())
+        raise KvsimError(f"--{what} ({source}): invalid {cls.__name__}: {rules}") from None
+
+
+def _loads(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise KvsimError(f"--{what}: invalid JSON: {exc}") from None
+
+
+def model_arg(text: str) -> ModelSpec:
+    """``--model``: a preset name, a spec file, or inline JSON."""
+    return _spec_from_text(text, ModelSpec, "model") or resolve_model(text)
+
+
+def gpu_arg(text: str) -> GpuSpec:
+    """``--gpu``: a preset name, a spec file, or inline JSON."""
+    return _spec_from_text(text, GpuSpec, "gpu") or resolve_gpu(text)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _utilization(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``fit`` to the parser."""
+    p = sub.add_parser(
+        "fit",
+        help="Does a model fit a GPU at a context length and batch size? (exit 3 if not)",
+        description="Memory of one tensor-parallel shard: weights, activation reserve and the KV of "
+        "--batch sequences of --context-tokens tokens, against GPU memory x utilization (vLLM's "
+        "rule). Prints the verdict, what dominates, the longest context for the batch, the "
+        "largest batch at the context, and the same with fp8 KV and fp8/int4 weights. Exit 0 "
+        "when it fits, 3 when it does not.",
+    )
+    p.add_argument("--model", required=True, help=f"preset ({', '.join(MODEL_PRESETS)}), spec file or JSON")
+    p.add_argument("--gpu", required=True, help=f"preset ({', '.join(GPU_PRESETS)}), spec file or JSON")
+    p.add_argument("--tp", type=_positive_int, default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument(
+        "--context-tokens",
+        type=_positive_int,
+        default=None,
+        help="tokens per sequence (default: the model's max_model_len)",
+    )
+    p.add_argument("--batch", type=_positive_int, default=1, help="sequences held at once (default 1)")
+    p.add_argument("--kv-dtype", default="auto", choices=["auto", *KV_DTYPE_BYTES], help="KV dtype")
+    p.add_argument(
+        "--weight-dtype",
+        default=None,
+        choices=list(KV_DTYPE_BYTES),
+        help="quantize the weights to this dtype (default: the model's)",
+    )
+    p.add_argument("--block-size", type=_positive_int, default=16, help="tokens per block (default 16)")
+    p.add_argument("--gpu-memory-utilization", type=_utilization, default=0.9, help="default 0.9")
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=_positive_int,
+        default=8192,
+        help="sizes the activation reserve (default 8192)",
+    )
+    p.add_argument(
+        "--max-num-seqs", type=_positive_int, default=256, help="sizes the sampler's logits (default 256)"
+    )
+    p.add_argument(
+        "--activation-reserve-gib",
+        type=float,
+        default=None,
+        help="activation memory per GPU, GiB (default: estimated)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.set_defaults(func=run)
+
+
+def _checks(args: argparse.Namespace) -> tuple[FitCheck, list[FitCheck]]:
+    model, gpu = model_arg(args.model), gpu_arg(args.gpu)
+    problem = tp_problem(model, args.tp)
+    if problem:
+        raise KvsimError(f"--tp: {problem}")
+    if args.activation_reserve_gib is not None and args.activation_reserve_gib < 0:
+        raise KvsimError("--activation-reserve-gib must be >= 0")
+    if args.weight_dtype is not None:
+        model = model.model_copy(update={"weight_dtype": args.weight_dtype, "expert_weight_dtype": None})
+    reserve = None if args.activation_reserve_gib is None else args.activation_reserve_gib * GIB
+    kwargs: dict[str, Any] = {
+        "context_tokens": args.context_tokens or model.max_model_len,
+        "batch_size": args.batch,
+        "tp": args.tp,
+        "block_size": args.block_size,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "max_num_seqs": args.max_num_seqs,
+        "activation_reserve_bytes": reserve,
+    }
+    main = check_fit(model, gpu, kv_cache_dtype=args.kv_dtype, **kwargs)
+    return main, fit_variants(model, gpu, **kwargs)
+
+
+def _gib(num_bytes: float) -> str:
+    return f"{num_bytes / GIB:,.2f} GiB"
+
+
+def format_fit(main: FitCheck, variants: list[FitCheck]) -> str:
+    """The text report of ``kvsim fit``."""
+    cap = main.capacity
+    lines = [
+        f"{main.model} ({main.weight_dtype} weights, kv_cache_dtype {main.kv_cache_dtype}) on {main.gpu}"
+        + (f" x {main.tp} (tensor parallel)" if main.tp > 1 else "")
+        + f": {'FITS' if main.fits else 'DOES NOT FIT'}",
+        f"  {main.reason()}",
+        "",
+        "per GPU:",
+        f"  budget (memory x utilization) {_gib(cap.budget_bytes):>12}",
+        f"  weights                       {_gib(cap.weight_bytes_per_shard):>12}",
+        f"  activation reserve            {_gib(cap.activation_reserve_bytes):>12}",
+        f"  KV needed ({main.batch_size} x {main.context_tokens:,} tokens) {_gib(main.kv_bytes_needed):>12}"
+        f"  ({main.blocks_per_sequence:,} blocks per sequence)",
+        "",
+        f"longest context for {main.batch_size} sequence(s): {main.max_context_tokens:,} tokens"
+        f" (the model's max_model_len: {main.max_model_len:,})",
+        f"largest batch at {main.context_tokens:,} tokens: {main.max_batch_size:,}",
+        "",
+        f"with quantization (largest batch at {main.context_tokens:,} tokens / longest context for "
+        f"{main.batch_size}):",
+        "  weights  kv_cache_dtype  fits  max batch  max context",
+    ]
+    for v in variants:
+        lines.append(
+            f"  {v.weight_dtype:<8} {v.kv_cache_dtype:<15} {'yes' if v.fits else 'no':<5} "
+            f"{v.max_batch_size:>9,} {v.max_context_tokens:>12,}"
+        )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the verdict; exit 0 when it fits, `EXIT_DOES_NOT_FIT` when not."""
+    main, variants = _checks(args)
+    if args.json:
+        out = main.to_dict() | {"variants": [v.to_dict() for v in variants]}
+        print(json.dumps(out, indent=2))
+    else:
+        print(format_fit(main, variants))
+    return 0 if main.fits else EXIT_DOES_NOT_FIT

@@ -1,0 +1,278 @@
+"""Models that mix sliding-window and full-attention layers: one block table per layer group.
+
+vLLM's hybrid KV cache manager (vLLM 0.32 ``kv_cache_coordinator.HybridKVCacheCoordinator``)
+splits the layers into groups of one attention kind and equal size
+(`kvsim.kv_sizing.kv_layer_groups`); every group has its own block table per request, all
+drawn from the one block pool, so one pool block holds a block of tokens of one group:
+
+    Gemma-3-1B: 4 full + 22 sliding-window (512) layers -> groups of 4 layers
+    request of 1,000 tokens, block_size 16:
+      group 0 (full)      [b0 b1 ... b62]                  63 blocks, every token
+      group 1..6 (window) [None ... None b.. b..]          the last cdiv(511, 16) + 1 blocks each
+
+A prefix hit of L blocks needs every full group to have the L blocks cached and every
+window group the blocks of the window before L (and the sinks'): vLLM's
+``find_longest_cache_hit``, searched downwards from the full groups' hit. Each group
+hashes its blocks apart (the request's chain hash with the group number), so their cache
+entries never collide; group 0 uses the request's own hashes, which routers look up.
+
+`GroupView` gives a group's block table the interface the single-kind managers
+(`kvsim.core.kv_manager`) work on, with the request's token counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvsim.core.block import KVBlock
+from kvsim.core.block_pool import BlockPool
+from kvsim.core.kv_manager import FullAttentionManager, SlidingWindowManager, make_kv_manager
+from kvsim.core.request_state import NEVER_PRIVATE, Request
+from kvsim.kv_sizing import kv_layer_groups
+from kvsim.specs import ModelSpec
+
+_GROUP_MARK = 0x68796272  # mixes the group number into a group's block hashes
+
+
+class GroupView(Request):
+    """One layer group's block table of ``parent``: its own blocks and hashes, the parent's tokens.
+
+    A `Request` for the single-kind managers; never queued or scheduled itself.
+    """
+
+    __slots__ = ("group", "parent")
+
+    def __init__(self, parent: Request, group: int) -> None:  # no Request.__init__: a view
+        self.parent = parent
+        self.group = group
+        self.blocks: list[KVBlock | None] = []
+        self.num_cached_blocks = 0
+        self.num_skipped_blocks = 0
+        self.block_hashes: list[int] = []
+
+    @property
+    def num_computed_tokens(self) -> int:  # type: ignore[override]
+        return self.parent.num_computed_tokens
+
+    @property
+    def num_tokens(self) -> int:  # type: ignore[override]
+        return self.parent.num_tokens
+
+    @property
+    def private_from_token(self) -> int:  # type: ignore[override]
+        return self.parent.private_from_token
+
+    @property
+    def request_id(self) -> int:  # type: ignore[override]
+        return self.parent.request_id
+
+    def ensure_hashes(self, num_blocks: int, block_size: int) -> list[int]:
+        chain = self.parent.ensure_hashes(num_blocks, block_size)
+        own, group = self.block_hashes, self.group
+        for j in range(len(own), min(num_blocks, len(chain))):
+            own.append(hash((chain[j], _GROUP_MARK, group)))
+        return own
+
+
+class HybridKvManager(FullAttentionManager):
+    """Full-attention and sliding-window layer groups of one model, each with its block table."""
+
+    supports_decode_fast_path = False
+
+    def __init__(
+        self,
+        pool: BlockPool,
+        block_size: int,
+        *,
+        num_full_groups: int,
+        num_window_groups: int,
+        sliding_window: int,
+        num_sink_tokens: int = 0,
+        layer_counts: tuple[int, int] = (1, 1),
+    ) -> None:
+        super().__init__(pool, block_size)
+        if num_full_groups < 1 or num_window_groups < 1:
+            raise ValueError("a hybrid model needs full-attention and sliding-window groups")
+        self.window = SlidingWindowManager(pool, block_size, sliding_window, num_sink_tokens)
+        self.num_full_groups, self.num_window_groups = num_full_groups, num_window_groups
+        self.num_full_layers, self.num_window_layers = layer_counts
+        self._pending: dict[int, list[list[KVBlock | None]]] = {}  # hits of groups 1.., by request
+
+    # -- groups ------------------------------------------------------------------------
+    def groups(self, req: Request) -> list[tuple[FullAttentionManager, Request]]:
+        """(manager, block table) of every group; group 0 is the request itself."""
+        if req.group_views is None:
+            n = self.num_full_groups + self.num_window_groups
+            req.group_views = [GroupView(req, g) for g in range(1, n)]
+        out: list[tuple[FullAttentionManager, Request]] = [(self, req)]
+        for g, view in enumerate(req.group_views, start=1):
+            out.append((self if g < self.num_full_groups else self.window, view))
+        return out
+
+    def all_blocks(self, req: Request) -> list[KVBlock]:
+        """Every block the request holds, all groups."""
+        return [b for _, view in self.groups(req) for b in view.blocks if b is not None]
+
+    # -- what the attention kinds imply ------------------------------------------------
+    def attended_tokens(self, num_tokens: int) -> int:
+        """Tokens of every layer's KV the next token reads, in whole-model tokens (rounded)."""
+        full, window = self.num_full_layers, self.num_window_layers
+        read = full * num_tokens + window * self.window.attended_tokens(num_tokens)
+        return round(read / (full + window))
+
+    def max_blocks_needed(self, num_tokens: int) -> int:
+        full = -(-num_tokens // self.block_size)
+        return self.num_full_groups * full + self.num_window_groups * self.window.max_blocks_needed(
+            num_tokens
+        )
+
+    def num_held_blocks(self, req: Request) -> int:
+        return len(self.all_blocks(req))
+
+    def remove_skipped_blocks(self, req: Request) -> None:
+        for manager, view in self.groups(req):
+            if manager is self.window:
+                manager.remove_skipped_blocks(view)
+
+    def fit_chunk(self, req: Request, num_new_tokens: int, num_hit_blocks: int = 0) -> int:
+        """The longest chunk whose blocks, in every group, fit the pool together."""
+        bs, w = self.block_size, self.window
+        c = req.num_computed_tokens + num_hit_blocks * bs
+        start = w._first_attended_block(c)
+        dropped = start - min(w.num_sink_blocks, start)  # window blocks no longer held
+        groups = self.num_full_groups + self.num_window_groups
+        total_blocks = (self.pool.num_blocks + self.num_window_groups * dropped) // groups
+        return max(0, min(num_new_tokens, total_blocks * bs - c))
+
+    # -- prefix lookup -------------------------------------------------------------------
+    def get_computed_blocks(self, req: Request) -> list[KVBlock]:
+        """The longest hit every group can serve; the other groups' hits wait for `allocate_slots`."""
+        self._pending.pop(req.request_id, [])
+        if not self.enable_caching:
+            return []
+        bs, lookup = self.block_size, self.pool.cached.get
+        hits = req.match_prefix(bs, lookup)
+        groups = self.groups(req)[1:]
+        full_hits = [view.match_prefix(bs, lookup) for m, view in groups if m is self]
+        length = min([len(hits), *(len(h) for h in full_hits)])
+        windows = [view for m, view in groups if m is self.window]
+        while length and not all(self._window_hit(view, length) for view in windows):
+            length -= 1
+        if length:
+            pending: list[list[KVBlock | None]] = [list(h[:length]) for h in full_hits]
+            pending += [self._window_blocks(v, length) for v in windows]
+            self._pending[req.request_id] = pending
+        return hits[:length]
+
+    def _window_needed(self, length: int) -> range:
+        """Blocks of a window group a hit of ``length`` blocks must have: the window before it."""
+        w = self.window
+        return range(max(w._first_attended_block(length * self.block_size), w.num_sink_blocks), length)
+
+    def _window_hit(self, view: Request, length: int) -> bool:
+        hashes = view.ensure_hashes(length, self.block_size)
+        cached = self.pool.cached
+        sinks = range(min(self.window.num_sink_blocks, length))
+        return all(hashes[j] in cached for j in (*sinks, *self._window_needed(length)))
+
+    def _window_blocks(self, view: Request, length: int) -> list[KVBlock | None]:
+        cached, hashes = self.pool.cached, view.block_hashes
+        keep = set(self._window_needed(length)) | set(range(min(self.window.num_sink_blocks, length)))
+        return [cached[hashes[j]] if j in keep else None for j in range(length)]
+
+    def offload_hits(self, req: Request, start: int) -> int:
+        return 0  # no offload tier for hybrid models (refused by the scenario checks)
+
+    # -- allocation ------------------------------------------------------------------------
+    def allocate_slots(
+        self,
+        req: Request,
+        num_new_tokens: int,
+        new_computed: Sequence[KVBlock | None] = (),
+        num_loaded: int = 0,
+    ) -> bool:
+        """Room for ``num_new_tokens`` more tokens in every group, or nothing (returns False)."""
+        assert num_loaded == 0, "no offload tier for hybrid models"
+        bs, pool = self.block_size, self.pool
+        groups = self.groups(req)
+        others = self._pending.pop(req.request_id, []) or [[] for _ in groups[1:]]
+        hits: list[list[KVBlock | None]] = [list(new_computed), *others]
+        assert all(len(h) == len(new_computed) for h in hits), (
+            "hits of every group come from get_computed_blocks"
+        )
+        num_computed = req.num_computed_tokens + len(new_computed) * bs
+        required = -(-(num_computed + num_new_tokens) // bs)
+        need = sum(
+            max(required - len(view.blocks) - len(h), 0) for (_, view), h in zip(groups, hits, strict=True)
+        )
+        evictable = sum(1 for h in hits for b in h if b is not None and b.ref_cnt == 0)
+        if need > pool.num_free_blocks - evictable:
+            return False
+        for (manager, view), h in zip(groups, hits, strict=True):
+            self._extend(manager, view, h, required, min(num_computed + num_new_tokens, req.num_tokens))
+        return True
+
+    def _extend(
+        self,
+        manager: FullAttentionManager,
+        view: Request,
+        hits: list[KVBlock | None],
+        required: int,
+        filled: int,
+    ) -> None:
+        pool, bs = self.pool, self.block_size
+        if hits:
+            pool.touch([b for b in hits if b is not None])
+            view.blocks.extend(hits)
+            view.num_cached_blocks = len(view.blocks)
+            if manager is self.window:
+                view.num_skipped_blocks = max(
+                    view.num_skipped_blocks, self.window._skipped_prefix(view.blocks)
+                )
+        if required > len(view.blocks):
+            view.blocks.extend(pool.get_new_blocks(required - len(view.blocks)))
+        if self.enable_caching and filled // bs > view.num_cached_blocks:
+            FullAttentionManager.cache_full_blocks(manager, view, filled // bs)
+
+    def publish_private_blocks(self, req: Request) -> None:
+        first_private_token = req.private_from_token
+        req.private_from_token = NEVER_PRIVATE  # as FullAttentionManager: nothing private after this
+        for manager, view in self.groups(req):
+            FullAttentionManager.publish_blocks_from(manager, view, first_private_token // manager.block_size)
+
+    def rollback(self, req: Request) -> None:
+        for manager, view in self.groups(req):
+            FullAttentionManager.rollback(manager, view)
+
+    def drop_own_cache(self, req: Request) -> None:
+        keep = req.prefix_cache_hits_tokens // self.block_size
+        for _, view in self.groups(req):
+            for block in view.blocks[keep:]:
+                if block is not None and block.ref_cnt == 1 and block.block_hash is not None:
+                    self.pool.uncache(block)
+
+    def free(self, req: Request) -> None:
+        """Every group's blocks, group by group (vLLM frees manager by manager), tail first."""
+        for manager, view in self.groups(req):
+            if manager is self:
+                FullAttentionManager.free(self, view)
+            else:
+                manager.free(view)
+        self._pending.pop(req.request_id, [])
+
+
+def make_model_kv_manager(pool: BlockPool, block_size: int, model: ModelSpec) -> FullAttentionManager:
+    """The KV manager for ``model``: full, sliding window (with sinks), or hybrid groups."""
+    if not model.is_hybrid:
+        return make_kv_manager(pool, block_size, model.sliding_window, model.num_sink_tokens)
+    assert model.sliding_window is not None
+    groups = kv_layer_groups(model)
+    return HybridKvManager(
+        pool,
+        block_size,
+        num_full_groups=groups.num_full_groups,
+        num_window_groups=groups.num_window_groups,
+        sliding_window=model.sliding_window,
+        num_sink_tokens=model.num_sink_tokens,
+        layer_counts=(model.num_full_layers, model.num_window_layers),
+    )

@@ -132,9 +132,9 @@ def test_fast_forward_equals_step_by_step(case):
     ov = ["workload.num_requests=250", *FF_CASES[case]]
     fast = kvsim.run(None, overrides=ov)
     slow = kvsim.run(None, overrides=[*ov, "sim.fast_forward=false"])
-    assert_frame_equal(fast.requests, slow.requests)
-    assert_frame_equal(fast.iterations, slow.iterations)
-    assert_frame_equal(fast.events, slow.events)
+    assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    assert_frame_equal(fast.iterations, slow.iterations, check_exact=True)
+    assert_frame_equal(fast.events, slow.events, check_exact=True)
     assert len(fast.iterations) > 1000  # long enough to exercise many decode runs
 
 
@@ -280,9 +280,9 @@ def test_fast_forward_equals_step_by_step_under_a_prefix_aware_router():
     fast = kvsim.run(ROOT / "scenarios" / "chat_sessions.yaml", overrides=ov)
     slow = kvsim.run(ROOT / "scenarios" / "chat_sessions.yaml", overrides=[*ov, "sim.fast_forward=false"])
     assert fast.summary["num_evicted_blocks"] > 10_000
-    assert_frame_equal(fast.requests, slow.requests)
-    assert_frame_equal(fast.iterations, slow.iterations)
-    assert_frame_equal(fast.events, slow.events)
+    assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    assert_frame_equal(fast.iterations, slow.iterations, check_exact=True)
+    assert_frame_equal(fast.events, slow.events, check_exact=True)
 
 
 def test_prefix_aware_routing_keeps_sessions_on_their_cache():
@@ -362,6 +362,6 @@ def test_disaggregated_fast_forward_equals_step_by_step():
     fast = kvsim.run(scenario)
     slow = kvsim.run(scenario | {"sim": {"fast_forward": False}})
     assert fast.summary["num_finished"] > 200 and fast.summary["num_preemptions"] > 0
-    assert_frame_equal(fast.requests, slow.requests)
-    assert_frame_equal(fast.iterations, slow.iterations)
-    assert_frame_equal(fast.events, slow.events)
+    assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    assert_frame_equal(fast.iterations, slow.iterations, check_exact=True)
+    assert_frame_equal(fast.events, slow.events, check_exact=True)

@@ -78,7 +78,9 @@ class DecodeRun:
         new_blocks, evicted = self.new_blocks[:num_steps], self.evicted[:num_steps]
         caching = kv.enable_caching
         t_last = float(ends[num_steps - 1])
-        rest_max = float(durations[1:num_steps].max()) if num_steps > 1 else -1.0
+        # The gaps stepping sees are differences of end times (t_end - last_token_s), which
+        # can differ from the durations in the last bit: take them the same way.
+        rest_max = float(np.diff(ends[:num_steps]).max()) if num_steps > 1 else -1.0
         t_first = float(ends[0])
         limit = sched.max_model_len or _NO_LIMIT
         outcome = StepOutcome()

@@ -97,6 +97,17 @@ class Scheduler:
         """Requests waiting for admission, swapped-out ones included."""
         return len(self.queue) + len(self.swapped)
 
+    def arrivals_wait_for_now(self) -> bool:
+        """Whether no request arriving now could be admitted by the next schedule unless
+        something else changes first: the batch is full, or the waiting queue keeps
+        arrivals behind a head the last schedule could not admit.
+
+        Meant for the start of a decode run (every running request decodes, nobody
+        admitted): until the run ends free blocks only shrink, so the head stays blocked."""
+        if len(self.running) >= self.max_num_seqs:
+            return True
+        return bool(len(self.queue)) and getattr(self.queue, "arrivals_queue_behind", False)
+
     def has_work(self) -> bool:
         return bool(self.running or self.swapped or len(self.queue))
 

@@ -172,24 +172,32 @@ class Scheduler:
         budget = step.budget
         num_fast = fast_ctx = 0
         i = 0
+        pool = self.pool
+        free_queue = pool.free_queue
         while i < len(running) and budget > 0:
             req = running[i]
             nc = req.num_computed_tokens
-            if (
-                hot_path_ok
-                and req.num_tokens - nc == 1
-                and req.num_output_tokens
-                and len(req.blocks) * bs > nc
-            ):
-                # The token may fill its block: register it in the prefix cache now.
-                if caching and (nc + 1) % bs == 0 and (nc + 1) // bs > req.num_cached_blocks:
-                    kv.cache_full_blocks(req, (nc + 1) // bs)
-                scheduled[req] = 0  # 0 marks a fast-path decode (one token)
-                num_fast += 1
-                fast_ctx += nc + 1
-                budget -= 1
-                i += 1
-                continue
+            if hot_path_ok and req.num_tokens - nc == 1 and req.num_output_tokens:
+                room = len(req.blocks) * bs
+                if room > nc:
+                    # The token may fill its block: register it in the prefix cache now.
+                    if caching and (nc + 1) % bs == 0 and (nc + 1) // bs > req.num_cached_blocks:
+                        kv.cache_full_blocks(req, (nc + 1) // bs)
+                elif room == nc and len(free_queue):
+                    # Its slot starts a new block and one is free: what allocate_slots would
+                    # do for it, without the general arithmetic.
+                    req.blocks.append(pool.get_new_blocks(1)[0])
+                    if caching and (nc + 1) // bs > req.num_cached_blocks:
+                        kv.cache_full_blocks(req, (nc + 1) // bs)
+                else:
+                    room = -1
+                if room >= 0:
+                    scheduled[req] = 0  # 0 marks a fast-path decode (one token)
+                    num_fast += 1
+                    fast_ctx += nc + 1
+                    budget -= 1
+                    i += 1
+                    continue
             step.budget = budget
             num_new = self._chunk(req.num_tokens - nc, step)
             kv.remove_skipped_blocks(req)

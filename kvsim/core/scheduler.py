@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvsim.core.allocators import make_allocator
-from kvsim.core.block import KVBlock
+from kvsim.core.block import PRIVATE, KVBlock
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.kv_manager import make_kv_manager
 from kvsim.core.outcome import CacheStats, EventKind, KvEvent, SchedulerOutput, StepOutcome
@@ -181,8 +181,16 @@ class Scheduler:
                 room = len(req.blocks) * bs
                 if room > nc:
                     # The token may fill its block: register it in the prefix cache now.
-                    if caching and (nc + 1) % bs == 0 and (nc + 1) // bs > req.num_cached_blocks:
-                        kv.cache_full_blocks(req, (nc + 1) // bs)
+                    if caching and (nc + 1) % bs == 0:
+                        start = req.num_cached_blocks
+                        if (nc + 1) // bs == start + 1 and req.private_from_token <= start * bs:
+                            # one private block filled: cache_full_blocks' private case, inline
+                            block = req.blocks[start]
+                            if block is not None:
+                                block.block_hash = PRIVATE
+                            req.num_cached_blocks = start + 1
+                        elif (nc + 1) // bs > start:
+                            kv.cache_full_blocks(req, (nc + 1) // bs)
                 elif room == nc and len(free_queue):
                     # Its slot starts a new block and one is free: what allocate_slots would
                     # do for it, without the general arithmetic.

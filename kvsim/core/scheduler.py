@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from kvsim.core.allocators import PagedAllocator, make_allocator
 from kvsim.core.beam_search import BeamGroups
-from kvsim.core.block import KVBlock
+from kvsim.core.block import PRIVATE, KVBlock
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.kv_manager import FullAttentionManager, make_kv_manager
 from kvsim.core.outcome import CacheStats, EventKind, KvEvent, SchedulerOutput, SpecDecodeStats, StepOutcome
@@ -116,6 +116,17 @@ class Scheduler:
     def num_waiting(self) -> int:
         """Requests waiting for admission, swapped-out ones included."""
         return len(self.queue) + len(self.swapped)
+
+    def arrivals_wait_for_now(self) -> bool:
+        """Whether no request arriving now could be admitted by the next schedule unless
+        something else changes first: the batch is full, or the waiting queue keeps
+        arrivals behind a head the last schedule could not admit.
+
+        Meant for the start of a decode run (every running request decodes, nobody
+        admitted): until the run ends free blocks only shrink, so the head stays blocked."""
+        if len(self.running) >= self.max_num_seqs:
+            return True
+        return bool(len(self.queue)) and getattr(self.queue, "arrivals_queue_behind", False)
 
     def has_work(self) -> bool:
         return bool(self.running or self.swapped or len(self.queue))
@@ -211,24 +222,45 @@ class Scheduler:
         budget = step.budget
         num_fast = fast_ctx = 0
         i = 0
+        pool = self.pool
+        free_queue = pool.free_queue
+        # A KV-event log that lists private blocks: the inline private case logs as
+        # cache_full_blocks does (None: nothing to log).
+        private_log = pool.kv_events if pool.kv_events_private else None
         while i < len(running) and budget > 0:
             req = running[i]
             nc = req.num_computed_tokens
-            if (
-                hot_path_ok
-                and req.num_tokens - nc == 1
-                and req.num_output_tokens
-                and len(req.blocks) * bs > nc
-            ):
-                # The token may fill its block: register it in the prefix cache now.
-                if caching and (nc + 1) % bs == 0 and (nc + 1) // bs > req.num_cached_blocks:
-                    kv.cache_full_blocks(req, (nc + 1) // bs)
-                scheduled[req] = 0  # 0 marks a fast-path decode (one token)
-                num_fast += 1
-                fast_ctx += nc + 1
-                budget -= 1
-                i += 1
-                continue
+            if hot_path_ok and req.num_tokens - nc == 1 and req.num_output_tokens:
+                room = len(req.blocks) * bs
+                if room > nc:
+                    # The token may fill its block: register it in the prefix cache now.
+                    if caching and (nc + 1) % bs == 0:
+                        start = req.num_cached_blocks
+                        if (nc + 1) // bs == start + 1 and req.private_from_token <= start * bs:
+                            # one private block filled: cache_full_blocks' private case, inline
+                            block = req.blocks[start]
+                            if block is not None:
+                                block.block_hash = PRIVATE
+                                if private_log is not None:
+                                    private_log.append((True, PRIVATE))
+                            req.num_cached_blocks = start + 1
+                        elif (nc + 1) // bs > start:
+                            kv.cache_full_blocks(req, (nc + 1) // bs)
+                elif room == nc and len(free_queue):
+                    # Its slot starts a new block and one is free: what allocate_slots would
+                    # do for it, without the general arithmetic.
+                    req.blocks.append(pool.get_new_blocks(1)[0])
+                    if caching and (nc + 1) // bs > req.num_cached_blocks:
+                        kv.cache_full_blocks(req, (nc + 1) // bs)
+                else:
+                    room = -1
+                if room >= 0:
+                    scheduled[req] = 0  # 0 marks a fast-path decode (one token)
+                    num_fast += 1
+                    fast_ctx += nc + 1
+                    budget -= 1
+                    i += 1
+                    continue
             step.budget = budget
             # The next token, or a prefill chunk; speculating, the drafts after it too.
             num_new = self._chunk(req.num_tokens - nc + req.num_spec_tokens, step)

@@ -222,45 +222,24 @@ class Scheduler:
         budget = step.budget
         num_fast = fast_ctx = 0
         i = 0
-        pool = self.pool
-        free_queue = pool.free_queue
-        # A KV-event log that lists private blocks: the inline private case logs as
-        # cache_full_blocks does (None: nothing to log).
-        private_log = pool.kv_events if pool.kv_events_private else None
         while i < len(running) and budget > 0:
             req = running[i]
             nc = req.num_computed_tokens
-            if hot_path_ok and req.num_tokens - nc == 1 and req.num_output_tokens:
-                room = len(req.blocks) * bs
-                if room > nc:
-                    # The token may fill its block: register it in the prefix cache now.
-                    if caching and (nc + 1) % bs == 0:
-                        start = req.num_cached_blocks
-                        if (nc + 1) // bs == start + 1 and req.private_from_token <= start * bs:
-                            # one private block filled: cache_full_blocks' private case, inline
-                            block = req.blocks[start]
-                            if block is not None:
-                                block.block_hash = PRIVATE
-                                if private_log is not None:
-                                    private_log.append((True, PRIVATE))
-                            req.num_cached_blocks = start + 1
-                        elif (nc + 1) // bs > start:
-                            kv.cache_full_blocks(req, (nc + 1) // bs)
-                elif room == nc and len(free_queue):
-                    # Its slot starts a new block and one is free: what allocate_slots would
-                    # do for it, without the general arithmetic.
-                    req.blocks.append(pool.get_new_blocks(1)[0])
-                    if caching and (nc + 1) // bs > req.num_cached_blocks:
-                        kv.cache_full_blocks(req, (nc + 1) // bs)
-                else:
-                    room = -1
-                if room >= 0:
-                    scheduled[req] = 0  # 0 marks a fast-path decode (one token)
-                    num_fast += 1
-                    fast_ctx += nc + 1
-                    budget -= 1
-                    i += 1
-                    continue
+            if (
+                hot_path_ok
+                and req.num_tokens - nc == 1
+                and req.num_output_tokens
+                and (
+                    (len(req.blocks) * bs > nc and (not caching or (nc + 1) % bs))
+                    or self._decode_at_block_boundary(req, nc)
+                )
+            ):
+                scheduled[req] = 0  # 0 marks a fast-path decode (one token)
+                num_fast += 1
+                fast_ctx += nc + 1
+                budget -= 1
+                i += 1
+                continue
             step.budget = budget
             # The next token, or a prefill chunk; speculating, the drafts after it too.
             num_new = self._chunk(req.num_tokens - nc + req.num_spec_tokens, step)
@@ -289,6 +268,34 @@ class Scheduler:
         step.budget = budget
         step.num_fast_decodes = num_fast
         step.fast_decode_ctx = fast_ctx
+
+    def _decode_at_block_boundary(self, req: Request, nc: int) -> bool:
+        """The hot path's decode whose token fills its block or starts a new one: what
+        allocate_slots and cache_full_blocks would do for it, without their general
+        arithmetic. False (nothing changed) when it needs a block and none is free."""
+        kv, pool = self.kv, self.pool
+        bs = kv.block_size
+        caching = kv.enable_caching
+        room = len(req.blocks) * bs
+        if room > nc:  # the token fills its block: register it in the prefix cache now
+            start = req.num_cached_blocks
+            if (nc + 1) // bs == start + 1 and req.private_from_token <= start * bs:
+                # One private block filled: cache_full_blocks' private case, inline.
+                block = req.blocks[start]
+                if block is not None:
+                    block.block_hash = PRIVATE
+                    if pool.kv_events is not None and pool.kv_events_private:
+                        pool.kv_events.append((True, PRIVATE))
+                req.num_cached_blocks = start + 1
+            elif (nc + 1) // bs > start:
+                kv.cache_full_blocks(req, (nc + 1) // bs)
+            return True
+        if room < nc or not len(pool.free_queue):
+            return False
+        req.blocks.append(pool.get_new_blocks(1)[0])  # its slot starts a new block
+        if caching and (nc + 1) // bs > req.num_cached_blocks:
+            kv.cache_full_blocks(req, (nc + 1) // bs)
+        return True
 
     def _preempt(self, victim: Request, step: _Step) -> None:
         """Take ``victim``'s blocks: to the swap space if it fits there, else recompute."""

@@ -5,7 +5,8 @@
 #   make run        set up, then simulate the embedded default scenario (ARGS="..." passes options)
 #   make test       set up (dev, dashboard, calibration and ray extras), then run the test suite
 #   make lint       ruff check + ruff format --check + mypy (strict)
-#   make bench      the speed benchmark (benchmarks/run.py)
+#   make bench      kvsim against BLIS on the same requests, every case (benchmarks/peers.py; ARGS="--quick"
+#                   for 10k only), then the per-iteration cost against batch size (benchmarks/iteration_cost.py)
 #   make bench-cluster  cluster cost per request: 64 x 100k vs 1 x 100k (benchmarks/cluster_scale.py)
 #   make dashboard  the Streamlit dashboard, on localhost only (DASHBOARD_ADDRESS=0.0.0.0 serves others;
 #                   DASHBOARD_ALLOW="runs /data/results" lists the folders its pages may read besides
@@ -38,7 +39,8 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
 bench: $(VENV)/.installed-dev
-	$(BIN)/python benchmarks/run.py $(ARGS)
+	$(BIN)/python benchmarks/peers.py $(ARGS)
+	$(BIN)/python benchmarks/iteration_cost.py
 
 bench-cluster: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/cluster_scale.py $(ARGS)

@@ -401,6 +401,17 @@ def test_write_through_puts_blocks_in_the_pool_before_any_eviction():
     assert through.shared_pool_hits_tokens.tolist() == [0, 64]
 
 
+def test_write_through_writes_every_block_a_request_fills_decoded_ones_too():
+    # 64 prompt tokens + 41 output tokens, the last never fed back: 104 tokens in the KV, 6 full
+    # blocks of 16 (4 of prompt, 2 of output, private to the request). Write-through sends each to the pool as it fills, whether the
+    # scheduler's decode hot path or the allocator filled it; the 7th (8 tokens) never fills.
+    for fast_forward in (True, False):
+        scenario = _pool_cluster("write_through")
+        scenario["sim"] = {"fast_forward": fast_forward}
+        res = kvsim.run(scenario, requests=[spec(0, 64, output=41)])
+        assert res.summary["shared_pool_write_bytes"] == 6 * BLOCK_BYTES, fast_forward
+
+
 # --------------------------------------------------------------------------- autoscaling
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ROOT, spec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pandas.testing import assert_frame_equal
 
 import kvsim
@@ -132,10 +134,51 @@ def test_fast_forward_equals_step_by_step(case):
     ov = ["workload.num_requests=250", *FF_CASES[case]]
     fast = kvsim.run(None, overrides=ov)
     slow = kvsim.run(None, overrides=[*ov, "sim.fast_forward=false"])
-    assert_frame_equal(fast.requests, slow.requests)
-    assert_frame_equal(fast.iterations, slow.iterations)
-    assert_frame_equal(fast.events, slow.events)
+    assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    assert_frame_equal(fast.iterations, slow.iterations, check_exact=True)
+    assert_frame_equal(fast.events, slow.events, check_exact=True)
     assert len(fast.iterations) > 1000  # long enough to exercise many decode runs
+
+
+@st.composite
+def _small_engine_runs(draw):
+    """A one-replica scenario (roofline cost: durations that differ every iteration) and
+    up to 40 requests with shared prefixes, bursts and long outputs."""
+    engine = {
+        "block_size": draw(st.sampled_from([1, 4, 16])),
+        "num_gpu_blocks_override": draw(st.integers(40, 400)),
+        "max_num_seqs": draw(st.integers(1, 16)),
+        "max_num_batched_tokens": draw(st.sampled_from([64, 256, 2048])),
+        "enable_chunked_prefill": draw(st.booleans()),
+        "preemption_mode": draw(st.sampled_from(["recompute", "swap"])),
+        "scheduling_policy": draw(st.sampled_from(["fcfs", "fcfs", "priority"])),
+        "enable_prefix_caching": draw(st.booleans()),
+    }
+    scenario = {"model": "llama-3-8b", "replicas": [{"gpu": "h100-sxm", "engine": engine}]}
+    n = draw(st.integers(1, 40))
+    t = 0.0
+    reqs = []
+    for rid in range(n):
+        t += draw(st.sampled_from([0.0, 0.001, 0.02, 0.3]))
+        shared = draw(st.sampled_from([0, 0, 1, 2]))
+        own = draw(st.integers(1, 300))
+        prompt = [(shared, draw(st.integers(1, 200))), (1000 + rid, own)] if shared else [(1000 + rid, own)]
+        reqs.append(
+            spec(rid, prompt, output=draw(st.integers(1, 120)), arrival=t, priority=draw(st.integers(0, 2)))
+        )
+    return scenario, reqs
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_small_engine_runs())
+def test_fast_forward_equals_stepping_on_random_small_scenarios(case):
+    """Decode runs, arrivals riding along them and every table: bit for bit as stepping."""
+    scenario, reqs = case
+    fast = kvsim.run(scenario | {"sim": {"fast_forward": True}}, requests=reqs)
+    slow = kvsim.run(scenario | {"sim": {"fast_forward": False}}, requests=reqs)
+    assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    assert_frame_equal(fast.iterations, slow.iterations, check_exact=True)
+    assert_frame_equal(fast.events, slow.events, check_exact=True)
 
 
 def test_arrival_exactly_at_an_iteration_boundary_joins_that_iteration():
@@ -283,9 +326,9 @@ def test_fast_forward_equals_step_by_step_under_a_prefix_aware_router():
     fast = kvsim.run(ROOT / "scenarios" / "chat_sessions.yaml", overrides=ov)
     slow = kvsim.run(ROOT / "scenarios" / "chat_sessions.yaml", overrides=[*ov, "sim.fast_forward=false"])
     assert fast.summary["num_evicted_blocks"] > 10_000
-    assert_frame_equal(fast.requests, slow.requests)
-    assert_frame_equal(fast.iterations, slow.iterations)
-    assert_frame_equal(fast.events, slow.events)
+    assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    assert_frame_equal(fast.iterations, slow.iterations, check_exact=True)
+    assert_frame_equal(fast.events, slow.events, check_exact=True)
 
 
 def test_prefix_aware_routing_keeps_sessions_on_their_cache():
@@ -365,6 +408,6 @@ def test_disaggregated_fast_forward_equals_step_by_step():
     fast = kvsim.run(scenario)
     slow = kvsim.run(scenario | {"sim": {"fast_forward": False}})
     assert fast.summary["num_finished"] > 200 and fast.summary["num_preemptions"] > 0
-    assert_frame_equal(fast.requests, slow.requests)
-    assert_frame_equal(fast.iterations, slow.iterations)
-    assert_frame_equal(fast.events, slow.events)
+    assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    assert_frame_equal(fast.iterations, slow.iterations, check_exact=True)
+    assert_frame_equal(fast.events, slow.events, check_exact=True)

@@ -3,7 +3,9 @@
 When every running request decodes, nobody was preempted, swapped or admitted, nothing can
 change the batch until a request finishes or the pool runs out of free blocks (admission
 cannot open up meanwhile: free blocks only shrink, and max_num_seqs and the budget stay as
-they are). New arrivals end the stretch too; the engine handles that. Such a stretch is a
+they are). A new arrival ends the stretch too, unless it could not be admitted before the
+stretch ends anyway (FCFS behind a blocked head, or a full batch); the engine handles that
+(`Scheduler.arrivals_wait_for_now`). Such a stretch is a
 `DecodeRun`: the engine prices all its iterations in one vectorised cost-model call, waits
 once, then commits the iterations that happened with the block allocations, cache
 registrations and evictions stepping would have made, in the same order.
@@ -83,7 +85,9 @@ class DecodeRun:
         new_blocks, evicted = self.new_blocks[:num_steps], self.evicted[:num_steps]
         caching = kv.enable_caching
         t_last = float(ends[num_steps - 1])
-        rest_max = float(durations[1:num_steps].max()) if num_steps > 1 else -1.0
+        # The gaps stepping sees are differences of end times (t_end - last_token_s), which
+        # can differ from the durations in the last bit: take them the same way.
+        rest_max = float(np.diff(ends[:num_steps]).max()) if num_steps > 1 else -1.0
         t_first = float(ends[0])
         limit = sched.max_model_len or _NO_LIMIT
         outcome = StepOutcome()

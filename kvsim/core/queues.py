@@ -25,7 +25,12 @@ from kvsim.registry import SCHEDULING_POLICIES
 
 
 class RequestQueue(Protocol):
-    """The waiting queue of one replica."""
+    """The waiting queue of one replica.
+
+    A queue may set ``arrivals_queue_behind = True`` when a request pushed now never goes
+    ahead of one already waiting (FCFS): while the head cannot be admitted, neither can a
+    new arrival, so the engine lets arrivals ride along a decode run instead of ending it.
+    """
 
     def __len__(self) -> int: ...
 
@@ -59,6 +64,7 @@ class FcfsQueue:
     """First come, first served: preempted requests go back in front."""
 
     __slots__ = ("_fifo",)
+    arrivals_queue_behind = True
 
     def __init__(self) -> None:
         self._fifo: deque[Request] = deque()

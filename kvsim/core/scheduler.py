@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from kvsim.core.allocators import PagedAllocator, make_allocator
 from kvsim.core.beam_search import BeamGroups
-from kvsim.core.block import KVBlock
+from kvsim.core.block import PRIVATE, KVBlock
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.kv_manager import FullAttentionManager, make_kv_manager
 from kvsim.core.outcome import CacheStats, EventKind, KvEvent, SchedulerOutput, SpecDecodeStats, StepOutcome
@@ -116,6 +116,17 @@ class Scheduler:
     def num_waiting(self) -> int:
         """Requests waiting for admission, swapped-out ones included."""
         return len(self.queue) + len(self.swapped)
+
+    def arrivals_wait_for_now(self) -> bool:
+        """Whether no request arriving now could be admitted by the next schedule unless
+        something else changes first: the batch is full, or the waiting queue keeps
+        arrivals behind a head the last schedule could not admit.
+
+        Meant for the start of a decode run (every running request decodes, nobody
+        admitted): until the run ends free blocks only shrink, so the head stays blocked."""
+        if len(self.running) >= self.max_num_seqs:
+            return True
+        return bool(len(self.queue)) and getattr(self.queue, "arrivals_queue_behind", False)
 
     def has_work(self) -> bool:
         return bool(self.running or self.swapped or len(self.queue))
@@ -218,11 +229,11 @@ class Scheduler:
                 hot_path_ok
                 and req.num_tokens - nc == 1
                 and req.num_output_tokens
-                and len(req.blocks) * bs > nc
+                and (
+                    (len(req.blocks) * bs > nc and (not caching or (nc + 1) % bs))
+                    or self._decode_at_block_boundary(req, nc)
+                )
             ):
-                # The token may fill its block: register it in the prefix cache now.
-                if caching and (nc + 1) % bs == 0 and (nc + 1) // bs > req.num_cached_blocks:
-                    kv.cache_full_blocks(req, (nc + 1) // bs)
                 scheduled[req] = 0  # 0 marks a fast-path decode (one token)
                 num_fast += 1
                 fast_ctx += nc + 1
@@ -257,6 +268,34 @@ class Scheduler:
         step.budget = budget
         step.num_fast_decodes = num_fast
         step.fast_decode_ctx = fast_ctx
+
+    def _decode_at_block_boundary(self, req: Request, nc: int) -> bool:
+        """The hot path's decode whose token fills its block or starts a new one: what
+        allocate_slots and cache_full_blocks would do for it, without their general
+        arithmetic. False (nothing changed) when it needs a block and none is free."""
+        kv, pool = self.kv, self.pool
+        bs = kv.block_size
+        caching = kv.enable_caching
+        room = len(req.blocks) * bs
+        if room > nc:  # the token fills its block: register it in the prefix cache now
+            start = req.num_cached_blocks
+            if (nc + 1) // bs == start + 1 and req.private_from_token <= start * bs:
+                # One private block filled: cache_full_blocks' private case, inline.
+                block = req.blocks[start]
+                if block is not None:
+                    block.block_hash = PRIVATE
+                    if pool.kv_events is not None and pool.kv_events_private:
+                        pool.kv_events.append((True, PRIVATE))
+                req.num_cached_blocks = start + 1
+            elif (nc + 1) // bs > start:
+                kv.cache_full_blocks(req, (nc + 1) // bs)
+            return True
+        if room < nc or not len(pool.free_queue):
+            return False
+        req.blocks.append(pool.get_new_blocks(1)[0])  # its slot starts a new block
+        if caching and (nc + 1) // bs > req.num_cached_blocks:
+            kv.cache_full_blocks(req, (nc + 1) // bs)
+        return True
 
     def _preempt(self, victim: Request, step: _Step) -> None:
         """Take ``victim``'s blocks: to the swap space if it fits there, else recompute."""

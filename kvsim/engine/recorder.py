@@ -84,7 +84,7 @@ class Recorder:
         durations: np.ndarray,
         batch_size: int,
         *,
-        num_waiting: int,
+        num_waiting: int | np.ndarray,
         kv_blocks_used: int,
         kv_blocks_cached: int,
         kv_tokens_stored: int,
@@ -94,6 +94,7 @@ class Recorder:
         """A fast-forwarded decode run: ``len(ends)`` iterations of ``batch_size`` decodes.
 
         The KV figures are those before the run's first iteration was scheduled;
+        ``num_waiting`` is one count for all, or one per iteration;
         ``new_blocks`` / ``evicted`` are cumulative per iteration.
         """
         c = self._cols
@@ -106,7 +107,10 @@ class Recorder:
         c["num_prefill_seqs"].extend([0] * m)
         c["prefill_tokens"].extend([0] * m)
         c["decode_tokens"].extend([batch_size] * m)
-        c["num_waiting"].extend([num_waiting] * m)
+        if isinstance(num_waiting, np.ndarray):  # arrivals that rode along the run
+            c["num_waiting"].extend(num_waiting.tolist())
+        else:
+            c["num_waiting"].extend([num_waiting] * m)
         used = kv_blocks_used + new_blocks
         c["kv_blocks_used"].extend(used.tolist())
         c["kv_blocks_cached"].extend((kv_blocks_cached - evicted).tolist())

@@ -115,6 +115,10 @@ class Replica:
         self._run: DecodeRun | None = None  # the decode run being waited for, if any
         self._run_start = 0.0
         self._run_ends = np.zeros(0)
+        # Arrivals during the run that do not end it (`Scheduler.arrivals_wait_for_now`),
+        # and whether they may: their times give each iteration's waiting count.
+        self._run_rides = False
+        self._run_arrivals: list[float] = []
         self._run_steps = 0
         self._tier_loads: list[int] = []  # blocks loaded per tier by the iteration being priced
         self._loaded_order: list[int] = []  # the tier of each of those blocks, in load order
@@ -234,8 +238,11 @@ class Replica:
             wake, self._wake = self._wake, None
             wake.succeed()
         elif self._in_run:
-            self._in_run = False
-            self.process.interrupt()
+            if self._run_rides:  # it cannot be admitted before the run ends: no cut
+                self._run_arrivals.append(self.env.now)
+            else:
+                self._in_run = False
+                self.process.interrupt()
 
     def _rejected(self, req: Request, reason: str) -> None:
         """The engine refused ``req``: it can never run here (`kvsim.result.REJECT_REASONS`)."""
@@ -372,7 +379,8 @@ class Replica:
             yield simpy.AllOf(self.env, events)
 
     def _decode_run(self, now: float, run: DecodeRun) -> Process:
-        """A fast-forwarded stretch of decode iterations, cut short by an arrival."""
+        """A fast-forwarded stretch of decode iterations, cut short by an arrival that the
+        next schedule might admit (others ride along: they only raise the waiting count)."""
         sched, env = self.scheduler, self.env
         dts = self.cost.decode_steps_s(len(run.reqs), run.context_tokens())
         ends = np.cumsum(np.concatenate(([now], dts)))[1:]
@@ -389,6 +397,9 @@ class Replica:
         stored0 = sched.num_tokens_stored
         self._in_run = True
         self._run, self._run_start, self._run_ends, self._run_steps = run, now, ends, k
+        self._run, self._run_ends, self._run_steps = run, ends, k
+        self._run_rides = sched.arrivals_wait_for_now()
+        arrivals = self._run_arrivals = []
         try:
             yield LateTimeout(env, max(float(ends[k - 1]) - env.now, 0.0))
         except simpy.Interrupt:
@@ -400,6 +411,12 @@ class Replica:
         self._run = None
         self.clock = float(ends[m - 1])
         pre = [(r.num_cached_blocks, r.num_computed_tokens) for r in run.reqs] if self._stamps() else None
+        if arrivals:  # iteration j >= 1 starts at ends[j - 1] and sees arrivals up to then
+            waiting: int | np.ndarray = num_waiting + np.concatenate(
+                ([0], np.searchsorted(np.asarray(arrivals), ends[: m - 1], side="right"))
+            )
+        else:
+            waiting = num_waiting
         new_blocks, evicted, outcome = run.commit(m, ends, dts)
         self._publish_run_registrations(run, pre, now, ends, m)
         self.recorder.add_decode_run(
@@ -408,7 +425,7 @@ class Replica:
             ends[:m],
             dts[:m],
             len(run.reqs),
-            num_waiting=num_waiting,
+            num_waiting=waiting,
             kv_blocks_used=used0,
             kv_blocks_cached=cached0,
             kv_tokens_stored=stored0,

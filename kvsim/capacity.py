@@ -397,6 +397,7 @@ def find_capacity(
     while lo < hi:
         todo = [i for i in _probes(lo, hi, jobs) if i not in done]
         by_id = {points[i].point_id: i for i in todo}
+        first_run = len(done)  # a round's points are numbered in probe order, however they finish
         for point, outcome in run_points([points[i] for i in todo], runner, jobs=jobs, executor=executor,
                                          address=address):  # fmt: skip
             i = by_id[point.point_id]
@@ -409,7 +410,7 @@ def find_capacity(
             )
             cp = CapacityPoint(
                 value=order[i],
-                run_index=len(done),
+                run_index=first_run + todo.index(i),
                 round_index=round_index,
                 status=outcome.status,
                 error=outcome.error,

@@ -88,12 +88,16 @@ class Measurement:
 
 def measure_rss(cmd: list[str], cwd: Path | None = None) -> Measurement:
     """As `measure`, with the peak RSS of this one child (not of every child so far)."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stderr is not None
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    out, err = proc.stdout.read(), proc.stderr.read()
+    # Output goes to files, not pipes: waiting on the child while a pipe it writes to is
+    # full would hang both (BLIS prints a line per request at 100k).
+    with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out_f, stderr=err_f, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        out_f.seek(0)
+        err_f.seek(0)
+        out, err = out_f.read(), err_f.read()
     code = os.waitstatus_to_exitcode(status)
     if code:
         raise RuntimeError(f"{cmd[0]} failed ({code}): {err[-2000:]}")

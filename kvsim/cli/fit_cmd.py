@@ -69,14 +69,16 @@ def gpu_arg(text: str) -> GpuSpec:
     return _spec_from_text(text, GpuSpec, "gpu") or resolve_gpu(text)
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
 
 
-def _utilization(text: str) -> float:
+def utilization(text: str) -> float:
+    """An argparse type: a share in (0, 1]."""
     value = float(text)
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
@@ -96,14 +98,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--model", required=True, help=f"preset ({', '.join(MODEL_PRESETS)}), spec file or JSON")
     p.add_argument("--gpu", required=True, help=f"preset ({', '.join(GPU_PRESETS)}), spec file or JSON")
-    p.add_argument("--tp", type=_positive_int, default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
     p.add_argument(
         "--context-tokens",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="tokens per sequence (default: the model's max_model_len)",
     )
-    p.add_argument("--batch", type=_positive_int, default=1, help="sequences held at once (default 1)")
+    p.add_argument("--batch", type=positive_int, default=1, help="sequences held at once (default 1)")
     p.add_argument("--kv-dtype", default="auto", choices=["auto", *KV_DTYPE_BYTES], help="KV dtype")
     p.add_argument(
         "--weight-dtype",
@@ -111,16 +113,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         choices=list(KV_DTYPE_BYTES),
         help="quantize the weights to this dtype (default: the model's)",
     )
-    p.add_argument("--block-size", type=_positive_int, default=16, help="tokens per block (default 16)")
-    p.add_argument("--gpu-memory-utilization", type=_utilization, default=0.9, help="default 0.9")
+    p.add_argument("--block-size", type=positive_int, default=16, help="tokens per block (default 16)")
+    p.add_argument("--gpu-memory-utilization", type=utilization, default=0.9, help="default 0.9")
     p.add_argument(
         "--max-num-batched-tokens",
-        type=_positive_int,
+        type=positive_int,
         default=8192,
         help="sizes the activation reserve (default 8192)",
     )
     p.add_argument(
-        "--max-num-seqs", type=_positive_int, default=256, help="sizes the sampler's logits (default 256)"
+        "--max-num-seqs", type=positive_int, default=256, help="sizes the sampler's logits (default 256)"
     )
     p.add_argument(
         "--activation-reserve-gib",

@@ -16,7 +16,7 @@ import argparse
 import json
 from typing import Any
 
-from kvsim.cli.fit_cmd import EXIT_DOES_NOT_FIT, gpu_arg, model_arg
+from kvsim.cli.fit_cmd import EXIT_DOES_NOT_FIT, gpu_arg, model_arg, positive_int, utilization
 from kvsim.errors import KvsimError
 from kvsim.kv_sizing import (
     GIB,
@@ -32,20 +32,6 @@ from kvsim.kv_sizing import (
 )
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, tp_problem
 from kvsim.specs import KV_DTYPE_BYTES
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _utilization(text: str) -> float:
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
-    return value
 
 
 def _non_negative(text: str) -> float:
@@ -73,23 +59,23 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="KV-cache element type (vLLM's kv_cache_dtype; 'auto' = the model's dtype).",
     )
     p.add_argument("--gpu", help=f"GPU preset ({', '.join(GPU_PRESETS)}), spec file or JSON")
-    p.add_argument("--tp", type=_positive_int, default=1, help="tensor-parallel degree (default 1)")
-    p.add_argument("--block-size", type=_positive_int, default=16, help="tokens per block (default 16)")
+    p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument("--block-size", type=positive_int, default=16, help="tokens per block (default 16)")
     p.add_argument(
         "--gpu-memory-utilization",
-        type=_utilization,
+        type=utilization,
         default=0.9,
         help="fraction of GPU memory the engine may use (vLLM default 0.9)",
     )
     p.add_argument(
         "--max-num-batched-tokens",
-        type=_positive_int,
+        type=positive_int,
         default=8192,
         help="token budget per iteration, sizes the activation reserve (default 8192)",
     )
     p.add_argument(
         "--max-num-seqs",
-        type=_positive_int,
+        type=positive_int,
         default=256,
         help="most requests per iteration, sizes the sampler's logits (default 256)",
     )
@@ -101,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument(
         "--context-tokens",
-        type=_positive_int,
+        type=positive_int,
         default=32768,
         help="context length for the 'a context of N tokens takes X GiB' line (default 32768)",
     )

@@ -68,6 +68,14 @@ def shared_content_ids(specs: Sequence[RequestSpec]) -> set[int]:
     return shared
 
 
+#: An engine's prefix-cache, beam-search and speculative-decoding counters.
+EngineCounters = tuple[CacheStats, BeamStats, SpecDecodeStats]
+
+
+def counters_of(sched: Scheduler) -> EngineCounters:
+    return sched.stats, sched.beams.stats, sched.spec_stats
+
+
 @dataclass
 class ClusterStats:
     """What the cluster layer measured beyond the request and iteration tables."""
@@ -399,7 +407,7 @@ class Cluster:
     def cache_stats(self) -> CacheStats:
         """Prefix-cache counters summed over all replicas (and engines they restarted with)."""
         total = CacheStats()
-        for s in (sched.stats for sched in self._schedulers()):
+        for s, _, _ in self._counters():
             total.prefix_cache_queries_tokens += s.prefix_cache_queries_tokens
             total.prefix_cache_hits_tokens += s.prefix_cache_hits_tokens
             total.recompute_queries_tokens += s.recompute_queries_tokens
@@ -410,20 +418,20 @@ class Cluster:
     def beam_stats(self) -> BeamStats:
         """Beam search forks summed over all replicas."""
         total = BeamStats()
-        for sched in self._schedulers():
-            total += sched.beams.stats
+        for _, beams, _ in self._counters():
+            total += beams
         return total
 
     def spec_stats(self) -> SpecDecodeStats:
         """Speculative decoding counters summed over all replicas."""
         total = SpecDecodeStats()
-        for sched in self._schedulers():
-            total += sched.spec_stats
+        for _, _, spec in self._counters():
+            total += spec
         return total
 
-    def _schedulers(self) -> list[Scheduler]:
+    def _counters(self) -> list[EngineCounters]:
         """Every engine that ran: the replicas' current ones and those a cold restart replaced."""
-        return [r.scheduler for r in self.replicas] + self.fleet.retired
+        return [counters_of(r.scheduler) for r in self.replicas] + self.fleet.retired
 
     def stats(self, sim_time_s: float) -> ClusterStats:
         """Replica-seconds, scaling, tiers and links, for a run that ended at ``sim_time_s``."""
@@ -582,7 +590,7 @@ class Fleet:
         self.num_scale_ups = 0
         self.num_scale_downs = 0
         self.peak = sum(s != "stopped" for s in self.state)
-        self.retired: list[Scheduler] = []  # engines replaced by a cold restart, for their counters
+        self.retired: list[EngineCounters] = []  # of engines a cold restart replaced: they still count
         self.policies = {
             g.index: ThresholdPolicy(g.config.autoscale)
             for g in cluster.plan.groups
@@ -657,7 +665,7 @@ class Fleet:
         """A cold start is over: a fresh engine (empty caches) takes requests."""
         c = self.cluster
         replica = c.replicas[index]
-        self.retired.append(replica.scheduler)  # its counters still count
+        self.retired.append(counters_of(replica.scheduler))
         sched = c.build_scheduler(c.groups[index])
         c.attach(replica, sched)
         self.state[index] = "ready"

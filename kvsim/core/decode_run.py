@@ -18,6 +18,7 @@ registrations and evictions stepping would have made, in the same order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,12 +51,17 @@ class DecodeRun:
     #: Start time of each step, for a pool whose retention priorities expire (set by the engine).
     step_starts: np.ndarray | None = None
 
+    @property
+    def num_seqs(self) -> int:
+        return len(self.reqs)
+
     def context_tokens(self) -> np.ndarray:
         """``decode_context_tokens`` of each iteration of the run."""
         return self.base_context_tokens + len(self.reqs) * np.arange(self.num_steps, dtype=np.int64)
 
-    def advance(self, num_started: int) -> None:
-        """Make the block allocations of the run's first ``num_started`` iterations."""
+    def advance(self, num_started: int, on_step: Callable[[int], None] | None = None) -> None:
+        """Make the block allocations of the run's first ``num_started`` iterations
+        (``on_step(j)`` after those of each step j that made some)."""
         pool = self.scheduler.pool
         steps, reqs = self.alloc_steps, self.alloc_reqs
         starts = self.step_starts if pool.timed else None
@@ -69,6 +75,9 @@ class DecodeRun:
             self.new_blocks[j] += 1
             self.evicted[j] += pool.num_evicted - before
             i += 1
+            if on_step is not None and (i == len(steps) or steps[i] != j):
+                self.num_allocated = i
+                on_step(j)
         self.num_allocated = i
 
     def commit(
@@ -156,6 +165,99 @@ def plan_decode_run(sched: Scheduler, out: SchedulerOutput, max_steps: int) -> D
         base_context_tokens=out.batch.decode_context_tokens,
         alloc_steps=[j for j, _ in events],
         alloc_reqs=[reqs[i] for _, i in events],
+        new_blocks=np.zeros(k, dtype=np.int64),
+        evicted=np.zeros(k, dtype=np.int64),
+    )
+
+
+@dataclass(slots=True)
+class CohortRun:
+    """A decode run of a scheduler whose running requests are all in its decode cohort
+    (`kvsim.core.cohort`): committing it costs what happens in it (the members reaching a
+    block boundary), not its steps times its requests.
+
+    Step 0 is the already-scheduled iteration; each later step j is scheduled when the
+    run reaches it (`advance`, ``num_advanced`` so far), the previous step having ended
+    then. Members finish only in the run's last step (``finishing``, once it is
+    scheduled) and its allocations fit the free blocks.
+    """
+
+    scheduler: Scheduler
+    num_steps: int
+    num_seqs: int
+    base_context_tokens: int
+    new_blocks: np.ndarray
+    evicted: np.ndarray
+    step_starts: np.ndarray | None = None  # set by the engine once priced
+    ends: np.ndarray | None = None
+    num_advanced: int = 1
+    finishing: list[Request] = field(default_factory=list)
+
+    def context_tokens(self) -> np.ndarray:
+        """``decode_context_tokens`` of each iteration of the run."""
+        return self.base_context_tokens + self.num_seqs * np.arange(self.num_steps, dtype=np.int64)
+
+    def advance(self, num_started: int, on_step: Callable[[int], None] | None = None) -> None:
+        """Schedule the run's steps up to ``num_started`` (exclusive), as stepping would
+        have when each started (``on_step(j)`` after a step j that changed the pool)."""
+        sched = self.scheduler
+        co, pool = sched.cohort, sched.pool
+        assert co is not None and self.ends is not None and self.step_starts is not None
+        ends, starts = self.ends, self.step_starts
+        timed = pool.timed
+        for j in range(self.num_advanced, num_started):
+            co.end_iteration(float(ends[j - 1]))
+            if co.step in co.due:
+                if timed:
+                    pool.set_time(float(starts[j]))
+                before = pool.num_evicted
+                num_new, self.finishing = sched.schedule_cohort_only()
+                self.new_blocks[j] += num_new
+                self.evicted[j] += pool.num_evicted - before
+                if on_step is not None:
+                    self.num_advanced = j + 1
+                    on_step(j)
+        if num_started > self.num_advanced:
+            self.num_advanced = num_started
+
+    def commit(
+        self, num_steps: int, ends: np.ndarray, durations: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, StepOutcome]:
+        """End the first ``num_steps`` iterations (step 0 included) at ``ends``, as
+        `DecodeRun.commit`."""
+        sched = self.scheduler
+        assert sched.cohort is not None
+        self.advance(num_steps)
+        t_last = float(ends[num_steps - 1])
+        sched.cohort.end_iteration(t_last)
+        sched.pool.set_time(t_last)
+        sched.num_tokens_stored += self.num_seqs * num_steps
+        outcome = sched.finish_decoders(self.finishing, t_last) if self.finishing else StepOutcome()
+        new_blocks, evicted = self.new_blocks[:num_steps], self.evicted[:num_steps]
+        return np.cumsum(new_blocks), np.cumsum(evicted), outcome
+
+
+def plan_cohort_run(sched: Scheduler, out: SchedulerOutput, max_steps: int) -> CohortRun | None:
+    """If ``out`` starts a stretch of pure-decode iterations of the cohort alone, describe it."""
+    co = sched.cohort
+    assert co is not None
+    if not out.all_running_decode or out.tokens or max_steps < 2:
+        return None
+    s = co.step
+    k = max_steps
+    first = co.first_finish()
+    if first is not None and first - s + 1 < k:
+        k = first - s + 1  # the run ends with the first iteration in which a member finishes
+    if k < 2:
+        return None
+    k = 1 + co.steps_until_blocks_run_out(s + 1, k - 1, sched.pool.num_free_blocks)
+    if k < 2:
+        return None
+    return CohortRun(
+        scheduler=sched,
+        num_steps=k,
+        num_seqs=len(co),
+        base_context_tokens=out.batch.decode_context_tokens,
         new_blocks=np.zeros(k, dtype=np.int64),
         evicted=np.zeros(k, dtype=np.int64),
     )

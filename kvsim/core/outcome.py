@@ -60,6 +60,7 @@ class SchedulerOutput:
 
     ``tokens`` maps each scheduled request to its new tokens, in scheduling order, with
     0 standing for one decode token (the hot path's mark); `scheduled` spells it out.
+    With a decode cohort, ``num_lazy_decodes`` more requests decode one token each.
     ``num_evicted`` counts the cached blocks that scheduling evicted.
     """
 
@@ -76,6 +77,8 @@ class SchedulerOutput:
     swap_out_blocks: int = 0
     swap_in_blocks: int = 0
     all_running_decode: bool = False
+    #: Decodes advanced by the decode cohort (`kvsim.core.cohort`), not listed in ``tokens``.
+    num_lazy_decodes: int = 0
     #: Waiting requests found unschedulable (nothing runs, they still cannot start): rejected.
     rejected: list[Request] = field(default_factory=list)
 

@@ -69,6 +69,9 @@ class Request:
         "group_views",
         "kv_transferred",
         "last_token_s",
+        "lazy_finish",
+        "lazy_phase",
+        "lazy_step",
         "max_itl_s",
         "num_cached_blocks",
         "num_computed_tokens",
@@ -87,6 +90,7 @@ class Request:
         "recompute_hits_tokens",
         "replica",
         "request_id",
+        "run_seq",
         "salt",
         "segments",
         "spec",
@@ -153,6 +157,12 @@ class Request:
         self.num_preemptions = 0
         self.num_swaps = 0
         self.swapped_blocks = 0
+        # Order among the running requests (set when it starts running) and the decode
+        # cohort's marks (`kvsim.core.cohort`): meaningful only while it is a member.
+        self.run_seq = 0
+        self.lazy_step = 0
+        self.lazy_phase = 0
+        self.lazy_finish = -1
 
     def __repr__(self) -> str:
         return (

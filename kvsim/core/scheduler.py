@@ -28,6 +28,7 @@ from kvsim.core.allocators import PagedAllocator, make_allocator
 from kvsim.core.beam_search import BeamGroups
 from kvsim.core.block import PRIVATE, KVBlock
 from kvsim.core.block_pool import BlockPool
+from kvsim.core.cohort import DecodeCohort
 from kvsim.core.kv_manager import FullAttentionManager, make_kv_manager
 from kvsim.core.outcome import CacheStats, EventKind, KvEvent, SchedulerOutput, SpecDecodeStats, StepOutcome
 from kvsim.core.queues import RequestQueue
@@ -42,6 +43,10 @@ from kvsim.scenario.schema import EngineConfig
 _NO_LIMIT = 1 << 62
 
 
+def _run_seq(req: Request) -> int:
+    return req.run_seq
+
+
 @dataclass(slots=True)
 class _Step:
     """What `schedule` accumulates while it decides one iteration."""
@@ -53,6 +58,7 @@ class _Step:
     rejected: list[Request] = field(default_factory=list)  # found unschedulable this step
     num_preempted: int = 0
     num_fast_decodes: int = 0  # decodes taken by the hot path (marked 0 in `scheduled`)
+    num_lazy: int = 0  # of which advanced by the decode cohort (not in `scheduled` at all)
     fast_decode_ctx: int = 0
     swap_out_blocks: int = 0
     swap_in_blocks: int = 0
@@ -110,6 +116,35 @@ class Scheduler:
             and self.kv_cache_enabled
             and self.speculator is None
         )
+        # Decoders advanced lazily (`kvsim.core.cohort`), once `enable_cohort` is called;
+        # `explicit` holds the running requests outside the cohort (order: `Request.run_seq`).
+        self.cohort: DecodeCohort | None = None
+        self.explicit: dict[Request, None] = {}
+        self._next_run_seq = 0
+
+    def enable_cohort(self) -> bool:
+        """Advance plain decoders lazily from now on, where this engine's decode hot path
+        applies (full attention, paged blocks, no speculation); returns whether it does.
+
+        With the cohort, iterations cost what changes in them, and running requests'
+        counters are exact only after `materialize` (the engine calls it when it stops);
+        `SchedulerOutput.tokens` then lists the requests outside the cohort.
+        """
+        if self.can_fork and not self.running and self.cohort is None:
+            self.cohort = DecodeCohort(self.pool, self.kv.block_size, self.max_model_len or _NO_LIMIT)
+        return self.cohort is not None
+
+    def materialize(self) -> None:
+        """Make every running request's counters exact (the cohort's members included)."""
+        if self.cohort is None:
+            return
+        kv = self.kv
+        bs = kv.block_size
+        for req in self.cohort.release_all(self.running):
+            self.explicit[req] = None
+            # A private block the cohort let its allocation step register (`DecodeCohort.refile`).
+            if kv.enable_caching and req.num_computed_tokens // bs > req.num_cached_blocks:
+                kv.cache_full_blocks(req, req.num_computed_tokens // bs)
 
     # -- queues ----------------------------------------------------------------------
     @property
@@ -178,7 +213,8 @@ class Scheduler:
         step = _Step(self.max_num_batched_tokens, 0 if alone else self.long_prefill_threshold)
         self.pool.set_time(now)  # retention priorities expire by it
         evicted_before = self.pool.num_evicted
-        self._schedule_running(step)
+        if self.cohort is None or not self._schedule_cohort(step):
+            self._schedule_running(step)
         if not step.num_preempted:
             self._resume_swapped(step)
             self._admit_waiting(step, now)
@@ -269,6 +305,153 @@ class Scheduler:
         step.num_fast_decodes = num_fast
         step.fast_decode_ctx = fast_ctx
 
+    def _schedule_cohort(self, step: _Step) -> bool:
+        """Phase 1 with the decode cohort: the members decode a token each, and only the
+        running requests outside it and the members due now (at a block boundary, or
+        finishing) are looked at, in running order. False, with the cohort emptied, when
+        this iteration could run out of budget or blocks: the step-by-step phase 1 then
+        decides who gets what, and who is preempted, exactly."""
+        co = self.cohort
+        assert co is not None
+        if self.beams:  # beams fork at steps of their own: never lazy
+            if len(co):
+                self.materialize()
+            return False
+        s = co.step
+        due = co.pop_due(s)
+        todo = [*self.explicit, *due] if due else list(self.explicit)
+        if len(todo) > 1:
+            todo.sort(key=_run_seq)
+        if not self._cohort_step_fits(todo, step):
+            self.materialize()
+            return False
+        kv, bs, caching = self.kv, self.kv.block_size, self.kv.enable_caching
+        members, limit, last_end = co.members, co.limit, co.last_end
+        scheduled = step.scheduled
+        num_lazy = len(co)
+        num_fast, fast_ctx = num_lazy, co.context_tokens()
+        budget = step.budget - num_lazy
+        for req in todo:
+            if req in members:  # due: a block boundary, or its last token
+                nc = req.num_computed_tokens + s - req.lazy_step
+                if not (len(req.blocks) * bs > nc and (not caching or (nc + 1) % bs)):
+                    fits = self._decode_at_block_boundary(req, nc)
+                    assert fits, "checked by _cohort_step_fits"
+                if req.lazy_finish == s:  # update finishes it: counted already, now explicit
+                    co.leave(req)
+                    self.explicit[req] = None
+                    scheduled[req] = 0
+                    num_lazy -= 1
+                else:
+                    co.refile(req, nc)
+                continue
+            nc = req.num_computed_tokens
+            if req.num_tokens - nc == 1 and req.num_output_tokens:
+                if not (len(req.blocks) * bs > nc and (not caching or (nc + 1) % bs)):
+                    fits = self._decode_at_block_boundary(req, nc)
+                    assert fits, "checked by _cohort_step_fits"
+                num_fast += 1
+                fast_ctx += nc + 1
+                budget -= 1
+                if (
+                    req.last_token_s == last_end
+                    and min(req.target_output_tokens - req.num_output_tokens, limit - req.num_tokens) > 1
+                ):
+                    co.join(req)
+                    del self.explicit[req]
+                    num_lazy += 1
+                else:
+                    scheduled[req] = 0
+                continue
+            step.budget = budget
+            num_new = self._chunk(req.num_tokens - nc, step)
+            fits = kv.allocate_slots(req, num_new)
+            assert fits, "checked by _cohort_step_fits"
+            scheduled[req] = num_new
+            budget -= num_new
+        step.budget = budget
+        step.num_fast_decodes = num_fast
+        step.fast_decode_ctx = fast_ctx
+        step.num_lazy = num_lazy
+        return True
+
+    def schedule_cohort_only(self) -> tuple[int, list[Request]]:
+        """Schedule an iteration of a decode run in which only the cohort runs (everyone
+        decodes, nobody else is running): the members due now get their block or register
+        their full block, as `_schedule_cohort` would. Returns the blocks allocated and the
+        members that sample their last token in this iteration (out of the cohort now: the
+        run ends with it, `finish_decoders`). The caller knows the free blocks suffice."""
+        co = self.cohort
+        assert co is not None and not self.explicit
+        s = co.step
+        due = co.pop_due(s)
+        if len(due) > 1:
+            due.sort(key=_run_seq)
+        bs = self.kv.block_size
+        caching = self.kv.enable_caching
+        num_new = 0
+        finishing = []
+        for req in due:
+            nc = req.num_computed_tokens + s - req.lazy_step
+            room = len(req.blocks) * bs
+            if not (room > nc and (not caching or (nc + 1) % bs)):
+                num_new += room == nc
+                fits = self._decode_at_block_boundary(req, nc)
+                assert fits, "the decode run stops before the free blocks run out"
+            if req.lazy_finish == s:
+                co.leave(req)
+                finishing.append(req)
+            else:
+                co.refile(req, nc)
+        return num_new, finishing
+
+    def finish_decoders(self, reqs: list[Request], t_end: float) -> StepOutcome:
+        """End an iteration for decoders that sampled their last token in it (in running
+        order): what `update` does for them."""
+        outcome = StepOutcome()
+        for req in reqs:
+            nc = req.num_computed_tokens + 1
+            req.num_computed_tokens = nc
+            req.num_output_tokens += 1
+            req.num_tokens = nc + 1
+            gap = t_end - req.last_token_s
+            if not gap <= req.max_itl_s:
+                req.max_itl_s = gap
+            req.last_token_s = t_end
+            assert req.num_output_tokens == req.target_output_tokens or nc + 1 >= (
+                self.max_model_len or _NO_LIMIT
+            )
+            self.finish(req, t_end)
+            outcome.finished.append(req)
+        if outcome:
+            self.prune_running()
+        return outcome
+
+    def _cohort_step_fits(self, todo: list[Request], step: _Step) -> bool:
+        """Whether every running request gets all it asks for this iteration: the members
+        (one token each) and the others in ``todo`` within the token budget, and the new
+        blocks of ``todo`` (members due now included) free."""
+        co = self.cohort
+        assert co is not None
+        bs = self.kv.block_size
+        thr = step.long_prefill_threshold
+        members, s = co.members, co.step
+        tokens = len(co)
+        blocks = 0
+        for req in todo:
+            if req in members:
+                blocks += len(req.blocks) * bs == req.num_computed_tokens + s - req.lazy_step
+                continue
+            nc = req.num_computed_tokens
+            n = req.num_tokens - nc
+            if thr and n > thr:
+                n = thr
+            tokens += n
+            need = -(-(nc + n) // bs) - len(req.blocks)
+            if need > 0:
+                blocks += need
+        return tokens <= step.budget and blocks <= self.pool.num_free_blocks
+
     def _decode_at_block_boundary(self, req: Request, nc: int) -> bool:
         """The hot path's decode whose token fills its block or starts a new one: what
         allocate_slots and cache_full_blocks would do for it, without their general
@@ -300,6 +483,7 @@ class Scheduler:
     def _preempt(self, victim: Request, step: _Step) -> None:
         """Take ``victim``'s blocks: to the swap space if it fits there, else recompute."""
         kv = self.kv
+        self.explicit.pop(victim, None)
         victim.num_preemptions += 1
         victim.num_spec_tokens = 0  # drafted for a step it will not get
         step.num_preempted += 1
@@ -422,6 +606,9 @@ class Scheduler:
         """The one admission epilogue: ``req`` runs, computing ``num_new`` tokens now."""
         self.num_tokens_stored += req.num_computed_tokens
         req.status = Status.RUNNING
+        req.run_seq = self._next_run_seq
+        self._next_run_seq += 1
+        self.explicit[req] = None
         self.running.append(req)
         step.scheduled[req] = num_new
         step.budget -= num_new
@@ -433,7 +620,7 @@ class Scheduler:
         num_decode, decode_ctx = step.num_fast_decodes, step.fast_decode_ctx
         chunks: list[tuple[int, int]] = []
         verifies: list[tuple[int, int]] = []  # speculative decoding: 1 + drafts after the context
-        if num_decode != len(scheduled):  # classify what the hot path did not
+        if num_decode - step.num_lazy != len(scheduled):  # classify what the hot path did not
             kv_cache = self.kv_cache_enabled
             for req, n in scheduled.items():
                 if n == 0:
@@ -466,6 +653,7 @@ class Scheduler:
             decode_tokens=num_decode + sum(q for q, _ in verifies),
             num_preempted=step.num_preempted,
             num_scheduled_tokens=self.max_num_batched_tokens - step.budget,
+            num_lazy_decodes=step.num_lazy,
             offload_load_blocks=step.loaded_blocks,
             swap_out_blocks=step.swap_out_blocks,
             swap_in_blocks=step.swap_in_blocks,
@@ -488,6 +676,8 @@ class Scheduler:
         """
         outcome = StepOutcome()
         self.pool.set_time(t_end)
+        if self.cohort is not None:
+            self.cohort.end_iteration(t_end)
         self.num_tokens_stored += out.num_scheduled_tokens
         limit = self.max_model_len or _NO_LIMIT
         spec = self.speculator
@@ -551,12 +741,14 @@ class Scheduler:
     def _hand_off(self, req: Request) -> None:
         req.num_spec_tokens = 0  # the decode replica proposes its own drafts
         req.status = Status.TRANSFERRING
+        self.explicit.pop(req, None)
         self.num_tokens_stored -= req.num_computed_tokens
         self.kv.free(req)  # freed tail first; the prompt stays cached here for later hits
 
     def finish(self, req: Request, t_end: float) -> None:
         """``req`` produced its last token at ``t_end``: free its blocks (call `prune_running`)."""
         self.num_tokens_stored -= req.num_computed_tokens
+        self.explicit.pop(req, None)
         req.status = Status.FINISHED
         req.finish_s = t_end
         self.kv.free_finished(req, t_end)

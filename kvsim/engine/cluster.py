@@ -390,6 +390,8 @@ class Cluster:
         finally:
             if gc_was_enabled:
                 gc.enable()
+        for replica in self.replicas:  # requests still running at max_time: exact counters
+            replica.scheduler.materialize()
         if self.progress is not None:
             self.progress(self.env.now, self.num_finished, len(self.requests))
 

@@ -66,7 +66,7 @@ class Recorder:
         c["replica"].append(replica)
         c["start_s"].append(start_s)
         c["duration_s"].append(duration_s)
-        c["batch_size"].append(len(out.tokens))
+        c["batch_size"].append(len(out.tokens) + out.num_lazy_decodes)
         c["num_prefill_seqs"].append(out.num_prefill_seqs)
         c["prefill_tokens"].append(out.prefill_tokens)
         c["decode_tokens"].append(out.decode_tokens)

@@ -28,7 +28,7 @@ import numpy as np
 import simpy
 
 from kvsim.core.block import PRIVATE
-from kvsim.core.decode_run import DecodeRun, plan_decode_run
+from kvsim.core.decode_run import CohortRun, DecodeRun, plan_cohort_run, plan_decode_run
 from kvsim.core.outcome import EventKind, KvEvent, SchedulerOutput, StepOutcome
 from kvsim.core.request_state import Request
 from kvsim.core.scheduler import Scheduler
@@ -42,6 +42,11 @@ from kvsim.plan import KvGeometry, TierPlan
 
 #: Longest decode run priced in one piece (bounds the arrays it needs).
 MAX_RUN_STEPS = 4096
+
+#: Whether engines advance plain decoders lazily (`kvsim.core.cohort`) where they can. The
+#: results are the same bit for bit either way (tests compare both); off, every iteration
+#: walks every running request.
+LAZY_DECODES = True
 
 Process = Generator[simpy.Event, Any, None]
 #: kv_sink(stamp_s, events): KV events of this replica's pool at ``stamp_s``.
@@ -112,7 +117,7 @@ class Replica:
         self._per_step = False  # decode runs advance step by step (stamped events, tier writes)
         self._wake: simpy.Event | None = None
         self._in_run = False
-        self._run: DecodeRun | None = None  # the decode run being waited for, if any
+        self._run: DecodeRun | CohortRun | None = None  # the decode run being waited for, if any
         self._run_start = 0.0
         self._run_ends = np.zeros(0)
         # Arrivals during the run that do not end it (`Scheduler.arrivals_wait_for_now`),
@@ -143,6 +148,8 @@ class Replica:
         pool.kv_events_private = writes_through
         self._per_step = stamped or tiers is not None
         self.fast_forward = fast_forward
+        if LAZY_DECODES:
+            self.scheduler.enable_cohort()
         self._admissions.clear()
         self._admitted_in_window = 0
         self._ever_admitted = False
@@ -209,19 +216,17 @@ class Replica:
         started = 1 + int(found)
         self._advance_run(run, started)
 
-    def _advance_run(self, run: DecodeRun, started: int) -> None:
+    def _advance_run(self, run: DecodeRun | CohortRun, started: int) -> None:
         """Make the run's allocations of its first ``started`` steps, publishing step by step."""
         if not self._per_step:
             run.advance(started)
             self._drain(self.env.now)
             return
-        steps = run.alloc_steps
-        i = run.num_allocated
-        while i < len(steps) and steps[i] < started:
-            j = steps[i]
-            run.advance(j + 1)
-            self._drain(self._run_start if j == 0 else float(self._run_ends[j - 1]))
-            i = run.num_allocated
+        run.advance(started, self._drain_step)
+
+    def _drain_step(self, j: int) -> None:
+        """Publish what step j of the decode run being waited for did, stamped with its start."""
+        self._drain(self._run_start if j == 0 else float(self._run_ends[j - 1]))
 
     # -- arrivals ------------------------------------------------------------------
     def submit(self, req: Request) -> None:
@@ -285,10 +290,17 @@ class Replica:
             for req in out.rejected:  # nothing could ever schedule them
                 self._add_outstanding(-1)
                 self._rejected(req, "unschedulable")
-            if not out.tokens:  # cannot happen with an empty pool, but never spin
+            if (
+                not out.tokens and not out.num_lazy_decodes
+            ):  # cannot happen with an empty pool, but never spin
                 yield from self._sleep()
                 continue
-            run = plan_decode_run(sched, out, MAX_RUN_STEPS) if self.fast_forward else None
+            run: DecodeRun | CohortRun | None = None
+            if self.fast_forward:
+                if sched.cohort is not None:
+                    run = plan_cohort_run(sched, out, MAX_RUN_STEPS)
+                else:
+                    run = plan_decode_run(sched, out, MAX_RUN_STEPS)
             if run is None:
                 yield from self._step(now, out)
             else:
@@ -378,13 +390,15 @@ class Replica:
         if events:
             yield simpy.AllOf(self.env, events)
 
-    def _decode_run(self, now: float, run: DecodeRun) -> Process:
+    def _decode_run(self, now: float, run: DecodeRun | CohortRun) -> Process:
         """A fast-forwarded stretch of decode iterations, cut short by an arrival that the
         next schedule might admit (others ride along: they only raise the waiting count)."""
         sched, env = self.scheduler, self.env
-        dts = self.cost.decode_steps_s(len(run.reqs), run.context_tokens())
+        dts = self.cost.decode_steps_s(run.num_seqs, run.context_tokens())
         ends = np.cumsum(np.concatenate(([now], dts)))[1:]
         run.step_starts = np.concatenate(([now], ends[:-1]))
+        if isinstance(run, CohortRun):
+            run.ends = ends
         k = run.num_steps
         if self.max_time_s is not None and ends[k - 2] >= self.max_time_s:
             # Iterations starting at or after max_time never start.
@@ -410,7 +424,9 @@ class Replica:
         self._advance_run(run, m)
         self._run = None
         self.clock = float(ends[m - 1])
-        pre = [(r.num_cached_blocks, r.num_computed_tokens) for r in run.reqs] if self._stamps() else None
+        pre = None
+        if isinstance(run, DecodeRun) and self._stamps():
+            pre = [(r.num_cached_blocks, r.num_computed_tokens) for r in run.reqs]
         if arrivals:  # iteration j >= 1 starts at ends[j - 1] and sees arrivals up to then
             waiting: int | np.ndarray = num_waiting + np.concatenate(
                 ([0], np.searchsorted(np.asarray(arrivals), ends[: m - 1], side="right"))
@@ -418,13 +434,16 @@ class Replica:
         else:
             waiting = num_waiting
         new_blocks, evicted, outcome = run.commit(m, ends, dts)
-        self._publish_run_registrations(run, pre, now, ends, m)
+        if isinstance(run, DecodeRun):
+            self._publish_run_registrations(run, pre, now, ends, m)
+        elif self.scheduler.pool.kv_events:  # a cohort run registers blocks as it goes
+            self._drain(self.clock)
         self.recorder.add_decode_run(
             self.index,
             now,
             ends[:m],
             dts[:m],
-            len(run.reqs),
+            run.num_seqs,
             num_waiting=waiting,
             kv_blocks_used=used0,
             kv_blocks_cached=cached0,

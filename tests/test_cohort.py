@@ -1,0 +1,222 @@
+"""The decode cohort (`kvsim.core.cohort`): hand-computed bookkeeping on tiny cases, and
+every table equal, bit for bit, to the engine that walks every running request each
+iteration (``LAZY_DECODES = False``), on the fast-forward cases of the engine and the
+cluster, on random small scenarios and on random clusters."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from conftest import ROOT, spec
+from hypothesis import HealthCheck, given, settings
+from pandas.testing import assert_frame_equal
+from test_cluster import FF_CASES as CLUSTER_CASES
+from test_cluster import ROUTED
+from test_cluster_properties import clusters
+from test_engine import FF_CASES as ENGINE_CASES
+from test_engine import _small_engine_runs
+
+import kvsim
+from kvsim.core.block_pool import BlockPool
+from kvsim.core.cohort import DecodeCohort
+from kvsim.core.request_state import Request
+from kvsim.engine import replica as replica_module
+
+CHAT = ROOT / "scenarios" / "chat_sessions.yaml"
+
+
+def _eager(fn: Any) -> kvsim.Result:
+    saved = replica_module.LAZY_DECODES
+    replica_module.LAZY_DECODES = False
+    try:
+        return fn()
+    finally:
+        replica_module.LAZY_DECODES = saved
+
+
+def assert_identical(a: kvsim.Result, b: kvsim.Result) -> None:
+    assert_frame_equal(a.requests, b.requests, check_exact=True)
+    assert_frame_equal(a.iterations, b.iterations, check_exact=True)
+    assert_frame_equal(a.events, b.events, check_exact=True)
+    for key, x in a.summary.items():
+        y = b.summary[key]
+        assert x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y)), key
+
+
+# --------------------------------------------------------------------------- bookkeeping
+
+
+def _decoder(rid: int, prompt: int, output: int, pool: BlockPool, bs: int) -> Request:
+    """A request that has prefilled ``prompt`` tokens and sampled one: decoding."""
+    req = Request(spec(rid, prompt, output=output))
+    req.num_computed_tokens = prompt
+    req.num_tokens = prompt + 1
+    req.num_output_tokens = 1
+    req.blocks = list(pool.get_new_blocks(-(-(prompt + 1) // bs)))
+    return req
+
+
+def test_a_member_is_due_at_the_step_its_token_fills_its_block_then_at_each_allocation():
+    pool = BlockPool(20)
+    co = DecodeCohort(pool, block_size=4, limit=1 << 62)
+    co.step = 10
+    co.last_end = 1.0
+    # 5 prompt tokens + 1 sampled: 6 tokens in 2 blocks (room 8); iteration 10 computes
+    # token 5. Token 7 (iteration 12) fills block 1, token 8 (iteration 13) needs block 2.
+    req = _decoder(0, 5, output=100, pool=pool, bs=4)
+    co.join(req)
+    assert co.due == {12: [req]}
+    assert co.phase_count == [0, 1, 0, 0]  # allocations at iterations 13, 17, ... = 1 mod 4
+    assert co.context_tokens() == 6  # the token computed in iteration 10 attends to 6
+    co.end_iteration(1.5)
+    co.end_iteration(2.25)
+    assert co.pop_due(12) == [req] and co.computed_tokens(req) == 7
+    co.refile(req, 7)  # iteration 12 registered block 1: next, the allocation at iteration 13
+    assert co.due == {13: [req]}
+    co.leave(req)
+    assert (req.num_computed_tokens, req.num_tokens, req.num_output_tokens) == (7, 8, 3)
+    assert req.last_token_s == 2.25 and req.max_itl_s == 0.75
+    assert len(co) == 0 and co.phase_count == [0, 0, 0, 0]
+
+
+def test_a_private_block_is_registered_by_the_allocation_that_follows_it():
+    pool = BlockPool(20)
+    co = DecodeCohort(pool, block_size=4, limit=1 << 62)
+    req = _decoder(0, 5, output=100, pool=pool, bs=4)
+    req.private_from_token = 0  # nobody else can hit its blocks
+    co.last_end = req.last_token_s = 0.0
+    co.join(req)
+    assert co.due == {3: [req]}  # not 2: nothing can tell the fill step from the next one
+    pool.kv_events_private = True  # ...unless a write-through tier counts private blocks
+    req2 = _decoder(1, 5, output=100, pool=pool, bs=4)
+    req2.private_from_token = 0
+    co.join(req2)
+    assert co.due == {3: [req], 2: [req2]}
+
+
+def test_without_caching_only_allocations_and_the_finish_are_due():
+    pool = BlockPool(20, enable_caching=False)
+    co = DecodeCohort(pool, block_size=4, limit=1 << 62)
+    co.last_end = 0.0
+    long_one = _decoder(0, 5, output=100, pool=pool, bs=4)  # needs block 2 at token 8: iteration 3
+    short_one = _decoder(1, 9, output=3, pool=pool, bs=4)  # 2 more tokens: finishes in iteration 1
+    co.join(long_one)
+    co.join(short_one)
+    assert co.due == {3: [long_one], 1: [short_one]}
+    assert co.first_finish() == 1
+
+
+def test_the_finish_comes_from_max_model_len_when_that_is_nearer():
+    pool = BlockPool(20)
+    co = DecodeCohort(pool, block_size=16, limit=12)
+    co.last_end = 0.0
+    req = _decoder(0, 5, output=100, pool=pool, bs=16)  # 6 tokens; the 12th ends it
+    co.join(req)
+    assert co.first_finish() == 5  # iterations 0..5 sample tokens 7..12
+    assert co.due == {5: [req]}
+
+
+def test_the_longest_gap_is_the_largest_gap_since_joining():
+    pool = BlockPool(20)
+    co = DecodeCohort(pool, block_size=16, limit=1 << 62)
+    co.last_end = 0.0
+    early = _decoder(0, 1, output=100, pool=pool, bs=16)
+    co.join(early)
+    t = 0.0
+    for gap in (3.0, 1.0, 4.0):  # iterations 0..2
+        t += gap
+        co.end_iteration(t)
+    late = _decoder(1, 1, output=100, pool=pool, bs=16)
+    late.last_token_s = t
+    co.join(late)
+    for gap in (1.0, 0.5, 2.0, 2.0):  # iterations 3..6
+        t += gap
+        co.end_iteration(t)
+    co.materialize(early)
+    co.materialize(late)
+    assert early.max_itl_s == 4.0 and late.max_itl_s == 2.0
+    assert early.num_output_tokens == 8 and late.num_output_tokens == 5
+    assert early.last_token_s == late.last_token_s == t
+
+
+def test_a_decode_run_stops_before_the_allocation_the_free_blocks_cannot_serve():
+    pool = BlockPool(40, enable_caching=False)
+    co = DecodeCohort(pool, block_size=4, limit=1 << 62)
+    co.last_end = 0.0
+    # Three members allocating at iterations 2, 3 and 4 (mod 4: phases 2, 3, 0).
+    for rid, prompt in enumerate((6, 5, 4)):  # 7, 6, 5 tokens: room 8: to_alloc 2, 3, 4
+        co.join(_decoder(rid, prompt, output=100, pool=pool, bs=4))
+    assert co.phase_count == [1, 0, 1, 1]
+    # Iterations 1..: allocations at 2, 3, 4, then 6, 7, 8, ...
+    assert co.steps_until_blocks_run_out(1, 20, free_blocks=0) == 1  # iteration 2 needs one
+    assert co.steps_until_blocks_run_out(1, 20, free_blocks=3) == 5  # the 4th is at iteration 6
+    assert co.steps_until_blocks_run_out(1, 20, free_blocks=100) == 20
+
+
+# --------------------------------------------------------------------------- equal to walking everyone
+
+
+@pytest.mark.parametrize("case", sorted(ENGINE_CASES))
+def test_the_cohort_changes_nothing_on_the_engine_cases(case: str) -> None:
+    ov = ["workload.num_requests=250", *ENGINE_CASES[case]]
+    lazy = kvsim.run(None, overrides=ov)
+    eager = _eager(lambda: kvsim.run(None, overrides=[*ov, "sim.fast_forward=false"]))
+    assert_identical(lazy, eager)
+
+
+@pytest.mark.parametrize("case", sorted(CLUSTER_CASES))
+def test_the_cohort_changes_nothing_on_the_cluster_cases(case: str) -> None:
+    ov = [*ROUTED, "workload.num_requests=200", *CLUSTER_CASES[case]]
+    lazy = kvsim.run(CHAT, overrides=ov)
+    eager = _eager(lambda: kvsim.run(CHAT, overrides=[*ov, "sim.fast_forward=false"]))
+    assert_identical(lazy, eager)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "chat_sessions.yaml",
+        "chunked_prefill.yaml",
+        "cpu_offload.yaml",
+        "disaggregated_prefill_decode.yaml",
+        "preemption_recompute.yaml",
+        "prefix_caching_on.yaml",
+    ],
+)
+def test_the_cohort_changes_nothing_on_catalogue_scenarios(path: str) -> None:
+    ov = ["workload.num_requests=150"]
+    lazy = kvsim.run(ROOT / "scenarios" / path, overrides=ov)
+    eager = _eager(lambda: kvsim.run(ROOT / "scenarios" / path, overrides=ov))
+    assert_identical(lazy, eager)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_small_engine_runs())
+def test_the_cohort_changes_nothing_on_random_small_scenarios(case: Any) -> None:
+    scenario, reqs = case
+    for fast_forward in (True, False):
+        run = scenario | {"sim": {"fast_forward": fast_forward}}
+        assert_identical(kvsim.run(run, requests=reqs), _eager(lambda run=run: kvsim.run(run, requests=reqs)))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_the_cohort_changes_nothing_on_random_clusters(data: dict[str, Any]) -> None:
+    assert_identical(kvsim.run(data), _eager(lambda: kvsim.run(data)))
+
+
+def test_the_cohort_carries_most_decodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a no-op: on a loaded replica most decodes are advanced by the cohort."""
+    counted = {"lazy": 0, "all": 0}
+    real_update = replica_module.Scheduler.update
+
+    def counting_update(self: Any, out: Any, t_end: float) -> Any:
+        counted["lazy"] += out.num_lazy_decodes
+        counted["all"] += out.decode_tokens
+        return real_update(self, out, t_end)
+
+    monkeypatch.setattr(replica_module.Scheduler, "update", counting_update)
+    kvsim.run(None, overrides=["workload.num_requests=250", "sim.fast_forward=false"])
+    assert counted["lazy"] > 0.8 * counted["all"]

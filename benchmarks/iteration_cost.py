@@ -13,11 +13,15 @@ large enough that nothing is preempted or evicted):
   prefilled in the iteration (the common stepped iteration of a loaded replica: an arrival
   while the batch decodes).
 
+Each is timed twice: with the decode cohort (``lazy``, what the engine uses: plain
+decoders are advanced lazily, `kvsim.core.cohort`) and without it (``eager``: every running
+request is walked every iteration).
+
 Reported: the median over ``--repeat`` timings of the mean microseconds per iteration
 (over 200 iterations each), and that figure divided by N (the cost per running request).
 The per-request figure is flat when the iteration is O(batch): the work grows with the
-decodes, not with the events. Timings are noisy on shared machines: compare sizes within
-one run.
+decodes, not with the events; the per-iteration figure is flat when it is O(changes).
+Timings are noisy on shared machines: compare sizes within one run.
 """
 
 from __future__ import annotations
@@ -48,11 +52,13 @@ def _request(rid: int, prompt: int, output: int) -> Request:
     return Request(spec)
 
 
-def time_iterations(num_running: int, with_prefill: bool) -> float:
+def time_iterations(num_running: int, with_prefill: bool, lazy: bool) -> float:
     """Mean seconds of one stepped iteration with ``num_running`` decoding requests."""
     cfg = EngineConfig(block_size=BLOCK_SIZE, max_num_seqs=num_running + 1, max_num_batched_tokens=8192)
     blocks = (num_running + ITERATIONS) * 64 + 1024
     sched = Scheduler(cfg, BlockPool(blocks, enable_caching=True), num_swap_blocks=0)
+    if lazy:
+        sched.enable_cohort()
     for rid in range(num_running):  # prefill them all, then they decode
         sched.add_request(_request(rid, 100, 10_000))
     t = 0.0
@@ -81,12 +87,18 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="timings per size (median reported)")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"{'kind':>15}  {'running':>7}  {'us/iteration':>12}  {'us/request':>10}")
+    print(f"{'kind':>15}  {'running':>7}  {'lazy us/it':>10}  {'eager us/it':>11}  {'eager us/request':>16}")
     for with_prefill in (False, True):
         kind = "decode+prefill" if with_prefill else "decode"
         for n in sizes:
-            us = 1e6 * statistics.median(time_iterations(n, with_prefill) for _ in range(args.repeat))
-            print(f"{kind:>15}  {n:>7}  {us:>12.1f}  {us / n:>10.2f}", flush=True)
+            lazy, eager = [], []
+            for _ in range(args.repeat):  # interleaved
+                lazy.append(time_iterations(n, with_prefill, lazy=True))
+                eager.append(time_iterations(n, with_prefill, lazy=False))
+            us_lazy, us_eager = 1e6 * statistics.median(lazy), 1e6 * statistics.median(eager)
+            print(
+                f"{kind:>15}  {n:>7}  {us_lazy:>10.1f}  {us_eager:>11.1f}  {us_eager / n:>16.2f}", flush=True
+            )
 
 
 if __name__ == "__main__":

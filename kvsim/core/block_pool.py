@@ -114,6 +114,33 @@ class BlockPool:
             return out
         return self._take_lru_head(fq, n)
 
+    def get_one_block(self) -> KVBlock:
+        """`get_new_blocks` for one block (a decode's next block: the hot path of decoding)."""
+        fq = self.free_queue
+        if type(fq) is not LruFreeQueue or self._dupes:
+            return self.get_new_blocks(1)[0]
+        head = fq.head
+        node = head.next
+        assert node is not None and node is not fq.tail, "no free block"
+        h = node.block_hash
+        if h is not None:
+            if h == PRIVATE:
+                node.block_hash = None
+                self.num_cached_free -= 1
+                self.num_evicted += 1
+                if self.offload is not None:
+                    self.offload.store(None)
+            else:
+                self._evict(node)
+        node.ref_cnt = 1
+        nxt = node.next
+        assert nxt is not None
+        head.next = nxt
+        nxt.prev = head
+        node.prev = node.next = None
+        fq.num_free_blocks -= 1
+        return node
+
     def _take_lru_head(self, fq: LruFreeQueue, n: int) -> list[KVBlock]:
         """Hot path of `get_new_blocks`: unlink n blocks from the head of the LRU list at once."""
         out = []

@@ -120,7 +120,7 @@ class DecodeRun:
                 sched.finish(req, t_last)
                 outcome.finished.append(req)
         if outcome:
-            sched.prune_running()
+            sched.prune_running(outcome.finished)
         return np.cumsum(new_blocks), np.cumsum(evicted), outcome
 
 

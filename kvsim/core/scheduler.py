@@ -20,9 +20,11 @@ once by `kvsim.core.decode_run`.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from kvsim.core.allocators import PagedAllocator, make_allocator
 from kvsim.core.beam_search import BeamGroups
@@ -43,8 +45,8 @@ from kvsim.scenario.schema import EngineConfig
 _NO_LIMIT = 1 << 62
 
 
-def _run_seq(req: Request) -> int:
-    return req.run_seq
+#: A running request's place in the running list (sort key).
+_run_seq = attrgetter("run_seq")
 
 
 @dataclass(slots=True)
@@ -424,7 +426,7 @@ class Scheduler:
             self.finish(req, t_end)
             outcome.finished.append(req)
         if outcome:
-            self.prune_running()
+            self.prune_running(outcome.finished)
         return outcome
 
     def _cohort_step_fits(self, todo: list[Request], step: _Step) -> bool:
@@ -458,26 +460,27 @@ class Scheduler:
         arithmetic. False (nothing changed) when it needs a block and none is free."""
         kv, pool = self.kv, self.pool
         bs = kv.block_size
-        caching = kv.enable_caching
         room = len(req.blocks) * bs
-        if room > nc:  # the token fills its block: register it in the prefix cache now
-            start = req.num_cached_blocks
-            if (nc + 1) // bs == start + 1 and req.private_from_token <= start * bs:
-                # One private block filled: cache_full_blocks' private case, inline.
-                block = req.blocks[start]
-                if block is not None:
-                    block.block_hash = PRIVATE
-                    if pool.kv_events is not None and pool.kv_events_private:
-                        pool.kv_events.append((True, PRIVATE))
-                req.num_cached_blocks = start + 1
-            elif (nc + 1) // bs > start:
-                kv.cache_full_blocks(req, (nc + 1) // bs)
-            return True
-        if room < nc or not len(pool.free_queue):
-            return False
-        req.blocks.append(pool.get_new_blocks(1)[0])  # its slot starts a new block
-        if caching and (nc + 1) // bs > req.num_cached_blocks:
-            kv.cache_full_blocks(req, (nc + 1) // bs)
+        if room <= nc:  # its slot starts a new block
+            if room < nc or not len(pool.free_queue):
+                return False
+            req.blocks.append(pool.get_one_block())
+            if not kv.enable_caching:
+                return True
+        # Register the blocks full once this token is in (the one it fills, or, when the
+        # decode cohort let it wait, the private block the previous token filled).
+        full = (nc + 1) // bs
+        start = req.num_cached_blocks
+        if full == start + 1 and req.private_from_token <= start * bs:
+            # One private block: cache_full_blocks' private case, inline.
+            block = req.blocks[start]
+            if block is not None:
+                block.block_hash = PRIVATE
+                if pool.kv_events is not None and pool.kv_events_private:
+                    pool.kv_events.append((True, PRIVATE))
+            req.num_cached_blocks = full
+        elif full > start:
+            kv.cache_full_blocks(req, full)
         return True
 
     def _preempt(self, victim: Request, step: _Step) -> None:
@@ -717,7 +720,7 @@ class Scheduler:
             for group in dict.fromkeys(forked):
                 beams.after_step(group)
         if outcome:
-            self.prune_running()
+            self.prune_running([*outcome.finished, *outcome.handoffs])
         return outcome
 
     def _settle_verify(self, req: Request, num_drafts: int) -> int:
@@ -757,6 +760,14 @@ class Scheduler:
         if self.beams:
             self.beams.remove(req)
 
-    def prune_running(self) -> None:
-        """Drop requests that stopped running from the running list (order kept)."""
-        self.running = [r for r in self.running if r.status is Status.RUNNING]
+    def prune_running(self, left: Sequence[Request] | None = None) -> None:
+        """Drop requests that stopped running from the running list (order kept): those in
+        ``left``, found by their `Request.run_seq` (the list is in that order), or all."""
+        running = self.running
+        if left is None or 8 * len(left) > len(running):
+            self.running = [r for r in running if r.status is Status.RUNNING]
+            return
+        for req in left:
+            i = bisect_left(running, req.run_seq, key=_run_seq)
+            assert running[i] is req, "the running list is in run_seq order"
+            del running[i]

@@ -589,11 +589,15 @@ class Replica:
             self.recorder.add_event(t, self.index, EventKind.EVICT, -1, n, n * self.geometry.bytes_per_block)
 
     def _record_run_evictions(self, now: float, ends: np.ndarray, evicted: np.ndarray) -> None:
-        """A committed decode run: one eviction record per iteration that evicted blocks."""
-        per_step = np.diff(evicted, prepend=0)
-        starts = np.concatenate(([now], ends[:-1]))
-        for j in np.flatnonzero(per_step):
-            self._record_evictions(float(starts[j]), int(per_step[j]))
+        """A committed decode run: one eviction record per iteration that evicted blocks
+        (``evicted``: cumulative)."""
+        if not len(evicted) or not evicted[-1]:
+            return
+        before = 0
+        for j, total in enumerate(evicted.tolist()):
+            if total != before:
+                self._record_evictions(now if j == 0 else float(ends[j - 1]), total - before)
+                before = total
 
     def _dispatch(self, outcome: StepOutcome) -> None:
         """Hand the requests an iteration's end took out of the batch to the cluster."""

@@ -217,6 +217,8 @@ class Scheduler:
         evicted_before = self.pool.num_evicted
         if self.cohort is None or not self._schedule_cohort(step):
             self._schedule_running(step)
+            if self.cohort is not None and not self.beams:
+                self._join_cohort(step)
         if not step.num_preempted:
             self._resume_swapped(step)
             self._admit_waiting(step, now)
@@ -376,6 +378,23 @@ class Scheduler:
         step.fast_decode_ctx = fast_ctx
         step.num_lazy = num_lazy
         return True
+
+    def _join_cohort(self, step: _Step) -> None:
+        """After a step-by-step phase 1: the plain decodes it scheduled join the cohort now
+        (phase 1 is over: nobody else is preempted this iteration)."""
+        co = self.cohort
+        assert co is not None
+        last_end, limit = co.last_end, co.limit
+        scheduled = step.scheduled
+        for req in [r for r, n in scheduled.items() if n == 0]:
+            if (
+                req.last_token_s == last_end
+                and min(req.target_output_tokens - req.num_output_tokens, limit - req.num_tokens) > 1
+            ):
+                co.join(req)
+                del scheduled[req]
+                del self.explicit[req]
+                step.num_lazy += 1
 
     def schedule_cohort_only(self) -> tuple[int, list[Request]]:
         """Schedule an iteration of a decode run in which only the cohort runs (everyone

@@ -175,6 +175,11 @@ class Request:
         """Prompt plus all requested output tokens (the most KV it will ever need)."""
         return self.prompt_tokens + self.target_output_tokens
 
+    def forget_hashes(self) -> None:
+        """Drop the block hashes (recomputed on demand): a finished request's are dead weight."""
+        self.block_hashes = []
+        self._cursor_seg = self._cursor_off = 0
+
     def match_prefix(self, block_size: int, lookup: Callable[[int], T | None], start: int = 0) -> list[T]:
         """The longest run of blocks ``start, start+1, ...`` whose hashes ``lookup`` finds.
 

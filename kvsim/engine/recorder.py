@@ -1,12 +1,14 @@
 """Collects per-iteration rows and events as flat columns, turned into DataFrames at the end.
 
-Appending to Python lists is the cheapest thing the hot loop can do; decode runs append
-whole numpy arrays at once. The recorder is given plain numbers and scheduler outputs;
-it never looks into a scheduler or a block pool.
+Iteration columns are typed arrays (`array.array`, 8 bytes a value, no Python object per
+value): appending to them is as cheap as appending to a list, and decode runs append whole
+numpy arrays as raw bytes. The recorder is given plain numbers and scheduler outputs; it
+never looks into a scheduler or a block pool.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +32,13 @@ _ITER_FIELDS = (
     "kv_blocks_free",
     "kv_tokens_stored",
 )
+_FLOAT_FIELDS = frozenset({"start_s", "duration_s"})
+_KINDS = tuple(EventKind)
+_KIND_CODE = {kind: code for code, kind in enumerate(_KINDS)}
+
+
+def _as_bytes(values: np.ndarray, dtype: type) -> bytes:
+    return np.ascontiguousarray(values, dtype=dtype).tobytes()
 
 
 class Recorder:
@@ -46,8 +55,16 @@ class Recorder:
         self.replica_names = list(replica_names)
         self.total_blocks = list(total_blocks)
         self.block_sizes = list(block_sizes)
-        self._cols: dict[str, list[Any]] = {f: [] for f in _ITER_FIELDS}
-        self._events: list[tuple[float, int, str, int, int, float]] = []
+        self._cols: dict[str, Any] = {  # array[int] or array[float] by field
+            f: array("d" if f in _FLOAT_FIELDS else "q") for f in _ITER_FIELDS
+        }
+        # Events as columns too: time, replica, kind (index in _KINDS), request, blocks, bytes.
+        self._ev_time = array("d")
+        self._ev_replica = array("q")
+        self._ev_kind = array("b")
+        self._ev_request = array("q")
+        self._ev_blocks = array("q")
+        self._ev_bytes = array("d")
 
     def add_iteration(
         self,
@@ -99,54 +116,59 @@ class Recorder:
         """
         c = self._cols
         m = len(ends)
-        c["replica"].extend([replica] * m)
+        i64, f64 = np.int64, np.float64
+        c["replica"].frombytes(_as_bytes(np.full(m, replica), i64))
         c["start_s"].append(start_s)
-        c["start_s"].extend(ends[:-1].tolist())
-        c["duration_s"].extend(durations.tolist())
-        c["batch_size"].extend([batch_size] * m)
-        c["num_prefill_seqs"].extend([0] * m)
-        c["prefill_tokens"].extend([0] * m)
-        c["decode_tokens"].extend([batch_size] * m)
-        if isinstance(num_waiting, np.ndarray):  # arrivals that rode along the run
-            c["num_waiting"].extend(num_waiting.tolist())
-        else:
-            c["num_waiting"].extend([num_waiting] * m)
+        c["start_s"].frombytes(_as_bytes(ends[:-1], f64))
+        c["duration_s"].frombytes(_as_bytes(durations, f64))
+        batch = _as_bytes(np.full(m, batch_size), i64)
+        zeros = bytes(8 * m)
+        c["batch_size"].frombytes(batch)
+        c["num_prefill_seqs"].frombytes(zeros)
+        c["prefill_tokens"].frombytes(zeros)
+        c["decode_tokens"].frombytes(batch)
+        c["num_waiting"].frombytes(_as_bytes(np.broadcast_to(num_waiting, m), i64))  # per step if riders
         used = kv_blocks_used + new_blocks
-        c["kv_blocks_used"].extend(used.tolist())
-        c["kv_blocks_cached"].extend((kv_blocks_cached - evicted).tolist())
-        c["kv_blocks_free"].extend((self.total_blocks[replica] - used).tolist())
-        stored0 = kv_tokens_stored
-        c["kv_tokens_stored"].extend(range(stored0 + batch_size, stored0 + batch_size * (m + 1), batch_size))
+        c["kv_blocks_used"].frombytes(_as_bytes(used, i64))
+        c["kv_blocks_cached"].frombytes(_as_bytes(kv_blocks_cached - evicted, i64))
+        c["kv_blocks_free"].frombytes(_as_bytes(self.total_blocks[replica] - used, i64))
+        stored = kv_tokens_stored + batch_size * np.arange(1, m + 1, dtype=i64)
+        c["kv_tokens_stored"].frombytes(_as_bytes(stored, i64))
 
     def add_event(
         self, time_s: float, replica: int, kind: EventKind, request_id: int, num_blocks: int, num_bytes: float
     ) -> None:
-        self._events.append((time_s, replica, kind.value, request_id, num_blocks, num_bytes))
+        self._ev_time.append(time_s)
+        self._ev_replica.append(replica)
+        self._ev_kind.append(_KIND_CODE[kind])
+        self._ev_request.append(request_id)
+        self._ev_blocks.append(num_blocks)
+        self._ev_bytes.append(num_bytes)
 
     def iterations_frame(self) -> pd.DataFrame:
         """The iteration table, all replicas, ordered by start time (then replica)."""
         c = self._cols
-        replica = np.asarray(c["replica"], dtype=np.int64)
+        replica = np.array(c["replica"], dtype=np.int64)
         names = np.asarray(self.replica_names, dtype=object)
         df = pd.DataFrame(
             {
                 "replica_id": names[replica] if len(replica) else np.asarray([], dtype=object),
-                "start_s": np.asarray(c["start_s"], dtype=np.float64),
-                "duration_s": np.asarray(c["duration_s"], dtype=np.float64),
-                "batch_size": np.asarray(c["batch_size"], dtype=np.int64),
-                "num_prefill_seqs": np.asarray(c["num_prefill_seqs"], dtype=np.int64),
-                "prefill_tokens": np.asarray(c["prefill_tokens"], dtype=np.int64),
-                "decode_tokens": np.asarray(c["decode_tokens"], dtype=np.int64),
-                "num_waiting": np.asarray(c["num_waiting"], dtype=np.int64),
-                "kv_blocks_used": np.asarray(c["kv_blocks_used"], dtype=np.int64),
-                "kv_blocks_cached": np.asarray(c["kv_blocks_cached"], dtype=np.int64),
-                "kv_blocks_free": np.asarray(c["kv_blocks_free"], dtype=np.int64),
+                "start_s": np.array(c["start_s"], dtype=np.float64),
+                "duration_s": np.array(c["duration_s"], dtype=np.float64),
+                "batch_size": np.array(c["batch_size"], dtype=np.int64),
+                "num_prefill_seqs": np.array(c["num_prefill_seqs"], dtype=np.int64),
+                "prefill_tokens": np.array(c["prefill_tokens"], dtype=np.int64),
+                "decode_tokens": np.array(c["decode_tokens"], dtype=np.int64),
+                "num_waiting": np.array(c["num_waiting"], dtype=np.int64),
+                "kv_blocks_used": np.array(c["kv_blocks_used"], dtype=np.int64),
+                "kv_blocks_cached": np.array(c["kv_blocks_cached"], dtype=np.int64),
+                "kv_blocks_free": np.array(c["kv_blocks_free"], dtype=np.int64),
             }
         )
         blocks = np.asarray(self.total_blocks, dtype=np.float64)[replica]
         slots = blocks * np.asarray(self.block_sizes, dtype=np.float64)[replica]
         df["kv_usage"] = df["kv_blocks_used"].to_numpy(dtype=np.float64) / blocks
-        df["kv_tokens_stored"] = np.asarray(c["kv_tokens_stored"], dtype=np.int64)
+        df["kv_tokens_stored"] = np.array(c["kv_tokens_stored"], dtype=np.int64)
         df["kv_token_usage"] = df["kv_tokens_stored"].to_numpy(dtype=np.float64) / slots
         if len(self.replica_names) > 1:
             df = df.sort_values(["start_s", "replica_id"], kind="stable", ignore_index=True)
@@ -154,16 +176,16 @@ class Recorder:
         return df
 
     def events_frame(self) -> pd.DataFrame:
-        ev = self._events
-        names = [*self.replica_names, ""]  # replica -1: the cluster (admission), no replica
+        names = np.asarray([*self.replica_names, ""], dtype=object)  # -1: the cluster (admission)
+        kinds = np.asarray([k.value for k in _KINDS], dtype=object)
         df = pd.DataFrame(
             {
-                "time_s": np.asarray([e[0] for e in ev], dtype=np.float64),
-                "replica_id": pd.Series([names[e[1]] for e in ev], dtype=object),
-                "kind": pd.Series([e[2] for e in ev], dtype=object),
-                "request_id": np.asarray([e[3] for e in ev], dtype=np.int64),
-                "num_blocks": np.asarray([e[4] for e in ev], dtype=np.int64),
-                "num_bytes": np.asarray([e[5] for e in ev], dtype=np.float64),
+                "time_s": np.array(self._ev_time, dtype=np.float64),
+                "replica_id": names[np.array(self._ev_replica, dtype=np.int64)],
+                "kind": kinds[np.array(self._ev_kind, dtype=np.int64)],
+                "request_id": np.array(self._ev_request, dtype=np.int64),
+                "num_blocks": np.array(self._ev_blocks, dtype=np.int64),
+                "num_bytes": np.array(self._ev_bytes, dtype=np.float64),
             }
         )
         # Rejections are logged when they happen, a decode run's evictions when it is

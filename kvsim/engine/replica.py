@@ -603,6 +603,7 @@ class Replica:
         """Hand the requests an iteration's end took out of the batch to the cluster."""
         for req in outcome.finished:
             self._add_outstanding(-1)
+            req.forget_hashes()  # nothing looks its blocks up again: only its table row is kept
             self.on_finish(req)
         if outcome.handoffs:
             assert self.on_handoff is not None, "a prefill replica needs somewhere to send its KV"

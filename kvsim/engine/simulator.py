@@ -180,6 +180,7 @@ def requests_frame(
             "kv_transfer_queueing_s": ledger.kv_transfer_queueing_s,
         }
     )
-    df = df.sort_values("request_id", kind="stable", ignore_index=True)
+    if not df["request_id"].is_monotonic_increasing:
+        df = df.sort_values("request_id", kind="stable", ignore_index=True)
     assert list(df.columns) == list(REQUEST_COLUMNS)
     return df

@@ -192,6 +192,28 @@ def test_the_cohort_changes_nothing_on_catalogue_scenarios(path: str) -> None:
     assert_identical(lazy, eager)
 
 
+def test_the_cohort_changes_nothing_on_the_retention_tiers_scenario() -> None:
+    path = ROOT / "scenarios" / "retention_tiers.yaml"
+    assert_identical(kvsim.run(path), _eager(lambda: kvsim.run(path, overrides=["sim.fast_forward=false"])))
+
+
+@pytest.mark.parametrize("policy", ["lru", "retention"])
+def test_the_cohort_changes_nothing_under_retention_priorities(policy: str) -> None:
+    ret = {"kind": "priority", "priority": 80, "duration_s": 5.0} if policy == "retention" else "none"
+    scenario = {
+        "replicas": [{"engine": {"num_gpu_blocks_override": 600, "eviction_policy": policy}}],
+        "workload": {
+            "num_requests": 250,
+            "arrival": {"kind": "poisson", "rate_per_s": 8.0},
+            "system_prompts": {"num_prompts": 8, "tokens": {"kind": "fixed", "tokens": 512}},
+            "tenants": [{"name": "chat"}, {"name": "tier2", "retention": ret}],
+        },
+    }
+    lazy = kvsim.run(scenario)
+    assert lazy.summary["num_evicted_blocks"] > 1000
+    assert_identical(lazy, _eager(lambda: kvsim.run(scenario | {"sim": {"fast_forward": False}})))
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_small_engine_runs())
 def test_the_cohort_changes_nothing_on_random_small_scenarios(case: Any) -> None:

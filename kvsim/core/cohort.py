@@ -12,8 +12,9 @@ scheduler's attention are known when it joins, and it is filed under the first o
                      needs a new one: every block_size steps, at a fixed phase
     finish           the iteration that samples its last token (output or max_model_len)
 
-At such a step (``pop_due``) it leaves the cohort, is scheduled like any other request and
-joins again. Everything else about the members is kept in aggregates: their number, the
+At such a step (``pop_due``) the scheduler handles it as stepping would (a new block, a
+block registered), in running order with the requests outside the cohort, and files it
+again (``refile``); one that samples its last token leaves. Everything else about the members is kept in aggregates: their number, the
 sum of their context lengths (for the cost model), the allocations due at each phase of
 the block size (for how long a decode run can go before the free blocks run out) and the
 iteration gaps, kept as suffix maxima so that a member's longest inter-token gap is one

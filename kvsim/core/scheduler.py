@@ -15,7 +15,9 @@ queue per policy (`kvsim.core.queues`), an allocator per ``kv_allocation``
 and the swap space (`kvsim.kv.swap`). `schedule` decides an iteration and returns it
 with the events it caused; `update` applies its outcome at the iteration's end and
 returns the requests that left. Runs of identical pure-decode iterations are advanced at
-once by `kvsim.core.decode_run`.
+once by `kvsim.core.decode_run`; with `enable_cohort` (the engine's default), plain
+decoders are advanced lazily by a `kvsim.core.cohort.DecodeCohort`, so that an iteration
+looks only at the requests whose state changes.
 """
 
 from __future__ import annotations
@@ -337,17 +339,10 @@ class Scheduler:
         budget = step.budget - num_lazy
         for req in todo:
             if req in members:  # due: a block boundary, or its last token
-                nc = req.num_computed_tokens + s - req.lazy_step
-                if not (len(req.blocks) * bs > nc and (not caching or (nc + 1) % bs)):
-                    fits = self._decode_at_block_boundary(req, nc)
-                    assert fits, "checked by _cohort_step_fits"
-                if req.lazy_finish == s:  # update finishes it: counted already, now explicit
-                    co.leave(req)
+                if self._serve_due(req, s):  # update finishes it: counted already, now explicit
                     self.explicit[req] = None
                     scheduled[req] = 0
                     num_lazy -= 1
-                else:
-                    co.refile(req, nc)
                 continue
             nc = req.num_computed_tokens
             if req.num_tokens - nc == 1 and req.num_output_tokens:
@@ -408,23 +403,26 @@ class Scheduler:
         due = co.pop_due(s)
         if len(due) > 1:
             due.sort(key=_run_seq)
+        free_before = self.pool.num_free_blocks
+        finishing = [req for req in due if self._serve_due(req, s)]
+        return free_before - self.pool.num_free_blocks, finishing
+
+    def _serve_due(self, req: Request, s: int) -> bool:
+        """A cohort member due at iteration ``s``: its block boundary handled as stepping
+        handles it, then filed again; True (and out of the cohort) if it samples its last
+        token in this iteration. The caller has checked that the free blocks suffice."""
+        co = self.cohort
+        assert co is not None
+        nc = req.num_computed_tokens + s - req.lazy_step
         bs = self.kv.block_size
-        caching = self.kv.enable_caching
-        num_new = 0
-        finishing = []
-        for req in due:
-            nc = req.num_computed_tokens + s - req.lazy_step
-            room = len(req.blocks) * bs
-            if not (room > nc and (not caching or (nc + 1) % bs)):
-                num_new += room == nc
-                fits = self._decode_at_block_boundary(req, nc)
-                assert fits, "the decode run stops before the free blocks run out"
-            if req.lazy_finish == s:
-                co.leave(req)
-                finishing.append(req)
-            else:
-                co.refile(req, nc)
-        return num_new, finishing
+        if not (len(req.blocks) * bs > nc and (not self.kv.enable_caching or (nc + 1) % bs)):
+            fits = self._decode_at_block_boundary(req, nc)
+            assert fits, "the free blocks were checked before the iteration"
+        if req.lazy_finish == s:
+            co.leave(req)
+            return True
+        co.refile(req, nc)
+        return False
 
     def finish_decoders(self, reqs: list[Request], t_end: float) -> StepOutcome:
         """End an iteration for decoders that sampled their last token in it (in running

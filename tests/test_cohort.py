@@ -17,6 +17,7 @@ from test_cluster import ROUTED
 from test_cluster_properties import clusters
 from test_engine import FF_CASES as ENGINE_CASES
 from test_engine import _small_engine_runs
+from test_retention import retention_scenario
 
 import kvsim
 from kvsim.core.block_pool import BlockPool
@@ -199,16 +200,7 @@ def test_the_cohort_changes_nothing_on_the_retention_tiers_scenario() -> None:
 
 @pytest.mark.parametrize("policy", ["lru", "retention"])
 def test_the_cohort_changes_nothing_under_retention_priorities(policy: str) -> None:
-    ret = {"kind": "priority", "priority": 80, "duration_s": 5.0} if policy == "retention" else "none"
-    scenario = {
-        "replicas": [{"engine": {"num_gpu_blocks_override": 600, "eviction_policy": policy}}],
-        "workload": {
-            "num_requests": 250,
-            "arrival": {"kind": "poisson", "rate_per_s": 8.0},
-            "system_prompts": {"num_prompts": 8, "tokens": {"kind": "fixed", "tokens": 512}},
-            "tenants": [{"name": "chat"}, {"name": "tier2", "retention": ret}],
-        },
-    }
+    scenario = retention_scenario(policy)
     lazy = kvsim.run(scenario)
     assert lazy.summary["num_evicted_blocks"] > 1000
     assert_identical(lazy, _eager(lambda: kvsim.run(scenario | {"sim": {"fast_forward": False}})))

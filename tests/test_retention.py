@@ -92,10 +92,11 @@ def test_retention_priorities_need_the_retention_policy() -> None:
         )
 
 
-@pytest.mark.parametrize("policy", ["lru", "retention"])
-def test_fast_forward_equals_stepping_with_retention(policy: str) -> None:
+def retention_scenario(policy: str) -> dict:
+    """250 requests of two tenants on a 600-block pool; the second tier keeps nothing
+    (``lru``) or keeps its blocks at a priority for 5 s (``retention``)."""
     ret = {"kind": "priority", "priority": 80, "duration_s": 5.0} if policy == "retention" else "none"
-    scenario = {
+    return {
         "replicas": [{"engine": {"num_gpu_blocks_override": 600, "eviction_policy": policy}}],
         "workload": {
             "num_requests": 250,
@@ -104,6 +105,11 @@ def test_fast_forward_equals_stepping_with_retention(policy: str) -> None:
             "tenants": [{"name": "chat"}, {"name": "tier2", "retention": ret}],
         },
     }
+
+
+@pytest.mark.parametrize("policy", ["lru", "retention"])
+def test_fast_forward_equals_stepping_with_retention(policy: str) -> None:
+    scenario = retention_scenario(policy)
     fast = kvsim.run(scenario)
     slow = kvsim.run(scenario | {"sim": {"fast_forward": False}})
     assert fast.summary["num_evicted_blocks"] > 1000

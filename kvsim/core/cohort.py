@@ -86,6 +86,15 @@ class DecodeCohort:
         return self.base_sum + len(self.members) * (self.step + 1)
 
     # -- membership --------------------------------------------------------------------
+    def accepts(self, req: Request) -> bool:
+        """Whether ``req``, just scheduled to decode in the iteration being scheduled, can
+        join: its last token came at the end of the previous iteration (so its gaps are the
+        cohort's) and it does not sample its last token in this one."""
+        return (
+            req.last_token_s == self.last_end
+            and min(req.target_output_tokens - req.num_output_tokens, self.limit - req.num_tokens) > 1
+        )
+
     def join(self, req: Request) -> None:
         """``req`` has just been scheduled to decode in the iteration being scheduled (its
         counters are those before that iteration), its last token came at ``last_end`` and

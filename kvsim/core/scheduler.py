@@ -332,7 +332,7 @@ class Scheduler:
             self.materialize()
             return False
         kv, bs, caching = self.kv, self.kv.block_size, self.kv.enable_caching
-        members, limit, last_end = co.members, co.limit, co.last_end
+        members = co.members
         scheduled = step.scheduled
         num_lazy = len(co)
         num_fast, fast_ctx = num_lazy, co.context_tokens()
@@ -352,10 +352,7 @@ class Scheduler:
                 num_fast += 1
                 fast_ctx += nc + 1
                 budget -= 1
-                if (
-                    req.last_token_s == last_end
-                    and min(req.target_output_tokens - req.num_output_tokens, limit - req.num_tokens) > 1
-                ):
+                if co.accepts(req):
                     co.join(req)
                     del self.explicit[req]
                     num_lazy += 1
@@ -379,13 +376,9 @@ class Scheduler:
         (phase 1 is over: nobody else is preempted this iteration)."""
         co = self.cohort
         assert co is not None
-        last_end, limit = co.last_end, co.limit
         scheduled = step.scheduled
         for req in [r for r, n in scheduled.items() if n == 0]:
-            if (
-                req.last_token_s == last_end
-                and min(req.target_output_tokens - req.num_output_tokens, limit - req.num_tokens) > 1
-            ):
+            if co.accepts(req):
                 co.join(req)
                 del scheduled[req]
                 del self.explicit[req]

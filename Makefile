@@ -76,4 +76,7 @@ $(BIN)/python:
 # The stem is the list of extras, e.g. .venv/.installed-dev,dashboard installs '.[dev,dashboard]'.
 $(VENV)/.installed-%: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[$*]'
+	@# An editable install writes no bytecode, and PYTHONDONTWRITEBYTECODE=1 stops Python
+	@# writing it later: compile once, so every process does not compile kvsim from source.
+	$(BIN)/python -m compileall -q kvsim >/dev/null
 	touch $@

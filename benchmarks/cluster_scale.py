@@ -95,6 +95,9 @@ def main() -> None:
     if args.child:
         child(args.replicas, args.requests, args.router, args.view)
         return
+    from peers import precompile  # benchmarks/ is this script's folder
+
+    precompile()
     single: list[dict[str, float]] = []
     cluster: list[dict[str, float]] = []
     for i in range(args.runs):

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from conftest import ROOT, spec
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pandas.testing import assert_frame_equal
 from test_cluster import FF_CASES as CLUSTER_CASES
 from test_cluster import ROUTED
@@ -23,6 +24,7 @@ import kvsim
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.cohort import DecodeCohort
 from kvsim.core.request_state import Request
+from kvsim.core.scheduler import Scheduler
 from kvsim.engine import replica as replica_module
 
 CHAT = ROOT / "scenarios" / "chat_sessions.yaml"
@@ -219,6 +221,103 @@ def test_the_cohort_changes_nothing_on_random_small_scenarios(case: Any) -> None
 @given(clusters())
 def test_the_cohort_changes_nothing_on_random_clusters(data: dict[str, Any]) -> None:
     assert_identical(kvsim.run(data), _eager(lambda: kvsim.run(data)))
+
+
+# --------------------------------------------------------------------------- preemption inside the cohort
+
+
+def _priority_decoders(first_prompt: int, num_blocks: int) -> tuple[dict[str, Any], list[Any]]:
+    """Three long decoders on a pool too small for all of them, under the priority policy:
+    the first admitted has the worst priority, so it is preempted while members that come
+    after it in running order keep decoding."""
+    engine = {
+        "block_size": 4,
+        "num_gpu_blocks_override": num_blocks,
+        "max_num_seqs": 8,
+        "max_num_batched_tokens": 64,
+        "scheduling_policy": "priority",
+        "enable_prefix_caching": True,
+    }
+    reqs = [
+        spec(0, first_prompt, output=200, arrival=0.0, priority=2),
+        spec(1, 9, output=200, arrival=0.001, priority=0),
+        spec(2, 10, output=200, arrival=0.001, priority=0),
+    ]
+    return {"model": "llama-3-8b", "replicas": [{"gpu": "h100-sxm", "engine": engine}]}, reqs
+
+
+def _spy_undo(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
+    """(request id, decoded) of every member `Scheduler._undo_lazy_decode` takes back."""
+    seen: list[tuple[int, bool]] = []
+    real = Scheduler._undo_lazy_decode
+
+    def spy(self: Scheduler, req: Request, step: Any, *, decoded: bool) -> None:
+        seen.append((req.request_id, decoded))
+        real(self, req, step, decoded=decoded)
+
+    monkeypatch.setattr(Scheduler, "_undo_lazy_decode", spy)
+    return seen
+
+
+def test_a_member_preempted_after_its_token_was_scheduled_keeps_the_block_it_filled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Request 0 comes first in running order and is the victim of a later request's block:
+    stepping had already scheduled its token, and registered the private block that token
+    fills, so the block goes back to the free queue cached (evicted, not reused silently)."""
+    seen = _spy_undo(monkeypatch)
+    scenario, reqs = _priority_decoders(8, 61)
+    lazy = kvsim.run(scenario, requests=reqs)
+    assert (0, True) in seen
+    assert lazy.summary["num_preemptions"] >= 1
+    assert_identical(lazy, _eager(lambda: kvsim.run(scenario, requests=reqs)))
+
+
+def test_members_after_a_request_that_preempts_itself_do_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Request 1 needs a block and is itself the lowest priority left: it preempts itself, and
+    as in vLLM nobody after it in running order (member 2) runs in that iteration."""
+    seen = _spy_undo(monkeypatch)
+    scenario, reqs = _priority_decoders(6, 58)
+    lazy = kvsim.run(scenario, requests=reqs)
+    assert (2, False) in seen
+    assert_identical(lazy, _eager(lambda: kvsim.run(scenario, requests=reqs)))
+
+
+@st.composite
+def _pressured_runs(draw: Any) -> tuple[dict[str, Any], list[Any]]:
+    """Short prompts, long outputs and a pool that holds one to four of the longest
+    requests: preemption in most iterations that need a block, under either policy."""
+    bs = draw(st.sampled_from([1, 2, 4, 16]))
+    reqs = []
+    t = 0.0
+    for rid in range(draw(st.integers(2, 24))):
+        t += draw(st.sampled_from([0.0, 0.0, 0.001, 0.05]))
+        own = draw(st.integers(1, 40))
+        prompt = (
+            [(0, draw(st.integers(1, 40))), (1000 + rid, own)] if draw(st.booleans()) else [(1000 + rid, own)]
+        )
+        reqs.append(
+            spec(rid, prompt, output=draw(st.integers(2, 150)), arrival=t, priority=draw(st.integers(0, 3)))
+        )
+    longest = -(-max(r.prompt_tokens + r.output_tokens for r in reqs) // bs)
+    engine = {
+        "block_size": bs,
+        "num_gpu_blocks_override": draw(st.integers(longest + 2, longest * 4 + 2)),
+        "max_num_seqs": draw(st.integers(2, 16)),
+        "max_num_batched_tokens": draw(st.sampled_from([32, 64, 256])),
+        "long_prefill_token_threshold": draw(st.sampled_from([0, 8, 16])),
+        "preemption_mode": draw(st.sampled_from(["recompute", "swap"])),
+        "scheduling_policy": draw(st.sampled_from(["fcfs", "priority", "priority"])),
+        "enable_prefix_caching": draw(st.booleans()),
+    }
+    return {"model": "llama-3-8b", "replicas": [{"gpu": "h100-sxm", "engine": engine}]}, reqs
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_pressured_runs())
+def test_the_cohort_changes_nothing_under_memory_pressure(case: Any) -> None:
+    scenario, reqs = case
+    assert_identical(kvsim.run(scenario, requests=reqs), _eager(lambda: kvsim.run(scenario, requests=reqs)))
 
 
 def test_the_cohort_carries_most_decodes(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -134,6 +134,7 @@ class DecodeCohort:
         to_finish = req.lazy_finish - s
         if to_finish < j:
             j = to_finish
+        req.lazy_due = s + j
         due = self.due.get(s + j)
         if due is None:
             self.due[s + j] = [req]
@@ -163,6 +164,14 @@ class DecodeCohort:
         self.materialize(req)
         self.phase_count[req.lazy_phase] -= 1
         del self.members[req]
+
+    def drop(self, req: Request) -> None:
+        """Take a member out before its due iteration (it is preempted): `leave`, and its
+        filing withdrawn so that the iteration it was due at does not see it."""
+        self.leave(req)
+        due = self.due.get(req.lazy_due)
+        if due is not None and req in due:
+            due.remove(req)
 
     def pop_due(self, step: int) -> list[Request]:
         """The members that need the scheduler at iteration ``step`` (still members: the

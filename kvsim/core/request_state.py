@@ -69,6 +69,7 @@ class Request:
         "group_views",
         "kv_transferred",
         "last_token_s",
+        "lazy_due",
         "lazy_finish",
         "lazy_phase",
         "lazy_step",
@@ -163,6 +164,7 @@ class Request:
         self.lazy_step = 0
         self.lazy_phase = 0
         self.lazy_finish = -1
+        self.lazy_due = -1
 
     def __repr__(self) -> str:
         return (

@@ -142,13 +142,9 @@ class Scheduler:
         """Make every running request's counters exact (the cohort's members included)."""
         if self.cohort is None:
             return
-        kv = self.kv
-        bs = kv.block_size
         for req in self.cohort.release_all(self.running):
             self.explicit[req] = None
-            # A private block the cohort let its allocation step register (`DecodeCohort.refile`).
-            if kv.enable_caching and req.num_computed_tokens // bs > req.num_cached_blocks:
-                kv.cache_full_blocks(req, req.num_computed_tokens // bs)
+            self._catch_up_private_block(req)
 
     # -- queues ----------------------------------------------------------------------
     @property
@@ -314,9 +310,11 @@ class Scheduler:
     def _schedule_cohort(self, step: _Step) -> bool:
         """Phase 1 with the decode cohort: the members decode a token each, and only the
         running requests outside it and the members due now (at a block boundary, or
-        finishing) are looked at, in running order. False, with the cohort emptied, when
-        this iteration could run out of budget or blocks: the step-by-step phase 1 then
-        decides who gets what, and who is preempted, exactly."""
+        finishing) are looked at, in running order. When the new blocks they need are not
+        all free, a request that cannot get its blocks preempts as the step-by-step phase 1
+        does (`_make_room`), in the same order. False, with the cohort emptied, when this
+        iteration could run out of token budget: the step-by-step phase 1 then decides who
+        gets what, exactly."""
         co = self.cohort
         assert co is not None
         if self.beams:  # beams fork at steps of their own: never lazy
@@ -328,48 +326,113 @@ class Scheduler:
         todo = [*self.explicit, *due] if due else list(self.explicit)
         if len(todo) > 1:
             todo.sort(key=_run_seq)
-        if not self._cohort_step_fits(todo, step):
+        tokens_fit, blocks_fit = self._cohort_step_fits(todo, step)
+        if not tokens_fit:
             self.materialize()
             return False
         kv, bs, caching = self.kv, self.kv.block_size, self.kv.enable_caching
         members = co.members
         scheduled = step.scheduled
-        num_lazy = len(co)
-        num_fast, fast_ctx = num_lazy, co.context_tokens()
-        budget = step.budget - num_lazy
+        step.num_lazy = len(co)
+        step.num_fast_decodes, step.fast_decode_ctx = len(co), co.context_tokens()
+        step.budget -= len(co)
+        running = Status.RUNNING
         for req in todo:
+            if not blocks_fit and req.status is not running:
+                continue  # preempted earlier in this iteration
             if req in members:  # due: a block boundary, or its last token
+                if not blocks_fit:
+                    nc = req.num_computed_tokens + s - req.lazy_step
+                    if len(req.blocks) * bs == nc and not self._make_room(req, 1, step):
+                        break
                 if self._serve_due(req, s):  # update finishes it: counted already, now explicit
                     self.explicit[req] = None
                     scheduled[req] = 0
-                    num_lazy -= 1
+                    step.num_lazy -= 1
                 continue
             nc = req.num_computed_tokens
             if req.num_tokens - nc == 1 and req.num_output_tokens:
-                if not (len(req.blocks) * bs > nc and (not caching or (nc + 1) % bs)):
+                at_boundary = not (len(req.blocks) * bs > nc and (not caching or (nc + 1) % bs))
+                if at_boundary and not self._decode_at_block_boundary(req, nc):
+                    if not self._make_room(req, 1, step):
+                        break
                     fits = self._decode_at_block_boundary(req, nc)
-                    assert fits, "checked by _cohort_step_fits"
-                num_fast += 1
-                fast_ctx += nc + 1
-                budget -= 1
+                    assert fits, "room was made for it"
+                step.num_fast_decodes += 1
+                step.fast_decode_ctx += nc + 1
+                step.budget -= 1
                 if co.accepts(req):
                     co.join(req)
                     del self.explicit[req]
-                    num_lazy += 1
+                    step.num_lazy += 1
                 else:
                     scheduled[req] = 0
                 continue
-            step.budget = budget
             num_new = self._chunk(req.num_tokens - nc, step)
-            fits = kv.allocate_slots(req, num_new)
-            assert fits, "checked by _cohort_step_fits"
+            if not kv.allocate_slots(req, num_new):
+                need = -(-(nc + num_new) // bs) - len(req.blocks)
+                if not self._make_room(req, need, step):
+                    break
+                fits = kv.allocate_slots(req, num_new)
+                assert fits, "room was made for it"
             scheduled[req] = num_new
-            budget -= num_new
-        step.budget = budget
-        step.num_fast_decodes = num_fast
-        step.fast_decode_ctx = fast_ctx
-        step.num_lazy = num_lazy
+            step.budget -= num_new
+        else:
+            return True
+        # `req` preempted itself: as in the step-by-step phase 1, nobody after it in running
+        # order runs in this iteration (with FCFS nobody is left: it was the last).
+        for later in self.running[bisect_left(self.running, req.run_seq, key=_run_seq) :]:
+            if later in members:
+                self._undo_lazy_decode(later, step, decoded=False)
+                self.explicit[later] = None
         return True
+
+    def _make_room(self, req: Request, need: int, step: _Step) -> bool:
+        """Preempt, as the step-by-step phase 1 does, until ``need`` new blocks are free for
+        ``req``; False if ``req`` itself had to go. A victim scheduled earlier in this
+        iteration (a cohort member always is) gives its token back."""
+        co = self.cohort
+        assert co is not None
+        running = self.running
+        while need > self.pool.num_free_blocks:
+            victim = running.pop(self.queue.victim_index(running))
+            if victim in co.members:
+                self._undo_lazy_decode(victim, step, decoded=victim.run_seq < req.run_seq)
+            elif victim in step.scheduled:
+                n_victim = step.scheduled.pop(victim)
+                if n_victim == 0:
+                    n_victim = 1
+                    step.num_fast_decodes -= 1
+                    step.fast_decode_ctx -= victim.num_computed_tokens + 1
+                step.budget += n_victim
+            self._preempt(victim, step)
+            if victim is req:
+                return False
+        return True
+
+    def _undo_lazy_decode(self, req: Request, step: _Step, *, decoded: bool) -> None:
+        """Take member ``req`` out of the cohort, its counters exact, and out of this
+        iteration's decodes (it is preempted, or runs after a request that preempted itself).
+        ``decoded``: it comes before the request being scheduled in running order, so the
+        step-by-step phase 1 has already scheduled its token, and registered the block that
+        token fills, before taking it back."""
+        co = self.cohort
+        assert co is not None
+        co.drop(req)
+        self._catch_up_private_block(req, int(decoded))
+        step.num_lazy -= 1
+        step.num_fast_decodes -= 1
+        step.fast_decode_ctx -= req.num_computed_tokens + 1
+        step.budget += 1
+
+    def _catch_up_private_block(self, req: Request, scheduled_tokens: int = 0) -> None:
+        """Register the private block a former member's allocation step was to register
+        (`DecodeCohort.refile`), now that it has left the cohort; with ``scheduled_tokens``
+        also the one the tokens scheduled for it in this iteration fill."""
+        kv = self.kv
+        full = (req.num_computed_tokens + scheduled_tokens) // kv.block_size
+        if kv.enable_caching and full > req.num_cached_blocks:
+            kv.cache_full_blocks(req, full)
 
     def _join_cohort(self, step: _Step) -> None:
         """After a step-by-step phase 1: the plain decodes it scheduled join the cohort now
@@ -439,10 +502,10 @@ class Scheduler:
             self.prune_running(outcome.finished)
         return outcome
 
-    def _cohort_step_fits(self, todo: list[Request], step: _Step) -> bool:
-        """Whether every running request gets all it asks for this iteration: the members
-        (one token each) and the others in ``todo`` within the token budget, and the new
-        blocks of ``todo`` (members due now included) free."""
+    def _cohort_step_fits(self, todo: list[Request], step: _Step) -> tuple[bool, bool]:
+        """Whether every running request gets all it asks for this iteration: (the members,
+        one token each, and the others in ``todo`` within the token budget; the new blocks
+        of ``todo``, members due now included, free)."""
         co = self.cohort
         assert co is not None
         bs = self.kv.block_size
@@ -462,7 +525,7 @@ class Scheduler:
             need = -(-(nc + n) // bs) - len(req.blocks)
             if need > 0:
                 blocks += need
-        return tokens <= step.budget and blocks <= self.pool.num_free_blocks
+        return tokens <= step.budget, blocks <= self.pool.num_free_blocks
 
     def _decode_at_block_boundary(self, req: Request, nc: int) -> bool:
         """The hot path's decode whose token fills its block or starts a new one: what

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import gc
 from collections import defaultdict
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,24 @@ ProgressFn = Callable[[float, int, int], None]
 #: A cost model for every replica, or one per replica group (given the group's plan).
 CostModelSource = CostModel | Callable[[GroupPlan], CostModel]
 Process = Generator[simpy.Event, Any, None]
+
+
+@contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a run builds and simulates.
+
+    A run allocates millions of long-lived objects (requests, blocks, block hashes, the
+    recorder's rows) and no garbage cycles: every collection would only rescan them, ever
+    more of them (building 100,000 requests took 1.1-1.3 s with it, 0.4-0.6 s without).
+    Reference counting still frees everything that dies. Nests; the previous state comes
+    back on exit."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def shared_content_ids(specs: Sequence[RequestSpec]) -> set[int]:
@@ -381,15 +400,8 @@ class Cluster:
         self.fleet.start()
         if self.entry_view.snapshot_mode:
             self.env.process(self._refresh_loads(self.plan.scenario.router.view.load_refresh_s))
-        # The run allocates millions of long-lived objects (requests, block hashes) and no
-        # garbage cycles: the cyclic collector would only rescan them, ever more slowly.
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with cyclic_gc_paused():
             self.env.run()
-        finally:
-            if gc_was_enabled:
-                gc.enable()
         for replica in self.replicas:  # requests still running at max_time: exact counters
             replica.scheduler.materialize()
         if self.progress is not None:

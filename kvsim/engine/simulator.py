@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.core.request_state import Request, Status
-from kvsim.engine.cluster import Cluster, CostModelSource, ProgressFn
+from kvsim.engine.cluster import Cluster, CostModelSource, ProgressFn, cyclic_gc_paused
 from kvsim.engine.ledger import RequestLedger
 from kvsim.engine.routers import Router
 from kvsim.estimate import check_work, estimate_work
@@ -74,15 +74,18 @@ def run(
             plan, num_requests=None if requests is None else len(requests), base_dir=base_dir
         )
         check_work(estimate, plan, source)
-    if requests is None:
-        workload = scenario_workload(scenario, base_dir=base_dir)
-        specs, workload_summary = workload.requests, workload.info.summary()
-    else:
-        specs = list(requests)
-        workload_summary = {"workload_kind": "custom", "workload_num_requests": len(specs)}
-    cluster = Cluster(plan, specs, router=router, cost_model=cost_model, base_dir=base_dir, progress=progress)
-    cluster.run()
-    return _result(cluster, workload_summary, specs)
+    with cyclic_gc_paused():  # from the first request built to the last table row
+        if requests is None:
+            workload = scenario_workload(scenario, base_dir=base_dir)
+            specs, workload_summary = workload.requests, workload.info.summary()
+        else:
+            specs = list(requests)
+            workload_summary = {"workload_kind": "custom", "workload_num_requests": len(specs)}
+        cluster = Cluster(
+            plan, specs, router=router, cost_model=cost_model, base_dir=base_dir, progress=progress
+        )
+        cluster.run()
+        return _result(cluster, workload_summary, specs)
 
 
 def _source_name(scenario: Scenario | str | Path | Mapping[str, Any] | None) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvsim.core.block_pool import BlockPool
+from kvsim.core.block_pool import PRIVATE, BlockPool
 
 
 def ids(blocks) -> list[int]:
@@ -166,3 +166,35 @@ def test_evicted_cached_blocks_are_written_back_to_the_offload_tier_in_eviction_
     tier.touch(11)
     tier.store(12)  # drops the least recently used: 10
     assert 10 not in tier and 11 in tier and 12 in tier
+
+
+def test_a_retired_hash_is_forgotten_and_its_blocks_stay_cached_in_place():
+    pool = BlockPool(6)
+    blocks = pool.get_new_blocks(3)
+    for i, b in enumerate(blocks):
+        pool.cache_block(b, 100 + i)
+    pool.free_blocks(reversed(blocks))  # free queue: 3 4 5 2 1 0
+    assert ids(pool.get_new_blocks(4)) == [3, 4, 5, 2]  # evicts block 2 (hash 102)
+    assert pool.evicted_hashes == {102}
+    pool.retire_hash(102)  # evicted already: only forgotten
+    pool.retire_hash(101)  # cached in free block 1
+    assert pool.evicted_hashes == set() and pool.get_cached_block(101) is None
+    assert pool.get_cached_block(100) is blocks[0]
+    assert ids(pool.free_queue) == [1, 0] and pool.num_cached_free == 2  # still cached, same order
+    pool.check_invariants()
+    evicted = pool.num_evicted
+    assert ids(pool.get_new_blocks(1)) == [1]  # evicted as a private block: counted, not remembered
+    assert pool.num_evicted == evicted + 1 and pool.evicted_hashes == set()
+    pool.check_invariants()
+
+
+def test_retiring_a_duplicated_hash_retires_every_block_holding_it():
+    pool = BlockPool(3)
+    a, b = pool.get_new_blocks(2)
+    pool.cache_block(a, 9)
+    pool.cache_block(b, 9)
+    pool.retire_hash(9)
+    assert a.block_hash == b.block_hash == PRIVATE and pool.get_cached_block(9) is None
+    pool.free_blocks([a, b])
+    assert pool.num_cached_free == 2
+    pool.check_invariants()

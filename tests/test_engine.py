@@ -281,6 +281,29 @@ def test_private_blocks_change_nothing_but_speed(monkeypatch, mode):
     assert_frame_equal(fast.events, plain.events)
 
 
+def test_a_finished_request_leaves_no_published_hash_behind():
+    """A preempted request publishes its private blocks' hashes (it may hit them again);
+    once it finishes nobody can look them up, so the pool forgets them: what stays indexed
+    is the shared prefix, and no evicted hash is remembered (the set used to keep every
+    block of every preempted request, 60 MB at 100k requests)."""
+    from kvsim.core.request_state import NEVER_PRIVATE
+    from kvsim.engine.cluster import Cluster
+    from kvsim.engine.simulator import scenario_workload
+    from kvsim.plan import resolve_plan
+
+    scenario = kvsim.load_scenario(
+        None, ["workload.num_requests=250", "replicas.0.engine.num_gpu_blocks_override=450"]
+    )
+    cluster = Cluster(resolve_plan(scenario), scenario_workload(scenario).requests)
+    cluster.run()
+    published = [r for r in cluster.requests.values() if r.published_from != NEVER_PRIVATE]
+    assert len(published) > 20
+    pool = cluster.replicas[0].scheduler.pool
+    assert pool.evicted_hashes == set()
+    assert len(pool.cached) == scenario.workload.shared_prefix_tokens // 16  # the shared prefix
+    pool.check_invariants()
+
+
 def test_without_a_kv_cache_each_decode_recomputes_the_sequence():
     # A lone request: with the cache, decode i attends to P + i tokens; without it, step i
     # prefills all P + i tokens again, so the total grows quadratically with the output.

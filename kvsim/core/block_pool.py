@@ -232,6 +232,17 @@ class BlockPool:
         block.num_hits = 0
         return h
 
+    def retire_hash(self, block_hash: int) -> None:
+        """``block_hash`` can never be looked up again: the blocks holding it become `PRIVATE`
+        (cached as before, in the same place of the free queue) and it is forgotten, by the
+        index and by the set of evicted hashes."""
+        self.evicted_hashes.discard(block_hash)
+        block = self.cached.pop(block_hash, None)
+        if block is not None:
+            block.block_hash = PRIVATE
+            for dupe in self._dupes.pop(block_hash, ()):
+                dupe.block_hash = PRIVATE
+
     def uncache(self, block: KVBlock) -> None:
         """Drop the hash of an in-use block (its owner keeps nothing for later requests:
         retention none). Not an eviction: nothing is counted or written to the offload tier."""

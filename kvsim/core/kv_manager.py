@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from kvsim.core.block import PRIVATE, KVBlock
 from kvsim.core.block_pool import BlockPool
+from kvsim.core.eviction import LruFreeQueue
 from kvsim.core.request_state import NEVER_PRIVATE, Request
 from kvsim.request import DEFAULT_RETENTION_PRIORITY
 
@@ -175,8 +176,32 @@ class FullAttentionManager:
         # From now on the request can hit its own blocks (in the GPU cache or in an
         # offload tier below it), so none of its blocks is private any more: those it
         # computes after resuming are hashed like everyone's.
+        req.published_from = min(req.published_from, req.private_from_token)
         req.private_from_token = NEVER_PRIVATE
         self.publish_blocks_from(req, first_private)
+
+    def retire_published_hashes(self, req: Request) -> None:
+        """``req`` finished: the hashes its preemptions published (`publish_private_blocks`)
+        name content no other request holds, so nobody can look them up again. Its blocks
+        that carry them become `PRIVATE` (cached and evicted exactly as before) and the
+        hashes leave the index and the set of evicted hashes, which would otherwise grow
+        by every block of every preempted request (60 MB at 100k requests).
+
+        Only where nothing outside the scheduler sees the difference: an LRU free queue,
+        no KV event log and no offload tier (which store evicted hashes).
+        """
+        pool = self.pool
+        first = req.published_from // self.block_size
+        n = req.num_cached_blocks
+        if (
+            first >= n
+            or type(pool.free_queue) is not LruFreeQueue
+            or pool.kv_events is not None
+            or pool.offload is not None
+        ):
+            return
+        for h in req.ensure_hashes(n, self.block_size)[first:n]:
+            pool.retire_hash(h)
 
     def publish_blocks_from(self, req: Request, first_private: int) -> None:
         """Give ``req``'s private cached blocks from block ``first_private`` on their real hashes."""

@@ -88,6 +88,7 @@ class Request:
         "priority",
         "private_from_token",
         "prompt_tokens",
+        "published_from",
         "recompute_hits_tokens",
         "replica",
         "request_id",
@@ -122,6 +123,9 @@ class Request:
         # Tokens from here on follow content no other request contains, so their blocks
         # can only be hit by this request itself. None: every id may be shared.
         self.private_from_token = NEVER_PRIVATE
+        # Where the private content began when a preemption published its blocks' hashes
+        # (`FullAttentionManager.publish_private_blocks`); NEVER_PRIVATE: never published.
+        self.published_from = NEVER_PRIVATE
         if shared_content_ids is not None:
             start = 0
             for seg in (*spec.prompt, spec.output_segment):

@@ -36,7 +36,7 @@ from kvsim.core.cohort import DecodeCohort
 from kvsim.core.kv_manager import FullAttentionManager, make_kv_manager
 from kvsim.core.outcome import CacheStats, EventKind, KvEvent, SchedulerOutput, SpecDecodeStats, StepOutcome
 from kvsim.core.queues import RequestQueue
-from kvsim.core.request_state import Request, Status
+from kvsim.core.request_state import NEVER_PRIVATE, Request, Status
 from kvsim.core.speculative import Speculator
 from kvsim.cost.base import Batch
 from kvsim.kv.swap import SwapSpace
@@ -827,6 +827,8 @@ class Scheduler:
         self.explicit.pop(req, None)
         req.status = Status.FINISHED
         req.finish_s = t_end
+        if req.published_from != NEVER_PRIVATE:
+            self.kv.retire_published_hashes(req)
         self.kv.free_finished(req, t_end)
         if self.speculator is not None:
             self.speculator.release(req)

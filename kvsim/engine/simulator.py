@@ -85,7 +85,7 @@ def run(
             plan, specs, router=router, cost_model=cost_model, base_dir=base_dir, progress=progress
         )
         cluster.run()
-        return _result(cluster, workload_summary, specs)
+        return _result(cluster, workload_summary, specs, release_requests=True)
 
 
 def _source_name(scenario: Scenario | str | Path | Mapping[str, Any] | None) -> str:
@@ -97,9 +97,20 @@ def _source_name(scenario: Scenario | str | Path | Mapping[str, Any] | None) -> 
     return "<embedded default scenario>" if scenario is None else "<dict>"
 
 
-def _result(cluster: Cluster, workload_summary: Mapping[str, Any], specs: Sequence[RequestSpec]) -> Result:
+def _result(
+    cluster: Cluster,
+    workload_summary: Mapping[str, Any],
+    specs: Sequence[RequestSpec],
+    *,
+    release_requests: bool = False,
+) -> Result:
+    """The run's `Result`. ``release_requests``: drop the cluster's request objects once
+    their table is built (nothing reads them after it), before the other tables are built:
+    the peak memory of a large run is lower by their size."""
     scenario = cluster.plan.scenario
     req_df = requests_frame(list(cluster.requests.values()), cluster.plan.replica_names, cluster.ledger)
+    if release_requests:
+        cluster.requests.clear()
     it_df = cluster.recorder.iterations_frame()
     ev_df = cluster.recorder.events_frame()
     sim_time = float((it_df["start_s"] + it_df["duration_s"]).max()) if len(it_df) else 0.0

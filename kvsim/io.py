@@ -75,11 +75,29 @@ def summary_to_json(summary: Mapping[str, Any], *, indent: int | None = 2) -> st
     return json.dumps(json_safe(summary), indent=indent, allow_nan=False)
 
 
+#: Rows converted to Arrow and written at a time: a table is never copied whole.
+PARQUET_ROWS_PER_WRITE = 16_384
+
+
+def write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    """``frame`` as a Parquet file (what ``frame.to_parquet(path, index=False)`` writes,
+    pandas dtypes kept), converted to Arrow a slice of rows at a time: ``to_parquet`` copies
+    the whole frame into Arrow first, which at 100k requests raised the peak memory of a run
+    and its writing by a sixth."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.Schema.from_pandas(frame, preserve_index=False)
+    with pq.ParquetWriter(path, schema) as writer:
+        for start in range(0, max(len(frame), 1), PARQUET_ROWS_PER_WRITE):
+            part = frame.iloc[start : start + PARQUET_ROWS_PER_WRITE]
+            writer.write_table(pa.Table.from_pandas(part, schema=schema, preserve_index=False))
+
+
 def _write_files(result: Result, folder: Path) -> None:
     (folder / SUMMARY_FILE).write_text(summary_to_json(result.summary) + "\n", encoding="utf-8")
     for attr, name in TABLE_FILES.items():
-        frame: pd.DataFrame = getattr(result, attr)
-        frame.to_parquet(folder / name, engine="pyarrow", index=False)
+        write_parquet(getattr(result, attr), folder / name)
     (folder / SCENARIO_FILE).write_text(dump_scenario(result.scenario), encoding="utf-8")
 
 

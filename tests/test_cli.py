@@ -262,10 +262,10 @@ def test_failed_save_keeps_the_previous_result(
     assert main(["run", str(path), "--out", str(out)]) == 0
     before = (out / "summary.json").read_text()
 
-    def broken(self: pd.DataFrame, *args: object, **kwargs: object) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(pd.DataFrame, "to_parquet", broken)
+    monkeypatch.setattr("kvsim.io.write_parquet", broken)
     assert main(["run", str(path), "--out", str(out), "--set", "workload.num_requests=9"]) == 1
     assert f"kvsim: error: {out}: cannot write results: disk full" in capsys.readouterr().err
     assert (out / "summary.json").read_text() == before

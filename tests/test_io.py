@@ -13,7 +13,16 @@ from conftest import REQUIRED_SUMMARY_KEYS
 
 import kvsim
 from kvsim.core.outcome import CacheStats
-from kvsim.io import RESULT_FILES, ResultDirError, json_safe, load_result, save_result, summary_to_json
+from kvsim.io import (
+    PARQUET_ROWS_PER_WRITE,
+    RESULT_FILES,
+    ResultDirError,
+    json_safe,
+    load_result,
+    save_result,
+    summary_to_json,
+    write_parquet,
+)
 from kvsim.result import EVENT_COLUMNS, ITERATION_COLUMNS, REQUEST_COLUMNS, Result, summarize
 
 
@@ -177,10 +186,10 @@ def test_existing_result_is_replaced_only_after_success(
     save_result(small_result(3), out)
     before = (out / "summary.json").read_text()
 
-    def broken(self: pd.DataFrame, *args: object, **kwargs: object) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(pd.DataFrame, "to_parquet", broken)
+    monkeypatch.setattr("kvsim.io.write_parquet", broken)
     with pytest.raises(OSError, match="disk full"):
         save_result(small_result(5), out)
     # The old result is untouched and no temporary folder is left behind.
@@ -275,3 +284,24 @@ def test_round_trip_of_a_simulated_result_with_events(tmp_path: Path) -> None:
                 assert after[column].dtype == before[column].dtype, (attr, column)
     assert loaded.scenario == result.scenario
     assert json.loads(summary_to_json(loaded.summary)) == json.loads(summary_to_json(result.summary))
+
+
+@pytest.mark.parametrize("rows", [0, 1, PARQUET_ROWS_PER_WRITE, 2 * PARQUET_ROWS_PER_WRITE + 3])
+def test_tables_are_written_a_slice_at_a_time_and_read_back_equal(tmp_path: Path, rows: int) -> None:
+    # A column whose first slices hold only empty strings must keep its type across slices.
+    reason = np.full(rows, "", dtype=object)
+    reason[rows // 2 :] = "unschedulable"
+    frame = pd.DataFrame(
+        {
+            "request_id": np.arange(rows, dtype=np.int64),
+            "ttft_s": np.where(np.arange(rows) % 3 == 0, np.nan, np.arange(rows) / 7.0),
+            "finished": np.arange(rows) % 2 == 0,
+            "reject_reason": reason,
+            "tenant": pd.Series(["a", "b"] * (rows // 2) + ["a"] * (rows % 2), dtype=object),
+        }
+    )
+    write_parquet(frame, tmp_path / "t.parquet")
+    frame.to_parquet(tmp_path / "whole.parquet", index=False)  # what it must equal
+    back = pd.read_parquet(tmp_path / "t.parquet")
+    pd.testing.assert_frame_equal(back, pd.read_parquet(tmp_path / "whole.parquet"), check_exact=True)
+    pd.testing.assert_frame_equal(back, frame, check_exact=True, check_dtype=False)  # strings: StringDtype

@@ -143,11 +143,39 @@ class BlockPool:
 
     def _take_lru_head(self, fq: LruFreeQueue, n: int) -> list[KVBlock]:
         """Hot path of `get_new_blocks`: unlink n blocks from the head of the LRU list at once."""
-        out = []
+        out: list[KVBlock] = []
         head = fq.head
         node = head.next
         cached = self.cached
         offload = self.offload
+        if offload is None and self.kv_events is None and not self._dupes:
+            # Nobody to tell: every hash leaves the index (a real one is indexed under this
+            # very block, no duplicates) and the counters move once for the whole run.
+            append = out.append
+            evicted_hashes = self.evicted_hashes
+            num_cached = 0
+            for _ in range(n):
+                assert node is not None and node.ref_cnt == 0
+                h = node.block_hash
+                if h is not None:
+                    num_cached += 1
+                    node.block_hash = None
+                    if h != PRIVATE:
+                        del cached[h]
+                        evicted_hashes.add(h)
+                        node.num_hits = 0
+                node.ref_cnt = 1
+                append(node)
+                nxt = node.next
+                node.prev = node.next = None
+                node = nxt
+            assert node is not None
+            head.next = node
+            node.prev = head
+            fq.num_free_blocks -= n
+            self.num_cached_free -= num_cached
+            self.num_evicted += num_cached
+            return out
         for _ in range(n):
             assert node is not None and node.ref_cnt == 0
             h = node.block_hash
@@ -312,16 +340,19 @@ class BlockPool:
         assert last is not None
         n_cached = 0
         for block in ordered_blocks:
-            block.ref_cnt -= 1
-            assert block.ref_cnt >= 0, f"block {block.block_id} freed more often than taken"
-            if block.ref_cnt == 0:
-                if caching and block.block_hash is not None:
-                    last.next = block
-                    block.prev = last
-                    last = block
-                    n_cached += 1
-                else:
-                    first.append(block)
+            rc = block.ref_cnt - 1
+            block.ref_cnt = rc
+            if rc:  # still held by another request
+                if rc < 0:
+                    raise AssertionError(f"block {block.block_id} freed more often than taken")
+                continue
+            if caching and block.block_hash is not None:
+                last.next = block
+                block.prev = last
+                last = block
+                n_cached += 1
+            else:
+                first.append(block)
         last.next = tail
         tail.prev = last
         if first:

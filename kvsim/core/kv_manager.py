@@ -140,12 +140,13 @@ class FullAttentionManager:
         first_private = req.private_from_token // self.block_size
         log = self.pool.kv_events
         if first_private < num_full:
-            for j in range(max(start, first_private), num_full):
-                block = blocks[j]
+            log_private = log is not None and self.pool.kv_events_private
+            for block in blocks[max(start, first_private) : num_full]:
                 if block is not None:
                     assert block.block_hash is None and block.ref_cnt > 0
                     block.block_hash = PRIVATE
-                    if log is not None and self.pool.kv_events_private:
+                    if log_private:
+                        assert log is not None
                         log.append((True, PRIVATE))
             num_hashed = max(first_private, start)
         else:

@@ -19,7 +19,9 @@ A cached block whose content no other request can ever ask for (see
 `kvsim.core.request_state`) carries the hash `PRIVATE` instead of its real hash and is not
 indexed: it is cached and evicted like any other block, so every count and order stays
 the same, but costs no hashing. Its owner publishes the real hashes when it is preempted,
-the one case where it could look them up again.
+the one case where it could look them up again, and retires them when it finishes
+(`retire_hash`: nobody can look them up any more, so the index and the set of evicted
+hashes forget them; the blocks turn private again).
 
 An evicted cached block is written back to the offload tier below the pool, if any
 (`kvsim.kv.tiers`).

@@ -146,43 +146,27 @@ class BlockPool:
     def _take_lru_head(self, fq: LruFreeQueue, n: int) -> list[KVBlock]:
         """Hot path of `get_new_blocks`: unlink n blocks from the head of the LRU list at once."""
         out: list[KVBlock] = []
+        append = out.append
         head = fq.head
         node = head.next
         cached = self.cached
         offload = self.offload
-        if offload is None and self.kv_events is None and not self._dupes:
-            # Nobody to tell: every hash leaves the index (a real one is indexed under this
-            # very block, no duplicates) and the counters move once for the whole run.
-            append = out.append
-            evicted_hashes = self.evicted_hashes
-            num_cached = 0
-            for _ in range(n):
-                assert node is not None and node.ref_cnt == 0
-                h = node.block_hash
-                if h is not None:
-                    num_cached += 1
-                    node.block_hash = None
-                    if h != PRIVATE:
-                        del cached[h]
-                        evicted_hashes.add(h)
-                        node.num_hits = 0
-                node.ref_cnt = 1
-                append(node)
-                nxt = node.next
-                node.prev = node.next = None
-                node = nxt
-            assert node is not None
-            head.next = node
-            node.prev = head
-            fq.num_free_blocks -= n
-            self.num_cached_free -= num_cached
-            self.num_evicted += num_cached
-            return out
+        # Nobody to tell (no tier, no event log) and no duplicates: a real hash is indexed
+        # under this very block, and the counters move once for the whole call.
+        quiet = offload is None and self.kv_events is None and not self._dupes
+        num_quiet = 0
         for _ in range(n):
             assert node is not None and node.ref_cnt == 0
             h = node.block_hash
             if h is not None:
-                if h == PRIVATE:
+                if quiet:
+                    num_quiet += 1
+                    node.block_hash = None
+                    if h != PRIVATE:
+                        del cached[h]
+                        self.evicted_hashes.add(h)
+                        node.num_hits = 0
+                elif h == PRIVATE:
                     node.block_hash = None
                     self.num_cached_free -= 1
                     self.num_evicted += 1
@@ -202,7 +186,7 @@ class BlockPool:
                 else:
                     self._evict(node)
             node.ref_cnt = 1
-            out.append(node)
+            append(node)
             nxt = node.next
             node.prev = node.next = None
             node = nxt
@@ -210,6 +194,8 @@ class BlockPool:
         head.next = node
         node.prev = head
         fq.num_free_blocks -= n
+        self.num_cached_free -= num_quiet
+        self.num_evicted += num_quiet
         return out
 
     def get_contiguous_blocks(self, n: int, *, align: int = 1) -> list[KVBlock] | None:

@@ -336,9 +336,8 @@ class Scheduler:
         step.num_lazy = len(co)
         step.num_fast_decodes, step.fast_decode_ctx = len(co), co.context_tokens()
         step.budget -= len(co)
-        running = Status.RUNNING
         for req in todo:
-            if not blocks_fit and req.status is not running:
+            if not blocks_fit and req.status is not Status.RUNNING:
                 continue  # preempted earlier in this iteration
             if req in members:  # due: a block boundary, or its last token
                 if not blocks_fit:

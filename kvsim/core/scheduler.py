@@ -69,6 +69,14 @@ class _Step:
     loaded_blocks: int = 0
 
 
+def _take_back(victim: Request, scheduled: dict[Request, int]) -> tuple[int, int]:
+    """Unschedule ``victim`` (scheduled earlier in this iteration, now preempted): the tokens
+    it gives back to the budget, and its context if it was a hot-path decode (marked 0),
+    else 0."""
+    n = scheduled.pop(victim)
+    return (1, victim.num_computed_tokens + 1) if n == 0 else (n, 0)
+
+
 class Scheduler:
     """Waiting/running/swapped queues and the per-iteration scheduling decision."""
 
@@ -287,12 +295,11 @@ class Scheduler:
             while not kv.allocate_slots(req, num_new):
                 victim = running.pop(self.queue.victim_index(running))
                 if victim in scheduled:  # already scheduled this iteration: give its budget back
-                    n_victim = scheduled.pop(victim)
-                    if n_victim == 0:
-                        n_victim = 1
-                        num_fast -= 1
-                        fast_ctx -= victim.num_computed_tokens + 1
+                    n_victim, ctx = _take_back(victim, scheduled)
                     budget += n_victim
+                    if ctx:
+                        num_fast -= 1
+                        fast_ctx -= ctx
                     i -= 1
                 self._preempt(victim, step)
                 if victim is req:
@@ -398,12 +405,11 @@ class Scheduler:
             if victim in co.members:
                 self._undo_lazy_decode(victim, step, decoded=victim.run_seq < req.run_seq)
             elif victim in step.scheduled:
-                n_victim = step.scheduled.pop(victim)
-                if n_victim == 0:
-                    n_victim = 1
-                    step.num_fast_decodes -= 1
-                    step.fast_decode_ctx -= victim.num_computed_tokens + 1
+                n_victim, ctx = _take_back(victim, step.scheduled)
                 step.budget += n_victim
+                if ctx:
+                    step.num_fast_decodes -= 1
+                    step.fast_decode_ctx -= ctx
             self._preempt(victim, step)
             if victim is req:
                 return False

@@ -36,6 +36,9 @@ from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
 from kvsim.workload.config import TraceWorkload
 from kvsim.workload.traces import replay_trace
 
+# Thousands of documents per run: the full suite's, not the quick tier's (make test-fast).
+pytestmark = pytest.mark.slow
+
 #: Most CPU time any one input may take, seconds: a hang detector (the slowest input takes
 #: about 0.5 s). CPU time, so that a loaded shared CI machine does not trip it.
 INPUT_TIME_BOUND_S = 10.0

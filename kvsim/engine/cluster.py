@@ -208,6 +208,8 @@ class Cluster:
                 expert_parallel=group.config.expert_parallel,
                 speculative=group.engine.speculative_config,
                 draft_model=group.draft_model,
+                backend=getattr(group.engine, "backend", "vllm"),
+                max_num_seqs=group.engine.max_num_seqs,
             )
         if isinstance(given, CostModel):
             return given

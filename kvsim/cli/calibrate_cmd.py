@@ -20,6 +20,7 @@ torch is imported only by the harness, and only when ``kvsim calibrate`` measure
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import shlex
 import sys
@@ -31,7 +32,9 @@ import yaml
 from kvsim.cost import compare, fit
 from kvsim.cost.config import ProfileCostConfig, RooflineCostConfig
 from kvsim.cost.factory import build_cost_model
+from kvsim.cost.kernels import GPU_SYSTEMS
 from kvsim.cost.profile import Profile, load_profile, model_shape, shipped_profiles, write_profile
+from kvsim.cost.tables import KERNEL_DATA_PACKAGE, package_tables_root, table_index
 from kvsim.errors import KvsimError, ProfileError
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, unknown_name_message
 from kvsim.specs import GpuSpec, ModelSpec
@@ -107,8 +110,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--out", help="profile file to write")
     p.set_defaults(func=_calibrate)
 
-    p = sub.add_parser("profiles", help="List the cost profiles shipped with kvsim")
+    p = sub.add_parser(
+        "profiles",
+        help="List the cost profiles shipped with kvsim and the measured kernel tables (cost_model kind kernels)",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON list")
+    p.add_argument(
+        "--kernels",
+        action="store_true",
+        help="list only the kernel tables: system, engine backend, the versions of each op and the "
+        "kvsim GPU presets they serve",
+    )
     p.set_defaults(func=_profiles)
 
     p = sub.add_parser("predict", help="Predict iteration times of measurement points with a cost model")
@@ -227,7 +239,42 @@ def _measure(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kernel_table_rows() -> list[dict[str, Any]]:
+    """One row per (system, backend) of the installed kernel tables."""
+    root = package_tables_root()
+    if root is None:
+        return []
+    index = table_index(root)
+    presets: dict[str, list[str]] = {}
+    for preset, system in GPU_SYSTEMS.items():
+        presets.setdefault(system, []).append(preset)
+    rows = []
+    for system in index.systems():
+        for backend in sorted({b for s_, _, b in index.entries if s_ == system} - {"nccl", "oneccl"}):
+            versions = {op: index.versions(system, op, backend) for op in ("gemm", "attention", "comm")}
+            if not versions["gemm"] or not versions["attention"]:
+                continue
+            rows.append(
+                {
+                    "system": system,
+                    "backend": backend,
+                    "gpu_presets": ",".join(presets.get(system, [])) or "-",
+                    **{op: ",".join(v) or "-" for op, v in versions.items()},
+                }
+            )
+    return rows
+
+
 def _profiles(args: argparse.Namespace) -> int:
+    if args.kernels:
+        kernel_rows = _kernel_table_rows()
+        if args.json:
+            print(json.dumps(kernel_rows, indent=1))
+        elif kernel_rows:
+            _print_table(kernel_rows)
+        else:
+            print("no kernel tables: install the kernels extra (pip install -e '.[kernels]')")
+        return 0
     rows = []
     for path in shipped_profiles():
         try:
@@ -249,9 +296,28 @@ def _profiles(args: argparse.Namespace) -> int:
         )
     if args.json:
         print(json.dumps(rows, indent=1))
+        return 0
+    _print_table(rows)
+    kernel_rows = _kernel_table_rows()
+    print()
+    if kernel_rows:
+        print(
+            f"measured kernel tables (cost_model: {{kind: kernels}}; {KERNEL_DATA_PACKAGE} "
+            f"{_installed_version()}; kvsim profiles --kernels lists them alone):"
+        )
+        _print_table(kernel_rows)
     else:
-        _print_table(rows)
+        print(
+            "measured kernel tables: none (pip install -e '.[kernels]' installs NVIDIA's, aiconfigurator-core)"
+        )
     return 0
+
+
+def _installed_version() -> str:
+    try:
+        return importlib.metadata.version(KERNEL_DATA_PACKAGE.replace("_", "-"))
+    except importlib.metadata.PackageNotFoundError:
+        return "(version unknown)"
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from kvsim.cli import main
 from kvsim.cost.table_layout import (
     MARKER_FILE,
     META_FILE,
@@ -175,3 +176,18 @@ def test_bad_roots_and_names_are_refused(tmp_path: Path) -> None:
 def test_every_table_has_an_op_folder() -> None:
     assert set(TABLE_OPS) == set(TABLE_SCHEMAS) == set(PACKAGED)
     assert {PACKAGED[t].split("/")[0] for t in PACKAGED} == set(TABLE_OPS.values())
+
+
+def test_cli_refuses_a_foreign_tables_folder_before_measuring(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    from calibration.tables import torch_version
+
+    folder = version_dir(tmp_path, "cpu", "gemm", torch_version())
+    folder.mkdir(parents=True)
+    (folder / "gemm_perf.parquet").write_text("mine")
+    assert main(["calibrate", "--tables", str(tmp_path), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "not replaced" in err and "[calibrate]" not in err  # nothing was measured
+    assert (folder / "gemm_perf.parquet").read_text() == "mine"

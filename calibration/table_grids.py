@@ -4,10 +4,11 @@
 counts x 22 x 22 feature sizes for GEMMs, 9 batches x 17 prompt lengths for context
 attention, 12 batches x 17 contexts for generation attention, every (heads, KV heads,
 head_dim) layout, all-reduces of 128 to 512M elements over 2, 4 and 8 GPUs): hours on
-one GPU. ``SMALL`` (the default) is a subset of every axis of ``FULL``, so its points
-can be compared with the packaged tables one for one: about five minutes on an H200-class
-GPU. ``CPU`` is tiny, the same code paths; the tests run it. `for_model` narrows a grid to
-one model's layer shapes on a TP shard, which is what its cost model looks up.
+one GPU (an estimate). ``SMALL`` (the default) is a subset of every axis of ``FULL``, so
+its points can be compared with the packaged tables one for one: about 800 timed points,
+minutes on an H200-class GPU (an estimate: not yet run on one). ``CPU`` is tiny, the same
+code paths; the tests run it. `for_model` narrows a grid to one model's layer shapes on a
+TP shard, which is what its cost model looks up.
 
 Grid rules, as aiconfigurator's collector applies them: context attention only where
 ``batch x isl`` <= 65,536 tokens (MHA) or 131,072 (GQA); generation attention only where

@@ -81,7 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--full-grid",
         action="store_true",
         help="--tables: aiconfigurator's full sweep (hours on one GPU) instead of the small default "
-        "(about 5 minutes); with --model, only that model's shapes either way",
+        "(minutes), a subset of it; with --model, only that model's shapes either way",
     )
     p.add_argument(
         "--only",

@@ -422,18 +422,28 @@ class _Tables:
 
     def _sdpa_backend(self, heads: int, kv_heads: int, hd: int) -> tuple[SDPBackend, str, bool] | str:
         """(backend, name, expand KV heads) of the first fused SDPA kernel that runs this layout
-        causally, or why none does. GQA is attended natively where the kernel can; otherwise
+        causally (torch's own pick first, then flash, cuDNN, efficient), or why none does.
+        GQA is attended natively where the kernel can; otherwise
         the KV heads are expanded to the query heads before the timed call (the same FLOPs;
         more K/V bytes read, which prefill's compute hides). The unfused math backend comes
         last: it materialises the scores."""
         q = self._randn(1, heads, 16, hd)
         k = self._randn(1, kv_heads, 16, hd)
         k_expanded = k.repeat_interleave(heads // kv_heads, dim=1)
-        fused = (
-            (SDPBackend.FLASH_ATTENTION, "flash"),
-            (SDPBackend.CUDNN_ATTENTION, "cudnn"),
-            (SDPBackend.EFFICIENT_ATTENTION, "efficient"),
-        )
+        names = {
+            SDPBackend.FLASH_ATTENTION: "flash",
+            SDPBackend.CUDNN_ATTENTION: "cudnn",
+            SDPBackend.EFFICIENT_ATTENTION: "efficient",
+        }
+        # torch's own choice for this layout first (its heuristics for the device), then the others
+        try:
+            preferred = SDPBackend(
+                torch._fused_sdp_choice(q, k, k, is_causal=True, enable_gqa=heads != kv_heads)
+            )
+        except (RuntimeError, ValueError, AttributeError):
+            preferred = SDPBackend.FLASH_ATTENTION
+        order = sorted(names, key=lambda backend: backend != preferred)
+        fused = [(backend, names[backend]) for backend in order]
         candidates = [(backend, name, False) for backend, name in fused]
         if heads != kv_heads:
             candidates += [(backend, f"{name}_kv_expanded", True) for backend, name in fused]

@@ -2,7 +2,7 @@
 
     python benchmarks/profile_vs_kernels.py                   # vs aiconfigurator-core's vLLM 0.24.0 tables
     python benchmarks/profile_vs_kernels.py --json
-    python benchmarks/profile_vs_kernels.py --tables DIR --backend torch --version 2.11.0   # vs your own
+    python benchmarks/profile_vs_kernels.py --tables DIR --backend torch --version 2.13.0   # vs your own
 
 Compares `kvsim/data/profiles/h200-llama-3-8b-bf16-tp1.json` (kvsim's torch harness on one
 H200, 2026-11-29; decode attention gathered the blocks, then attended) with the kernel tables

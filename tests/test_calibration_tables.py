@@ -240,6 +240,15 @@ def test_cli_tables_for_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert sorted(p.name for p in (tmp_path / "t" / "my_gpu").iterdir()) == ["gemm"]
 
 
+def test_cli_tables_refuses_profile_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["calibrate", "--tables", str(tmp_path / "t"), "--device", "cpu"]
+    assert main([*base, "--out", str(tmp_path / "p.json")]) == 2
+    assert "give one of them" in capsys.readouterr().err
+    assert main([*base, "--quick"]) == 2
+    assert "--full-grid" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
+
+
 def test_measure_tables_refuses_unknown_tables() -> None:
     with pytest.raises(ValueError, match="unknown tables"):
         measure_tables(CPU, device="cpu", tables=("moe_perf",))

@@ -279,6 +279,10 @@ def _device_system(name: str) -> str:
 
 def _measure_tables(args: argparse.Namespace) -> int:
     """``kvsim calibrate --tables DIR``: measure with torch, write aiconfigurator-shaped tables."""
+    if args.out:
+        raise KvsimError("--out names a profile to write; --tables writes kernel tables: give one of them")
+    if args.quick:
+        raise KvsimError("--quick is for profiles; --tables measures a small grid unless --full-grid")
     if args.system is not None:
         check_name(args.system, "--system")
     model = _model(args.model) if args.model else None

@@ -37,7 +37,7 @@ def test_the_quoted_medians() -> None:
         "gemm": 1.05,
         "gemm layer": 1.01,
         "context attention": 0.95,
-        "decode attention": 3.03,
+        "decode attention": 3.04,
         "decode layer": 2.06,
         "decode iteration": 1.88,
     }

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from kvsim.moe import routed_expert_params
-from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
+from kvsim.specs import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, GpuSpec, ModelSpec
 
 if TYPE_CHECKING:
     from kvsim.scenario.schema import EngineConfig
@@ -194,16 +194,20 @@ def bytes_per_block_per_shard(model: ModelSpec, kv_cache_dtype: str, tp: int, bl
 
 
 def weight_bytes(model: ModelSpec) -> float:
-    """Bytes of all weights at the model's weight dtype (quantization scales ignored).
+    """Bytes of all weights at the model's weight dtype, quantization scales included
+    (`kvsim.specs.WEIGHT_DTYPE_BYTES`).
 
     A mixture of experts whose routed experts have their own dtype (``expert_weight_dtype``,
     gpt-oss's MXFP4) counts them at that dtype and the rest at ``weight_dtype``.
     """
     if model.expert_weight_dtype is None:
-        return model.num_params * KV_DTYPE_BYTES[model.weight_dtype]
+        return model.num_params * WEIGHT_DTYPE_BYTES[model.weight_dtype]
     experts = routed_expert_params(model)
     rest = model.num_params - experts
-    return rest * KV_DTYPE_BYTES[model.weight_dtype] + experts * KV_DTYPE_BYTES[model.expert_weight_dtype]
+    return (
+        rest * WEIGHT_DTYPE_BYTES[model.weight_dtype]
+        + experts * WEIGHT_DTYPE_BYTES[model.expert_weight_dtype]
+    )
 
 
 def activation_reserve_estimate(

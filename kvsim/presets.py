@@ -384,7 +384,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = _models(
         num_params=20.9e9,
         num_active_params=3.6e9,
         weight_dtype="bf16",
-        expert_weight_dtype="int4",
+        expert_weight_dtype="mxfp4",
         max_model_len=131072,
         sliding_window=128,
         num_sliding_window_layers=12,
@@ -393,8 +393,8 @@ MODEL_PRESETS: dict[str, ModelSpec] = _models(
         source=f"{_HF}/openai/gpt-oss-20b/blob/main/config.json (24 layers, hidden 2880, 64 heads, "
         "8 KV heads, head_dim 64, num_local_experts 32, experts_per_token 4, intermediate 2880, "
         "vocab 201088, max_position_embeddings 131072, sliding_window 128, layer_types "
-        "alternating sliding_attention / full_attention; MoE weights in MXFP4 (4.25 bits, "
-        "counted as int4), attention, router and embeddings in bf16); OpenAI 2025, gpt-oss-120b "
+        "alternating sliding_attention / full_attention; MoE weights in MXFP4 (4.25 bits per "
+        "weight with its e8m0 scales), attention, router and embeddings in bf16); OpenAI 2025, gpt-oss-120b "
         "& gpt-oss-20b model card, arXiv:2508.10925, Table 1: 20.9B total, 3.6B active "
         "parameters. Its attention sinks are learned logits, not cached tokens "
         "(num_sink_tokens 0).",
@@ -411,7 +411,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = _models(
         num_params=116.8e9,
         num_active_params=5.1e9,
         weight_dtype="bf16",
-        expert_weight_dtype="int4",
+        expert_weight_dtype="mxfp4",
         max_model_len=131072,
         sliding_window=128,
         num_sliding_window_layers=18,

@@ -15,6 +15,11 @@ Capacity follows vLLM's profiling rule, per TP shard::
     kv_bytes   = memory x gpu_memory_utilization - weights / tp - activation reserve
     num_blocks = floor(kv_bytes / (block_size x KV bytes per token per shard))
 
+SGLang's mem_fraction_static is the same kind of fraction (its default activation reserve
+is 0); TensorRT-LLM gives the KV cache a fraction of what is left (``backend="trtllm"``)::
+
+    kv_bytes   = free_gpu_memory_fraction x (memory - weights / tp - activation reserve)
+
     one block (block_size = 4), one shard:
     ┌──────── token 0 ───────┬──────── token 1 ───────┬─ ... ─┬──────── token 3 ───────┐
     │ K,V of layer 0..L-1    │ K,V of layer 0..L-1    │       │ K,V of layer 0..L-1    │
@@ -260,6 +265,9 @@ class KvCapacity:
     #: Block tables per request (`KvLayerGroups`): 1 unless sliding-window and full layers mix,
     #: in which case a block holds one group's layers and a token takes a block per group.
     num_kv_groups: int = 1
+    #: Whose memory rule sized the pool (`kvsim.backends`): "trtllm" takes
+    #: gpu_memory_utilization of what weights and activations leave, the others of the memory.
+    backend: str = "vllm"
 
     @property
     def num_tokens(self) -> int:
@@ -268,10 +276,14 @@ class KvCapacity:
 
     @property
     def budget_bytes(self) -> float:
-        """Memory the engine may use on one shard: memory x gpu_memory_utilization."""
+        """Memory the engine may use on one shard: memory x gpu_memory_utilization (TensorRT-LLM:
+        all of it but the (1 - fraction) share of what weights and activations leave)."""
+        if self.backend == "trtllm":
+            free = self.memory_bytes - self.weight_bytes_per_shard - self.activation_reserve_bytes
+            return self.memory_bytes - (1 - self.gpu_memory_utilization) * max(free, 0.0)
         return self.memory_bytes * self.gpu_memory_utilization
 
-    def to_dict(self) -> dict[str, float | int]:
+    def to_dict(self) -> dict[str, float | int | str]:
         """Plain fields plus the derived figures, for JSON output."""
         out = asdict(self)
         out["num_tokens"] = self.num_tokens
@@ -305,6 +317,7 @@ def engine_kv_capacity(
         max_num_seqs=engine.max_num_seqs,
         activation_reserve_bytes=None if reserve is None else reserve * GIB,
         num_gpu_blocks_override=engine.num_gpu_blocks_override if use_override else None,
+        backend=engine.backend,
     )
 
 
@@ -321,8 +334,10 @@ def kv_capacity(
     activation_reserve_bytes: float | None = None,
     num_gpu_blocks_override: int | None = None,
     draft_model: ModelSpec | None = None,
+    backend: str = "vllm",
 ) -> KvCapacity:
-    """KV blocks one TP shard can hold after weights and activations (vLLM's rule).
+    """KV blocks one TP shard can hold after weights and activations (vLLM's rule; with
+    ``backend="trtllm"``, TensorRT-LLM's: gpu_memory_utilization of what is left).
 
     ``activation_reserve_bytes`` None uses `activation_reserve_estimate`;
     ``num_gpu_blocks_override`` fixes the block count regardless of memory (as vLLM's
@@ -343,7 +358,11 @@ def kv_capacity(
         activation_reserve_bytes = activation_reserve_estimate(
             model, tp=tp, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs
         )
-    kv_bytes = gpu.memory_bytes * gpu_memory_utilization - weights - activation_reserve_bytes
+    if backend == "trtllm":
+        free = gpu.memory_bytes - weights - activation_reserve_bytes
+        kv_bytes = gpu_memory_utilization * free if free > 0 else free
+    else:
+        kv_bytes = gpu.memory_bytes * gpu_memory_utilization - weights - activation_reserve_bytes
     per_block = bytes_per_block_per_shard(model, kv_cache_dtype, tp, block_size)
     if draft_model is not None:
         per_block = per_token_shard * block_size
@@ -364,4 +383,5 @@ def kv_capacity(
         memory_bytes=gpu.memory_bytes,
         gpu_memory_utilization=gpu_memory_utilization,
         num_kv_groups=kv_layer_groups(model).num_groups,
+        backend=backend,
     )

@@ -181,6 +181,15 @@ def with_weight_dtype(model: ModelSpec, weight_dtype: WeightDtype) -> ModelSpec:
     return model.model_copy(update={"weight_dtype": weight_dtype, "expert_weight_dtype": None})
 
 
+def served_model(model: ModelSpec, quantization: WeightDtype | None) -> ModelSpec:
+    """The model as a deployment serves it: ``engine.quantization`` (vLLM's --quantization) sets
+    every weight's precision; None keeps the model's own. The plan, the scenario checks and the
+    backend defaults all take the model of a replica group from here."""
+    if quantization is None or (quantization == model.weight_dtype and model.expert_weight_dtype is None):
+        return model
+    return with_weight_dtype(model, quantization)
+
+
 def fit_variants(
     model: ModelSpec,
     gpu: GpuSpec,

@@ -7,7 +7,9 @@
 Prints whether it fits, what dominates memory (weights, activation reserve or KV), the
 longest context for the batch and the largest batch at the context, then the same limits
 with fp8 KV and fp8 / int4 weights. Exits 0 when it fits, 3 when it does not (2: bad input).
-``--model`` and ``--gpu`` take a preset name, a YAML/JSON file holding a spec, or inline JSON.
+``--model`` and ``--gpu`` take a preset name (or alias: a Hugging Face id, an aiconfigurator
+system name), a YAML/JSON file holding a spec, or inline JSON; ``--model`` also takes a Hugging
+Face ``config.json`` (`kvsim.hf_config`).
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from kvsim.errors import KvsimError
+from kvsim.hf_config import load_hf_config, looks_like_hf_config, read_json_capped
 from kvsim.kv_sizing import GIB
 from kvsim.memory_fit import FitCheck, check_fit, fit_variants
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model, tp_problem
-from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
+from kvsim.specs import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, GpuSpec, ModelSpec
 from kvsim.yaml_safe import load_yaml_file
 
 #: Exit code of ``fit`` (and ``kv-size``) when the model does not fit.
@@ -60,7 +63,12 @@ def _loads(text: str, what: str) -> Any:
 
 
 def model_arg(text: str) -> ModelSpec:
-    """``--model``: a preset name, a spec file, or inline JSON."""
+    """``--model``: a preset name or Hugging Face id, a Hugging Face config.json, a spec file, or
+    inline JSON."""
+    path = Path(text)
+    is_json_file = not text.strip().startswith("{") and path.suffix == ".json" and path.is_file()
+    if is_json_file and looks_like_hf_config(read_json_capped(path, "--model file")):
+        return load_hf_config(path)
     return _spec_from_text(text, ModelSpec, "model") or resolve_model(text)
 
 
@@ -96,7 +104,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "largest batch at the context, and the same with fp8 KV and fp8/int4 weights. Exit 0 "
         "when it fits, 3 when it does not.",
     )
-    p.add_argument("--model", required=True, help=f"preset ({', '.join(MODEL_PRESETS)}), spec file or JSON")
+    p.add_argument(
+        "--model",
+        required=True,
+        help=f"preset ({', '.join(MODEL_PRESETS)}) or Hugging Face id, a Hugging Face config.json, a "
+        "spec file or JSON",
+    )
     p.add_argument("--gpu", required=True, help=f"preset ({', '.join(GPU_PRESETS)}), spec file or JSON")
     p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
     p.add_argument(
@@ -110,7 +123,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--weight-dtype",
         default=None,
-        choices=list(KV_DTYPE_BYTES),
+        choices=list(WEIGHT_DTYPE_BYTES),
         help="quantize the weights to this dtype (default: the model's)",
     )
     p.add_argument("--block-size", type=positive_int, default=16, help="tokens per block (default 16)")

@@ -50,7 +50,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "after weights and activation reserve (vLLM's rule, per tensor-parallel shard).",
     )
     p.add_argument(
-        "--model", required=True, help=f"model preset ({', '.join(MODEL_PRESETS)}), spec file or JSON"
+        "--model",
+        required=True,
+        help=f"model preset ({', '.join(MODEL_PRESETS)}) or Hugging Face id, a Hugging Face config.json, "
+        "a spec file or JSON",
     )
     p.add_argument(
         "--kv-dtype",

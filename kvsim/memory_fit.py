@@ -142,8 +142,10 @@ def check_fit(
     max_num_batched_tokens: int = 8192,
     max_num_seqs: int = 256,
     activation_reserve_bytes: float | None = None,
+    backend: str = "vllm",
 ) -> FitCheck:
-    """Whether ``batch_size`` sequences of ``context_tokens`` tokens fit, and the limits."""
+    """Whether ``batch_size`` sequences of ``context_tokens`` tokens fit, and the limits
+    (``backend``: whose memory rule, `kvsim.kv_sizing.kv_capacity`)."""
     if context_tokens < 1 or batch_size < 1:
         raise ValueError("context_tokens and batch_size must be >= 1")
     cap = kv_capacity(
@@ -156,6 +158,7 @@ def check_fit(
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
         activation_reserve_bytes=activation_reserve_bytes,
+        backend=backend,
     )
     per_seq = blocks_per_sequence(model, context_tokens, block_size)
     blocks = cap.num_blocks if cap.weight_bytes_per_shard <= cap.budget_bytes else 0

@@ -3,6 +3,7 @@ explicit knobs win; the resolved values are what the scenario shows and reloads 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -303,3 +304,23 @@ def test_the_table_covers_every_knob_of_every_backend_and_the_docs_show_it() -> 
     for rule in DEFAULTS_TABLE:
         assert rule.source and rule.versions
         assert f"| {rule.backend} | {rule.knob} | {rule.versions} |" in docs, rule
+
+
+def test_fit_and_kv_size_take_a_backend(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvsim.cli import main
+
+    args = ["--model", "Qwen/Qwen3-32B", "--gpu", "h100_sxm", "--json"]
+    fit = [*args, "--context-tokens", "2560", "--batch", "8"]
+    assert main(["fit", *fit, "--backend", "sglang", "--backend-version", "0.5.8.post1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["budget_bytes"] == pytest.approx(80 * GIB * 0.836) and out["activation_reserve_bytes"] == 0
+    assert main(["kv-size", *args, "--backend", "trtllm"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["backend"], out["block_size"], out["max_num_seqs"]) == ("trtllm", 32, 2048)
+    free = 80 * GIB - out["weight_bytes_per_shard"] - out["activation_reserve_bytes"]
+    assert out["kv_bytes_per_shard"] == pytest.approx(0.9 * free)
+    assert main(["kv-size", *args]) == 0  # no backend: kvsim's vLLM defaults, as before
+    out = json.loads(capsys.readouterr().out)
+    assert (out["gpu_memory_utilization"], out["max_num_seqs"], out["block_size"]) == (0.9, 256, 16)
+    assert main(["kv-size", *args, "--backend-version", "0.5"]) == 2
+    assert "older than the first version kvsim tabulates" in capsys.readouterr().err

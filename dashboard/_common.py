@@ -45,7 +45,7 @@ import kvsim
 from kvsim.errors import ProfileError, TraceError
 from kvsim.io import RESULT_FILES
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
-from kvsim.scenario.loading import apply_overrides, parse_yaml, validate
+from kvsim.scenario.loading import apply_overrides, parse_yaml, scenario_data, validate
 
 REPO_ROOT = _paths.REPO_ROOT
 SCENARIO_DIR = _paths.SCENARIO_DIR
@@ -237,7 +237,7 @@ def base_from_view() -> kvsim.Scenario:
 def scenario_from_view() -> kvsim.Scenario:
     base = base_from_view()
     changes = view().get("set", {})
-    return resolve(base.model_dump(mode="json"), changes, "<knobs>") if changes else base
+    return resolve(scenario_data(base), changes, "<knobs>") if changes else base
 
 
 def set_scenario(scenario: kvsim.Scenario) -> None:

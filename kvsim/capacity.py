@@ -36,10 +36,17 @@ from typing import Any, Literal
 import pandas as pd
 
 from kvsim.errors import KvsimError, ScenarioError
-from kvsim.scenario.loading import apply_overrides, load_scenario, parse_yaml, read_yaml, validate
+from kvsim.scenario.loading import (
+    apply_overrides,
+    load_scenario,
+    parse_yaml,
+    read_yaml,
+    resolve_file_paths,
+    scenario_data,
+    validate,
+)
 from kvsim.scenario.schema import Scenario
 from kvsim.sweep import Executor, Point, Runner, point_id, run_points, summary_only
-from kvsim.workload import resolve_workload_paths
 
 Goal = Literal["smallest", "largest"]
 
@@ -332,15 +339,15 @@ def trace_share_kept(summary: Mapping[str, Any]) -> float | None:
 
 def _base_data(base: Scenario | Mapping[str, Any] | str | Path | None) -> tuple[dict[str, Any], str]:
     if isinstance(base, Scenario):
-        return base.model_dump(mode="json"), f"<scenario {base.name}>"
+        return scenario_data(base), f"<scenario {base.name}>"
     if isinstance(base, Mapping):
-        return validate(dict(base), "<dict>").model_dump(mode="json"), "<dict>"
+        return scenario_data(validate(dict(base), "<dict>")), "<dict>"
     if base is None:
-        return load_scenario(None).model_dump(mode="json"), "<embedded default>"
+        return scenario_data(load_scenario(None)), "<embedded default>"
     path = Path(base)
     # Trace paths in a file are relative to its folder: made absolute before the overrides.
-    data = resolve_workload_paths(read_yaml(path), path.resolve().parent)
-    return validate(data, str(path), path.resolve().parent).model_dump(mode="json"), str(path)
+    data = resolve_file_paths(read_yaml(path), path.resolve().parent)
+    return scenario_data(validate(data, str(path), path.resolve().parent)), str(path)
 
 
 def find_capacity(
@@ -376,7 +383,7 @@ def find_capacity(
         raise CapacityError(f"candidate values repeat: {list(values)}")
     data, source = _base_data(base)
     if overrides:
-        data = validate(apply_overrides(data, overrides), source).model_dump(mode="json")
+        data = scenario_data(validate(apply_overrides(data, overrides), source))
     scenario = validate(data, source)
     bounds = list(slo) if slo else default_slo(scenario)
     goal = goal or default_goal(knob)

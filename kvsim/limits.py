@@ -30,6 +30,10 @@ MAX_YAML_SCALAR_CHARS = 65_536
 #: more than 4,300 digits; every integer field is far below 10**64 anyway).
 MAX_YAML_INT_DIGITS = 64
 
+#: Largest Hugging Face config.json (or hf_quant_config.json) read, bytes. The largest in
+#: aiconfigurator-core's model_configs/ is 3 MB (an NVFP4 export's exclusion list).
+MAX_HF_CONFIG_BYTES = 4 * 1024 * 1024
+
 # --------------------------------------------------------------------------- trace files
 
 #: Longest physical line of a trace file, characters (a Mooncake line with 2,000 hash ids

@@ -45,9 +45,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 import kvsim
 from kvsim.errors import KvsimError, YamlError
 from kvsim.io import json_safe, save_result
-from kvsim.scenario.loading import apply_overrides, read_yaml, validate
+from kvsim.scenario.loading import apply_overrides, read_yaml, resolve_file_paths, scenario_data, validate
 from kvsim.scenario.schema import Scenario
-from kvsim.workload import resolve_workload_paths
 from kvsim.yaml_safe import load_yaml_file
 
 #: A runner simulates one scenario and returns its summary and files to save (name -> bytes).
@@ -123,9 +122,9 @@ def load_sweep(path: str | Path) -> tuple[SweepSpec, list[Point]]:
     base_path = path.parent / spec.base
     # Overrides apply to the fully resolved base, so that paths into defaults the base file
     # left out (``replicas.0.tp`` in a file without ``replicas``) exist.
-    base = validate(
-        resolve_workload_paths(read_yaml(base_path), base_path.parent), str(base_path), base_path.parent
-    ).model_dump(mode="json")
+    base = scenario_data(
+        validate(resolve_file_paths(read_yaml(base_path), base_path.parent), str(base_path), base_path.parent)
+    )
     keys = list(spec.grid)
     combos = [dict(zip(keys, values, strict=True)) for values in itertools.product(*spec.grid.values())]
     listed = spec.points or [{}]
@@ -139,7 +138,7 @@ def load_sweep(path: str | Path) -> tuple[SweepSpec, list[Point]]:
                 raise SweepError(f"{path}: two points have the same overrides {overrides}")
             seen.add(pid)
             # Relative paths given in overrides are relative to the sweep file.
-            data = resolve_workload_paths(apply_overrides(base, overrides), path.parent)
+            data = resolve_file_paths(apply_overrides(base, overrides), path.parent)
             points.append(Point(len(points), pid, {**listed_overrides, **combo}, data))
     return spec, points
 

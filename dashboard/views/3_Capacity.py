@@ -16,6 +16,7 @@ import streamlit as st
 import kvsim
 from kvsim import plots
 from kvsim.capacity import CapacityError, CapacityPoint, default_goal, find_capacity, parse_slo, parse_values
+from kvsim.scenario.loading import scenario_data
 from kvsim.units import format_seconds
 
 #: Knobs offered by name: (dotted path, default candidates). "rate" is the workload's own rate path.
@@ -147,7 +148,7 @@ def main() -> None:
     if key not in reports and st.button("Find capacity", type="primary"):
         try:
             # The scenario's file paths were confined when it was chosen; the overrides are checked here.
-            common.resolve(scenario.model_dump(mode="json"), overrides, "<overrides>")
+            common.resolve(scenario_data(scenario), overrides, "<overrides>")
             reports[key] = search(scenario, path, values, slo_text, goal, overrides, int(jobs))
         except kvsim.ScenarioError as err:
             common.show_scenario_error(err)

@@ -41,7 +41,15 @@ from kvsim.cost.profile import Profile, load_profile, model_shape, shipped_profi
 from kvsim.cost.table_layout import TABLE_SCHEMAS, check_name, check_tables_out, write_tables
 from kvsim.cost.tables import KERNEL_DATA_PACKAGE, package_tables_root, table_index
 from kvsim.errors import KvsimError, ProfileError
-from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, unknown_name_message
+from kvsim.hf_config import load_hf_config, looks_like_hf_config
+from kvsim.presets import (
+    GPU_PRESETS,
+    MODEL_PRESETS,
+    UnknownPresetError,
+    resolve_gpu,
+    resolve_model,
+    unknown_name_message,
+)
 from kvsim.specs import GpuSpec, ModelSpec
 from kvsim.yaml_safe import load_yaml_file
 
@@ -172,12 +180,18 @@ def _load_spec(text: str, presets: dict[str, Any], cls: type, what: str) -> Any:
         data = load_yaml_file(path, what=cls.__name__)  # bounded; a YamlError names the line
         if not isinstance(data, dict):
             raise KvsimError(f"{path}: not a valid {cls.__name__}: expected a mapping")
+        if cls is ModelSpec and looks_like_hf_config(data):
+            return load_hf_config(path)  # a Hugging Face config.json
         try:
             return cls(**data)
         except (TypeError, ValueError) as exc:
             raise KvsimError(f"{path}: not a valid {cls.__name__}: {exc}") from None
     if text.strip().lower() in presets:
         return presets[text.strip().lower()]
+    try:  # aliases: Hugging Face ids, aiconfigurator system names
+        return resolve_model(text) if cls is ModelSpec else resolve_gpu(text)
+    except UnknownPresetError:
+        pass
     message = unknown_name_message(what, text, presets)
     raise KvsimError(f"{message}; or a YAML/JSON {cls.__name__} file")
 

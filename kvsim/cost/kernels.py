@@ -68,6 +68,7 @@ GPU_SYSTEMS: dict[str, str] = {
     "l4": "l4",
     "l40s": "l40s",
     "rtx-pro-6000": "rtx_pro_6000_server",
+    "arc-pro-b60": "b60",
 }
 
 #: Weight precision -> the tables' gemm_dtype.
@@ -77,6 +78,7 @@ GEMM_DTYPES: dict[str, str] = {
     "fp8": "fp8",
     "fp8_block": "fp8_block",
     "nvfp4": "nvfp4",
+    "mxfp4": "mxfp4",
     "int4": "int4_wo",
 }
 #: KV-cache dtype -> the tables' kv_cache_dtype ("auto" is the model's 16-bit dtype).

@@ -200,7 +200,7 @@ class Cluster:
         if given is None:
             return build_cost_model(
                 group.config.cost_model,
-                model=self.plan.model,
+                model=self.plan.model_of(group),
                 gpu=group.gpu,
                 tp=group.tp,
                 kv_cache_dtype=group.engine.kv_cache_dtype,
@@ -208,7 +208,7 @@ class Cluster:
                 expert_parallel=group.config.expert_parallel,
                 speculative=group.engine.speculative_config,
                 draft_model=group.draft_model,
-                backend=getattr(group.engine, "backend", "vllm"),
+                backend=group.engine.backend,
                 max_num_seqs=group.engine.max_num_seqs,
             )
         if isinstance(given, CostModel):
@@ -241,7 +241,7 @@ class Cluster:
         sched = Scheduler(
             eng,
             pool,
-            kv_manager=make_model_kv_manager(pool, eng.block_size, self.plan.model),
+            kv_manager=make_model_kv_manager(pool, eng.block_size, self.plan.model_of(group)),
             num_swap_blocks=kv.num_swap_blocks,
             max_model_len=group.max_model_len,
             role=group.role,

@@ -18,7 +18,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from kvsim.backends import DEFAULTED_KNOBS
 from kvsim.errors import ScenarioError, YamlError
+from kvsim.hf_config import resolve_model_paths
 from kvsim.scenario.checks import check_scenario
 from kvsim.scenario.schema import Scenario
 from kvsim.workload import resolve_workload_paths
@@ -150,7 +152,7 @@ def load_scenario(
     paths of a mapping or `Scenario` source (a file's own folder is used for a file).
     """
     if isinstance(source, Scenario):
-        data, name = source.model_dump(mode="json", exclude_unset=False), f"<scenario {source.name}>"
+        data, name = scenario_data(source), f"<scenario {source.name}>"
     elif source is None:
         text = resources.files("kvsim.data").joinpath(DEFAULT_SCENARIO).read_text(encoding="utf-8")
         data, name = parse_yaml(text, f"<embedded {DEFAULT_SCENARIO}>"), f"<embedded {DEFAULT_SCENARIO}>"
@@ -160,16 +162,37 @@ def load_scenario(
         # Trace paths in a file are relative to the file: make them absolute, so that the
         # resolved scenario saved beside a result reloads from anywhere.
         base_dir = Path(source).resolve().parent
-        data, name = resolve_workload_paths(read_yaml(source), base_dir), str(source)
+        data, name = resolve_file_paths(read_yaml(source), base_dir), str(source)
     if overrides:
         # Apply overrides to the fully resolved scenario, so that paths into defaults the
         # file left out (``replicas.0.tp`` in a file without ``replicas``) exist.
-        data = apply_overrides(validate(data, name, base_dir).model_dump(mode="json"), overrides)
+        data = apply_overrides(scenario_data(validate(data, name, base_dir)), overrides)
     return validate(data, name, base_dir)
 
 
+def resolve_file_paths(data: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """Scenario data read from a file in ``base_dir`` with its relative paths made absolute:
+    trace and length files (`resolve_workload_paths`) and hf_config files (`resolve_model_paths`)."""
+    return resolve_model_paths(resolve_workload_paths(data, base_dir), base_dir)
+
+
+def scenario_data(scenario: Scenario) -> dict[str, Any]:
+    """A validated scenario as plain data to apply overrides to and validate again.
+
+    Every field is written out, except the engine knobs that took their backend's default
+    (`kvsim.backends`): validating again derives them anew, so an override of the backend,
+    its version, the GPU or the TP degree changes them, while a knob the scenario set stays.
+    """
+    data: dict[str, Any] = scenario.model_dump(mode="json")
+    for group, raw in zip(scenario.replicas, data["replicas"], strict=True):
+        for knob in DEFAULTED_KNOBS:
+            if knob not in group.engine.model_fields_set:
+                raw["engine"].pop(knob, None)
+    return data
+
+
 def dump_scenario(scenario: Scenario) -> str:
-    """The fully resolved scenario as YAML (every default written out)."""
+    """The fully resolved scenario as YAML (every default written out, the backend's included)."""
     text: str = yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
     return text
 

@@ -108,19 +108,25 @@ def decade_ticks(values: Sequence[float] | np.ndarray, label: Callable[[float], 
     }
 
 
-def count_ticks(values: Sequence[float] | np.ndarray, *, max_ticks: int = 6) -> dict[str, object]:
-    """Axis settings for a count (requests, blocks): ticks at whole numbers only, from 0.
+def count_ticks(
+    values: Sequence[float] | np.ndarray, *, max_ticks: int = 6, from_zero: bool = True
+) -> dict[str, object]:
+    """Axis settings for a count (requests, blocks, replicas): ticks at whole numbers only.
 
     Plotly would put ticks at 0.5 steps on a count that stays below 3; the step here is
-    1, 2 or 5 times a power of ten, with at most ``max_ticks`` steps up to the largest value.
+    1, 2 or 5 times a power of ten, with at most ``max_ticks`` steps over the values'
+    span. ``from_zero``: the axis starts at 0 (a queue); otherwise Plotly fits the range
+    to the values (a swept knob such as the number of replicas).
     """
     v = np.asarray(values, dtype=float).ravel()
     v = v[np.isfinite(v)]
     top = max(float(v.max()) if len(v) else 0.0, 1.0)
+    low = 0.0 if from_zero or not len(v) else float(v.min())
     step = 1
-    while top / step > max_ticks:
+    while (top - low) / step > max_ticks:
         step = _next_step(step)
-    return {"tick0": 0, "dtick": step, "tickformat": ",d", "range": [0, top * 1.05]}
+    ticks: dict[str, object] = {"tick0": 0, "dtick": step, "tickformat": ",d"}
+    return ticks | {"range": [0, top * 1.05]} if from_zero else ticks
 
 
 def _next_step(step: int) -> int:
@@ -414,6 +420,9 @@ def throughput_capacity_figure(
     fig.update_yaxes(title_text="p99 TTFT, log", row=2, col=1)
     fig.update_yaxes(title_text="p99 TPOT (ms)", rangemode="tozero", row=3, col=1)
     fig.update_xaxes(title_text=x_title, row=3, col=1)
+    if pd.api.types.is_integer_dtype(pts[x]) and len(xv):
+        # A whole-number knob (replicas, TP, KV blocks): no tick at 1.5 replicas.
+        fig.update_xaxes(**count_ticks(xv.astype(float), from_zero=False))
     fig = _finish(fig, title, 820)
     fig.update_layout(hovermode="closest")
     return fig

@@ -241,3 +241,20 @@ def test_prefix_hit_rate_of_the_whole_run_is_a_legend_entry_not_a_label_on_the_c
     whole = fig.data[1]
     assert list(whole.y) == [50.0, 50.0] and list(whole.x) == [hr["time_s"].min(), hr["time_s"].max()]
     assert not fig.layout.annotations
+
+
+def test_a_whole_number_knob_is_ticked_at_whole_numbers() -> None:
+    pts = pd.DataFrame(
+        {"replicas": [1, 2], "offered_requests_per_s": [8.0, 8.0], "achieved_requests_per_s": [7.0, 8.0],
+         "ttft_p99_s": [0.2, 0.1], "tpot_p99_s": [0.01, 0.01]}
+    )  # fmt: skip
+    fig = plots.throughput_capacity_figure(
+        pts, x="replicas", x_title="replicas", ttft_slo_s=2.0, tpot_slo_s=0.1
+    )
+    for axis in (fig.layout.xaxis, fig.layout.xaxis2, fig.layout.xaxis3):  # shared: 1, 2, never 1.5
+        assert (axis.tick0, axis.dtick, axis.tickformat, axis.range) == (0, 1, ",d", None)
+    rates = pts.assign(replicas=[1.0, 2.0])  # a rate of 1 and 2 req/s is not a count: Plotly's ticks
+    fig = plots.throughput_capacity_figure(
+        rates, x="replicas", x_title="rate", ttft_slo_s=2.0, tpot_slo_s=0.1
+    )
+    assert fig.layout.xaxis.dtick is None

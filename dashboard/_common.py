@@ -39,13 +39,16 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 import yaml
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 import kvsim
+import kvsim.errors
+from kvsim.cost.profile import load_profile
 from kvsim.errors import ProfileError, TraceError
 from kvsim.io import RESULT_FILES
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
 from kvsim.scenario.loading import apply_overrides, parse_yaml, validate
+from kvsim.scenario.schema import Scenario
 
 REPO_ROOT = _paths.REPO_ROOT
 SCENARIO_DIR = _paths.SCENARIO_DIR
@@ -270,12 +273,38 @@ def parse_scenario_bytes(data: bytes, source: str) -> dict[str, Any]:
     return parse_yaml(text, source)
 
 
-def confined(data: Mapping[str, Any], source: str, base_dir: Path = REPO_ROOT) -> dict[str, Any]:
-    """Scenario data whose file paths all lie in allowed folders (`_paths`); ScenarioError otherwise."""
-    fixed, problems = _paths.confine_scenario_paths(dict(data), base_dir=base_dir)
+def confined_scenario(data: Mapping[str, Any], source: str, base_dir: Path = REPO_ROOT) -> kvsim.Scenario:
+    """The scenario of ``data`` with every file it names in an allowed folder; `kvsim.ScenarioError` otherwise.
+
+    The one gate between the page and the library: every scenario a page runs, searches,
+    sweeps or replays passes here. In order, before anything opens a file: the paths
+    visible in the plain data (`_paths.confine_scenario_paths`), the schema alone, then
+    every file field of the schema-valid scenario (`_paths.confine_path_fields`: a path
+    the first look missed, e.g. a ``!!binary`` string, is refused or made the real path);
+    then cost profiles are read (an unreadable one is named, never quoted) and the
+    scenario is validated in full. Relative paths are relative to ``base_dir``.
+    """
+    early, problems = _paths.confine_scenario_paths(dict(data), base_dir=base_dir)
     if problems:
         raise kvsim.ScenarioError(source, problems)
-    return fixed
+    try:
+        shape = Scenario.model_validate(early)  # the schema alone: no file is opened
+    except ValidationError:
+        validate(early, source)  # raises the schema's problems as a ScenarioError, as it fails the same way
+        raise  # unreachable: validate raised
+    fixes, problems = _paths.confine_path_fields(shape, base_dir=base_dir)
+    if problems:
+        raise kvsim.ScenarioError(source, problems)
+    checked = apply_overrides(shape.model_dump(mode="json"), fixes) if fixes else early
+    for where, path in _paths.path_fields(Scenario.model_validate(checked) if fixes else shape):
+        if where.endswith(".cost_model.profile"):
+            try:
+                load_profile(path)
+            except ProfileError as err:  # its message may quote the file
+                problems.append((where, safe_error(err)))
+    if problems:
+        raise kvsim.ScenarioError(source, problems)
+    return validate(checked, source)
 
 
 def resolve(
@@ -289,7 +318,7 @@ def resolve(
         merged = apply_overrides(dict(data), overrides)
     except kvsim.ScenarioError as err:
         raise kvsim.ScenarioError(source, err.problems) from None
-    return validate(confined(merged, source, base_dir), source)
+    return confined_scenario(merged, source, base_dir)
 
 
 def parse_and_resolve(data: bytes, source: str) -> kvsim.Scenario:
@@ -312,22 +341,67 @@ def show_scenario_error(err: kvsim.ScenarioError) -> None:
 def safe_error(exc: Exception) -> str:
     """A run-time error for the page: trace and profile errors name the file and line only.
 
-    Their messages can quote a row of the file (a value that failed to parse); the page
-    says which file and line, and `kvsim trace-stats` on the command line says the rest.
+    Their messages can quote a row of the file (a value that failed to parse, a CSV
+    header); the page says which file and line, and `kvsim trace-stats` on the command
+    line says the rest.
     """
-    text = str(exc)
-    if isinstance(exc, TraceError | ProfileError):
-        what = "trace" if isinstance(exc, TraceError) else "cost profile"
-        name = Path(text.split(":", 1)[0].split(", line")[0]).name or what
-        line = re.search(r", line (\d+):", text)
-        where = f", line {line.group(1)}" if line else ""
-        reason = (
-            "cannot be read"
-            if "cannot read" in text or "not found" in text
-            else "has content kvsim cannot use"
-        )
-        return f"{what} file {name}{where} {reason} (`kvsim trace-stats` or `kvsim validate` on the command line tell more)"
-    return text
+    kind = "trace" if isinstance(exc, TraceError) else "profile" if isinstance(exc, ProfileError) else None
+    return _file_error(kind, str(exc)) if kind else str(exc)
+
+
+def _file_error(kind: str, text: str) -> str:
+    what = "trace" if kind == "trace" else "cost profile"
+    name = Path(text.split(":", 1)[0].split(", line")[0].strip("'\"")).name or what
+    if text.startswith("profile file "):  # "profile file '/x/p.json' does not exist"
+        name = Path(text.split("'")[1] if text.count("'") >= 2 else what).name
+    line = re.search(r", line (\d+):", text)
+    where = f", line {line.group(1)}" if line else ""
+    missing = any(s in text for s in ("cannot read", "not found", "does not exist"))
+    reason = "cannot be read" if missing else "has content kvsim cannot use"
+    return f"{what} file {name}{where} {reason} (`kvsim trace-stats` or `kvsim validate` on the command line tell more)"
+
+
+#: The first line of `traceback.format_exception_only`: "kvsim.errors.TraceError: message".
+_EXCEPTION_LINE = re.compile(
+    r"^(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit|Interrupt)): ?(?P<msg>.*)$", re.S
+)
+
+
+def safe_error_text(text: str) -> str:
+    """A failed point's error as the page may show it (the error column of a capacity search or a sweep).
+
+    Sweep and capacity points keep their error as text (``TraceError: /x, line 1: ...``).
+    Trace and profile errors become `safe_error`'s sentence; other kvsim errors (a scenario
+    rule, a limit) stay as they are; any other exception, whose message may hold anything
+    read from a file, is named by its type only.
+    """
+    text = str(text or "").strip()
+    if not text:
+        return ""
+    last = text.splitlines()[-1]
+    match = _EXCEPTION_LINE.match(text) or _EXCEPTION_LINE.match(last)
+    if match is None:
+        return last if last.startswith("worker failed") else "the run failed"
+    name, msg = match.group("name"), match.group("msg")
+    short = name.rsplit(".", 1)[-1]
+    if short in ("TraceError", "ProfileError"):
+        return _file_error("trace" if short == "TraceError" else "profile", msg.strip())
+    if name.startswith("kvsim.") or short in _KVSIM_ERRORS:
+        # A scenario's rules are the schema's, except a profile's, which may quote the profile.
+        lines = [
+            ln.split(": ", 1)[0] + ": " + _file_error("profile", ln.split(": ", 1)[-1].strip())
+            if ln.strip().startswith("replicas.") and ".cost_model.profile: " in ln
+            else ln
+            for ln in f"{short}: {msg}".splitlines()
+        ]
+        return "\n".join(lines)
+    return f"the run failed ({short})"
+
+
+#: kvsim's own exception types (their messages state rules and limits, not file content).
+_KVSIM_ERRORS = frozenset(
+    name for name, obj in vars(kvsim.errors).items() if isinstance(obj, type) and issubclass(obj, Exception)
+)
 
 
 # --- knobs from the schema ------------------------------------------------------------
@@ -533,7 +607,7 @@ def run_scenario(scenario: kvsim.Scenario, label: str | None = None) -> Run:
     run = _runs().get(key)
     if run is None:
         try:
-            scenario = validate(confined(scenario.model_dump(mode="json"), f"<scenario {scenario.name}>"))
+            scenario = confined_scenario(scenario.model_dump(mode="json"), f"<scenario {scenario.name}>")
         except kvsim.ScenarioError as err:
             show_scenario_error(err)
             st.stop()

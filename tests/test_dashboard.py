@@ -16,6 +16,7 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from google.protobuf import text_format
 
@@ -263,6 +264,72 @@ def test_streamlit_settings_bind_localhost_and_match_the_upload_limit() -> None:
     assert (
         "DASHBOARD_ADDRESS ?= localhost" in makefile and "--server.address $(DASHBOARD_ADDRESS)" in makefile
     )
+
+
+# --- the one gate: every file a scenario names, every error a page shows ----------------------
+
+
+def test_path_fields_are_every_file_a_scenario_names_whatever_its_shape() -> None:
+    traces = "../shared/traces/azure/AzureLLMInferenceTrace_conv.csv"
+    data = {
+        "replicas": [{"cost_model": {"profile": "calibration/p.json"}}, {"name": "b", "cost_model": "roofline"}],
+        "workload": {"kind": "mixture", "components": [
+            {"kind": "synthetic", "num_requests": 10, "prompt_tokens": {"kind": "empirical", "path": b"/x/l.csv",
+                                                                         "field": "prompt"}},
+            {"kind": "trace", "format": "azure", "path": traces},
+        ]},
+    }  # fmt: skip
+    from kvsim.scenario.schema import Scenario
+
+    assert _paths.path_fields(Scenario.model_validate(data)) == [
+        ("replicas.0.cost_model.profile", "calibration/p.json"),
+        ("workload.components.0.prompt_tokens.path", "/x/l.csv"),  # bytes: pydantic made it a str
+        ("workload.components.1.path", traces),
+    ]
+    fixes, problems = _paths.confine_path_fields(Scenario.model_validate(data))
+    assert problems == [
+        ("replicas.0.cost_model.profile", f"calibration/p.json: {_paths.REFUSED}"),
+        ("workload.components.0.prompt_tokens.path", f"/x/l.csv: {_paths.REFUSED}"),
+    ]
+    assert fixes == {"workload.components.1.path": str((common.REPO_ROOT / traces).resolve())}
+
+
+def test_a_profile_is_a_path_exactly_when_kvsim_reads_it_as_one() -> None:
+    from kvsim.cost.profile import resolve_profile_path
+    from kvsim.errors import ProfileError
+
+    for text in ("h100", "a/b", "a\\b", "x.json", "~x", "..", "~\\x"):
+        try:
+            resolve_profile_path(text)
+            read_as_path = False  # a shipped name that exists
+        except ProfileError as err:
+            read_as_path = "does not exist" in str(err)
+        except RuntimeError:  # "~\\x" expands a user's home
+            read_as_path = True
+        assert _paths.profile_is_path(text) == read_as_path, text
+
+
+@pytest.mark.parametrize(
+    ("error", "shown"),
+    [
+        ("kvsim.errors.TraceError: /etc/passwd, line 1: missing column(s) TIMESTAMP; header has root:x:0:0:root",
+         "trace file passwd, line 1 has content kvsim cannot use"),
+        ("kvsim.errors.TraceError: /x/t.csv: cannot read trace: No such file or directory",
+         "trace file t.csv cannot be read"),
+        ("kvsim.errors.ProfileError: /x/p.json: format: must be 'kvsim-profile', got 'root:x:0:0'",
+         "cost profile file p.json has content kvsim cannot use"),
+        ("kvsim.errors.ScenarioError: <sweep point a>: invalid scenario\n  replicas.0.cost_model.profile: "
+         "/x/p.json: cannot read profile: got 'root:x'", "replicas.0.cost_model.profile: cost profile file p.json"),
+        ("UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff: root:x", "the run failed (UnicodeDecodeError)"),
+        ("ValueError: could not convert string to float: 'root:x:0:0'", "the run failed (ValueError)"),
+        ("kvsim.errors.ScenarioError: <p>: invalid scenario\n  replicas.0.tp: must be >= 1", "replicas.0.tp: must be >= 1"),
+        ("worker failed: BrokenProcessPool()", "worker failed: BrokenProcessPool()"),
+        ("", ""),
+    ],
+)  # fmt: skip
+def test_a_failed_points_error_names_the_file_never_its_content(error: str, shown: str) -> None:
+    text = common.safe_error_text(error)
+    assert shown in text and "root:x" not in text
 
 
 # --- other pages ------------------------------------------------------------------------
@@ -582,3 +649,67 @@ def test_no_byte_of_etc_passwd_reaches_the_page_through_any_path_input(
     assert any("not in an allowed folder" in i.value for i in at.info)
     _assert_no_passwd(at)
     assert os.environ[_paths.ALLOW_ENV] == str(tmp_path)
+    # 6. The Capacity page's "another knob": its candidate values are paths (or name one), each point
+    #    checked before anything runs; an existing and a missing file get the same message.
+    at = _app(None, source="catalogue", file="azure_conversation.yaml", set=["workload.max_requests=40"])
+    at = _page(at, "3_Capacity")
+    at.selectbox(key="w:cap.knob").set_value("other").run()
+    at.number_input(key="w:cap.jobs").set_value(1).run()
+    said = {}
+    for knob, value in [
+        *[("workload.path", v) for v in ("/etc/passwd", "/no/such/file", "../../../../../etc/passwd",
+                                          "~/../../etc/passwd", link, "!!binary L2V0Yy9wYXNzd2Q=")],
+        ("replicas.0.cost_model", "roofline, {profile: /etc/passwd}"),  # a list: a mapping has a colon
+        ("replicas.0.cost_model", "roofline, {profile: /no/such/file}"),
+    ]:  # fmt: skip
+        at.text_input(key="w:cap.path").set_value(knob).run()
+        at.text_input(key="w:cap.values.other").set_value(value).run()
+        assert [b for b in at.button if b.label == "Find capacity"], (value, [e.value for e in at.error])
+        next(b for b in at.button if b.label == "Find capacity").click().run()
+        assert not at.exception
+        _assert_no_passwd(at)
+        assert any(_paths.REFUSED in e.value for e in at.error), (knob, value, [e.value for e in at.error])
+        assert not at.dataframe, (knob, value)  # nothing ran
+        said[value] = next(e.value for e in at.error if _paths.REFUSED in e.value)
+    for there, missing in (
+        ("/etc/passwd", "/no/such/file"),
+        ("roofline, {profile: /etc/passwd}", "roofline, {profile: /no/such/file}"),
+    ):
+        assert said[there].replace("/etc/passwd", "X") == said[missing].replace("/no/such/file", "X")
+    # 7. A link whose knob change names /etc/passwd in a shape the first look misses (!!binary):
+    #    refused on the Scenario page, and no other page runs it.
+    at = _app(
+        None,
+        source="catalogue",
+        file="azure_conversation.yaml",
+        set=["workload.path=!!binary L2V0Yy9wYXNzd2Q="],
+    )
+    assert any(_paths.REFUSED in e.value for e in at.error)
+    _assert_no_passwd(at)
+    at = _page(at, "3_Capacity")
+    at.text_input(key="w:cap.values.replicas").set_value("1").run()
+    at.number_input(key="w:cap.jobs").set_value(1).run()
+    next(b for b in at.button if b.label == "Find capacity").click().run()
+    assert not at.exception
+    _assert_no_passwd(at)
+    assert "/etc/passwd" not in _page_text(at).replace(f"/etc/passwd: {_paths.REFUSED}", "")
+    # 8. Result and sweep folders in an allowed folder whose files are links out of it.
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    saved = kvsim.io.save_result(forged, outside / "run")
+    (tmp_path / "linked").mkdir()
+    for name in kvsim.io.RESULT_FILES:
+        (tmp_path / "linked" / name).symlink_to(saved / name)
+    (outside / "sweep").mkdir()
+    pd.DataFrame({"index": [0], "seed": [1], "status": ["ok"], "error": [""]}).to_parquet(
+        outside / "sweep" / "results.parquet"
+    )
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "results.parquet").symlink_to(outside / "sweep" / "results.parquet")
+    at = _page(_app(), "6_Compare")
+    at.text_input[0].set_value(str(tmp_path / "linked")).run()
+    next(b for b in at.button if b.label == "Load folder").click().run()
+    assert at.error and at.error[0].value == f"Cannot load: {tmp_path / 'linked'}: {_paths.REFUSED}"
+    at = _page(at, "2_Throughput_vs_capacity")
+    at.text_input(key="w:sweep.folder").set_value(str(tmp_path / "sweep")).run()
+    assert [e.value for e in at.error] == [f"{tmp_path / 'sweep'}: {_paths.REFUSED}"]
+    assert not at.dataframe

@@ -207,7 +207,7 @@ def sweep_folder_section(scenario: kvsim.Scenario) -> None:
         if not text:
             return
         try:
-            folder = _paths.confine(text)
+            folder = _paths.confine_files(text, ["results.parquet"])
             table = pd.read_parquet(folder / "results.parquet")
         except _paths.PathNotAllowed as err:
             st.error(str(err))
@@ -224,7 +224,9 @@ def sweep_folder_section(scenario: kvsim.Scenario) -> None:
             return
         x = st.selectbox("Swept knob", knobs, key=common.kept("sweep.folder_x", knobs[0]))
         common.keep("sweep.folder_x", x)
-        points = table.assign(x=table[x], error=table["error"].fillna("").astype(str))
+        # Written by `kvsim sweep`: a failed point's error may quote a trace; the page names the file only.
+        errors = table["error"].fillna("").astype(str).map(common.safe_error_text)
+        points = table.assign(x=table[x], error=errors)
         points.loc[table["status"] != "ok", "error"] = points["error"].where(points["error"] != "", "not run")
         shares = [trace_share_kept(r) for r in table.to_dict("records")]
         if any(s is not None and s < 1 for s in shares):

@@ -21,9 +21,11 @@ kaleido is installed), and every table with a CSV download.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import typing
@@ -32,14 +34,15 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import _paths
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from streamlit.errors import StreamlitAPIException
 
 import kvsim
 import kvsim.errors
@@ -49,6 +52,7 @@ from kvsim.io import RESULT_FILES
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
 from kvsim.scenario.loading import apply_overrides, parse_yaml, validate
 from kvsim.scenario.schema import Scenario
+from kvsim.yaml_safe import load_yaml_text
 
 REPO_ROOT = _paths.REPO_ROOT
 SCENARIO_DIR = _paths.SCENARIO_DIR
@@ -128,9 +132,9 @@ def view_from_query(params: Mapping[str, str], sets: Iterable[str]) -> dict[str,
     for item in sets:
         key, sep, raw = item.partition("=")
         if sep and key:
-            try:
-                knobs[key] = yaml.safe_load(raw) if raw.strip() else ""
-            except yaml.YAMLError:
+            try:  # read as `--set` reads its value: safe, and within kvsim's YAML bounds
+                knobs[key] = load_yaml_text(raw, f"set {key}", what="override") if raw.strip() else ""
+            except kvsim.ScenarioError:
                 knobs[key] = raw  # validation names it
     out["set"] = knobs
     if "yaml" in params:
@@ -161,8 +165,7 @@ def sync_url() -> None:
         packed = _yaml_param(v["yaml"])
         if packed is not None:
             params["yaml"] = packed
-    sets = [f"{k}={yaml.safe_dump(val, default_flow_style=True).strip().removesuffix('...').strip()}"
-            for k, val in v.get("set", {}).items()]  # fmt: skip
+    sets = [f"{k}={link_text(val)}" for k, val in v.get("set", {}).items()]
     if sets:
         params["set"] = sets
     # Written on every run: after a switch of page the browser's address has lost them, even
@@ -170,29 +173,65 @@ def sync_url() -> None:
     st.query_params.from_dict(params)
 
 
-def kept(key: str, default: Any) -> str:
+def link_text(value: Any) -> str:
+    """A knob change's value as a link (and the page) writes it: YAML in flow style (``.nan``, ``{name: x}``)."""
+    return str(
+        yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
+    )
+
+
+def kept(
+    key: str,
+    default: Any,
+    *,
+    min_value: float | None = None,
+    max_value: float | None = None,
+    options: Iterable[Any] | None = None,
+) -> str:
     """Widget key for a page input stored in the view under ``key`` (seeded from it, or ``default``).
 
     Streamlit forgets a widget's state when its page is not drawn; the view keeps it, so an
     input survives a trip to another page. Call `keep` with the widget's value afterwards.
+    A value the widget cannot hold (from a link: not a number, not finite, below
+    ``min_value``, above ``max_value``, not one of ``options``) is not used: the page says
+    so and the input starts from ``default``.
     """
     wkey = f"w:{key}"
     if wkey not in st.session_state:
-        value = view().get(key, default)
-        if isinstance(default, bool) and not isinstance(value, bool):
-            value = str(value).lower() in ("1", "true", "yes")
-        elif isinstance(default, int) and not isinstance(default, bool) and not isinstance(value, int):
-            try:
-                value = int(float(value))
-            except (TypeError, ValueError):
-                value = default
-        elif isinstance(default, float) and not isinstance(value, float):
-            try:
-                value = float(value)
-            except (TypeError, ValueError):
-                value = default
+        given = view().get(key, default)
+        value, why = _input_value(given, default, min_value, max_value, options)
+        if why:
+            st.warning(f"The link's `{key}={given}` is not used: {why}. The input starts from {default!r}.")
+            value = default
+            view()[key] = default
         st.session_state[wkey] = value
     return wkey
+
+
+def _input_value(
+    value: Any, default: Any, min_value: float | None, max_value: float | None, options: Iterable[Any] | None
+) -> tuple[Any, str]:
+    """``(value as the input holds it, "")``, or ``(None, why not)``."""
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            value = str(value).lower() in ("1", "true", "yes")
+    elif isinstance(default, int | float):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return None, "not a number"
+        if not math.isfinite(number):
+            return None, "not a finite number"
+        if isinstance(default, int) and not number.is_integer():
+            return None, "not a whole number"
+        value = int(number) if isinstance(default, int) else number
+        if min_value is not None and value < min_value:
+            return None, f"below this input's least value, {min_value:g}"
+        if max_value is not None and value > max_value:
+            return None, f"above this input's largest value, {max_value:g}"
+    if options is not None and value not in list(options):
+        return None, "not one of this input's choices"
+    return value, ""
 
 
 def keep(key: str, value: Any) -> None:
@@ -476,16 +515,37 @@ def _registry_names(info: Any) -> list[str]:
     return [str(n) for n in schema.get("enum", [])]
 
 
-def knob_widgets(base: kvsim.Scenario, *, key: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+@functools.cache
+def _field_check(model: type[BaseModel], name: str, ann: Any) -> TypeAdapter[Any]:
+    """The field's own type and bounds (ge, le, ...), to try a value on before a widget holds it."""
+    info = model.model_fields[name]
+    return TypeAdapter(Annotated[ann, *info.metadata], config=ConfigDict(allow_inf_nan=False))
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """What the knob widgets say: ``changed`` (widget values that differ from the base scenario)
+    and ``unshown`` (the link's knob changes that no widget holds: out of the widget's range,
+    not one of its options, of another type, or for a knob this scenario has no widget for;
+    they are validated with the scenario, so that the page names the field and the rule)."""
+
+    changed: dict[str, Any]
+    unshown: dict[str, Any]
+
+
+def knob_widgets(base: kvsim.Scenario, *, key: str, changes: Mapping[str, Any]) -> Knobs:
     """One widget per `MAIN_KNOBS` path present in ``base``; returns the values that differ from it.
 
     Widget type, range, label and help text come from the field's type, constraints and
     description; a widget starts from ``changes`` (the view's knob changes) when it holds
-    the path. ``key`` scopes widget state to one base scenario.
+    the path and the widget can hold the value (the field's type and bounds, the
+    widget's options), else from the base scenario's value, and the change is returned
+    as ``unshown``. ``key`` scopes widget state to one base scenario.
     """
     changed: dict[str, Any] = {}
+    held: set[str] = set()  # knobs whose widget started from the link's value
     cols = st.columns(3)
-    shown = 0
+    drawn = 0
     for path in MAIN_KNOBS:
         found = _walk(base, path)
         if found is None:
@@ -499,39 +559,75 @@ def knob_widgets(base: kvsim.Scenario, *, key: str, changes: Mapping[str, Any]) 
             if value is None:
                 continue
             ann = next(a for a in args if a is not type(None))
-        start = changes.get(path, value)
         label = knob_label(base, path)
         help_text = f"{info.description} (`{path}`)"
         wkey = f"knob:{key}:{path}"
-        with cols[shown % 3]:
-            try:
-                if name in _PRESET_CHOICES:
-                    if not isinstance(value, str):
-                        continue  # inline spec: edit it in the YAML
-                    options = list(dict.fromkeys([str(start).lower(), value.lower(), *_PRESET_CHOICES[name]]))
-                    new: Any = st.selectbox(label, options, index=0, help=help_text, key=wkey)
-                elif typing.get_origin(ann) is typing.Literal or _registry_names(info):
-                    options = list(typing.get_args(ann)) or _registry_names(info)
-                    idx = options.index(start) if start in options else options.index(value)
-                    new = st.selectbox(label, options, index=idx, help=help_text, key=wkey)
-                elif ann is bool:
-                    new = st.checkbox(label, value=bool(start), help=help_text, key=wkey)
-                elif ann is int:
-                    b = {k: int(v) for k, v in _bounds(info).items()}
-                    new = st.number_input(label, value=int(start), step=1, help=help_text, key=wkey, **b)
-                elif ann is float:
-                    b = {k: float(v) for k, v in _bounds(info).items()}
-                    new = st.number_input(
-                        label, value=float(start), help=help_text, key=wkey, format="%.4g", **b
+        starts: list[tuple[Any, bool]] = [(value, False)]
+        if path in changes:
+            given = _widget_value(type(model), name, ann, info, changes[path])
+            if given is not None:
+                starts.insert(0, (given[0], True))
+        new: Any = _NO_WIDGET
+        from_link = False
+        with cols[drawn % 3]:
+            for start, link_value in starts:
+                try:
+                    new = _knob_widget(
+                        name, ann, info, value, start, label=label, help_text=help_text, wkey=wkey
                     )
-                else:
+                except (StreamlitAPIException, TypeError, ValueError):  # beyond what the widget can show
                     continue
-            except (TypeError, ValueError):  # a link's value of the wrong type: start from the scenario's
-                continue
-        shown += 1
+                from_link = link_value
+                break
+        if new is _NO_WIDGET:
+            continue
+        drawn += 1
+        if from_link:
+            held.add(path)
         if new != value:
             changed[path] = new
-    return changed
+    unshown = {k: v for k, v in changes.items() if k in MAIN_KNOBS and k not in held and k not in changed}
+    return Knobs(changed, unshown)
+
+
+_NO_WIDGET = object()
+
+
+def _widget_value(model: type[BaseModel], name: str, ann: Any, info: Any, raw: Any) -> tuple[Any] | None:
+    """``(value,)`` as the knob's widget would hold the link's ``raw`` value, or None if it cannot."""
+    if name in _PRESET_CHOICES:
+        return (raw,) if isinstance(raw, str) else None
+    options = (
+        list(typing.get_args(ann)) if typing.get_origin(ann) is typing.Literal else _registry_names(info)
+    )
+    if options:
+        return (raw,) if raw in options else None
+    try:
+        return (_field_check(model, name, ann).validate_python(raw),)
+    except (ValidationError, TypeError, ValueError):
+        return None
+
+
+def _knob_widget(name: str, ann: Any, info: Any, value: Any, start: Any, *, label: str, help_text: str,
+                 wkey: str) -> Any:  # fmt: skip
+    """The widget of one knob, starting from ``start``; `_NO_WIDGET` for a type without one."""
+    if name in _PRESET_CHOICES:
+        if not isinstance(value, str):
+            return _NO_WIDGET  # inline spec: edit it in the YAML
+        options = list(dict.fromkeys([str(start).lower(), value.lower(), *_PRESET_CHOICES[name]]))
+        return st.selectbox(label, options, index=0, help=help_text, key=wkey)
+    if typing.get_origin(ann) is typing.Literal or _registry_names(info):
+        options = list(typing.get_args(ann)) or _registry_names(info)
+        return st.selectbox(label, options, index=options.index(start), help=help_text, key=wkey)
+    if ann is bool:
+        return st.checkbox(label, value=bool(start), help=help_text, key=wkey)
+    if ann is int:
+        b = {k: int(v) for k, v in _bounds(info).items()}
+        return st.number_input(label, value=int(start), step=1, help=help_text, key=wkey, **b)
+    if ann is float:
+        b = {k: float(v) for k, v in _bounds(info).items()}
+        return st.number_input(label, value=float(start), help=help_text, key=wkey, format="%.4g", **b)
+    return _NO_WIDGET
 
 
 # --- runs -----------------------------------------------------------------------------

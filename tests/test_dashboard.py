@@ -266,6 +266,87 @@ def test_streamlit_settings_bind_localhost_and_match_the_upload_limit() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("setting", "field", "rule"),
+    [
+        ("replicas.0.tp=0", "replicas.0.tp", "greater than or equal to 1"),  # below the widget's min
+        ("workload.num_requests=-5", "num_requests", "greater than or equal to 1"),
+        ("seed=9007199254740992", "seed", "less than or equal to"),  # above the widget's max
+        ("replicas.0.engine.block_size=1e300", "block_size", "valid integer"),
+        ("replicas.0.engine.gpu_memory_utilization=.nan", "gpu_memory_utilization", "finite number"),
+        ("seed=abc", "seed", "valid integer"),  # not of the widget's type
+        ("router.kind=no_such_router", "router.kind", "unknown router"),  # not one of its options
+        ("replicas.0.engine.preemption_mode=both", "preemption_mode", "recompute"),
+        ("replicas.0.engine.enable_prefix_caching=maybe", "enable_prefix_caching", "valid boolean"),
+        ("model={name: x}", "model", ""),  # a mapping for a preset's name: an inline spec, checked
+        ("workload.arrival.rate_per_s=2", "workload", "unknown field"),  # a knob this scenario lacks
+    ],
+)
+def test_a_link_value_no_knob_widget_takes_is_the_scenarios_error(
+    setting: str, field: str, rule: str
+) -> None:
+    source = {"source": "catalogue", "file": "azure_conversation.yaml"} if "arrival" in setting else {}
+    at = _app(None, set=[setting], **source)
+    assert not at.exception
+    (error,) = at.error
+    assert "**<knobs>**: invalid scenario" in error.value and field in error.value and rule in error.value
+    assert any(f"`{setting}`" in c.value for c in at.caption)  # listed, with its Drop button
+    assert not [b for b in at.button if b.label == "Run"]
+    next(b for b in at.button if b.label == "Drop these settings").click().run()
+    assert not at.exception and not at.error
+    assert [b for b in at.button if b.label == "Run"]
+
+
+def test_a_link_value_a_knob_widget_takes_starts_the_widget() -> None:
+    at = _app(
+        None,
+        set=[
+            "replicas.0.tp=2",
+            "seed=7",
+            "router.kind=least_loaded",
+            "replicas.0.engine.gpu_memory_utilization=0.8",
+        ],
+    )
+    assert not at.exception and not at.error
+    assert (_knob(at, "replicas.0.tp").value, _knob(at, "seed").value) == (2, 7)
+    assert _knob(at, "router.kind", "selectbox").value == "least_loaded"
+    assert _knob(at, "replicas.0.engine.gpu_memory_utilization").value == 0.8
+    assert not [c for c in at.caption if "Set by the link" in c.value]
+
+
+@pytest.mark.parametrize(
+    ("page", "params", "widget", "key"),
+    [
+        ("1_Latency_spikes", {"spikes.window": "nan"}, "number_input", "w:spikes.window"),
+        ("1_Latency_spikes", {"spikes.window": "0"}, "number_input", "w:spikes.window"),
+        ("1_Latency_spikes", {"spikes.ttft": "-1"}, "number_input", "w:spikes.ttft"),
+        ("3_Capacity", {"cap.jobs": "1e400"}, "number_input", "w:cap.jobs"),
+        ("3_Capacity", {"cap.jobs": "0"}, "number_input", "w:cap.jobs"),
+        ("3_Capacity", {"cap.knob": "no_such_knob"}, "selectbox", "w:cap.knob"),
+        ("3_Capacity", {"cap.goal.replicas": "most"}, "radio", "w:cap.goal.replicas"),
+        ("2_Throughput_vs_capacity", {"sweep.count": "-3"}, "number_input", "w:sweep.count"),
+        ("2_Throughput_vs_capacity", {"sweep.axis": "Moon phase"}, "selectbox", "w:sweep.axis"),
+        ("5_Requests", {"req.id": "99999"}, "number_input", "w:req.id"),
+    ],
+)
+def test_a_link_value_a_page_input_cannot_hold_is_said_and_not_used(
+    page: str, params: dict[str, str], widget: str, key: str
+) -> None:
+    at = _ran()
+    ((name, given),) = params.items()
+    for k, v in params.items():
+        at.session_state["view"][k] = v  # as a link opened on this page would set it
+    if page == "1_Latency_spikes":
+        at.session_state["view"]["spikes.for"] = common.scenario_key(at.session_state["scenario"])
+    at = _page(at, page)
+    assert not at.exception
+    assert any(f"The link's `{name}={given}` is not used" in w.value for w in at.warning), [
+        w.value for w in at.warning
+    ]
+    assert str(getattr(at, widget)(key=key).value) != given
+    assert at.session_state["view"][name] != given  # and the link the page writes no longer has it
+
+
 # --- the one gate: every file a scenario names, every error a page shows ----------------------
 
 

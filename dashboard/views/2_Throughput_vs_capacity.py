@@ -222,7 +222,7 @@ def sweep_folder_section(scenario: kvsim.Scenario) -> None:
         if not knobs:
             st.error(f"{text}: results.parquet is not a sweep table (no override columns)")
             return
-        x = st.selectbox("Swept knob", knobs, key=common.kept("sweep.folder_x", knobs[0]))
+        x = st.selectbox("Swept knob", knobs, key=common.kept("sweep.folder_x", knobs[0], options=knobs))
         common.keep("sweep.folder_x", x)
         # Written by `kvsim sweep`: a failed point's error may quote a trace; the page names the file only.
         errors = table["error"].fillna("").astype(str).map(common.safe_error_text)
@@ -249,7 +249,7 @@ def main() -> None:
     cols = st.columns([1, 2, 1])
     axes = axes_for(scenario)
     names = list(axes)
-    name = cols[0].selectbox("Sweep over", names, key=common.kept("sweep.axis", names[0]))
+    name = cols[0].selectbox("Sweep over", names, key=common.kept("sweep.axis", names[0], options=names))
     common.keep("sweep.axis", name)
     axis = axes[name]
     title = axis_title(scenario, axis)
@@ -268,7 +268,7 @@ def main() -> None:
         "Requests per point (0: the whole workload)",
         min_value=0,
         step=50,
-        key=common.kept("sweep.count", 0),
+        key=common.kept("sweep.count", 0, min_value=0),
         disabled=n_path is None,
         help=f"0 runs every request of the workload ({n_path or 'not settable for this workload'}); fewer "
         "requests make the sweep faster but a short run of an overloaded system can look fine.",

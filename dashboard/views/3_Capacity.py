@@ -134,7 +134,7 @@ def main() -> None:
         "Knob",
         list(choices),
         format_func=choices.get,
-        key=common.kept("cap.knob", next(iter(choices))),
+        key=common.kept("cap.knob", next(iter(choices)), options=choices),
     )
     common.keep("cap.knob", name)
     path, default_values = KNOBS[name]
@@ -170,14 +170,16 @@ def main() -> None:
     auto = default_goal(path) if path else "smallest"
     goal = cols[1].radio(
         "Look for the", ("smallest", "largest"), index=0 if auto == "smallest" else 1, horizontal=True,
-        key=common.kept(f"cap.goal.{name}", auto),
+        key=common.kept(f"cap.goal.{name}", auto, options=("smallest", "largest")),
     )  # fmt: skip
     common.keep(f"cap.goal.{name}", goal)
     jobs = cols[2].number_input(
         "Runs at once",
         min_value=1,
         max_value=max(os.cpu_count() or 1, 1),
-        key=common.kept("cap.jobs", min(os.cpu_count() or 1, 2)),
+        key=common.kept(
+            "cap.jobs", min(os.cpu_count() or 1, 2), min_value=1, max_value=max(os.cpu_count() or 1, 1)
+        ),
         help="Points run per bisection round, in worker processes; 1 runs the fewest points.",
     )
     common.keep("cap.jobs", int(jobs))

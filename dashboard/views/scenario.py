@@ -131,11 +131,13 @@ def scenario_page() -> None:
     view["base"] = base_key
     head = st.container()  # the Run button and the headline numbers, above the fold
     with st.expander("Main knobs", expanded=True):
-        changed = common.knob_widgets(base, key=base_key, changes=view.get("set", {}))
-    # A link may set fields that have no widget: they stay, listed, until dropped.
-    extra = {k: v for k, v in view.get("set", {}).items() if k not in common.MAIN_KNOBS}
+        knobs = common.knob_widgets(base, key=base_key, changes=view.get("set", {}))
+    changed = knobs.changed
+    # A link may set fields that have no widget, or give a knob a value its widget cannot
+    # hold (out of range, not an option): they stay, listed and validated, until dropped.
+    extra = {k: v for k, v in view.get("set", {}).items() if k not in common.MAIN_KNOBS} | knobs.unshown
     if extra:
-        st.caption("Set by the link: " + ", ".join(f"`{k}={v}`" for k, v in extra.items()))
+        st.caption("Set by the link: " + ", ".join(f"`{k}={common.link_text(v)}`" for k, v in extra.items()))
         if st.button("Drop these settings"):
             extra = {}
     changed = {**extra, **changed}

@@ -734,11 +734,16 @@ def require_run() -> Run:
     run = cached_run(scenario)
     if run is not None:
         return run
-    st.info(
-        f"Scenario **{scenario.name}** has not been run yet. Change it on the Scenario page, or run it here."
-    )
-    if st.button(f"Run {scenario.name}", type="primary", key="require_run"):
-        return run_scenario(scenario)
+    offer = st.empty()  # the notice and the button, gone once the run is there
+    with offer.container():
+        st.info(
+            f"Scenario **{scenario.name}** has not been run yet. Change it on the Scenario page, or run it here."
+        )
+        clicked = st.button(f"Run {scenario.name}", type="primary", key="require_run")
+    if clicked:
+        run = run_scenario(scenario)
+        offer.empty()
+        return run
     sync_url()
     st.stop()
     raise AssertionError("unreachable: st.stop() ends the script")

@@ -30,6 +30,8 @@ from kvsim.scenario.loading import apply_overrides
 from kvsim.scenario.schema import Scenario
 from kvsim.units import format_seconds
 
+#: The table's column of the share of a point's requests that finished, in percent.
+SERVED = "served (%)"
 #: Knobs offered by name: (dotted path, default candidates). "rate" is the workload's own rate path.
 KNOBS = {
     "replicas": ("replicas.0.count", "1:8"),
@@ -163,7 +165,8 @@ def main() -> None:
     overrides_text = cols[0].text_area(
         "Overrides for every point, one dotted.key=value per line (as --set)",
         key=common.kept("cap.set", ""),
-        placeholder="workload.time_scale=8\nrouter.kind=least_loaded",
+        placeholder="none",
+        help="For example `router.kind=least_loaded` and, on the next line, `workload.time_scale=8`.",
         height=80,
     )
     common.keep("cap.set", overrides_text)
@@ -184,6 +187,11 @@ def main() -> None:
     )
     common.keep("cap.jobs", int(jobs))
     overrides = [o.strip() for o in overrides_text.splitlines() if o.strip()]
+    cols[0].caption(
+        "Every point runs with " + ", ".join(f"`{o}`" for o in overrides)
+        if overrides
+        else "No overrides: every point runs the scenario as it is, but for the knob."
+    )
     try:
         values = parse_values(values_text)
         parse_slo(slo_text)
@@ -225,7 +233,17 @@ def main() -> None:
                 knee_name="answer",
             )
             common.show_figure(fig, f"{scenario.name}_capacity_{path}")
-        common.show_table(table, f"{scenario.name}_capacity_{path}")
+        # The share served in percent: a bare 1 for "all of them" reads as one request.
+        table = table.rename(columns={"served": SERVED}).assign(**{SERVED: table["served"] * 100})
+        served = st.column_config.NumberColumn(
+            SERVED, format="%.1f%%", help="Share of the point's requests that finished (at least "
+            f"{report.min_served:.0%} for the point to count)."
+        )  # fmt: skip
+        common.show_table(
+            table,
+            f"{scenario.name}_capacity_{path}",
+            column_config={SERVED: served},
+        )
     common.sync_url()
 
 

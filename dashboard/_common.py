@@ -443,6 +443,61 @@ _KVSIM_ERRORS = frozenset(
 )
 
 
+# --- what a run is, in words ------------------------------------------------------------
+
+#: docs/results.md: what every summary key means (its `summary` section's table).
+RESULTS_DOC = REPO_ROOT / "docs" / "results.md"
+
+
+def setup_line(scenario: kvsim.Scenario) -> str:
+    """The model, the GPUs and the workload of a scenario in one line (markdown), e.g.
+    ``**llama-3-8b** on **1 × h100-sxm** (TP 1, roofline cost model) · synthetic workload, 2,000 requests``."""
+    model = scenario.model if isinstance(scenario.model, str) else scenario.model.name
+    groups = []
+    for g in scenario.replicas:
+        gpu = g.gpu if isinstance(g.gpu, str) else g.gpu.name
+        role = "" if g.role == "both" else f"{g.role} "
+        name = f"{g.name}: " if len(scenario.replicas) > 1 else ""
+        groups.append(f"{name}**{g.count} × {gpu}** {role}(TP {g.tp}, {g.cost_model.kind} cost model)")
+    workload = scenario.workload
+    count = getattr(workload, "num_requests", None) or getattr(workload, "max_requests", None)
+    what = f"{workload.kind} workload" + (f", {count:,} requests" if isinstance(count, int) else "")
+    if isinstance(getattr(workload, "path", None), str):
+        what += f" from {Path(workload.path).name}"
+    return f"**{model}** on " + " + ".join(groups) + f" · {what} · router {scenario.router.kind}"
+
+
+@functools.cache
+def _summary_meanings() -> tuple[tuple[str, str], ...]:
+    """``(key pattern, meaning)`` rows of docs/results.md's summary table (empty without the file)."""
+    try:
+        text = RESULTS_DOC.read_text(encoding="utf-8")
+    except OSError:
+        return ()
+    section = text.split("## `summary`", 1)[-1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) != 2 or not cells[0].startswith("`"):
+            continue
+        meaning = cells[1].replace("`", "")
+        for key in re.findall(r"`([^`]+)`", cells[0]):
+            pattern = re.escape(key).replace("STAT", "(?:mean|p50|p90|p99)").replace("<name>", ".+")
+            pattern = pattern.replace(re.escape("<name>"), ".+")
+            rows.append((pattern, meaning))
+    return tuple(rows)
+
+
+def summary_meaning(key: str) -> str:
+    """What the summary key ``key`` means, as docs/results.md says ("" if it does not say)."""
+    return next((m for pattern, m in _summary_meanings() if re.fullmatch(pattern, key)), "")
+
+
+def summary_column_help(columns: Iterable[str]) -> dict[str, Any]:
+    """`st.dataframe` column settings that give each summary key's column its meaning on hover."""
+    return {c: st.column_config.Column(c, help=summary_meaning(c)) for c in columns if summary_meaning(c)}
+
+
 # --- knobs from the schema ------------------------------------------------------------
 
 

@@ -567,3 +567,34 @@ def test_capacity_page_says_what_it_applies_and_the_share_served_in_percent(
     header, *rows = _table_cells(browser)
     assert "served (%)" in header and "served" not in header, header
     assert {row[header.index("served (%)")] for row in rows} == {"100"}
+
+
+def test_the_summary_names_model_and_gpu_and_says_which_throughput_is_which(
+    server: str, browser: webdriver.Chrome
+) -> None:
+    # Seed 2 with 200 requests: 9.1 req/s achieved against 8.35 offered.
+    browser.get(f"{server}/?set=workload.num_requests=200&set=seed=2")
+    _wait(browser, 60).until(
+        ec.element_to_be_clickable((By.XPATH, "//button[.//p[normalize-space()='Run']]"))
+    ).click()
+    _wait(browser, 120).until(
+        lambda d: any(
+            "p99 TTFT" in m.text for m in d.find_elements(By.CSS_SELECTOR, "[data-testid='stMetric']")
+        )
+    )
+    heading = browser.find_element(By.XPATH, "//h3[contains(., 'Scenario: default')]")
+    below = heading.find_element(By.XPATH, "following::div[@data-testid='stMarkdownContainer'][1]").text
+    assert "llama-3-8b" in below and "1 × h100-sxm" in below, below
+    body = browser.find_element(By.TAG_NAME, "body").text
+    assert "is above offered" in body and "second half of the arrival window" in body
+    # The full summary says which throughput is which.
+    browser.find_element(By.XPATH, "//summary[.//p[normalize-space()='Full summary']]").click()
+    _wait(browser, 30).until(lambda d: len(_table_cells(d)) > 10)
+    header, *rows = _table_cells(browser)
+    meaning = {row[header.index("metric")]: row[header.index("meaning")] for row in rows}
+    assert meaning["throughput_tokens_per_s"] == "output tokens per simulated second"
+    assert meaning["throughput_requests_per_s"] == "finished requests per simulated second"
+    assert meaning["achieved_requests_per_s"].startswith(
+        "requests finished per second during the second half"
+    )
+    browser.save_screenshot(str(_artifacts() / "dashboard_summary.png"))

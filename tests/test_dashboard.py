@@ -413,6 +413,20 @@ def test_a_failed_points_error_names_the_file_never_its_content(error: str, show
     assert shown in text and "root:x" not in text
 
 
+def test_every_summary_key_a_page_shows_says_what_it_means() -> None:
+    sys.path.insert(0, str(DASHBOARD / "views"))
+    at = _ran()
+    (run,) = at.session_state["runs"].values()
+    from kvsim.capacity import TABLE_KEYS
+
+    keys = [*run.result.summary, *TABLE_KEYS]
+    assert {k: common.summary_meaning(k) for k in keys if not common.summary_meaning(k)} == {}
+    assert common.summary_meaning("throughput_tokens_per_s") != common.summary_meaning(
+        "throughput_requests_per_s"
+    )
+    assert common.summary_meaning("ttft_p99_s") == "latency statistics, seconds"
+
+
 # --- other pages ------------------------------------------------------------------------
 
 

@@ -164,7 +164,7 @@ def show_points(points: pd.DataFrame, *, x: str, x_title: str, load_axis: bool, 
         st.warning(f"{len(failed)} point(s) failed; see the table.")
     shown = points.drop(columns=["x"])
     if ok_points.empty:
-        common.show_table(shown, name)
+        common.show_table(shown, name, column_config=common.summary_column_help(shown.columns))
         return
     overloaded = ok_points["overloaded"].fillna(False).astype(bool) if "overloaded" in ok_points else False
     ok_points["meets_slo"] = analysis.meets_slo(ok_points, ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s)
@@ -190,7 +190,7 @@ def show_points(points: pd.DataFrame, *, x: str, x_title: str, load_axis: bool, 
         ok_points, x=x, x_title=x_title, ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s, knee_x=knee
     )
     common.show_figure(fig, name)
-    common.show_table(shown, name)
+    common.show_table(shown, name, column_config=common.summary_column_help(shown.columns))
 
 
 def sweep_folder_section(scenario: kvsim.Scenario) -> None:

@@ -242,7 +242,7 @@ def main() -> None:
         common.show_table(
             table,
             f"{scenario.name}_capacity_{path}",
-            column_config={SERVED: served},
+            column_config=common.summary_column_help(table.columns) | {SERVED: served},
         )
     common.sync_url()
 

@@ -170,7 +170,8 @@ def delta_table(picked: dict[str, kvsim.Result], baseline: str) -> pd.DataFrame:
     for n in picked:
         if n != baseline:
             order += [n, f"{n} vs {baseline} (%)"]
-    return table[order].reset_index()
+    out = table[order].reset_index()
+    return out.assign(meaning=[common.summary_meaning(str(m)) for m in out["metric"]])
 
 
 def main() -> None:

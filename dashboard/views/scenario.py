@@ -21,6 +21,16 @@ HEADLINE = (
     ("Preemptions", "num_preemptions", lambda v: f"{v:,}"),
     ("Peak KV usage", "kv_usage_peak", lambda v: f"{v:.1%}"),
 )
+#: Hover help of the headline numbers whose names alone leave them ambiguous.
+HEADLINE_HELP = {
+    "achieved_requests_per_s": "Offered (`offered_requests_per_s`): arrivals per second over the arrival window, "
+    "first to last arrival. Achieved (`achieved_requests_per_s`): requests finished per second during the "
+    "second half of that window, what the cluster kept up with while requests still arrived. Well below "
+    "offered: overload.",
+    "throughput_tokens_per_s": "Output tokens per simulated second over the whole run "
+    "(`throughput_tokens_per_s`); `throughput_requests_per_s` in the full summary counts finished requests "
+    "the same way. Not the achieved load, which counts the second half of the arrivals only.",
+}
 
 
 def _value(summary: dict, key: str | tuple[str, ...]) -> object:
@@ -96,12 +106,27 @@ def show_summary(run: common.Run) -> None:
             )
         else:
             text = fmt(value) if isinstance(value, int | float) and fmt else "n/a"
-        col.metric(label, text)
+        col.metric(label, text, help=HEADLINE_HELP.get(key) if isinstance(key, str) else None)
     note = common.overload_note(summary)
     if note:
         st.warning(note, icon="⚠️")
+    achieved, offered = summary.get("achieved_requests_per_s"), summary.get("offered_requests_per_s")
+    if isinstance(achieved, float) and isinstance(offered, float) and achieved > offered * 1.005:
+        st.caption(
+            f"Achieved ({achieved:.3g} req/s) is above offered ({offered:.3g} req/s): achieved counts the "
+            "requests that finished in the second half of the arrival window, and some of them arrived in the "
+            "first half (the queue drained) or in a burst of arrivals late in the window. The cluster did not "
+            "serve more than the workload offered: over the whole run it finished "
+            f"{summary.get('throughput_requests_per_s', float('nan')):.3g} req/s."
+        )
     with st.expander("Full summary"):
-        table = pd.DataFrame({"metric": list(summary), "value": [str(v) for v in summary.values()]})
+        table = pd.DataFrame(
+            {
+                "metric": list(summary),
+                "value": [str(v) for v in summary.values()],
+                "meaning": [common.summary_meaning(k) for k in summary],
+            }
+        )
         common.show_table(table, f"{run.result.scenario.name}_summary")
 
 
@@ -152,6 +177,7 @@ def scenario_page() -> None:
     yaml_text = common.scenario_yaml(scenario)
     with head:
         st.subheader(f"Scenario: {scenario.name}")
+        st.markdown(common.setup_line(scenario))
         if scenario.description:
             st.caption(scenario.description)
         run = common.cached_run(scenario)

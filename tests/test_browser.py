@@ -464,9 +464,17 @@ def _errors(driver: webdriver.Chrome) -> list[str]:
 
 
 def _shown(driver: webdriver.Chrome, element: WebElement) -> bool:
-    """Whether an element is drawn where a person sees it (not inside a collapsed expander)."""
-    return bool(driver.execute_script("const r = arguments[0].getBoundingClientRect(); "
-                                      "return r.width > 0 && r.height > 0;", element))  # fmt: skip
+    """Whether an element is drawn where a person sees it: displayed (WebDriver's rule, which
+    counts a closed expander and an ancestor clipped to nothing) and, with its centre, the
+    topmost element there or inside it."""
+    if not element.is_displayed():
+        return False
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", element)
+    script = """const r = arguments[0].getBoundingClientRect();
+    if (r.width <= 0 || r.height <= 0) return false;
+    const top = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+    return top !== null && (arguments[0] === top || arguments[0].contains(top));"""
+    return bool(driver.execute_script(script, element))
 
 
 def _table_cells(driver: webdriver.Chrome, index: int = 0) -> list[list[str]]:

@@ -347,6 +347,17 @@ def test_a_link_value_a_page_input_cannot_hold_is_said_and_not_used(
     assert at.session_state["view"][name] != given  # and the link the page writes no longer has it
 
 
+def test_a_links_scenario_source_or_file_that_is_not_offered_is_said() -> None:
+    at = _app(None, source="catalogue", file="../../../etc/passwd")
+    assert not at.exception
+    assert any("`file=../../../etc/passwd` is not used" in w.value for w in at.warning)
+    assert at.selectbox(key="w:file").value == common.scenario_files()[0].name
+    _assert_no_passwd(at)
+    at = _app(None, source="ftp")
+    assert any("`source=ftp` is not used" in w.value for w in at.warning)
+    assert at.radio[0].value == "default"
+
+
 # --- the one gate: every file a scenario names, every error a page shows ----------------------
 
 

@@ -79,8 +79,9 @@ def main() -> None:
         replayed = common.confined_scenario(
             res.scenario.model_dump(mode="json"), f"<scenario {res.scenario.name}>"
         )
-    except kvsim.ScenarioError:
-        st.info("The cache-only replay needs the run's trace file, which is not in an allowed folder.")
+    except kvsim.ScenarioError as err:  # the rules name the field and the path, never a file's content
+        rules = "; ".join(f"`{where}`: {rule}" for where, rule in err.problems)
+        st.info(f"The cache-only replay needs the files the run's scenario names: {rules}")
         common.sync_url()
         return
     curve = hit_curve(common.scenario_yaml(replayed), capacities, tuple(admitted["request_id"].tolist()))

@@ -50,9 +50,7 @@ def base_scenario(source: str) -> kvsim.Scenario:
                 st.info("No scenario files in scenarios/ yet; using the built-in default.")
                 return kvsim.load_scenario(None)
             names = [p.name for p in files]
-            if view.get("file") not in names:
-                view["file"] = names[0]
-            name = st.selectbox("Scenario file", names, key=common.kept("file", names[0]))
+            name = st.selectbox("Scenario file", names, key=common.kept("file", names[0], options=names))
             common.keep("file", name)
             return common.load_file(files[names.index(name)])
         if source == "upload":
@@ -139,14 +137,12 @@ def scenario_page() -> None:
     )
     view = common.view()
     codes = list(common.SOURCES)
-    if view.get("source") not in codes:
-        view["source"] = "default"
     source = st.radio(
         "Scenario source",
         codes,
         format_func=common.SOURCES.get,
         horizontal=True,
-        key=common.kept("source", "default"),
+        key=common.kept("source", "default", options=codes),
     )
     common.keep("source", source)
     base = base_scenario(source)

@@ -23,6 +23,7 @@ from kvsim.cli import main
 from kvsim.errors import KvsimError, ScenarioError, TraceError
 from kvsim.io import RESULT_FILES, clean_stale, load_result, save_result
 from kvsim.limits import MAX_TRACE_LINE_CHARS, MAX_YAML_BYTES
+from kvsim.outputs import write_marker
 from kvsim.scenario.loading import parse_yaml
 from kvsim.sweep import SweepError, load_sweep
 from kvsim.workload.config import TraceWorkload
@@ -628,17 +629,21 @@ def _dead_pid() -> int:
 def test_stale_temporaries_of_killed_runs_are_cleaned_with_a_note(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # What killed runs leave (issue 19: kvsim's names carry its prefix and the PID, and the
+    # folders its marker; look-alikes without them are the user's, see the next test).
     pid = _dead_pid()
     stale = [
-        tmp_path / f".out.tmp-{pid}-0badf00d",
-        tmp_path / ".out.old-abc12345",
-        tmp_path / f".out.old-{pid}-1",
+        tmp_path / f".out.kvsim-tmp-{pid}-0badf00d",
+        tmp_path / f".out.kvsim-old-{pid}-abc12345",
+        tmp_path / f".out.kvsim-old-{pid}-00000001",
     ]
     for folder in stale:
         folder.mkdir()
+        write_marker(folder, "result" if ".kvsim-tmp-" in folder.name else "parked-result")
         (folder / "junk").write_text("x")
-    alive = tmp_path / f".out.tmp-{os.getpid()}-2"  # a run of a live process: left alone
+    alive = tmp_path / f".out.kvsim-tmp-{os.getpid()}-00000002"  # a run of a live process: left alone
     alive.mkdir()
+    write_marker(alive, "result")
     scenario = tmp_path / "a.yaml"
     scenario.write_text("workload: {num_requests: 3}\n")
     assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--json"]) == 0
@@ -652,14 +657,16 @@ def test_stale_temporaries_of_killed_runs_are_cleaned_with_a_note(
 
 def test_a_result_parked_by_a_kill_between_the_renames_is_recovered(tmp_path: Path) -> None:
     out = save_result(_small_result(), tmp_path / "out")
-    parked = tmp_path / f".out.old-{_dead_pid()}-abcd"
+    parked = tmp_path / f".out.kvsim-old-{_dead_pid()}-abcd0123"
     parked.mkdir()
+    write_marker(parked, "parked-result")
     os.rename(out, parked / "result")  # the state after the first rename of a replacement
     assert load_result(out).summary["num_requests"] == 3
     assert sorted(p.name for p in out.iterdir()) == sorted(RESULT_FILES)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     # The same through clean_stale (what 'kvsim run --out' does first).
     parked.mkdir()
+    write_marker(parked, "parked-result")
     os.rename(out, parked / "result")
     notes = clean_stale(out)
     assert notes[0] == f"{out}: restored the previous result from {parked.name} (an interrupted run)"

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 import kvsim
 from kvsim.errors import KvsimError, ScenarioError
 from kvsim.estimate import check_work, estimate_work
-from kvsim.io import RESULT_FILES, check_out_dir, clean_stale, json_safe, save_result, summary_to_json
+from kvsim.io import DATA_FILES, check_out_dir, clean_stale, json_safe, save_result, summary_to_json
 from kvsim.plan import resolve_plan
 from kvsim.report import format_summary
 from kvsim.scenario.loading import DEFAULT_SCENARIO, load_scenario, scenario_json_schema
@@ -168,16 +168,17 @@ def _run_one(
             print(f"kvsim: error: {out_dir}: cannot write results: {exc}", file=sys.stderr)
             return 1, result.summary
         if not args.quiet:
-            print(f"kvsim: wrote {out_dir}/ ({', '.join(RESULT_FILES)})", file=sys.stderr)
+            print(f"kvsim: wrote {out_dir}/ ({', '.join(DATA_FILES)})", file=sys.stderr)
     return 0, result.summary
 
 
 def _prepare_out_dirs(out_dirs: Sequence[Path | None], quiet: bool) -> None:
-    """Before anything runs: clean what killed runs left beside each folder (with a note),
-    then refuse a folder that may not receive a result (`ResultDirError`, exit 2)."""
+    """Before anything runs: refuse a folder that may not receive a result (`ResultDirError`,
+    exit 2), clean what killed runs left beside each folder (with a note), and check again."""
     for out_dir in out_dirs:
         if out_dir is None:
             continue
+        check_out_dir(out_dir)
         for note in clean_stale(out_dir):
             if not quiet:
                 print(f"kvsim: note: {note}", file=sys.stderr)
@@ -264,7 +265,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="Simulate scenario files (or the embedded default) and print or save the results.",
         description="Simulate one or more scenario files, one after the other; with no file, the "
         "embedded default scenario. Prints the summary table on stdout. With --out, writes "
-        f"{', '.join(RESULT_FILES)} into DIR (DIR/<file stem>/ for several files), atomically.",
+        f"{', '.join(DATA_FILES)} into DIR (DIR/<file stem>/ for several files), atomically, with a "
+        ".kvsim marker; an existing DIR is replaced only if empty or a result folder kvsim wrote.",
     )
     run.add_argument(
         "scenarios", nargs="*", metavar="SCENARIO.yaml", help="Scenario files (default: embedded)."

@@ -198,6 +198,38 @@ def claim_folder(
     return target
 
 
+def claim_folder_beside(
+    path: str | os.PathLike[str],
+    kind: str,
+    outputs: Iterable[str],
+    what: str,
+    error: type[KvsimError] = OutputError,
+) -> Path:
+    """Make an existing folder of inputs a folder of ``kind`` kvsim may write ``outputs`` into:
+    one already marked so, or one where none of ``outputs`` exists yet (nothing of the user's
+    can be replaced; the marker is added). Anything else is refused. Returns the folder."""
+    target = check_target(path, what, error)
+    shown = _shown(path)
+    st = _lstat(target)
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        raise error(f"{what} {shown}: no such folder")
+    if marker_kind(target) == kind:
+        return target
+    present = [name for name in outputs if _lstat(target / name) is not None]
+    if present:
+        raise error(
+            f"{what} {shown}: not used: it holds {', '.join(printable(n) for n in present[:4])}, which kvsim "
+            f"would replace but cannot prove it wrote (no {MARKER_FILE} marker of a {kind} folder)"
+        )
+    try:
+        write_marker(target, kind)
+    except FileExistsError:
+        raise error(f"{what} {shown}: holds a {MARKER_FILE} that is not a {kind} marker") from None
+    except OSError as exc:
+        raise error(f"{what} {shown}: cannot use the folder: {exc.strerror or exc}") from None
+    return target
+
+
 # --------------------------------------------------------------------------- temporary siblings
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from kvsim.cli.types import count, number, path_arg, text_arg
 from kvsim.cost import compare, fit
@@ -312,7 +313,13 @@ def _fmt(value: Any) -> str:
 
 
 def _cost_config(text: str) -> RooflineCostConfig | ProfileCostConfig:
-    return RooflineCostConfig() if text == "roofline" else ProfileCostConfig(profile=text)
+    if text == "roofline":
+        return RooflineCostConfig()
+    try:
+        return ProfileCostConfig(profile=text)
+    except ValidationError as err:
+        rule = "; ".join(e["msg"] for e in err.errors())
+        raise KvsimError(f"--cost-model: {rule}") from None
 
 
 def _predict(args: argparse.Namespace) -> int:

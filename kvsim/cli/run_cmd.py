@@ -30,6 +30,7 @@ from kvsim.io import DATA_FILES, check_out_dir, clean_stale, json_safe, save_res
 from kvsim.plan import resolve_plan
 from kvsim.report import format_summary
 from kvsim.scenario.loading import DEFAULT_SCENARIO, load_scenario, scenario_json_schema
+from kvsim.workload import workload_file_problems
 
 #: Wall time a run must last before its progress bar appears, seconds.
 PROGRESS_DELAY_S = 1.0
@@ -230,9 +231,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
             exit_code = max(exit_code, 1)
             continue
         plan = resolve_plan(scenario)
-        estimate = estimate_work(plan, base_dir=Path(path).resolve().parent)
+        base_dir = Path(path).resolve().parent
+        estimate = estimate_work(plan, base_dir=base_dir)
         try:
             check_work(estimate, plan, path)
+            # The files the workload names, read as the run will read them.
+            problems = workload_file_problems(scenario.workload, base_dir)
+            if problems:
+                raise ScenarioError(path, problems)
         except ScenarioError as exc:
             print(f"kvsim: error: {exc}", file=sys.stderr)
             exit_code = max(exit_code, 2)

@@ -31,7 +31,7 @@ from kvsim.capacity import (
 )
 from kvsim.cli.types import number, path_arg, text_arg
 from kvsim.io import json_safe
-from kvsim.units import MISSING, format_rate, format_seconds
+from kvsim.units import MISSING, format_rate, format_seconds, rate_unit
 
 #: Exit code when the search ran but no candidate meets the SLO.
 EXIT_NO_ANSWER = 3
@@ -43,7 +43,7 @@ def _cell(key: str, value: Any) -> str:
     if key == "served":
         return f"{value:.1%}"
     if key.endswith("_per_s"):
-        return format_rate(value)
+        return format_rate(value, rate_unit(key))
     if key.endswith("_s"):
         return format_seconds(value)
     if isinstance(value, float):

@@ -21,7 +21,7 @@ import pandas as pd
 from kvsim.capacity import trace_share_kept
 from kvsim.cli.types import path_arg, text_arg
 from kvsim.sweep import run_sweep
-from kvsim.units import MISSING, format_rate, format_seconds
+from kvsim.units import MISSING, format_rate, format_seconds, rate_unit
 
 #: Summary columns of the printed table, with their titles.
 PRINTED = {
@@ -42,7 +42,7 @@ def _cell(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if key.endswith("_per_s"):
-        return format_rate(value)
+        return format_rate(value, rate_unit(key))
     if key.endswith("_s"):
         return format_seconds(value)
     if isinstance(value, float) and value.is_integer():

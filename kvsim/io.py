@@ -261,7 +261,9 @@ def load_result(result_dir: str | Path) -> Result:
     recovered from there.
     """
     result_dir = Path(result_dir)
-    if not result_dir.exists() and (recovered := _recover(result_dir)) is not None:
+    if (problem := path_problem(result_dir)) is not None:
+        raise ResultDirError(f"{printable(str(result_dir)[:200])}: {problem}")
+    if not exists(result_dir) and (recovered := _recover(result_dir)) is not None:
         result_dir = recovered
     if not result_dir.is_dir():
         raise ResultDirError(f"{result_dir}: no such result folder")

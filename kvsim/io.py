@@ -169,6 +169,14 @@ def check_out_dir(out_dir: str | Path, *, overwrite: bool = True) -> None:
     """
     target = check_target(out_dir, "--out", ResultDirError)
     shown = printable(str(out_dir))
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:
+        cwd = None
+    if target == cwd:
+        raise ResultDirError(
+            f"{shown}: is the current folder; a result folder is replaced as a whole, give a sub-folder"
+        )
     if exists(target) or exists(Path(out_dir).absolute()):
         if not Path(out_dir).is_dir():
             raise ResultDirError(f"{shown}: exists and is not a folder")

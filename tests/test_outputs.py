@@ -132,7 +132,7 @@ def test_run_out_replaces_its_own_result_and_an_empty_folder(tmp_path: Path, sce
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "s.yaml"]
 
 
-@pytest.mark.parametrize("where", ["root", "home", "home_slash", "long_name", "long_path", "nul"])
+@pytest.mark.parametrize("where", ["root", "home", "home_slash", "tilde", "long_name", "long_path", "nul"])
 def test_out_refuses_roots_home_and_impossible_names(
     tmp_path: Path,
     scenario: Path,
@@ -147,6 +147,7 @@ def test_out_refuses_roots_home_and_impossible_names(
         "root": "/",
         "home": str(home),
         "home_slash": str(home) + "/sub/..",
+        "tilde": "~",
         "long_name": str(tmp_path / ("r" * 300)),
         "long_path": str(tmp_path / "/".join(["d" * 200] * 30)),
         "nul": str(tmp_path / "a\x00b"),
@@ -163,6 +164,17 @@ def test_out_refuses_roots_home_and_impossible_names(
         assert code == 2, (argv[0], err)
         assert "Traceback" not in err and len(err) < 2000, err
     assert sorted(p.name for p in home.iterdir()) == []
+
+
+def test_run_out_is_never_the_current_folder_even_empty(
+    tmp_path: Path, scenario: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    assert main(["run", str(scenario), "--out", "."]) == 2
+    assert "is the current folder" in capsys.readouterr().err
+    assert empty.is_dir() and list(empty.iterdir()) == []
 
 
 def test_a_killed_run_leaves_only_what_kvsim_marked_and_the_next_run_cleans_it(

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import kvsim
+from kvsim.cli.types import path_arg
 from kvsim.errors import KvsimError, ScenarioError
 from kvsim.estimate import check_work, estimate_work
 from kvsim.io import DATA_FILES, check_out_dir, clean_stale, json_safe, save_result, summary_to_json
@@ -277,7 +278,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     run.add_argument(
         "scenarios", nargs="*", metavar="SCENARIO.yaml", help="Scenario files (default: embedded)."
     )
-    run.add_argument("--out", metavar="DIR", help="Write the results into this folder (replaced on success).")
+    run.add_argument(
+        "--out",
+        metavar="DIR",
+        type=path_arg,
+        help="Write the results into this folder (replaced on success, if empty or a result kvsim wrote).",
+    )
     _add_set(run)
     quiet_or_json = run.add_mutually_exclusive_group()
     quiet_or_json.add_argument(

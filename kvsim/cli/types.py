@@ -7,7 +7,8 @@
 A value out of range is refused by argparse with the option's name and the rule (exit 2),
 before any work starts: ``argument --window: must be > 0, got 0``. Numbers are finite
 (``nan`` and ``inf`` are refused), integers are integers (``1.5``, ``1e3`` and ``true``
-are refused), and paths can name a file (`kvsim.paths.path_problem`).
+are refused), and paths can name a file (`kvsim.paths.path_problem`), a leading ``~``
+expanded.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-from kvsim.paths import path_problem, printable
+from kvsim.paths import PathError, expand_user, path_problem, printable
 
 
 def _shown(text: str) -> str:
@@ -66,10 +67,16 @@ def number(
 
 
 def path_arg(text: str) -> str:
-    """A path a file can have (no NUL, names of at most 255 bytes); the text as given."""
+    """A path a file can have (no NUL, names of at most 255 bytes), a leading ``~`` or
+    ``~user`` expanded as a shell would (``--out=~/runs`` is not expanded by the shell)."""
     problem = path_problem(text)
     if problem is not None:
         raise argparse.ArgumentTypeError(f"{_shown(text)}: {problem}")
+    if text.startswith("~"):
+        try:
+            return str(expand_user(text, "path"))
+        except PathError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
 

@@ -224,11 +224,17 @@ def measure(out_dir: Path, reps: int, vllm_python: str, num_requests: int | None
     meta = {"workloads": workloads, "knobs": KNOBS, "reps": reps, "warmup": WARMUP}
     replace_file(out_dir, "meta.json", (json.dumps(meta, indent=1) + "\n").encode())
     record = out_dir / "record.json.gz"
+    # Recorded beside the old record, which is replaced only once the new one is complete.
+    new = out_dir / f".record.json.gz.kvsim-new-{os.getpid()}.json.gz"
     env = {**os.environ, **ENGINE_THREADS_ENV}
-    cmd = [vllm_python, str(HERE / "vllm_realtime.py"), "--plan", str(plan_path), "--out", str(record)]
+    cmd = [vllm_python, str(HERE / "vllm_realtime.py"), "--plan", str(plan_path), "--out", str(new)]
     print(f"$ {shlex.join(cmd)}   (uptime: {_uptime()})", file=sys.stderr, flush=True)
     t = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env)
+    try:
+        subprocess.run(cmd, check=True, env=env)
+        os.replace(new, record)
+    finally:
+        new.unlink(missing_ok=True)
     print(f"measured in {time.perf_counter() - t:.0f} s (uptime: {_uptime()})", file=sys.stderr)
     return record
 

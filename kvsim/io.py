@@ -48,6 +48,7 @@ from kvsim.outputs import (
     MARKER_FILE,
     check_parent,
     check_target,
+    check_writable,
     foreign_entries,
     make_sibling,
     marker_kind,
@@ -186,6 +187,7 @@ def check_out_dir(out_dir: str | Path, *, overwrite: bool = True) -> None:
             foreign = foreign_entries(target, RESULT_KIND, RESULT_FILES)
         except OSError as exc:
             raise ResultDirError(f"{shown}: cannot look into the folder: {exc.strerror or exc}") from None
+        check_writable(target.parent, shown, "--out", ResultDirError)  # replacing renames in the parent
         if foreign:
             raise ResultDirError(
                 f"{shown}: not replaced because it holds files other than a kvsim result "

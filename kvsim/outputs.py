@@ -101,7 +101,14 @@ def check_parent(target: Path, shown: str, what: str, error: type[KvsimError] = 
             raise error(f"{what} {shown}: cannot look at {ancestor}: {exc.strerror or exc}") from None
         if not stat.S_ISDIR(st.st_mode):
             raise error(f"{what} {shown}: cannot be created: {ancestor} is not a folder")
+        check_writable(ancestor, shown, what, error)
         return
+
+
+def check_writable(folder: Path, shown: str, what: str, error: type[KvsimError] = OutputError) -> None:
+    """Refuse, before any work, an output whose folder this process may not write into."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise error(f"{what} {shown}: cannot write into {_shown(folder)}: permission denied")
 
 
 # --------------------------------------------------------------------------- folder markers
@@ -183,6 +190,7 @@ def claim_folder(
             raise error(f"{what} {shown}: cannot create the folder: {exc.strerror or exc}") from None
     elif not stat.S_ISDIR(st.st_mode):
         raise error(f"{what} {shown}: exists and is not a folder")
+    check_writable(target, shown, what, error)
     try:
         foreign = foreign_entries(target, kind, None)
         if foreign:
@@ -365,6 +373,7 @@ def check_file_target(
             f"{what} {shown}: not replaced: it is not a file kvsim wrote (its first field is not "
             f'"format": "{fmt}"); remove it yourself or choose another name'
         )
+    check_writable(target.parent, shown, what, error)
     return target
 
 

@@ -333,3 +333,19 @@ def test_write_profile_api_follows_the_same_rule(tmp_path: Path) -> None:
     write_profile(data, tmp_path / "p.json")
     write_profile(data, tmp_path / "p.json")  # its own
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.json", "p.json"]
+
+
+def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(
+    tmp_path: Path, scenario: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("simulated although the output cannot be written")
+
+    monkeypatch.setattr(kvsim, "run", no_run)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # as for a user without write permission
+    for argv in (
+        ["run", str(scenario), "--out", str(tmp_path / "new")],
+        ["sweep", str(_sweep_file(tmp_path)), "--out", str(tmp_path / "sw")],
+    ):
+        assert main(argv) == 2
+        assert "permission denied" in capsys.readouterr().err

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import kvsim
 from kvsim import analysis, sharing
-from kvsim.cli.types import count, number, path_arg
+from kvsim.cli.types import count, number, path_arg, text_arg
 from kvsim.engine.simulator import scenario_workload
 from kvsim.io import json_safe
 from kvsim.limits import MAX_SAMPLES, MAX_TIME_S
@@ -81,7 +81,7 @@ def _cmd_exposure(args: argparse.Namespace) -> int:
 def _cmd_sharing(args: argparse.Namespace) -> int:
     scenario = kvsim.load_scenario(args.scenario, args.overrides)
     base_dir = Path(args.scenario).resolve().parent if args.scenario else None
-    widths = args.widths
+    widths = _widths(args.widths)
     points = sharing.memory_saving(scenario, args.kind, widths, base_dir=base_dir)
     if args.json:
         print(json.dumps(json_safe([vars_of(p) for p in points]), indent=2, allow_nan=False))
@@ -104,9 +104,13 @@ def vars_of(point: sharing.SharingPoint) -> dict[str, object]:
 def _widths(text: str) -> list[int]:
     """``--widths``: at most `MAX_WIDTHS` integers from 1 to `MAX_SAMPLES`, comma-separated."""
     parts = [w.strip() for w in text.split(",")]
-    if not all(parts) or len(parts) > MAX_WIDTHS:
-        raise argparse.ArgumentTypeError(f"1 to {MAX_WIDTHS} integers separated by commas, e.g. 2,4,6")
-    return [count(1, MAX_SAMPLES)(w) for w in parts]
+    try:
+        if not all(parts) or len(parts) > MAX_WIDTHS:
+            raise argparse.ArgumentTypeError(f"1 to {MAX_WIDTHS} integers separated by commas, e.g. 2,4,6")
+        return [count(1, MAX_SAMPLES)(w) for w in parts]
+    except argparse.ArgumentTypeError as exc:
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise kvsim.ScenarioError("--widths", [("", f"{exc}; got {shown!r}")]) from None
 
 
 #: Most widths ``kvsim sharing`` runs (two full runs each).
@@ -174,8 +178,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     h.add_argument("--kind", choices=("beam", "parallel"), default="beam", help="What shares (default beam).")
     h.add_argument(
         "--widths",
-        type=_widths,
-        default=[2, 4, 6],
+        type=text_arg(10_000),
+        default="2,4,6",
         help="Beam widths or sample counts, comma-separated (default 2,4,6).",
     )
     h.set_defaults(func=_cmd_sharing)

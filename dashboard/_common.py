@@ -48,7 +48,7 @@ import kvsim
 import kvsim.errors
 from kvsim.cost.profile import load_profile
 from kvsim.errors import ProfileError, TraceError
-from kvsim.io import RESULT_FILES
+from kvsim.io import DATA_FILES, RESULT_FILES
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
 from kvsim.scenario.loading import apply_overrides, parse_yaml, validate
 from kvsim.scenario.schema import Scenario
@@ -891,7 +891,7 @@ def unpack_result_archive(data: bytes, name: str, session: str) -> Path:
     members = {Path(i.filename).name: i for i in infos if not i.is_dir()}
     folders = {str(Path(i.filename).parent) for i in infos if not i.is_dir()}
     if (
-        set(members) != set(RESULT_FILES)
+        set(members) not in (set(RESULT_FILES), set(DATA_FILES))  # with kvsim's marker or without
         or len(members) != len(infos) - sum(i.is_dir() for i in infos)
         or (len(folders) > 1 or any(".." in Path(f).parts or Path(f).is_absolute() for f in folders))
     ):

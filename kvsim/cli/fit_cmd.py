@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from kvsim.cli.types import count, number, text_arg
 from kvsim.errors import KvsimError
 from kvsim.kv_sizing import GIB
+from kvsim.limits import MAX_GPU_MEMORY_BYTES, MAX_TOKENS
 from kvsim.memory_fit import FitCheck, check_fit, fit_variants
+from kvsim.paths import is_file
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model, tp_problem
 from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
 from kvsim.yaml_safe import load_yaml_file
@@ -37,7 +39,7 @@ def _spec_from_text(text: str, cls: type[S], what: str) -> S | None:
     stripped = text.strip()
     if stripped.startswith("{"):
         source, data = "inline JSON", _loads(stripped, what)
-    elif Path(text).is_file():
+    elif is_file(text):
         source = text
         try:
             data = load_yaml_file(text, what=f"{what} spec")
@@ -69,20 +71,12 @@ def gpu_arg(text: str) -> GpuSpec:
     return _spec_from_text(text, GpuSpec, "gpu") or resolve_gpu(text)
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def utilization(text: str) -> float:
-    """An argparse type: a share in (0, 1]."""
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
-    return value
+#: An argparse type: an integer from 1 to the largest token count (a count, a length, a batch).
+positive_int = count(1, MAX_TOKENS)
+#: An argparse type: a share in (0, 1].
+utilization = number(0, 1, low_open=True)
+#: An argparse type: activation memory per GPU, GiB (at most the largest GPU memory).
+reserve_gib = number(0, MAX_GPU_MEMORY_BYTES / GIB)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -96,8 +90,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "largest batch at the context, and the same with fp8 KV and fp8/int4 weights. Exit 0 "
         "when it fits, 3 when it does not.",
     )
-    p.add_argument("--model", required=True, help=f"preset ({', '.join(MODEL_PRESETS)}), spec file or JSON")
-    p.add_argument("--gpu", required=True, help=f"preset ({', '.join(GPU_PRESETS)}), spec file or JSON")
+    p.add_argument(
+        "--model",
+        required=True,
+        type=text_arg(),
+        help=f"preset ({', '.join(MODEL_PRESETS)}), spec file or JSON",
+    )
+    p.add_argument(
+        "--gpu", required=True, type=text_arg(), help=f"preset ({', '.join(GPU_PRESETS)}), spec file or JSON"
+    )
     p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
     p.add_argument(
         "--context-tokens",
@@ -126,7 +127,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument(
         "--activation-reserve-gib",
-        type=float,
+        type=reserve_gib,
         default=None,
         help="activation memory per GPU, GiB (default: estimated)",
     )

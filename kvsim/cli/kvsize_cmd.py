@@ -16,7 +16,8 @@ import argparse
 import json
 from typing import Any
 
-from kvsim.cli.fit_cmd import EXIT_DOES_NOT_FIT, gpu_arg, model_arg, positive_int, utilization
+from kvsim.cli.fit_cmd import EXIT_DOES_NOT_FIT, gpu_arg, model_arg, positive_int, reserve_gib, utilization
+from kvsim.cli.types import text_arg
 from kvsim.errors import KvsimError
 from kvsim.kv_sizing import (
     GIB,
@@ -34,13 +35,6 @@ from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, tp_problem
 from kvsim.specs import KV_DTYPE_BYTES
 
 
-def _non_negative(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``kv-size`` to the parser."""
     p = sub.add_parser(
@@ -50,7 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "after weights and activation reserve (vLLM's rule, per tensor-parallel shard).",
     )
     p.add_argument(
-        "--model", required=True, help=f"model preset ({', '.join(MODEL_PRESETS)}), spec file or JSON"
+        "--model",
+        required=True,
+        type=text_arg(),
+        help=f"model preset ({', '.join(MODEL_PRESETS)}), spec file or JSON",
     )
     p.add_argument(
         "--kv-dtype",
@@ -58,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         choices=["auto", *KV_DTYPE_BYTES],
         help="KV-cache element type (vLLM's kv_cache_dtype; 'auto' = the model's dtype).",
     )
-    p.add_argument("--gpu", help=f"GPU preset ({', '.join(GPU_PRESETS)}), spec file or JSON")
+    p.add_argument("--gpu", type=text_arg(), help=f"GPU preset ({', '.join(GPU_PRESETS)}), spec file or JSON")
     p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
     p.add_argument("--block-size", type=positive_int, default=16, help="tokens per block (default 16)")
     p.add_argument(
@@ -81,7 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument(
         "--activation-reserve-gib",
-        type=_non_negative,
+        type=reserve_gib,
         default=None,
         help="memory held for activations per GPU, GiB (default: estimated)",
     )

@@ -186,7 +186,10 @@ def parse_values(text: str) -> list[Any]:
             return [start + i * step for i in range(count)]
         digits = max(0, -math.floor(math.log10(step)) + 3)  # 0.05 -> 5 decimals: no 0.15000000000000002
         return [round(start + i * step, digits) for i in range(count)]
-    values = [parse_value(p, "--values", what="value") for p in text.split(",") if p.strip()]
+    try:
+        values = [parse_value(p, "--values", what="value") for p in text.split(",") if p.strip()]
+    except ScenarioError as exc:  # a value YAML cannot read (a tag, a bad escape): the option's error
+        raise CapacityError(str(exc)) from None
     if not values:
         raise CapacityError("--values: give at least one value")
     if len({repr(v) for v in values}) != len(values):

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
-import io
 import json
 import math
 import os
@@ -95,7 +94,9 @@ def _int(text: str | None) -> int | None:
     return int(value) if value is not None else None
 
 
-def scenario_for(row: dict[str, str], harness: dict[str, str] | None, extra: dict[str, Any]) -> dict[str, Any]:
+def scenario_for(
+    row: dict[str, str], harness: dict[str, str] | None, extra: dict[str, Any]
+) -> dict[str, Any]:
     """The kvsim scenario of one silicon row; ValueError("unsupported: ...") when kvsim cannot
     represent the deployment."""
     from kvsim.presets import resolve_gpu, resolve_model
@@ -112,7 +113,9 @@ def scenario_for(row: dict[str, str], harness: dict[str, str] | None, extra: dic
     except Exception as exc:  # an unknown name: a preset kvsim does not have
         raise ValueError(f"unsupported: {exc}") from None
     if model.is_moe or model.is_mla:
-        raise ValueError("unsupported: mixture of experts / MLA (the kernels cost model prices dense models; issue 22)")
+        raise ValueError(
+            "unsupported: mixture of experts / MLA (the kernels cost model prices dense models; issue 22)"
+        )
     quant = row.get("gemm_quant_mode") or ""
     if quant not in QUANTIZATION:
         raise ValueError(f"unsupported: weight precision {quant!r}")
@@ -290,13 +293,21 @@ def load_results(path: Path) -> dict[str, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=Path, help="a CSV in silicon_sample.csv's format (default: the installed one)")
+    parser.add_argument(
+        "--rows", type=Path, help="a CSV in silicon_sample.csv's format (default: the installed one)"
+    )
     parser.add_argument("--out", type=Path, help="per-row JSON to write (default: print the tables only)")
     parser.add_argument("--report", type=Path, help="write the error tables as Markdown to this file")
-    parser.add_argument("--harness", type=Path, default=HARNESS, help="per-row benchmark settings (silicon_harness.py)")
-    parser.add_argument("--peer", type=Path, default=PEER, help="the estimator's per-row JSON (aiconfigurator_peer.py)")
+    parser.add_argument(
+        "--harness", type=Path, default=HARNESS, help="per-row benchmark settings (silicon_harness.py)"
+    )
+    parser.add_argument(
+        "--peer", type=Path, default=PEER, help="the estimator's per-row JSON (aiconfigurator_peer.py)"
+    )
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
-    parser.add_argument("--match", action="append", default=[], help="only rows whose id contains this (repeatable)")
+    parser.add_argument(
+        "--match", action="append", default=[], help="only rows whose id contains this (repeatable)"
+    )
     parser.add_argument("--all", action="store_true", help="every row, not only the dense aggregated ones")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a scenario override for every row, JSON value (e.g. workload.num_prompts=640)")  # fmt: skip
@@ -331,7 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     statuses: dict[str, int] = {}
     for r in results:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
-    text += "\n\nkvsim's statuses: " + "; ".join(f"{k}: {v}" for k, v in sorted(statuses.items(), key=lambda kv: -kv[1]))
+    text += "\n\nkvsim's statuses: " + "; ".join(
+        f"{k}: {v}" for k, v in sorted(statuses.items(), key=lambda kv: -kv[1])
+    )
     text += f"\n\n{len(chosen)} rows in {time.perf_counter() - start:.0f} s wall ({args.jobs} workers)"
     print(text)
     if args.report:

@@ -14,12 +14,14 @@ A sweep file (YAML) names a base scenario, relative to the sweep file, and the p
 
 Output folder:
 
+    DIR/.kvsim                              kvsim's marker: a sweep folder (see kvsim.outputs)
     DIR/results.parquet, DIR/results.csv    one row per point: overrides, status, error, summary
     DIR/points/<point_id>/point.json        overrides, status, error, wall time
     DIR/points/<point_id>/...               the runner's files (summary.json, tables)
 
 A point id is a hash of the point's overrides, so rerunning the same (or an extended)
-sweep skips points whose ``point.json`` says ``ok``; failed points run again. Points run
+sweep skips points whose ``point.json`` says ``ok``; failed points run again. DIR must be
+new, empty, or a sweep folder kvsim marked; every file is written atomically. Points run
 in worker processes (``local``) or as Ray tasks (``ray``); workers return their files as
 bytes and only this process writes into DIR, so a Ray cluster needs no shared disk.
 """
@@ -27,6 +29,7 @@ bytes and only this process writes into DIR, so a Ray cluster needs no shared di
 from __future__ import annotations
 
 import hashlib
+import io
 import itertools
 import json
 import math
@@ -44,7 +47,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import kvsim
 from kvsim.errors import KvsimError, YamlError
-from kvsim.io import json_safe, save_result
+from kvsim.io import DATA_FILES, json_safe, save_result
+from kvsim.outputs import claim_folder, replace_file
 from kvsim.scenario.loading import apply_overrides, read_yaml, resolve_file_paths, scenario_data, validate
 from kvsim.scenario.schema import Scenario
 from kvsim.yaml_safe import load_yaml_file
@@ -52,6 +56,8 @@ from kvsim.yaml_safe import load_yaml_file
 #: A runner simulates one scenario and returns its summary and files to save (name -> bytes).
 Runner = Callable[[Scenario], tuple[dict[str, Any], dict[str, bytes]]]
 Executor = Literal["local", "ray"]
+#: The kind named by the ``.kvsim`` marker of a sweep's output folder.
+SWEEP_KIND = "sweep"
 
 
 class SweepError(KvsimError):
@@ -148,7 +154,8 @@ def simulate(scenario: Scenario) -> tuple[dict[str, Any], dict[str, bytes]]:
     result = kvsim.run(scenario)
     with tempfile.TemporaryDirectory(prefix="kvsim-point-") as tmp:
         folder = save_result(result, Path(tmp) / "result")
-        files = {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+        # The data files only: a point's folder is part of the sweep folder, whose marker it has.
+        files = {name: (folder / name).read_bytes() for name in DATA_FILES}
     return dict(result.summary), files
 
 
@@ -179,16 +186,20 @@ def _read_done(out: Path, point: Point) -> dict[str, Any] | None:
     """The saved record of a point that finished ok, or None."""
     try:
         record = json.loads((_point_dir(out, point.point_id) / "point.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8, not JSON: run it again
         return None
-    return record if record.get("status") == "ok" else None
+    return record if isinstance(record, dict) and record.get("status") == "ok" else None
 
 
 def _save(out: Path, point: Point, outcome: PointOutcome) -> dict[str, Any]:
     d = _point_dir(out, point.point_id)
     d.mkdir(parents=True, exist_ok=True)
     for name, blob in outcome.files.items():
-        (d / name).write_bytes(blob)
+        if Path(name).name != name or name.startswith(".kvsim-") or name in ("", ".", ".."):
+            raise SweepError(
+                f"point {point.point_id}: the runner returned a file named {name!r}; bare names only"
+            )
+        replace_file(d, name, blob)  # atomic: a kill leaves the old file or the new one
     record = {
         "point_id": point.point_id,
         "index": point.index,
@@ -199,7 +210,7 @@ def _save(out: Path, point: Point, outcome: PointOutcome) -> dict[str, Any]:
         "summary": json_safe(outcome.summary),
     }
     # point.json is written last: its presence with status ok marks the point done.
-    (d / "point.json").write_text(json.dumps(json_safe(record), indent=2) + "\n", encoding="utf-8")
+    replace_file(d, "point.json", (json.dumps(json_safe(record), indent=2) + "\n").encode("utf-8"))
     return record
 
 
@@ -336,9 +347,11 @@ def run_sweep(
     if jobs < 1:
         raise SweepError(f"--jobs must be >= 1, got {jobs}")
     _, points = load_sweep(sweep_file)
-    out = Path(out)
+    # The folder must be new, empty or a sweep folder kvsim marked (kvsim.outputs): its
+    # results.csv is rewritten, and a user's own must never be.
+    out = claim_folder(out, SWEEP_KIND, "--out", SweepError)
     try:
-        (out / "points").mkdir(parents=True, exist_ok=True)
+        (out / "points").mkdir(exist_ok=True)
     except OSError as exc:
         raise SweepError(f"{out}: cannot create output folder: {exc.strerror or exc}") from None
     records: dict[str, dict[str, Any]] = {}
@@ -359,6 +372,8 @@ def run_sweep(
                 progress(f"[{len(records)}/{len(points)}] point {p.point_id} {outcome.status}{note}")
     finally:
         table = _table(points, records)
-        table.to_csv(out / "results.csv", index=False)
-        table.to_parquet(out / "results.parquet", index=False)
+        replace_file(out, "results.csv", table.to_csv(index=False).encode("utf-8"))
+        buffer = io.BytesIO()
+        table.to_parquet(buffer, index=False)
+        replace_file(out, "results.parquet", buffer.getvalue())
     return SweepReport(table, len(points), skipped, ok, failed)

@@ -22,8 +22,10 @@ from pathlib import Path
 
 import kvsim
 from kvsim import analysis, sharing
+from kvsim.cli.types import count, number, path_arg, text_arg
 from kvsim.engine.simulator import scenario_workload
 from kvsim.io import json_safe
+from kvsim.limits import MAX_SAMPLES, MAX_TIME_S
 from kvsim.units import format_seconds
 
 
@@ -40,7 +42,7 @@ def _cmd_spikes(args: argparse.Namespace) -> int:
     itl_thr = slo.tpot_s if args.itl_threshold is None else args.itl_threshold
     finish = res.requests["finish_s"]
     span = float(finish.max()) if finish.notna().any() else 0.0
-    window = args.window or analysis.nice_window(span)
+    window = args.window if args.window is not None else analysis.nice_window(span)
     spikes = analysis.run_spikes(res.requests, res.iterations, res.events, window_s=window,
                                  ttft_threshold_s=ttft_thr, itl_threshold_s=itl_thr)  # fmt: skip
     table = analysis.attribute_spikes(spikes, res.requests, res.iterations, res.events)
@@ -79,11 +81,7 @@ def _cmd_exposure(args: argparse.Namespace) -> int:
 def _cmd_sharing(args: argparse.Namespace) -> int:
     scenario = kvsim.load_scenario(args.scenario, args.overrides)
     base_dir = Path(args.scenario).resolve().parent if args.scenario else None
-    try:
-        widths = [int(w) for w in args.widths.split(",")]
-    except ValueError:
-        problem = ("", f"expected integers separated by commas, got {args.widths!r}")
-        raise kvsim.ScenarioError("--widths", [problem]) from None
+    widths = _widths(args.widths)
     points = sharing.memory_saving(scenario, args.kind, widths, base_dir=base_dir)
     if args.json:
         print(json.dumps(json_safe([vars_of(p) for p in points]), indent=2, allow_nan=False))
@@ -103,8 +101,26 @@ def vars_of(point: sharing.SharingPoint) -> dict[str, object]:
     return {f: getattr(point, f) for f in point.__dataclass_fields__}
 
 
+def _widths(text: str) -> list[int]:
+    """``--widths``: at most `MAX_WIDTHS` integers from 1 to `MAX_SAMPLES`, comma-separated."""
+    parts = [w.strip() for w in text.split(",")]
+    try:
+        if not all(parts) or len(parts) > MAX_WIDTHS:
+            raise argparse.ArgumentTypeError(f"1 to {MAX_WIDTHS} integers separated by commas, e.g. 2,4,6")
+        return [count(1, MAX_SAMPLES)(w) for w in parts]
+    except argparse.ArgumentTypeError as exc:
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise kvsim.ScenarioError("--widths", [("", f"{exc}; got {shown!r}")]) from None
+
+
+#: Most widths ``kvsim sharing`` runs (two full runs each).
+MAX_WIDTHS = 32
+
+
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("scenario", nargs="?", help="Scenario file (default: the embedded default scenario).")
+    p.add_argument(
+        "scenario", nargs="?", type=path_arg, help="Scenario file (default: the embedded default scenario)."
+    )
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="Override a scenario field (repeatable), as for kvsim run.")  # fmt: skip
     p.add_argument("--json", action="store_true", help="Print JSON instead of text.")
@@ -122,13 +138,24 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     _common(p)
     p.add_argument(
-        "--window", type=float, metavar="S", help="Window length, s (default: about 1/60 of the run)."
+        "--window",
+        type=number(0, MAX_TIME_S, low_open=True),
+        metavar="S",
+        help="Window length, s, > 0 (default: about 1/60 of the run).",
     )
     p.add_argument(
-        "--ttft-threshold", type=float, metavar="S", help="TTFT threshold, s (default: slo.ttft_s)."
+        "--ttft-threshold",
+        type=number(0, MAX_TIME_S),
+        metavar="S",
+        help="TTFT threshold, s (default: slo.ttft_s).",
     )
-    p.add_argument("--itl-threshold", type=float, metavar="S", help="ITL threshold, s (default: slo.tpot_s).")
-    p.add_argument("--top", type=int, default=8, help="Spikes printed, worst first (default 8).")
+    p.add_argument(
+        "--itl-threshold",
+        type=number(0, MAX_TIME_S),
+        metavar="S",
+        help="ITL threshold, s (default: slo.tpot_s).",
+    )
+    p.add_argument("--top", type=count(1, 10_000), default=8, help="Spikes printed, worst first (default 8).")
     p.set_defaults(func=_cmd_spikes)
     e = sub.add_parser(
         "exposure",
@@ -150,6 +177,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     _common(h)
     h.add_argument("--kind", choices=("beam", "parallel"), default="beam", help="What shares (default beam).")
     h.add_argument(
-        "--widths", default="2,4,6", help="Beam widths or sample counts, comma-separated (default 2,4,6)."
+        "--widths",
+        type=text_arg(10_000),
+        default="2,4,6",
+        help="Beam widths or sample counts, comma-separated (default 2,4,6).",
     )
     h.set_defaults(func=_cmd_sharing)

@@ -29,8 +29,9 @@ from kvsim.capacity import (
     parse_slo,
     parse_values,
 )
+from kvsim.cli.types import number, path_arg, text_arg
 from kvsim.io import json_safe
-from kvsim.units import MISSING, format_rate, format_seconds
+from kvsim.units import MISSING, format_rate, format_seconds, rate_unit
 
 #: Exit code when the search ran but no candidate meets the SLO.
 EXIT_NO_ANSWER = 3
@@ -42,7 +43,7 @@ def _cell(key: str, value: Any) -> str:
     if key == "served":
         return f"{value:.1%}"
     if key.endswith("_per_s"):
-        return format_rate(value)
+        return format_rate(value, rate_unit(key))
     if key.endswith("_s"):
         return format_seconds(value)
     if isinstance(value, float):
@@ -133,10 +134,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "end, or requests cut off) and it served --min-served of its requests. Prints one row per run and the answer in one line. Exit codes: 0 answer found, "
         f"{EXIT_NO_ANSWER} no value in the range meets the SLO, 2 bad input, 1 a failure.",
     )
-    p.add_argument("scenario", nargs="?", help="Scenario file (default: the embedded default scenario).")
+    p.add_argument(
+        "scenario", nargs="?", type=path_arg, help="Scenario file (default: the embedded default scenario)."
+    )
     p.add_argument(
         "--knob",
         required=True,
+        type=text_arg(1000),
         metavar="PATH",
         help="Dotted path of the knob, as for --set: replicas.0.count, replicas.0.gpu, replicas.0.tp, "
         "replicas.0.engine.gpu_memory_utilization, workload.arrival.rate_per_s, workload.time_scale, ...",
@@ -176,7 +180,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument(
         "--min-served",
-        type=float,
+        type=number(0, 1),
         default=DEFAULT_MIN_SERVED,
         metavar="SHARE",
         help=f"Least share of the requests a point must finish to count (default {DEFAULT_MIN_SERVED}): "

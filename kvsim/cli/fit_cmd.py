@@ -22,10 +22,13 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from kvsim.backends import BACKENDS, resolve_engine
+from kvsim.cli.types import count, number, text_arg
 from kvsim.errors import KvsimError
 from kvsim.hf_config import load_hf_config, looks_like_hf_config, read_json_capped
 from kvsim.kv_sizing import GIB
+from kvsim.limits import MAX_GPU_MEMORY_BYTES, MAX_TOKENS
 from kvsim.memory_fit import FitCheck, check_fit, fit_variants
+from kvsim.paths import is_file
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model, tp_problem
 from kvsim.scenario.schema import EngineConfig
 from kvsim.specs import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, GpuSpec, ModelSpec
@@ -42,7 +45,7 @@ def _spec_from_text(text: str, cls: type[S], what: str) -> S | None:
     stripped = text.strip()
     if stripped.startswith("{"):
         source, data = "inline JSON", _loads(stripped, what)
-    elif Path(text).is_file():
+    elif is_file(text):
         source = text
         try:
             data = load_yaml_file(text, what=f"{what} spec")
@@ -67,10 +70,9 @@ def _loads(text: str, what: str) -> Any:
 def model_arg(text: str) -> ModelSpec:
     """``--model``: a preset name or Hugging Face id, a Hugging Face config.json, a spec file, or
     inline JSON."""
-    path = Path(text)
-    is_json_file = not text.strip().startswith("{") and path.suffix == ".json" and path.is_file()
-    if is_json_file and looks_like_hf_config(read_json_capped(path, "--model file")):
-        return load_hf_config(path)
+    is_json_file = not text.strip().startswith("{") and text.endswith(".json") and is_file(text)
+    if is_json_file and looks_like_hf_config(read_json_capped(Path(text), "--model file")):
+        return load_hf_config(Path(text))
     return _spec_from_text(text, ModelSpec, "model") or resolve_model(text)
 
 
@@ -89,6 +91,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--backend-version",
+        type=text_arg(),
         default=None,
         help="its release, e.g. 0.11.2, 0.5.9, 1.2.0rc6 (default: kvsim's vLLM defaults; the newest "
         "tabulated SGLang / TensorRT-LLM)",
@@ -132,20 +135,12 @@ def engine_knobs(args: argparse.Namespace, model: ModelSpec, gpu: GpuSpec | None
     return resolve_engine(engine, gpu=gpu, tp=args.tp, model=model)
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def utilization(text: str) -> float:
-    """An argparse type: a share in (0, 1]."""
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
-    return value
+#: An argparse type: an integer from 1 to the largest token count (a count, a length, a batch).
+positive_int = count(1, MAX_TOKENS)
+#: An argparse type: a share in (0, 1].
+utilization = number(0, 1, low_open=True)
+#: An argparse type: activation memory per GPU, GiB (at most the largest GPU memory).
+reserve_gib = number(0, MAX_GPU_MEMORY_BYTES / GIB)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -162,10 +157,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--model",
         required=True,
+        type=text_arg(),
         help=f"preset ({', '.join(MODEL_PRESETS)}) or Hugging Face id, a Hugging Face config.json, a "
         "spec file or JSON",
     )
-    p.add_argument("--gpu", required=True, help=f"preset ({', '.join(GPU_PRESETS)}), spec file or JSON")
+    p.add_argument(
+        "--gpu", required=True, type=text_arg(), help=f"preset ({', '.join(GPU_PRESETS)}), spec file or JSON"
+    )
     p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
     p.add_argument(
         "--context-tokens",
@@ -184,7 +182,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add_engine_args(p)
     p.add_argument(
         "--activation-reserve-gib",
-        type=float,
+        type=reserve_gib,
         default=None,
         help="activation memory per GPU, GiB (default: estimated)",
     )

@@ -24,7 +24,9 @@ from kvsim.cli.fit_cmd import (
     gpu_arg,
     model_arg,
     positive_int,
+    reserve_gib,
 )
+from kvsim.cli.types import text_arg
 from kvsim.errors import KvsimError
 from kvsim.kv_sizing import (
     GIB,
@@ -42,13 +44,6 @@ from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, tp_problem
 from kvsim.specs import KV_DTYPE_BYTES
 
 
-def _non_negative(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``kv-size`` to the parser."""
     p = sub.add_parser(
@@ -60,6 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--model",
         required=True,
+        type=text_arg(),
         help=f"model preset ({', '.join(MODEL_PRESETS)}) or Hugging Face id, a Hugging Face config.json, "
         "a spec file or JSON",
     )
@@ -69,12 +65,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         choices=["auto", *KV_DTYPE_BYTES],
         help="KV-cache element type (vLLM's kv_cache_dtype; 'auto' = the model's dtype).",
     )
-    p.add_argument("--gpu", help=f"GPU preset ({', '.join(GPU_PRESETS)}), spec file or JSON")
+    p.add_argument("--gpu", type=text_arg(), help=f"GPU preset ({', '.join(GPU_PRESETS)}), spec file or JSON")
     p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
     add_engine_args(p)
     p.add_argument(
         "--activation-reserve-gib",
-        type=_non_negative,
+        type=reserve_gib,
         default=None,
         help="memory held for activations per GPU, GiB (default: estimated)",
     )

@@ -44,8 +44,9 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import io
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -57,6 +58,9 @@ from kvsim.cost.config import RooflineCostConfig
 from kvsim.cost.profile import PROFILE_FORMAT, PROFILE_VERSION, Profile, model_shape
 from kvsim.cost.roofline import RooflineCostModel
 from kvsim.errors import KvsimError
+from kvsim.limits import MAX_TRACE_LINE_CHARS
+from kvsim.outputs import write_file
+from kvsim.paths import exists, is_file
 from kvsim.specs import GpuSpec, ModelSpec
 
 CSV_COLUMNS = ("tp", "phase", "batch_size", "prompt_tokens", "context_tokens", "time_s")
@@ -164,34 +168,67 @@ class Point:
         return d
 
 
-def write_points(points: Sequence[Point], path: str | Path) -> Path:
-    """Write points as a measurements CSV that `read_points` reads back (step columns if needed)."""
-    path = Path(path)
+def points_csv(points: Sequence[Point]) -> str:
+    """Points as the text of a measurements CSV that `read_points` reads back (step columns if needed)."""
     columns = list(CSV_COLUMNS)
     if any(p.phase == "step" for p in points):
         columns += STEP_COLUMNS
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore", restval="")
-        writer.writeheader()
-        for p in points:
-            writer.writerow(p.csv_row())
+    out = io.StringIO(newline="")
+    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore", restval="")
+    writer.writeheader()
+    for p in points:
+        writer.writerow(p.csv_row())
+    return out.getvalue()
+
+
+def write_points(points: Sequence[Point], path: str | Path) -> Path:
+    """Write points as a measurements CSV that `read_points` reads back (step columns if needed).
+
+    Atomically, and never over an existing file: a CSV holds no mark of what wrote it, so
+    kvsim cannot prove an existing one is its own (`kvsim.outputs`).
+    """
+    path = Path(path)
+    write_file(path, points_csv(points).encode("utf-8"), "measurements CSV", None)
     return path
+
+
+def _csv_lines(path: Path) -> Iterator[str]:
+    """The lines of a measurements CSV as text: a regular file, UTF-8 (a bad byte is named by
+    its line and offset), no line longer than `MAX_TRACE_LINE_CHARS`."""
+    if not is_file(path):
+        raise KvsimError(f"{path}: cannot read: {'not a regular file' if exists(path) else 'no such file'}")
+    offset = 0
+    try:
+        with path.open("rb") as fh:
+            for line_no, raw in enumerate(iter(lambda: fh.readline(MAX_TRACE_LINE_CHARS + 1), b""), start=1):
+                if len(raw) > MAX_TRACE_LINE_CHARS:
+                    raise KvsimError(
+                        f"{path}:{line_no}: line longer than {MAX_TRACE_LINE_CHARS:,} characters"
+                    )
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise KvsimError(
+                        f"{path}:{line_no}: not UTF-8 text: byte 0x{raw[exc.start]:02x} at byte offset "
+                        f"{offset + exc.start} ({exc.reason})"
+                    ) from None
+                offset += len(raw)
+                yield text.removeprefix("\ufeff") if line_no == 1 else text
+    except OSError as exc:
+        raise KvsimError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def read_points(path: str | Path) -> list[Point]:
     """Read a measurements CSV; errors name the file, the line and the column."""
     path = Path(path)
+    reader = csv.DictReader(_csv_lines(path))
     try:
-        with path.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in CSV_COLUMNS[:-1] if c not in (reader.fieldnames or [])]
-            if missing:
-                raise KvsimError(
-                    f"{path}: missing column(s) {', '.join(missing)} (need {','.join(CSV_COLUMNS)})"
-                )
-            points = [_parse_row(row, f"{path}:{i}") for i, row in enumerate(reader, start=2)]
-    except OSError as exc:
-        raise KvsimError(f"{path}: cannot read: {exc}") from exc
+        missing = [c for c in CSV_COLUMNS[:-1] if c not in (reader.fieldnames or [])]
+        if missing:
+            raise KvsimError(f"{path}: missing column(s) {', '.join(missing)} (need {','.join(CSV_COLUMNS)})")
+        points = [_parse_row(row, f"{path}:{reader.line_num}") for row in reader]
+    except csv.Error as exc:
+        raise KvsimError(f"{path}:{reader.line_num}: not valid CSV: {exc}") from None
     if not points:
         raise KvsimError(f"{path}: no rows")
     return points

@@ -30,7 +30,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 from kvsim.backends import DEFAULTED_KNOBS, Backend, resolve_engine
 from kvsim.cost.config import CostModelConfig, RooflineCostConfig, _CostHolder
 from kvsim.errors import KvsimError
-from kvsim.frozen import FrozenModel
+from kvsim.frozen import FrozenModel, Name
 from kvsim.hf_config import read_model_ref
 from kvsim.limits import (
     MAX_BANDWIDTH_BYTES_PER_S,
@@ -394,7 +394,7 @@ class AutoscaleConfig(FrozenModel):
 class ReplicaGroup(_CostHolder):
     """``count`` identical replicas (one GPU, or one tensor-parallel group, each)."""
 
-    name: str = Field(default="replica", min_length=1, description="Group name; replica ids are NAME-INDEX.")
+    name: Name = Field(default="replica", min_length=1, description="Group name; replica ids are NAME-INDEX.")
     count: int = Field(
         default=1, ge=1, le=MAX_REPLICAS_PER_GROUP, description="Number of replicas in this group."
     )
@@ -688,7 +688,7 @@ class AnalysisConfig(FrozenModel):
 class Scenario(FrozenModel):
     """One simulation: model, replicas, router, workload, SLOs and seed."""
 
-    name: str = Field(default="scenario", description="Short name of the scenario.")
+    name: Name = Field(default="scenario", description="Short name of the scenario.")
     description: str = Field(default="", description="What the scenario shows.")
     seed: int = Field(
         default=0, ge=0, le=MAX_SEED, description="Seed of every random draw (same seed, same Result)."

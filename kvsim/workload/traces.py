@@ -52,6 +52,7 @@ from kvsim.limits import (
     MAX_TRACE_LINE_CHARS,
     MAX_TRACE_TIME_S,
 )
+from kvsim.paths import PathError, exists, expand_user, is_file, printable
 from kvsim.request import DEFAULT_RETENTION, RequestSpec, Retention, Segment
 from kvsim.workload.config import TraceFormat, TraceWorkload
 
@@ -331,10 +332,13 @@ def read_trace(
     model_filter: str | None = None,
 ) -> TraceTable:
     """Read every row of a trace file, in file order (no filtering except ``model_filter``)."""
-    path = Path(path)
-    if not path.is_file():
-        what = "not a regular file" if path.exists() else "trace file not found"
-        raise TraceError(f"{path}: {what}")
+    try:
+        path = expand_user(path, "trace file")  # a ~ the scenario's loader could not expand
+    except PathError as exc:
+        raise TraceError(str(exc)) from None
+    if not is_file(path):
+        what = "not a regular file" if exists(path) else "trace file not found"
+        raise TraceError(f"{printable(str(path))}: {what}")
     p = str(path)
     cols = dict(columns or {})
     table = TraceTable(path=p)

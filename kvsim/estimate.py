@@ -103,7 +103,7 @@ def _requests_and_output(
     """Requests a workload sends and their mean output length (a mixture: its components')."""
     if isinstance(workload, BenchServeWorkload):
         low, high = workload.output_range
-        return workload.num_requests, (low + high) / 2
+        return workload.total_requests, (low + high) / 2
     if isinstance(workload, SyntheticWorkload):
         n = workload.num_requests * workload.parallel_samples * workload.beam_width
         return n, mean_tokens(workload.output_tokens)

@@ -18,6 +18,7 @@ builds from the resolved `Plan` (again, cold, when an autoscaled replica restart
 from __future__ import annotations
 
 import gc
+import math
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -481,7 +482,7 @@ class Cluster:
 
     def _send(self, release: Release) -> None:
         """Send a released request now (its time, ``release.at_s``, has come)."""
-        if release.ready_s == release.ready_s:  # a client held it back: how long it waited
+        if not math.isnan(release.ready_s):  # a client held it back: how long it waited
             self.ledger.client_queue(release.spec.request_id, release.at_s - release.ready_s)
         self._submit(release.spec, release.at_s)
 

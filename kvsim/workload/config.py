@@ -599,8 +599,8 @@ class BenchServeWorkload(FrozenModel):
     ready_check: bool = Field(
         default=False,
         description="One request of the first prompt before the warm-ups, waited for (vLLM's "
-        "--ready-check-timeout-sec > 0; clients before vLLM 0.11 always sent this 'initial single "
-        "prompt test run'). Excluded from every figure.",
+        "--ready-check-timeout-sec > 0; older benchmark_serving.py clients always send this 'initial "
+        "single prompt test run'). Excluded from every figure.",
     )
     request_rate: Annotated[float, Field(ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S)] | Literal["inf"] = Field(
         default="inf",
@@ -714,7 +714,7 @@ class BenchServeWorkload(FrozenModel):
                 "random_input_len is too small: random_prefix_len + the shortest drawn prompt "
                 f"({self.random_prefix_len} + {low}) must be >= 1"
             )
-        if self.num_requests > MAX_NUM_REQUESTS:
+        if self.total_requests > MAX_NUM_REQUESTS:
             raise ValueError(f"num_prompts + num_warmups (+ the ready check) must be <= {MAX_NUM_REQUESTS:,}")
         return self
 
@@ -727,7 +727,7 @@ class BenchServeWorkload(FrozenModel):
         return math.inf if self.burstiness == "inf" else float(self.burstiness)
 
     @property
-    def num_requests(self) -> int:
+    def total_requests(self) -> int:
         """Every request the client sends: warm-ups and the ready check included."""
         return self.num_prompts + self.num_warmups + int(self.ready_check)
 

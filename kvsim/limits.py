@@ -55,6 +55,9 @@ MAX_TRACE_TIME_S = 1e12
 MAX_TOKENS = 2**31 - 1
 #: Most requests of a workload (the per-run work estimate refuses absurd work earlier).
 MAX_NUM_REQUESTS = 2**31 - 1
+#: Longest base length of a benchmark client's random dataset (input, output, prefix): twice
+#: it, what a range ratio near 1 draws, still fits the token limit.
+MAX_BENCH_LEN = 2**30
 #: Most samples per prompt (``parallel_samples``) and beams (``beam_width``).
 MAX_SAMPLES = 1024
 #: Most distinct shared prompts in a pool (system prompts, few-shot templates).
@@ -71,6 +74,10 @@ MAX_RATE_PER_S = 1e6
 #: Coefficients of variation (gamma arrivals, lognormal lengths): 1/cv**2 is a gamma shape.
 MIN_CV = 1e-3
 MAX_CV = 100.0
+#: Burstiness of a benchmark client's arrivals (`vllm bench serve --burstiness`, a gamma
+#: shape: cv = 1 / sqrt(burstiness)): the range of the gamma cv bounds above.
+MIN_BURSTINESS = 1e-4
+MAX_BURSTINESS = 1e6
 #: Every duration, time and period of a workload (think time, burst lengths, ramp length,
 #: diurnal period and phase, trace windows), seconds: about 31.7 years.
 MAX_TIME_S = 1e9

@@ -176,7 +176,7 @@ def test_bench_serve_json_and_save_result(tmp_path: Path, capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--num-prompts", "0"], "argument --num-prompts: must be >= 1"),
+        (["--num-prompts", "0"], "argument --num-prompts: must be between 1 and"),
         (["--request-rate", "-2"], "argument --request-rate: must be a number > 0 or inf"),
         (
             ["--random-range-ratio", "1.0"],

@@ -31,6 +31,8 @@ import torch.nn.functional as F
 
 from calibration.shapes import ModelShape
 from calibration.timing import time_median_s
+from kvsim.inputs import read_input
+from kvsim.limits import MAX_YAML_BYTES
 
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -171,8 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--out", required=True, help="CSV to write")
     args = parser.parse_args(argv)
-    with open(args.model_json) as fh:
-        shape = ModelShape(**json.load(fh))
+    try:  # a regular file, capped: never a FIFO or /dev/zero
+        shape = ModelShape(**json.loads(read_input(args.model_json, MAX_YAML_BYTES)))
+    except (OSError, ValueError, TypeError) as exc:
+        parser.error(f"--model-json {args.model_json}: {exc}")
     rows = measure_points(shape, DEFAULT_POINTS, device=args.device)
     with open(args.out, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))

@@ -216,6 +216,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for path in args.files:  # every file is checked, whatever happened to the ones before
         try:
             scenario = load_scenario(path, args.overrides)
+            plan = resolve_plan(scenario)
+            # Counts a trace's rows: a trace that is not a regular file is a TraceError here.
+            estimate = estimate_work(plan, base_dir=Path(path).resolve().parent)
         except ScenarioError as exc:
             print(f"kvsim: error: {exc}", file=sys.stderr)
             exit_code = max(exit_code, 2)
@@ -228,8 +231,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"kvsim: error: {path}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
             exit_code = max(exit_code, 1)
             continue
-        plan = resolve_plan(scenario)
-        estimate = estimate_work(plan, base_dir=Path(path).resolve().parent)
         try:
             check_work(estimate, plan, path)
         except ScenarioError as exc:

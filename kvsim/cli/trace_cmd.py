@@ -17,8 +17,10 @@ import numpy as np
 from pydantic import ValidationError
 
 from kvsim.cache_curve import cache_curve, parse_capacities
+from kvsim.cli.argtypes import int_in
 from kvsim.errors import KvsimError, TraceError
-from kvsim.limits import MAX_TRACE_LINE_CHARS
+from kvsim.inputs import open_input
+from kvsim.limits import MAX_CAPACITIES, MAX_NUM_REQUESTS, MAX_TOKENS, MAX_TRACE_BYTES, MAX_TRACE_LINE_CHARS
 from kvsim.request import RequestSpec
 from kvsim.workload.config import TraceFormat, TraceWorkload
 from kvsim.workload.traces import TraceReport, replay_trace
@@ -35,7 +37,7 @@ def guess_format(path: Path) -> str:
         return "mooncake"
     if suffix == ".csv":
         try:
-            with path.open("rb") as fh:  # the first line only, capped (the file may be /dev/zero)
+            with open_input(path, MAX_TRACE_BYTES) as fh:  # a regular file only; its first line, capped
                 header = fh.readline(MAX_TRACE_LINE_CHARS + 1).decode("utf-8", errors="replace")
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
             raise TraceError(f"{path}: cannot read trace: {getattr(exc, 'strerror', None) or exc}") from None
@@ -73,7 +75,7 @@ def _add_trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--columns", help='Column mapping for csv/jsonl, as JSON: {"timestamp": "t", "prompt_tokens": ...}.'
     )
-    p.add_argument("--max-requests", type=int, help="Use only the first N requests.")
+    p.add_argument("--max-requests", type=int_in(1, MAX_NUM_REQUESTS), help="Use only the first N requests.")
     p.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
 
 
@@ -159,11 +161,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "(blocks and tokens) per capacity. A request hits its longest cached run of leading blocks.",
     )
     _add_trace_args(p)
-    p.add_argument("--block-size", type=int, default=512, help="Tokens per block (default 512).")
+    p.add_argument(
+        "--block-size", type=int_in(1, MAX_TOKENS), default=512, help="Tokens per block (default 512)."
+    )
     p.add_argument(
         "--capacities",
         default="1000,10000,100000,inf",
-        help="Comma-separated capacities in blocks; 'inf' for unbounded (default 1000,10000,100000,inf).",
+        help="Comma-separated capacities in blocks; 'inf' for unbounded (default 1000,10000,100000,inf; "
+        f"at most {MAX_CAPACITIES:,}, each replaying the whole trace).",
     )
     p.add_argument("--policy", choices=("lru", "lfu"), default="lru", help="Eviction policy (default lru).")
     p.add_argument(

@@ -43,13 +43,16 @@ from typing import Any
 import numpy as np
 
 from kvsim.errors import TraceError
+from kvsim.inputs import FileTooLargeError, check_input, open_input
 from kvsim.limits import (
     MAX_HASH_ID,
     MAX_PRIORITY,
     MAX_TOKENS,
+    MAX_TRACE_BYTES,
     MAX_TRACE_CELL_CHARS,
     MAX_TRACE_JSON_DEPTH,
     MAX_TRACE_LINE_CHARS,
+    MAX_TRACE_LINES,
     MAX_TRACE_TIME_S,
 )
 from kvsim.request import DEFAULT_RETENTION, RequestSpec, Retention, Segment
@@ -234,6 +237,27 @@ def _hash_ids(value: Any, path: str, line: int) -> list[int]:
 # --------------------------------------------------------------------------- readers
 
 
+def _too_long_trace() -> str:
+    return (
+        f"a trace holds at most {MAX_TRACE_LINES:,} lines and {MAX_TRACE_BYTES:,} bytes "
+        "(the most kvsim reads); cut it, e.g. with head"
+    )
+
+
+def check_trace_file(path: Path) -> None:
+    """A `TraceError` unless ``path`` is a regular file within `MAX_TRACE_BYTES` (nothing is read)."""
+    try:
+        check_input(path, MAX_TRACE_BYTES)
+    except FileNotFoundError:
+        raise TraceError(f"{path}: trace file not found") from None
+    except FileTooLargeError:
+        raise TraceError(f"{path}: {_too_long_trace()}") from None
+    except OSError as exc:  # not a regular file, a folder on the way that is not one, no access
+        raise TraceError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
+    except ValueError as exc:  # a NUL byte in the path
+        raise TraceError(f"{path}: cannot read trace: {exc}") from None
+
+
 def _open(path: Path, counter: list[int] | None = None) -> Iterator[str]:
     """The file's lines as text, each checked for length and UTF-8 (errors name line and byte).
 
@@ -241,12 +265,15 @@ def _open(path: Path, counter: list[int] | None = None) -> Iterator[str]:
     """
     line_no, offset = 0, 0
     try:
-        with path.open("rb") as fh:
+        # A regular file only (a FIFO or /dev/zero would never end), of at most MAX_TRACE_BYTES.
+        with open_input(path, MAX_TRACE_BYTES) as fh:
             readline = fh.readline
             while raw := readline(MAX_TRACE_LINE_CHARS + 1):
                 line_no += 1
                 if len(raw) > MAX_TRACE_LINE_CHARS:
                     raise _err(str(path), line_no, f"line longer than {MAX_TRACE_LINE_CHARS:,} characters")
+                if line_no > MAX_TRACE_LINES or offset + len(raw) > MAX_TRACE_BYTES:  # it grew meanwhile
+                    raise _err(str(path), line_no, _too_long_trace())
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
@@ -332,9 +359,7 @@ def read_trace(
 ) -> TraceTable:
     """Read every row of a trace file, in file order (no filtering except ``model_filter``)."""
     path = Path(path)
-    if not path.is_file():
-        what = "not a regular file" if path.exists() else "trace file not found"
-        raise TraceError(f"{path}: {what}")
+    check_trace_file(path)
     p = str(path)
     cols = dict(columns or {})
     table = TraceTable(path=p)

@@ -22,8 +22,11 @@ from pathlib import Path
 
 import kvsim
 from kvsim import analysis, sharing
+from kvsim.cli.argtypes import float_in, int_in
 from kvsim.engine.simulator import scenario_workload
+from kvsim.errors import WorkLimitError
 from kvsim.io import json_safe
+from kvsim.limits import MAX_NUM_REQUESTS, MAX_TIME_S, MAX_WIDTHS, MAX_WINDOWS
 from kvsim.units import format_seconds
 
 
@@ -40,7 +43,12 @@ def _cmd_spikes(args: argparse.Namespace) -> int:
     itl_thr = slo.tpot_s if args.itl_threshold is None else args.itl_threshold
     finish = res.requests["finish_s"]
     span = float(finish.max()) if finish.notna().any() else 0.0
-    window = args.window or analysis.nice_window(span)
+    window = analysis.nice_window(span) if args.window is None else args.window
+    if span / window > MAX_WINDOWS:  # the work of the rolling statistics grows with the windows
+        raise WorkLimitError(
+            f"--window {window:g}: cuts the run's {span:,.3g} s into more than {MAX_WINDOWS:,} windows "
+            f"(the most kvsim computes); use at least {span / MAX_WINDOWS:.3g} s"
+        )
     spikes = analysis.run_spikes(res.requests, res.iterations, res.events, window_s=window,
                                  ttft_threshold_s=ttft_thr, itl_threshold_s=itl_thr)  # fmt: skip
     table = analysis.attribute_spikes(spikes, res.requests, res.iterations, res.events)
@@ -79,8 +87,11 @@ def _cmd_exposure(args: argparse.Namespace) -> int:
 def _cmd_sharing(args: argparse.Namespace) -> int:
     scenario = kvsim.load_scenario(args.scenario, args.overrides)
     base_dir = Path(args.scenario).resolve().parent if args.scenario else None
+    parts = args.widths.split(",")
+    if len(parts) > MAX_WIDTHS:  # each width is two full runs: counted before anything is parsed
+        raise WorkLimitError(f"--widths: {len(parts):,} widths; at most {MAX_WIDTHS:,}")
     try:
-        widths = [int(w) for w in args.widths.split(",")]
+        widths = [int(w) for w in parts]
     except ValueError:
         problem = ("", f"expected integers separated by commas, got {args.widths!r}")
         raise kvsim.ScenarioError("--widths", [problem]) from None
@@ -122,13 +133,26 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     _common(p)
     p.add_argument(
-        "--window", type=float, metavar="S", help="Window length, s (default: about 1/60 of the run)."
+        "--window",
+        type=float_in(0.0, MAX_TIME_S, above=True),
+        metavar="S",
+        help=f"Window length, s (default: about 1/60 of the run; the run is cut into at most {MAX_WINDOWS:,}).",
     )
     p.add_argument(
-        "--ttft-threshold", type=float, metavar="S", help="TTFT threshold, s (default: slo.ttft_s)."
+        "--ttft-threshold",
+        type=float_in(0.0, MAX_TIME_S),
+        metavar="S",
+        help="TTFT threshold, s (default: slo.ttft_s).",
     )
-    p.add_argument("--itl-threshold", type=float, metavar="S", help="ITL threshold, s (default: slo.tpot_s).")
-    p.add_argument("--top", type=int, default=8, help="Spikes printed, worst first (default 8).")
+    p.add_argument(
+        "--itl-threshold",
+        type=float_in(0.0, MAX_TIME_S),
+        metavar="S",
+        help="ITL threshold, s (default: slo.tpot_s).",
+    )
+    p.add_argument(
+        "--top", type=int_in(1, MAX_NUM_REQUESTS), default=8, help="Spikes printed, worst first (default 8)."
+    )
     p.set_defaults(func=_cmd_spikes)
     e = sub.add_parser(
         "exposure",

@@ -28,12 +28,15 @@ from typing import Any
 
 import yaml
 
+from kvsim.cli.argtypes import float_in, int_in
 from kvsim.cost import compare, fit
 from kvsim.cost.config import ProfileCostConfig, RooflineCostConfig
 from kvsim.cost.factory import build_cost_model
 from kvsim.cost.profile import Profile, load_profile, model_shape, shipped_profiles, write_profile
 from kvsim.errors import KvsimError, ProfileError
+from kvsim.limits import MAX_STEP_TIME_S
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, unknown_name_message
+from kvsim.scenario.schema import MAX_TP
 from kvsim.specs import GpuSpec, ModelSpec
 from kvsim.yaml_safe import load_yaml_file
 
@@ -56,7 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     mode.add_argument("--compare", metavar="PROFILE", help="compare roofline, calibrated and measured times")
     p.add_argument("--model", help="model preset name or a YAML/JSON file holding a ModelSpec")
     p.add_argument("--gpu", help="GPU preset name or a YAML/JSON file holding a GpuSpec")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree to measure (default 1)")
+    p.add_argument(
+        "--tp", type=int_in(1, MAX_TP), default=1, help="tensor-parallel degree to measure (default 1)"
+    )
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="device to measure on")
     p.add_argument("--quick", action="store_true", help="smaller grids (under 1 minute on an H100/H200)")
     p.add_argument(
@@ -67,13 +72,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument(
         "--per-iteration-overhead-s",
-        type=float,
+        type=float_in(0.0, MAX_STEP_TIME_S),
         default=RooflineCostConfig.model_fields["per_iteration_overhead_s"].default,
         help="CPU overhead per iteration recorded in a measured profile (kernels cannot measure it)",
     )
     p.add_argument(
         "--per-layer-overhead-s",
-        type=float,
+        type=float_in(0.0, MAX_STEP_TIME_S),
         default=None,
         help="--fit-*: hold the per-layer overhead at this value (it cannot be told apart from the "
         "per-iteration overhead for one model); default: the roofline default",
@@ -87,7 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument(
         "--robust",
-        type=float,
+        type=float_in(0.0, 100.0, above=True),
         default=None,
         metavar="SCALE",
         help="--fit-measurements: soft-L1 loss on log residuals with this scale (e.g. 0.05) instead "
@@ -202,7 +207,8 @@ def _measure(args: argparse.Namespace) -> int:
         from calibration.shapes import ModelShape
     except ImportError as exc:
         raise KvsimError(
-            f"kvsim calibrate needs torch ({exc}); install it with `pip install kvsim[calibration]`"
+            f"kvsim calibrate needs torch ({exc}); install it with `make calibrate-deps` (or "
+            "pip install -e '.[calibration]' in the kvsim checkout)"
         ) from exc
     if model.is_mla or model.num_experts:
         raise KvsimError(f"calibration measures dense attention models; {model.name!r} is MLA or MoE")

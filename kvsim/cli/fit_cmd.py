@@ -19,10 +19,13 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from kvsim.cli.argtypes import float_in, int_in
 from kvsim.errors import KvsimError
 from kvsim.kv_sizing import GIB
+from kvsim.limits import MAX_GPU_MEMORY_BYTES, MAX_NUM_REQUESTS, MAX_TOKENS
 from kvsim.memory_fit import FitCheck, check_fit, fit_variants
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model, tp_problem
+from kvsim.scenario.schema import MAX_BLOCK_SIZE, MAX_TP
 from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
 from kvsim.yaml_safe import load_yaml_file
 
@@ -69,12 +72,12 @@ def gpu_arg(text: str) -> GpuSpec:
     return _spec_from_text(text, GpuSpec, "gpu") or resolve_gpu(text)
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+#: Ranges of the options ``fit`` and ``kv-size`` share: the scenario schema's own bounds.
+TP = int_in(1, MAX_TP)
+BLOCK_SIZE = int_in(1, MAX_BLOCK_SIZE)
+TOKENS = int_in(1, MAX_TOKENS)
+SEQUENCES = int_in(1, MAX_NUM_REQUESTS)
+RESERVE_GIB = float_in(0.0, MAX_GPU_MEMORY_BYTES / 1024**3)
 
 
 def utilization(text: str) -> float:
@@ -98,14 +101,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--model", required=True, help=f"preset ({', '.join(MODEL_PRESETS)}), spec file or JSON")
     p.add_argument("--gpu", required=True, help=f"preset ({', '.join(GPU_PRESETS)}), spec file or JSON")
-    p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument("--tp", type=TP, default=1, help="tensor-parallel degree (default 1)")
     p.add_argument(
         "--context-tokens",
-        type=positive_int,
+        type=TOKENS,
         default=None,
         help="tokens per sequence (default: the model's max_model_len)",
     )
-    p.add_argument("--batch", type=positive_int, default=1, help="sequences held at once (default 1)")
+    p.add_argument("--batch", type=SEQUENCES, default=1, help="sequences held at once (default 1)")
     p.add_argument("--kv-dtype", default="auto", choices=["auto", *KV_DTYPE_BYTES], help="KV dtype")
     p.add_argument(
         "--weight-dtype",
@@ -113,20 +116,20 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         choices=list(KV_DTYPE_BYTES),
         help="quantize the weights to this dtype (default: the model's)",
     )
-    p.add_argument("--block-size", type=positive_int, default=16, help="tokens per block (default 16)")
+    p.add_argument("--block-size", type=BLOCK_SIZE, default=16, help="tokens per block (default 16)")
     p.add_argument("--gpu-memory-utilization", type=utilization, default=0.9, help="default 0.9")
     p.add_argument(
         "--max-num-batched-tokens",
-        type=positive_int,
+        type=TOKENS,
         default=8192,
         help="sizes the activation reserve (default 8192)",
     )
     p.add_argument(
-        "--max-num-seqs", type=positive_int, default=256, help="sizes the sampler's logits (default 256)"
+        "--max-num-seqs", type=SEQUENCES, default=256, help="sizes the sampler's logits (default 256)"
     )
     p.add_argument(
         "--activation-reserve-gib",
-        type=float,
+        type=RESERVE_GIB,
         default=None,
         help="activation memory per GPU, GiB (default: estimated)",
     )

@@ -16,7 +16,17 @@ import argparse
 import json
 from typing import Any
 
-from kvsim.cli.fit_cmd import EXIT_DOES_NOT_FIT, gpu_arg, model_arg, positive_int, utilization
+from kvsim.cli.fit_cmd import (
+    BLOCK_SIZE,
+    EXIT_DOES_NOT_FIT,
+    RESERVE_GIB,
+    SEQUENCES,
+    TOKENS,
+    TP,
+    gpu_arg,
+    model_arg,
+    utilization,
+)
 from kvsim.errors import KvsimError
 from kvsim.kv_sizing import (
     GIB,
@@ -32,13 +42,6 @@ from kvsim.kv_sizing import (
 )
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, tp_problem
 from kvsim.specs import KV_DTYPE_BYTES
-
-
-def _non_negative(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -59,8 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="KV-cache element type (vLLM's kv_cache_dtype; 'auto' = the model's dtype).",
     )
     p.add_argument("--gpu", help=f"GPU preset ({', '.join(GPU_PRESETS)}), spec file or JSON")
-    p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
-    p.add_argument("--block-size", type=positive_int, default=16, help="tokens per block (default 16)")
+    p.add_argument("--tp", type=TP, default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument("--block-size", type=BLOCK_SIZE, default=16, help="tokens per block (default 16)")
     p.add_argument(
         "--gpu-memory-utilization",
         type=utilization,
@@ -69,25 +72,25 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument(
         "--max-num-batched-tokens",
-        type=positive_int,
+        type=TOKENS,
         default=8192,
         help="token budget per iteration, sizes the activation reserve (default 8192)",
     )
     p.add_argument(
         "--max-num-seqs",
-        type=positive_int,
+        type=SEQUENCES,
         default=256,
         help="most requests per iteration, sizes the sampler's logits (default 256)",
     )
     p.add_argument(
         "--activation-reserve-gib",
-        type=_non_negative,
+        type=RESERVE_GIB,
         default=None,
         help="memory held for activations per GPU, GiB (default: estimated)",
     )
     p.add_argument(
         "--context-tokens",
-        type=positive_int,
+        type=TOKENS,
         default=32768,
         help="context length for the 'a context of N tokens takes X GiB' line (default 32768)",
     )

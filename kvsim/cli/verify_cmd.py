@@ -23,9 +23,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from kvsim.cli.argtypes import float_in, int_in
 from kvsim.engine.simulator import scenario_workload
 from kvsim.errors import KvsimError, ScenarioError
+from kvsim.limits import MAX_NUM_REQUESTS, MAX_TIME_S, MAX_TOKENS, MAX_VERIFY_BLOCKS, MAX_VERIFY_REQUESTS
 from kvsim.scenario.loading import load_scenario
+from kvsim.scenario.schema import MAX_BLOCK_SIZE
 from kvsim.validation import compare, convert, fixtures, generate, kvsim_side
 from kvsim.validation.workload import DiffWorkload
 
@@ -133,7 +136,10 @@ def _cmd_fixtures(args: argparse.Namespace) -> int:
     directory = Path(args.fixtures)
     if not directory.is_dir():
         raise VerifyError(f"--fixtures {directory}: no such folder")
-    fxs = fixtures.load_fixture_dir(directory)
+    try:
+        fxs = fixtures.load_fixture_dir(directory)
+    except (OSError, EOFError, ValueError, KeyError, TypeError) as exc:  # a file that is no fixture
+        raise VerifyError(f"--fixtures {directory}: cannot read a fixture: {exc}") from None
     if args.groups:
         fxs = [f for f in fxs if f.workload.group in set(args.groups)]
     if not fxs:
@@ -247,22 +253,49 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="KEY=VALUE",
         help="Override a scenario field by dotted path (as kvsim run).",
     )
-    p.add_argument("--requests", type=int, default=50, help="Replay the first N requests (default 50).")
-    p.add_argument("--num-gpu-blocks", type=int, help="vLLM pool size, null block included (default 64).")
+    p.add_argument(
+        "--requests",
+        type=int_in(1, MAX_VERIFY_REQUESTS),
+        default=50,
+        help="Replay the first N requests (default 50).",
+    )
+    p.add_argument(
+        "--num-gpu-blocks",
+        type=int_in(2, MAX_VERIFY_BLOCKS),
+        help="vLLM pool size, null block included (default 64).",
+    )
     p.add_argument(
         "--block-size",
-        type=int,
+        type=int_in(1, MAX_BLOCK_SIZE),
         help="Tokens per block (default: the scenario's if a multiple of 32, else 32).",
     )
-    p.add_argument("--max-num-batched-tokens", type=int, help="Token budget (default: the scenario's).")
-    p.add_argument("--max-num-seqs", type=int, help="Most running requests (default: the scenario's).")
-    p.add_argument("--max-model-len", type=int, help="Longest request (default: what the pool holds).")
     p.add_argument(
-        "--long-prefill-token-threshold", type=int, help="Per-request prefill cap (default: the scenario's)."
+        "--max-num-batched-tokens", type=int_in(1, MAX_TOKENS), help="Token budget (default: the scenario's)."
     )
-    p.add_argument("--scale", type=int, default=1, help="Divide every prompt segment and output length by K.")
     p.add_argument(
-        "--step-s", type=float, default=1.0, help="Seconds of arrival time per engine step (default 1)."
+        "--max-num-seqs",
+        type=int_in(1, MAX_NUM_REQUESTS),
+        help="Most running requests (default: the scenario's).",
+    )
+    p.add_argument(
+        "--max-model-len", type=int_in(2, MAX_TOKENS), help="Longest request (default: what the pool holds)."
+    )
+    p.add_argument(
+        "--long-prefill-token-threshold",
+        type=int_in(0, MAX_TOKENS),
+        help="Per-request prefill cap (default: the scenario's).",
+    )
+    p.add_argument(
+        "--scale",
+        type=int_in(1, MAX_TOKENS),
+        default=1,
+        help="Divide every prompt segment and output length by K.",
+    )
+    p.add_argument(
+        "--step-s",
+        type=float_in(1e-6, MAX_TIME_S),
+        default=1.0,
+        help="Seconds of arrival time per engine step (default 1).",
     )
     p.add_argument(
         "--vllm-python", help=f"Python interpreter with vLLM (default ${VLLM_PYTHON_ENV} or .venv-vllm/)."

@@ -36,9 +36,10 @@ from typing import Any, Literal
 import pandas as pd
 
 from kvsim.errors import KvsimError, ScenarioError
+from kvsim.limits import MAX_CANDIDATES
 from kvsim.scenario.loading import apply_overrides, load_scenario, parse_yaml, read_yaml, validate
 from kvsim.scenario.schema import Scenario
-from kvsim.sweep import Executor, Point, Runner, point_id, run_points, summary_only
+from kvsim.sweep import Executor, Point, Runner, check_jobs, point_id, run_points, summary_only
 from kvsim.workload import resolve_workload_paths
 
 Goal = Literal["smallest", "largest"]
@@ -141,13 +142,16 @@ def parse_values(text: str) -> list[Any]:
         if not all(math.isfinite(n) for n in nums) or step <= 0 or stop < start:
             raise CapacityError(f"--range: {text!r}: needs START <= STOP and STEP > 0")
         count = math.floor((stop - start) / step + 1e-9) + 1
-        if count > 10_000:
-            raise CapacityError(f"--range: {text!r} has {count:,} values; at most 10,000")
+        if count > MAX_CANDIDATES:
+            raise CapacityError(f"--range: {text!r} has {count:,} values; at most {MAX_CANDIDATES:,}")
         if all(isinstance(n, int) for n in (start, stop, step)):
             return [start + i * step for i in range(count)]
         digits = max(0, -math.floor(math.log10(step)) + 3)  # 0.05 -> 5 decimals: no 0.15000000000000002
         return [round(start + i * step, digits) for i in range(count)]
-    values = [parse_yaml(f"v: {p.strip()}", "--values")["v"] for p in text.split(",") if p.strip()]
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if len(parts) > MAX_CANDIDATES:  # counted before each is parsed
+        raise CapacityError(f"--values: {len(parts):,} values; at most {MAX_CANDIDATES:,}")
+    values = [parse_yaml(f"v: {p}", "--values")["v"] for p in parts]
     if not values:
         raise CapacityError("--values: give at least one value")
     if len({repr(v) for v in values}) != len(values):
@@ -370,6 +374,9 @@ def find_capacity(
     """
     if not values:
         raise CapacityError("no candidate values to search")
+    if len(values) > MAX_CANDIDATES:
+        raise CapacityError(f"{len(values):,} candidate values; at most {MAX_CANDIDATES:,}")
+    check_jobs(jobs, executor, address)  # before every candidate is validated
     if not 0 <= min_served <= 1:
         raise CapacityError(f"--min-served must be between 0 and 1, got {min_served}")
     if len({repr(v) for v in values}) != len(values):

@@ -139,12 +139,17 @@ def parse_values(text: str) -> list[Any]:
             step: int | float = 1
         else:
             step = nums[2]
+        if any(abs(n) > 2**53 for n in nums):  # before any float arithmetic: 10**400 cannot be one
+            raise CapacityError(f"--range: {text!r}: START, STOP and STEP must lie within ±2**53")
         if not all(math.isfinite(n) for n in nums) or step <= 0 or stop < start:
             raise CapacityError(f"--range: {text!r}: needs START <= STOP and STEP > 0")
-        count = math.floor((stop - start) / step + 1e-9) + 1
-        if count > MAX_CANDIDATES:
-            raise CapacityError(f"--range: {text!r} has {count:,} values; at most {MAX_CANDIDATES:,}")
-        if all(isinstance(n, int) for n in (start, stop, step)):
+        integers = all(isinstance(n, int) for n in (start, stop, step))
+        # Counted before anything is listed; (stop - start) / step can overflow to inf (0:1e300:1e-300).
+        span = (stop - start) // step if integers else (stop - start) / step
+        count = math.floor(span + 1e-9) + 1 if span <= MAX_CANDIDATES else None
+        if count is None or count > MAX_CANDIDATES:
+            raise CapacityError(f"--range: {text!r} has {span + 1:,.0f} values; at most {MAX_CANDIDATES:,}")
+        if integers:
             return [start + i * step for i in range(count)]
         digits = max(0, -math.floor(math.log10(step)) + 3)  # 0.05 -> 5 decimals: no 0.15000000000000002
         return [round(start + i * step, digits) for i in range(count)]

@@ -49,6 +49,9 @@ MAX_TRACE_TIME_S = 1e12
 #: estimate refuses far less by default (sim.max_memory_gib: about 1.6M requests).
 MAX_TRACE_BYTES = 2 * 1024**3
 MAX_TRACE_LINES = 10_000_000
+#: Most hash ids of one trace file, all rows together: a 1 MiB line holds about 100,000,
+#: and each costs about 36 bytes in memory (the Mooncake conversation trace has 288,500).
+MAX_TRACE_HASH_IDS = 50_000_000
 
 # --------------------------------------------------------------------------- scenario fields
 

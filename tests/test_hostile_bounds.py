@@ -320,6 +320,20 @@ def test_trace_size_and_line_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         traces.replay_trace(TraceWorkload(path=str(path), format="mooncake"))
 
 
+def test_hash_ids_of_a_trace_are_bounded_in_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvsim.workload import traces
+    from kvsim.workload.config import TraceWorkload
+
+    path = tmp_path / "t.jsonl"
+    row = '{"timestamp": 0, "input_length": 2048, "output_length": 5, "hash_ids": [1, 2, 3, 4]}\n'
+    path.write_text(row * 3)
+    monkeypatch.setattr(traces, "MAX_TRACE_HASH_IDS", 11)
+    with pytest.raises(TraceError, match=r"t\.jsonl, line 3: more than 11 hash ids in all"):
+        traces.replay_trace(TraceWorkload(path=str(path), format="mooncake"))
+    monkeypatch.setattr(traces, "MAX_TRACE_HASH_IDS", 12)
+    assert len(traces.replay_trace(TraceWorkload(path=str(path), format="mooncake"))[0]) == 3
+
+
 # --------------------------------------------------------------------------- sweeps
 
 
@@ -534,6 +548,12 @@ def test_capacity_values_are_counted_before_they_are_parsed(capsys: pytest.Captu
         parse_values(many)
     with pytest.raises(CapacityError, match="at most 10,000"):
         parse_values("1:20001")
+    with pytest.raises(CapacityError, match="10,001 values; at most 10,000"):
+        parse_values("1:10001")
+    assert len(parse_values("1:10000")) == 10_000
+    for text in ("0:1e300:1e-300", "0:" + "9" * 400, "1e-300:1e-299:1e-310", "0:1e308:1e-308"):
+        with pytest.raises(CapacityError, match="--range"):  # no OverflowError, no list of 1e308
+            parse_values(text)
     with pytest.raises(CapacityError, match="20,001 candidate values; at most 10,000"):
         find_capacity(None, "seed", list(range(1, 20_002)), runner=_fake_runner)
     code, err = _cli(["capacity", "--knob", "seed", "--values", many], capsys)

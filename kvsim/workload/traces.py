@@ -50,6 +50,7 @@ from kvsim.limits import (
     MAX_TOKENS,
     MAX_TRACE_BYTES,
     MAX_TRACE_CELL_CHARS,
+    MAX_TRACE_HASH_IDS,
     MAX_TRACE_JSON_DEPTH,
     MAX_TRACE_LINE_CHARS,
     MAX_TRACE_LINES,
@@ -343,6 +344,13 @@ def _csv_rows(path: Path, required: list[str], table: TraceTable) -> Iterator[tu
         raise _err(p, consumed[1], f"not valid CSV: {exc}") from None
 
 
+def _count_ids(num_ids: int, ids: list[int], path: str, line: int) -> int:
+    num_ids += len(ids)
+    if num_ids > MAX_TRACE_HASH_IDS:
+        raise _err(path, line, f"more than {MAX_TRACE_HASH_IDS:,} hash ids in all (the most kvsim reads)")
+    return num_ids
+
+
 def _get(row: dict[str, Any], key: str, path: str, line: int) -> Any:
     if key not in row:
         raise _err(path, line, f"missing field {key!r}")
@@ -364,6 +372,7 @@ def read_trace(
     cols = dict(columns or {})
     table = TraceTable(path=p)
     times: list[float] = []
+    num_ids = 0  # hash ids read so far: a line may hold 100,000 of them
     if fmt == "mooncake":
         table.hash_ids = []
         for line, row in _json_rows(path, table):
@@ -372,6 +381,7 @@ def read_trace(
             table.prompt_tokens.append(_int(_get(row, "input_length", p, line), "input_length", p, line))
             table.output_tokens.append(_int(_get(row, "output_length", p, line), "output_length", p, line))
             table.hash_ids.append(_hash_ids(_get(row, "hash_ids", p, line), p, line))
+            num_ids = _count_ids(num_ids, table.hash_ids[-1], p, line)
             table.lines.append(line)
     elif fmt == "azure":
         for line, row in _csv_rows(path, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"], table):
@@ -431,6 +441,7 @@ def read_trace(
             )
             if table.hash_ids is not None:
                 table.hash_ids.append(_hash_ids(_get(row, cols["hash_ids"], p, line), p, line))
+                num_ids = _count_ids(num_ids, table.hash_ids[-1], p, line)
             if table.tenant is not None:
                 table.tenant.append(str(_get(row, cols["tenant"], p, line)))
             if table.priority is not None:

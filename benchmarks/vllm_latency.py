@@ -47,7 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from kvsim.cost.fit import Point, write_points
+from kvsim.cost.fit import Point, points_csv
+from kvsim.outputs import claim_folder, claim_folder_beside, replace_file
 from kvsim.request import RequestSpec, Segment
 from kvsim.validation.workload import TokenStreams
 
@@ -70,6 +71,10 @@ KNOBS: dict[str, Any] = {
 #: Environment of the engine process: one OpenMP / torch thread, the device of
 #: specs/cpu-xeon-icelake-1thread.yaml (docs/validation.md, "Latencies of a real engine").
 ENGINE_THREADS_ENV = {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+#: The kind named by the ``.kvsim`` marker of a measurement folder (see kvsim.outputs).
+BENCH_KIND = "vllm-latency-benchmark"
+#: What ``analyze`` writes beside a measurement.
+ANALYSIS_OUTPUTS = ("fit_steps.csv", "fit.json", "cpu_time_fit.json", "report.json", "report.md", "variants")
 
 #: The two workloads (pinned seeds). ``shared_prefix_tokens`` > 0: every prompt starts with
 #: the same system prompt (content id 0), a whole number of blocks, so prefix caching hits it.
@@ -188,7 +193,9 @@ def vllm_requests(reqs: list[RequestSpec]) -> list[dict[str, Any]]:
 
 # -- measure ---------------------------------------------------------------------------
 def measure(out_dir: Path, reps: int, vllm_python: str, num_requests: int | None = None) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
+    # New, empty or a folder this benchmark wrote (kvsim.outputs): plan.json and the record
+    # are replaced, so a user's files must not be there.
+    out_dir = claim_folder(out_dir, BENCH_KIND, "--out")
     model = model_spec()
     workloads = {
         name: {**w, "num_requests": num_requests or w["num_requests"]} for name, w in WORKLOADS.items()
@@ -213,15 +220,21 @@ def measure(out_dir: Path, reps: int, vllm_python: str, num_requests: int | None
         "runs": runs,
     }
     plan_path = out_dir / "plan.json"
-    plan_path.write_text(json.dumps(plan))
+    replace_file(out_dir, "plan.json", json.dumps(plan).encode())
     meta = {"workloads": workloads, "knobs": KNOBS, "reps": reps, "warmup": WARMUP}
-    (out_dir / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    replace_file(out_dir, "meta.json", (json.dumps(meta, indent=1) + "\n").encode())
     record = out_dir / "record.json.gz"
+    # Recorded beside the old record, which is replaced only once the new one is complete.
+    new = out_dir / f".record.json.gz.kvsim-new-{os.getpid()}.json.gz"
     env = {**os.environ, **ENGINE_THREADS_ENV}
-    cmd = [vllm_python, str(HERE / "vllm_realtime.py"), "--plan", str(plan_path), "--out", str(record)]
+    cmd = [vllm_python, str(HERE / "vllm_realtime.py"), "--plan", str(plan_path), "--out", str(new)]
     print(f"$ {shlex.join(cmd)}   (uptime: {_uptime()})", file=sys.stderr, flush=True)
     t = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env)
+    try:
+        subprocess.run(cmd, check=True, env=env)
+        os.replace(new, record)
+    finally:
+        new.unlink(missing_ok=True)
     print(f"measured in {time.perf_counter() - t:.0f} s (uptime: {_uptime()})", file=sys.stderr)
     return record
 
@@ -338,7 +351,8 @@ def run_stats(run: dict[str, Any]) -> dict[str, float]:
 
 def fit_profile(points: list[Point], out_dir: Path, extra: list[str]) -> tuple[Path, str]:
     """Fit with the CLI (the command is part of the report)."""
-    csv_path = write_points(points, out_dir / "fit_steps.csv")
+    csv_path = out_dir / "fit_steps.csv"
+    replace_file(out_dir, csv_path.name, points_csv(points).encode())  # the folder is the benchmark's
     profile = out_dir / "fit.json"
     cmd = [
         "kvsim",
@@ -546,6 +560,9 @@ def analyze(out_dir: Path, fit_args: list[str], variants: bool = True) -> dict[s
     from kvsim.cost import fit as fitmod
     from kvsim.cost.profile import write_profile
 
+    # Its outputs go beside the measurement: into a folder this benchmark marked, or one that
+    # holds none of them yet (a copied record), which it then marks.
+    out_dir = claim_folder_beside(out_dir, BENCH_KIND, ANALYSIS_OUTPUTS, "analyze")
     record = read_record(out_dir / "record.json.gz")
     workloads = read_workloads(out_dir)
     by_wl: dict[str, list[dict[str, Any]]] = {}
@@ -587,9 +604,9 @@ def analyze(out_dir: Path, fit_args: list[str], variants: bool = True) -> dict[s
                 "relative_error": res["relative_error"],
                 "steps_priced": res["steps_priced"],
             }
-    (out_dir / "report.json").write_text(json.dumps(report, indent=1))
+    replace_file(out_dir, "report.json", json.dumps(report, indent=1).encode())
     text = markdown(report)
-    (out_dir / "report.md").write_text(text)
+    replace_file(out_dir, "report.md", text.encode())
     print(text)
     return report
 

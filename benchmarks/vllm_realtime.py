@@ -35,11 +35,16 @@ import argparse
 import gzip
 import json
 import os
+import re
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Sequence
 from typing import Any
+
+#: The record's first field: what proves an existing record is one this script wrote.
+RECORD_FORMAT = "kvsim-vllm-realtime-record/1"
 
 #: Engine core in this process, quiet logs. The KV pool is sized by num_gpu_blocks_override.
 ENGINE_ENV = {
@@ -294,17 +299,51 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"load {rec['loadavg_before']:.2f} -> {rec['loadavg_after']:.2f}"
         )
     out = {
+        "format": RECORD_FORMAT,  # first: what proves an existing record is one this script wrote
         "vllm_version": vllm.__version__,
         "engine": engine.observed,
         "env": {k: os.environ.get(k) for k in (*ENGINE_ENV, "OMP_NUM_THREADS", "OMP_PROC_BIND")},
         "nproc": os.cpu_count(),
         "runs": runs,
     }
-    opener = gzip.open if args.out.endswith(".gz") else open
-    with opener(args.out, "wt", encoding="utf-8") as fh:
-        json.dump(out, fh)
+    write_record(args.out, out)
     log(f"wrote {args.out}")
     return 0
+
+
+def _record_format(path: str) -> str | None:
+    """The format an existing record declares in its first field (gzip'd or not), or None."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+        if head.startswith(b"\x1f\x8b"):
+            head = zlib.decompressobj(wbits=31).decompress(head, 4096)
+    except (OSError, zlib.error):
+        return None
+    match = re.match(rb'\s*\{\s*"format"\s*:\s*"([^"]{1,100})"', head)
+    return match.group(1).decode("utf-8", "replace") if match else None
+
+
+def write_record(path: str, record: dict[str, Any]) -> None:
+    """Write the record atomically, replacing an existing file only if it is a record this
+    script wrote (the rule of kvsim/outputs.py, stdlib only: this runs under vLLM's Python)."""
+    if os.path.lexists(path) and (
+        os.path.islink(path) or not os.path.isfile(path) or _record_format(path) != RECORD_FORMAT
+    ):
+        raise SystemExit(f"vllm_realtime: --out {path}: not replaced: it is not a record this script wrote")
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(
+        folder, f".{os.path.basename(path)[:200]}.kvsim-tmp-{os.getpid()}-{os.urandom(4).hex()}"
+    )
+    opener: Any = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(tmp, "xt", encoding="utf-8") as fh:
+            json.dump(record, fh)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 if __name__ == "__main__":

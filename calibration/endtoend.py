@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
+import io
 import math
 import sys
 from collections.abc import Callable
@@ -31,8 +31,9 @@ import torch.nn.functional as F
 
 from calibration.shapes import ModelShape
 from calibration.timing import time_median_s
-from kvsim.inputs import read_input
-from kvsim.limits import MAX_YAML_BYTES
+from kvsim.errors import KvsimError
+from kvsim.outputs import check_file_target, write_file
+from kvsim.yaml_safe import load_yaml_file
 
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -173,15 +174,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--out", required=True, help="CSV to write")
     args = parser.parse_args(argv)
-    try:  # a regular file, capped: never a FIFO or /dev/zero
-        shape = ModelShape(**json.loads(read_input(args.model_json, MAX_YAML_BYTES)))
-    except (OSError, ValueError, TypeError) as exc:
-        parser.error(f"--model-json {args.model_json}: {exc}")
-    rows = measure_points(shape, DEFAULT_POINTS, device=args.device)
-    with open(args.out, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+    try:
+        # A CSV carries no mark of what wrote it: an existing file is never replaced (kvsim.outputs).
+        check_file_target(args.out, "--out", None)
+        data = load_yaml_file(args.model_json, what="model shape")  # JSON is YAML; bounded, UTF-8 checked
+        if not isinstance(data, dict):
+            raise KvsimError(f"{args.model_json}: a model shape must be a JSON object")
+        try:
+            shape = ModelShape(**data)
+        except TypeError as exc:
+            raise KvsimError(f"{args.model_json}: not a model shape: {exc}") from None
+        rows = measure_points(shape, DEFAULT_POINTS, device=args.device)
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+        write_file(args.out, text.getvalue().encode("utf-8"), "--out", None)
+    except KvsimError as exc:
+        print(f"endtoend: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -21,9 +21,11 @@ kaleido is installed), and every table with a CSV download.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import typing
@@ -32,21 +34,25 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import _paths
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 import yaml
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from streamlit.errors import StreamlitAPIException
 
 import kvsim
+import kvsim.errors
+from kvsim.cost.profile import load_profile
 from kvsim.errors import ProfileError, TraceError
-from kvsim.io import RESULT_FILES
+from kvsim.io import DATA_FILES, RESULT_FILES
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
 from kvsim.scenario.loading import apply_overrides, parse_yaml, validate
-from kvsim.yaml_safe import read_capped
+from kvsim.scenario.schema import Scenario
+from kvsim.yaml_safe import load_yaml_text, read_capped
 
 REPO_ROOT = _paths.REPO_ROOT
 SCENARIO_DIR = _paths.SCENARIO_DIR
@@ -126,9 +132,9 @@ def view_from_query(params: Mapping[str, str], sets: Iterable[str]) -> dict[str,
     for item in sets:
         key, sep, raw = item.partition("=")
         if sep and key:
-            try:
-                knobs[key] = yaml.safe_load(raw) if raw.strip() else ""
-            except yaml.YAMLError:
+            try:  # read as `--set` reads its value: safe, and within kvsim's YAML bounds
+                knobs[key] = load_yaml_text(raw, f"set {key}", what="override") if raw.strip() else ""
+            except kvsim.ScenarioError:
                 knobs[key] = raw  # validation names it
     out["set"] = knobs
     if "yaml" in params:
@@ -159,8 +165,7 @@ def sync_url() -> None:
         packed = _yaml_param(v["yaml"])
         if packed is not None:
             params["yaml"] = packed
-    sets = [f"{k}={yaml.safe_dump(val, default_flow_style=True).strip().removesuffix('...').strip()}"
-            for k, val in v.get("set", {}).items()]  # fmt: skip
+    sets = [f"{k}={link_text(val)}" for k, val in v.get("set", {}).items()]
     if sets:
         params["set"] = sets
     # Written on every run: after a switch of page the browser's address has lost them, even
@@ -168,29 +173,65 @@ def sync_url() -> None:
     st.query_params.from_dict(params)
 
 
-def kept(key: str, default: Any) -> str:
+def link_text(value: Any) -> str:
+    """A knob change's value as a link (and the page) writes it: YAML in flow style (``.nan``, ``{name: x}``)."""
+    return str(
+        yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
+    )
+
+
+def kept(
+    key: str,
+    default: Any,
+    *,
+    min_value: float | None = None,
+    max_value: float | None = None,
+    options: Iterable[Any] | None = None,
+) -> str:
     """Widget key for a page input stored in the view under ``key`` (seeded from it, or ``default``).
 
     Streamlit forgets a widget's state when its page is not drawn; the view keeps it, so an
     input survives a trip to another page. Call `keep` with the widget's value afterwards.
+    A value the widget cannot hold (from a link: not a number, not finite, below
+    ``min_value``, above ``max_value``, not one of ``options``) is not used: the page says
+    so and the input starts from ``default``.
     """
     wkey = f"w:{key}"
     if wkey not in st.session_state:
-        value = view().get(key, default)
-        if isinstance(default, bool) and not isinstance(value, bool):
-            value = str(value).lower() in ("1", "true", "yes")
-        elif isinstance(default, int) and not isinstance(default, bool) and not isinstance(value, int):
-            try:
-                value = int(float(value))
-            except (TypeError, ValueError):
-                value = default
-        elif isinstance(default, float) and not isinstance(value, float):
-            try:
-                value = float(value)
-            except (TypeError, ValueError):
-                value = default
+        given = view().get(key, default)
+        value, why = _input_value(given, default, min_value, max_value, options)
+        if why:
+            st.warning(f"The link's `{key}={given}` is not used: {why}. The input starts from {default!r}.")
+            value = default
+            view()[key] = default
         st.session_state[wkey] = value
     return wkey
+
+
+def _input_value(
+    value: Any, default: Any, min_value: float | None, max_value: float | None, options: Iterable[Any] | None
+) -> tuple[Any, str]:
+    """``(value as the input holds it, "")``, or ``(None, why not)``."""
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            value = str(value).lower() in ("1", "true", "yes")
+    elif isinstance(default, int | float):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return None, "not a number"
+        if not math.isfinite(number):
+            return None, "not a finite number"
+        if isinstance(default, int) and not number.is_integer():
+            return None, "not a whole number"
+        value = int(number) if isinstance(default, int) else number
+        if min_value is not None and value < min_value:
+            return None, f"below this input's least value, {min_value:g}"
+        if max_value is not None and value > max_value:
+            return None, f"above this input's largest value, {max_value:g}"
+    if options is not None and value not in list(options):
+        return None, "not one of this input's choices"
+    return value, ""
 
 
 def keep(key: str, value: Any) -> None:
@@ -271,12 +312,38 @@ def parse_scenario_bytes(data: bytes, source: str) -> dict[str, Any]:
     return parse_yaml(text, source)
 
 
-def confined(data: Mapping[str, Any], source: str, base_dir: Path = REPO_ROOT) -> dict[str, Any]:
-    """Scenario data whose file paths all lie in allowed folders (`_paths`); ScenarioError otherwise."""
-    fixed, problems = _paths.confine_scenario_paths(dict(data), base_dir=base_dir)
+def confined_scenario(data: Mapping[str, Any], source: str, base_dir: Path = REPO_ROOT) -> kvsim.Scenario:
+    """The scenario of ``data`` with every file it names in an allowed folder; `kvsim.ScenarioError` otherwise.
+
+    The one gate between the page and the library: every scenario a page runs, searches,
+    sweeps or replays passes here. In order, before anything opens a file: the paths
+    visible in the plain data (`_paths.confine_scenario_paths`), the schema alone, then
+    every file field of the schema-valid scenario (`_paths.confine_path_fields`: a path
+    the first look missed, e.g. a ``!!binary`` string, is refused or made the real path);
+    then cost profiles are read (an unreadable one is named, never quoted) and the
+    scenario is validated in full. Relative paths are relative to ``base_dir``.
+    """
+    early, problems = _paths.confine_scenario_paths(dict(data), base_dir=base_dir)
     if problems:
         raise kvsim.ScenarioError(source, problems)
-    return fixed
+    try:
+        shape = Scenario.model_validate(early)  # the schema alone: no file is opened
+    except ValidationError:
+        validate(early, source)  # raises the schema's problems as a ScenarioError, as it fails the same way
+        raise  # unreachable: validate raised
+    fixes, problems = _paths.confine_path_fields(shape, base_dir=base_dir)
+    if problems:
+        raise kvsim.ScenarioError(source, problems)
+    checked = apply_overrides(shape.model_dump(mode="json"), fixes) if fixes else early
+    for where, path in _paths.path_fields(Scenario.model_validate(checked) if fixes else shape):
+        if where.endswith(".cost_model.profile"):
+            try:
+                load_profile(path)
+            except ProfileError as err:  # its message may quote the file
+                problems.append((where, safe_error(err)))
+    if problems:
+        raise kvsim.ScenarioError(source, problems)
+    return validate(checked, source)
 
 
 def resolve(
@@ -290,7 +357,7 @@ def resolve(
         merged = apply_overrides(dict(data), overrides)
     except kvsim.ScenarioError as err:
         raise kvsim.ScenarioError(source, err.problems) from None
-    return validate(confined(merged, source, base_dir), source)
+    return confined_scenario(merged, source, base_dir)
 
 
 def parse_and_resolve(data: bytes, source: str) -> kvsim.Scenario:
@@ -313,22 +380,122 @@ def show_scenario_error(err: kvsim.ScenarioError) -> None:
 def safe_error(exc: Exception) -> str:
     """A run-time error for the page: trace and profile errors name the file and line only.
 
-    Their messages can quote a row of the file (a value that failed to parse); the page
-    says which file and line, and `kvsim trace-stats` on the command line says the rest.
+    Their messages can quote a row of the file (a value that failed to parse, a CSV
+    header); the page says which file and line, and `kvsim trace-stats` on the command
+    line says the rest.
     """
-    text = str(exc)
-    if isinstance(exc, TraceError | ProfileError):
-        what = "trace" if isinstance(exc, TraceError) else "cost profile"
-        name = Path(text.split(":", 1)[0].split(", line")[0]).name or what
-        line = re.search(r", line (\d+):", text)
-        where = f", line {line.group(1)}" if line else ""
-        reason = (
-            "cannot be read"
-            if "cannot read" in text or "not found" in text
-            else "has content kvsim cannot use"
-        )
-        return f"{what} file {name}{where} {reason} (`kvsim trace-stats` or `kvsim validate` on the command line tell more)"
-    return text
+    kind = "trace" if isinstance(exc, TraceError) else "profile" if isinstance(exc, ProfileError) else None
+    return _file_error(kind, str(exc)) if kind else str(exc)
+
+
+def _file_error(kind: str, text: str) -> str:
+    what = "trace" if kind == "trace" else "cost profile"
+    name = Path(text.split(":", 1)[0].split(", line")[0].strip("'\"")).name or what
+    if text.startswith("profile file "):  # "profile file '/x/p.json' does not exist"
+        name = Path(text.split("'")[1] if text.count("'") >= 2 else what).name
+    line = re.search(r", line (\d+):", text)
+    where = f", line {line.group(1)}" if line else ""
+    missing = any(s in text for s in ("cannot read", "not found", "does not exist"))
+    reason = "cannot be read" if missing else "has content kvsim cannot use"
+    return f"{what} file {name}{where} {reason} (`kvsim trace-stats` or `kvsim validate` on the command line tell more)"
+
+
+#: The first line of `traceback.format_exception_only`: "kvsim.errors.TraceError: message".
+_EXCEPTION_LINE = re.compile(
+    r"^(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit|Interrupt)): ?(?P<msg>.*)$", re.S
+)
+
+
+def safe_error_text(text: str) -> str:
+    """A failed point's error as the page may show it (the error column of a capacity search or a sweep).
+
+    Sweep and capacity points keep their error as text (``TraceError: /x, line 1: ...``).
+    Trace and profile errors become `safe_error`'s sentence; other kvsim errors (a scenario
+    rule, a limit) stay as they are; any other exception, whose message may hold anything
+    read from a file, is named by its type only.
+    """
+    text = str(text or "").strip()
+    if not text:
+        return ""
+    last = text.splitlines()[-1]
+    match = _EXCEPTION_LINE.match(text) or _EXCEPTION_LINE.match(last)
+    if match is None:
+        return last if last.startswith("worker failed") else "the run failed"
+    name, msg = match.group("name"), match.group("msg")
+    short = name.rsplit(".", 1)[-1]
+    if short in ("TraceError", "ProfileError"):
+        return _file_error("trace" if short == "TraceError" else "profile", msg.strip())
+    if name.startswith("kvsim.") or short in _KVSIM_ERRORS:
+        # A scenario's rules are the schema's, except a profile's, which may quote the profile.
+        lines = [
+            ln.split(": ", 1)[0] + ": " + _file_error("profile", ln.split(": ", 1)[-1].strip())
+            if ln.strip().startswith("replicas.") and ".cost_model.profile: " in ln
+            else ln
+            for ln in f"{short}: {msg}".splitlines()
+        ]
+        return "\n".join(lines)
+    return f"the run failed ({short})"
+
+
+#: kvsim's own exception types (their messages state rules and limits, not file content).
+_KVSIM_ERRORS = frozenset(
+    name for name, obj in vars(kvsim.errors).items() if isinstance(obj, type) and issubclass(obj, Exception)
+)
+
+
+# --- what a run is, in words ------------------------------------------------------------
+
+#: docs/results.md: what every summary key means (its `summary` section's table).
+RESULTS_DOC = REPO_ROOT / "docs" / "results.md"
+
+
+def setup_line(scenario: kvsim.Scenario) -> str:
+    """The model, the GPUs and the workload of a scenario in one line (markdown), e.g.
+    ``**llama-3-8b** on **1 × h100-sxm** (TP 1, roofline cost model) · synthetic workload, 2,000 requests``."""
+    model = scenario.model if isinstance(scenario.model, str) else scenario.model.name
+    groups = []
+    for g in scenario.replicas:
+        gpu = g.gpu if isinstance(g.gpu, str) else g.gpu.name
+        role = "" if g.role == "both" else f"{g.role} "
+        name = f"{g.name}: " if len(scenario.replicas) > 1 else ""
+        groups.append(f"{name}**{g.count} × {gpu}** {role}(TP {g.tp}, {g.cost_model.kind} cost model)")
+    workload = scenario.workload
+    count = getattr(workload, "num_requests", None) or getattr(workload, "max_requests", None)
+    what = f"{workload.kind} workload" + (f", {count:,} requests" if isinstance(count, int) else "")
+    if isinstance(getattr(workload, "path", None), str):
+        what += f" from {Path(workload.path).name}"
+    return f"**{model}** on " + " + ".join(groups) + f" · {what} · router {scenario.router.kind}"
+
+
+@functools.cache
+def _summary_meanings() -> tuple[tuple[str, str], ...]:
+    """``(key pattern, meaning)`` rows of docs/results.md's summary table (empty without the file)."""
+    try:
+        text = RESULTS_DOC.read_text(encoding="utf-8")
+    except OSError:
+        return ()
+    section = text.split("## `summary`", 1)[-1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) != 2 or not cells[0].startswith("`"):
+            continue
+        meaning = cells[1].replace("`", "")
+        for key in re.findall(r"`([^`]+)`", cells[0]):
+            pattern = re.escape(key).replace("STAT", "(?:mean|p50|p90|p99)").replace("<name>", ".+")
+            pattern = pattern.replace(re.escape("<name>"), ".+")
+            rows.append((pattern, meaning))
+    return tuple(rows)
+
+
+def summary_meaning(key: str) -> str:
+    """What the summary key ``key`` means, as docs/results.md says ("" if it does not say)."""
+    return next((m for pattern, m in _summary_meanings() if re.fullmatch(pattern, key)), "")
+
+
+def summary_column_help(columns: Iterable[str]) -> dict[str, Any]:
+    """`st.dataframe` column settings that give each summary key's column its meaning on hover."""
+    return {c: st.column_config.Column(c, help=summary_meaning(c)) for c in columns if summary_meaning(c)}
 
 
 # --- knobs from the schema ------------------------------------------------------------
@@ -403,16 +570,37 @@ def _registry_names(info: Any) -> list[str]:
     return [str(n) for n in schema.get("enum", [])]
 
 
-def knob_widgets(base: kvsim.Scenario, *, key: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+@functools.cache
+def _field_check(model: type[BaseModel], name: str, ann: Any) -> TypeAdapter[Any]:
+    """The field's own type and bounds (ge, le, ...), to try a value on before a widget holds it."""
+    info = model.model_fields[name]
+    return TypeAdapter(Annotated[ann, *info.metadata], config=ConfigDict(allow_inf_nan=False))
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """What the knob widgets say: ``changed`` (widget values that differ from the base scenario)
+    and ``unshown`` (the link's knob changes that no widget holds: out of the widget's range,
+    not one of its options, of another type, or for a knob this scenario has no widget for;
+    they are validated with the scenario, so that the page names the field and the rule)."""
+
+    changed: dict[str, Any]
+    unshown: dict[str, Any]
+
+
+def knob_widgets(base: kvsim.Scenario, *, key: str, changes: Mapping[str, Any]) -> Knobs:
     """One widget per `MAIN_KNOBS` path present in ``base``; returns the values that differ from it.
 
     Widget type, range, label and help text come from the field's type, constraints and
     description; a widget starts from ``changes`` (the view's knob changes) when it holds
-    the path. ``key`` scopes widget state to one base scenario.
+    the path and the widget can hold the value (the field's type and bounds, the
+    widget's options), else from the base scenario's value, and the change is returned
+    as ``unshown``. ``key`` scopes widget state to one base scenario.
     """
     changed: dict[str, Any] = {}
+    held: set[str] = set()  # knobs whose widget started from the link's value
     cols = st.columns(3)
-    shown = 0
+    drawn = 0
     for path in MAIN_KNOBS:
         found = _walk(base, path)
         if found is None:
@@ -426,39 +614,75 @@ def knob_widgets(base: kvsim.Scenario, *, key: str, changes: Mapping[str, Any]) 
             if value is None:
                 continue
             ann = next(a for a in args if a is not type(None))
-        start = changes.get(path, value)
         label = knob_label(base, path)
         help_text = f"{info.description} (`{path}`)"
         wkey = f"knob:{key}:{path}"
-        with cols[shown % 3]:
-            try:
-                if name in _PRESET_CHOICES:
-                    if not isinstance(value, str):
-                        continue  # inline spec: edit it in the YAML
-                    options = list(dict.fromkeys([str(start).lower(), value.lower(), *_PRESET_CHOICES[name]]))
-                    new: Any = st.selectbox(label, options, index=0, help=help_text, key=wkey)
-                elif typing.get_origin(ann) is typing.Literal or _registry_names(info):
-                    options = list(typing.get_args(ann)) or _registry_names(info)
-                    idx = options.index(start) if start in options else options.index(value)
-                    new = st.selectbox(label, options, index=idx, help=help_text, key=wkey)
-                elif ann is bool:
-                    new = st.checkbox(label, value=bool(start), help=help_text, key=wkey)
-                elif ann is int:
-                    b = {k: int(v) for k, v in _bounds(info).items()}
-                    new = st.number_input(label, value=int(start), step=1, help=help_text, key=wkey, **b)
-                elif ann is float:
-                    b = {k: float(v) for k, v in _bounds(info).items()}
-                    new = st.number_input(
-                        label, value=float(start), help=help_text, key=wkey, format="%.4g", **b
+        starts: list[tuple[Any, bool]] = [(value, False)]
+        if path in changes:
+            given = _widget_value(type(model), name, ann, info, changes[path])
+            if given is not None:
+                starts.insert(0, (given[0], True))
+        new: Any = _NO_WIDGET
+        from_link = False
+        with cols[drawn % 3]:
+            for start, link_value in starts:
+                try:
+                    new = _knob_widget(
+                        name, ann, info, value, start, label=label, help_text=help_text, wkey=wkey
                     )
-                else:
+                except (StreamlitAPIException, TypeError, ValueError):  # beyond what the widget can show
                     continue
-            except (TypeError, ValueError):  # a link's value of the wrong type: start from the scenario's
-                continue
-        shown += 1
+                from_link = link_value
+                break
+        if new is _NO_WIDGET:
+            continue
+        drawn += 1
+        if from_link:
+            held.add(path)
         if new != value:
             changed[path] = new
-    return changed
+    unshown = {k: v for k, v in changes.items() if k in MAIN_KNOBS and k not in held and k not in changed}
+    return Knobs(changed, unshown)
+
+
+_NO_WIDGET = object()
+
+
+def _widget_value(model: type[BaseModel], name: str, ann: Any, info: Any, raw: Any) -> tuple[Any] | None:
+    """``(value,)`` as the knob's widget would hold the link's ``raw`` value, or None if it cannot."""
+    if name in _PRESET_CHOICES:
+        return (raw,) if isinstance(raw, str) else None
+    options = (
+        list(typing.get_args(ann)) if typing.get_origin(ann) is typing.Literal else _registry_names(info)
+    )
+    if options:
+        return (raw,) if raw in options else None
+    try:
+        return (_field_check(model, name, ann).validate_python(raw),)
+    except (ValidationError, TypeError, ValueError):
+        return None
+
+
+def _knob_widget(name: str, ann: Any, info: Any, value: Any, start: Any, *, label: str, help_text: str,
+                 wkey: str) -> Any:  # fmt: skip
+    """The widget of one knob, starting from ``start``; `_NO_WIDGET` for a type without one."""
+    if name in _PRESET_CHOICES:
+        if not isinstance(value, str):
+            return _NO_WIDGET  # inline spec: edit it in the YAML
+        options = list(dict.fromkeys([str(start).lower(), value.lower(), *_PRESET_CHOICES[name]]))
+        return st.selectbox(label, options, index=0, help=help_text, key=wkey)
+    if typing.get_origin(ann) is typing.Literal or _registry_names(info):
+        options = list(typing.get_args(ann)) or _registry_names(info)
+        return st.selectbox(label, options, index=options.index(start), help=help_text, key=wkey)
+    if ann is bool:
+        return st.checkbox(label, value=bool(start), help=help_text, key=wkey)
+    if ann is int:
+        b = {k: int(v) for k, v in _bounds(info).items()}
+        return st.number_input(label, value=int(start), step=1, help=help_text, key=wkey, **b)
+    if ann is float:
+        b = {k: float(v) for k, v in _bounds(info).items()}
+        return st.number_input(label, value=float(start), help=help_text, key=wkey, format="%.4g", **b)
+    return _NO_WIDGET
 
 
 # --- runs -----------------------------------------------------------------------------
@@ -534,7 +758,7 @@ def run_scenario(scenario: kvsim.Scenario, label: str | None = None) -> Run:
     run = _runs().get(key)
     if run is None:
         try:
-            scenario = validate(confined(scenario.model_dump(mode="json"), f"<scenario {scenario.name}>"))
+            scenario = confined_scenario(scenario.model_dump(mode="json"), f"<scenario {scenario.name}>")
         except kvsim.ScenarioError as err:
             show_scenario_error(err)
             st.stop()
@@ -565,11 +789,16 @@ def require_run() -> Run:
     run = cached_run(scenario)
     if run is not None:
         return run
-    st.info(
-        f"Scenario **{scenario.name}** has not been run yet. Change it on the Scenario page, or run it here."
-    )
-    if st.button(f"Run {scenario.name}", type="primary", key="require_run"):
-        return run_scenario(scenario)
+    offer = st.empty()  # the notice and the button, gone once the run is there
+    with offer.container():
+        st.info(
+            f"Scenario **{scenario.name}** has not been run yet. Change it on the Scenario page, or run it here."
+        )
+        clicked = st.button(f"Run {scenario.name}", type="primary", key="require_run")
+    if clicked:
+        run = run_scenario(scenario)
+        offer.empty()
+        return run
     sync_url()
     st.stop()
     raise AssertionError("unreachable: st.stop() ends the script")
@@ -662,7 +891,7 @@ def unpack_result_archive(data: bytes, name: str, session: str) -> Path:
     members = {Path(i.filename).name: i for i in infos if not i.is_dir()}
     folders = {str(Path(i.filename).parent) for i in infos if not i.is_dir()}
     if (
-        set(members) != set(RESULT_FILES)
+        set(members) not in (set(RESULT_FILES), set(DATA_FILES))  # with kvsim's marker or without
         or len(members) != len(infos) - sum(i.is_dir() for i in infos)
         or (len(folders) > 1 or any(".." in Path(f).parts or Path(f).is_absolute() for f in folders))
     ):

@@ -14,6 +14,13 @@ A relative path is relative to the repository; ``~`` is never expanded (``~/x`` 
 named ``~``); symbolic links and ``..`` are resolved before the check, so a link inside an
 allowed folder that points outside it is refused. A refused path gets the same message
 whether or not it exists, and no message ever quotes a file's content.
+
+Scenarios are checked twice, with one rule: `confine_scenario_paths` on the plain data as
+typed (so that a refused path is named even in a scenario that is invalid otherwise), then
+`confine_path_fields` on the schema-validated scenario, which finds every field kvsim opens
+a file by (`path_fields`), whatever shape the value came in (a ``!!binary`` string, a
+mapping without its ``kind``), before anything reads a file. Result and sweep folders are
+confined with the files kvsim reads in them (`confine_files`).
 """
 
 from __future__ import annotations
@@ -25,6 +32,11 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
+
+from kvsim.cost.config import ProfileCostConfig
+from kvsim.workload.config import EmpiricalLength, TraceWorkload
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCENARIO_DIR = REPO_ROOT / "scenarios"
@@ -83,8 +95,75 @@ def confine(text: str | os.PathLike[str], *, extra: Iterable[Path] = ()) -> Path
     raise PathNotAllowed(f"{raw}: {REFUSED}")
 
 
-def _profile_is_path(value: str) -> bool:
-    return "/" in value or os.sep in value or value.endswith(".json")
+def confine_files(folder: str | os.PathLike[str], names: Iterable[str]) -> Path:
+    """The real path of ``folder`` (see `confine`), when it and each file ``names`` in it that exists
+    lie in an allowed folder: a link in an allowed folder that leads out of it is refused too."""
+    real = confine(folder)
+    for name in names:
+        if os.path.lexists(real / name):
+            try:
+                confine(real / name)
+            except PathNotAllowed:
+                raise PathNotAllowed(f"{os.fspath(folder)}: {REFUSED}") from None
+    return real
+
+
+def profile_is_path(value: str) -> bool:
+    """Whether kvsim reads a cost-profile reference as a file path rather than a shipped profile's
+    name: the rule of `kvsim.cost.profile.resolve_profile_path` (a ``/`` or ``\\``, or ``.json``)."""
+    return "/" in value or "\\" in value or value.endswith(".json")
+
+
+def path_fields(scenario: BaseModel) -> list[tuple[str, str]]:
+    """``(dotted field path, value)`` of every file a schema-valid scenario names.
+
+    The fields kvsim opens a file by: ``path`` of a trace workload and of an empirical
+    length distribution, wherever they sit (a mixture's parts included), and
+    ``cost_model.profile`` of a replica group when it is a path (`profile_is_path`).
+    """
+    found: list[tuple[str, str]] = []
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, TraceWorkload | EmpiricalLength):
+            found.append((f"{where}.path", node.path))
+        elif isinstance(node, ProfileCostConfig) and profile_is_path(node.profile):
+            found.append((f"{where}.profile", node.profile))
+        if isinstance(node, BaseModel):
+            for name in type(node).model_fields:
+                walk(getattr(node, name), f"{where}.{name}" if where else name)
+        elif isinstance(node, list | tuple):
+            for i, item in enumerate(node):
+                walk(item, f"{where}.{i}")
+        elif isinstance(node, dict):
+            for key, item in node.items():
+                walk(item, f"{where}.{key}")
+
+    walk(scenario, "")
+    return found
+
+
+def confine_path_fields(
+    scenario: BaseModel, *, base_dir: Path = REPO_ROOT
+) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """Every file a schema-valid scenario names (`path_fields`) checked against the allowed folders.
+
+    Returns ``(fixes, problems)``: ``fixes`` maps a field path to the file's real path where
+    it was written otherwise (relative to ``base_dir``, through a link or ``..``), as
+    overrides for `kvsim.scenario.loading.apply_overrides`; ``problems`` lists
+    ``(field path, rule)`` for each refused path, the same whether the file exists or not.
+    """
+    fixes: dict[str, str] = {}
+    problems: list[tuple[str, str]] = []
+    for where, raw in path_fields(scenario):
+        anchored = raw if Path(raw).is_absolute() else str(base_dir / raw)
+        try:
+            real = str(confine(anchored))
+        except PathNotAllowed:
+            problems.append((where, f"{raw}: {REFUSED}"))
+            continue
+        if real != raw:
+            fixes[where] = real
+    return fixes, problems
 
 
 def confine_scenario_paths(
@@ -124,7 +203,7 @@ def confine_scenario_paths(
         for i, group in enumerate(groups):
             cost = group.get("cost_model") if isinstance(group, dict) else None
             profile = cost.get("profile") if isinstance(cost, dict) else None
-            if isinstance(profile, str) and _profile_is_path(profile):
+            if isinstance(profile, str) and profile_is_path(profile):
                 raw = profile
                 anchored = raw if Path(raw).is_absolute() else str(base_dir / raw)
                 try:

@@ -25,6 +25,8 @@ feasible point below an infeasible one) is kept and reported.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import itertools
 import math
 import re
@@ -35,12 +37,15 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from kvsim.core.outcome import CacheStats
 from kvsim.errors import KvsimError, ScenarioError
 from kvsim.limits import MAX_CANDIDATES
-from kvsim.scenario.loading import apply_overrides, load_scenario, parse_yaml, read_yaml, validate
+from kvsim.result import EVENT_COLUMNS, ITERATION_COLUMNS, REQUEST_COLUMNS, summarize
+from kvsim.scenario.loading import apply_overrides, load_scenario, parse_value, read_yaml, validate
 from kvsim.scenario.schema import Scenario
 from kvsim.sweep import Executor, Point, Runner, check_jobs, point_id, run_points, summary_only
-from kvsim.workload import resolve_workload_paths
+from kvsim.workload import WorkloadInfo, resolve_workload_paths
+from kvsim.workload.traces import TraceReport
 
 Goal = Literal["smallest", "largest"]
 
@@ -103,6 +108,40 @@ def parse_slo(text: str) -> list[SloBound]:
     return bounds
 
 
+#: Summary keys that depend on the run's tenants or trace (one per tenant, per drop reason).
+_DYNAMIC_KEYS = re.compile(r"tenant_.+_(prefix_cache_hit_rate|ttft_p50_s)|trace_dropped_[a-z_]+")
+
+
+@functools.cache
+def summary_number_keys() -> frozenset[str]:
+    """The numeric keys of a run's summary (those an SLO can bound): the summary of an empty
+    run of the default scenario, with a trace replay's counts."""
+    scenario = load_scenario(None)
+    requests = pd.DataFrame({c: [] for c in REQUEST_COLUMNS}).astype({"finished": bool})
+    iterations = pd.DataFrame({c: [] for c in ITERATION_COLUMNS})
+    events = pd.DataFrame({c: [] for c in EVENT_COLUMNS})
+    summary = summarize(
+        scenario, requests, iterations, events, cache=CacheStats(), total_kv_blocks=1, sim_time_s=0.0
+    )
+    summary |= WorkloadInfo("trace", 0, 0, TraceReport("", "csv", 0, 0, 0, {}, 0, 0.0)).summary()
+    return frozenset(k for k, v in summary.items() if isinstance(v, int | float))
+
+
+def check_slo_keys(bounds: Sequence[SloBound]) -> None:
+    """Raise `CapacityError` for a bound on a key no summary has (a typo would never be met,
+    and the search would answer "no value meets the SLO" instead of naming the mistake)."""
+    known = summary_number_keys()
+    for b in bounds:
+        if b.key in known or _DYNAMIC_KEYS.fullmatch(b.key):
+            continue
+        close = difflib.get_close_matches(b.key, sorted(known), n=3, cutoff=0.6)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        shown = b.key if len(b.key) <= 60 else b.key[:57] + "..."
+        raise CapacityError(
+            f"--slo: {shown!r} is not a numeric summary key{hint}; the keys are listed in docs/results.md"
+        )
+
+
 def default_slo(scenario: Scenario) -> list[SloBound]:
     """The scenario's own targets as p99 bounds: ``ttft_p99_s <= slo.ttft_s``, ``tpot_p99_s <= slo.tpot_s``."""
     return [SloBound("ttft_p99_s", scenario.slo.ttft_s), SloBound("tpot_p99_s", scenario.slo.tpot_s)]
@@ -153,10 +192,10 @@ def parse_values(text: str) -> list[Any]:
             return [start + i * step for i in range(count)]
         digits = max(0, -math.floor(math.log10(step)) + 3)  # 0.05 -> 5 decimals: no 0.15000000000000002
         return [round(start + i * step, digits) for i in range(count)]
-    parts = [p.strip() for p in text.split(",") if p.strip()]
+    parts = [p for p in text.split(",") if p.strip()]
     if len(parts) > MAX_CANDIDATES:  # counted before each is parsed
         raise CapacityError(f"--values: {len(parts):,} values; at most {MAX_CANDIDATES:,}")
-    values = [parse_yaml(f"v: {p}", "--values")["v"] for p in parts]
+    values = [parse_value(p, "--values", what="value") for p in parts]
     if not values:
         raise CapacityError("--values: give at least one value")
     if len({repr(v) for v in values}) != len(values):
@@ -391,6 +430,7 @@ def find_capacity(
         data = validate(apply_overrides(data, overrides), source).model_dump(mode="json")
     scenario = validate(data, source)
     bounds = list(slo) if slo else default_slo(scenario)
+    check_slo_keys(bounds)
     goal = goal or default_goal(knob)
     order = _order(values, goal)
     points: list[Point] = []

@@ -1,8 +1,9 @@
 """Saving a `Result` to a folder and reading it back.
 
-A result folder holds exactly five files::
+A result folder holds five files and kvsim's marker::
 
     DIR/
+    ├── .kvsim              the marker: this folder was written by kvsim (see kvsim.outputs)
     ├── summary.json        the flat summary (NaN and infinities written as null)
     ├── requests.parquet    one row per request
     ├── iterations.parquet  one row per engine iteration
@@ -13,16 +14,19 @@ A result folder holds exactly five files::
 ``DIR`` and renames it into place only once every file is complete, so a failure leaves
 no half-written folder and an existing ``DIR`` is replaced only after success:
 
-    .DIR.tmp-PID-XXXXXXXX/        the new result being written
-    .DIR.old-PID-XXXXXXXX/result  the previous result, between the two renames
+    .DIR.kvsim-tmp-PID-XXXXXXXX/        the new result being written (marker first)
+    .DIR.kvsim-old-PID-XXXXXXXX/result  the previous result, between the two renames
 
-A process killed meanwhile leaves these behind. `clean_stale` (called by `save_result`,
-and by ``kvsim run --out`` before it simulates, which reports what it did) removes those
-whose process (PID) is gone, and first moves a previous result back to ``DIR`` if ``DIR``
-is missing (a kill between the two renames); `load_result` recovers such a result too.
-Folders get the user's umask, like the files in them. `check_out_dir` says up front
-whether a folder may receive a result.
-`load_result` reads such a folder back (the dashboard's Compare page and sweeps use it).
+It replaces only what it can prove it wrote (`kvsim.outputs`): an empty folder or one
+holding its marker and nothing but result files; never a folder holding anything else,
+whatever the names. A process killed meanwhile leaves these siblings behind. `clean_stale`
+(called by `save_result`, and by ``kvsim run --out`` before it simulates, which reports
+what it did) removes those that hold kvsim's marker and whose process (PID) is gone, and
+first moves a previous result back to ``DIR`` if ``DIR`` is missing (a kill between the
+two renames); `load_result` recovers such a result too. Folders get the user's umask,
+like the files in them. `check_out_dir` says up front whether a folder may receive a
+result. `load_result` reads such a folder back (the dashboard's Compare page and sweeps
+use it); folders written before the marker existed read too.
 """
 
 from __future__ import annotations
@@ -30,8 +34,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
-import secrets
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -42,6 +44,17 @@ import pandas as pd
 
 from kvsim.errors import ResultDirError, ScenarioError
 from kvsim.limits import MAX_SUMMARY_BYTES
+from kvsim.outputs import (
+    MARKER_FILE,
+    check_parent,
+    check_target,
+    check_writable,
+    foreign_entries,
+    make_sibling,
+    marker_kind,
+    stale_siblings,
+)
+from kvsim.paths import exists, path_problem, printable
 from kvsim.result import RENAMED_REQUEST_COLUMNS, SUMMARY_ALIASES, Result
 from kvsim.scenario.loading import dump_scenario, load_scenario
 
@@ -53,8 +66,13 @@ TABLE_FILES: dict[str, str] = {
     "iterations": "iterations.parquet",
     "events": "events.parquet",
 }
-#: Every file of a result folder, in the order they are written.
-RESULT_FILES: tuple[str, ...] = (SUMMARY_FILE, *TABLE_FILES.values(), SCENARIO_FILE)
+#: The files that hold a result, in the order they are written.
+DATA_FILES: tuple[str, ...] = (SUMMARY_FILE, *TABLE_FILES.values(), SCENARIO_FILE)
+#: Every file of a result folder, in the order they are written: kvsim's marker first.
+RESULT_FILES: tuple[str, ...] = (MARKER_FILE, *DATA_FILES)
+#: The kind named by the marker of a result folder, and of a parked previous result's folder.
+RESULT_KIND = "result"
+PARKED_KIND = "parked-result"
 
 
 def json_safe(value: Any) -> Any:
@@ -95,84 +113,43 @@ def write_parquet(frame: pd.DataFrame, path: Path) -> None:
 
 
 def _write_files(result: Result, folder: Path) -> None:
+    """The data files (the marker is written when the temporary folder is made)."""
     (folder / SUMMARY_FILE).write_text(summary_to_json(result.summary) + "\n", encoding="utf-8")
     for attr, name in TABLE_FILES.items():
         write_parquet(getattr(result, attr), folder / name)
     (folder / SCENARIO_FILE).write_text(dump_scenario(result.scenario), encoding="utf-8")
 
 
-def _is_replaceable(folder: Path) -> bool:
-    """An existing folder may be replaced only if it is empty or holds a kvsim result."""
-    entries = {p.name for p in folder.iterdir()}
-    return not entries or (SUMMARY_FILE in entries and entries <= set(RESULT_FILES))
-
-
 def _is_complete(folder: Path) -> bool:
-    return all((folder / name).is_file() for name in RESULT_FILES)
+    return marker_kind(folder) == RESULT_KIND and all((folder / name).is_file() for name in DATA_FILES)
 
 
-def _make_sibling(parent: Path, name: str, kind: str) -> Path:
-    """A new hidden folder ``.NAME.KIND-PID-HEX`` in ``parent``, created with the user's umask
-    (``tempfile.mkdtemp`` would make it 0700, and the result folder is this folder renamed)."""
-    for _ in range(100):
-        folder = parent / f".{name}.{kind}-{os.getpid()}-{secrets.token_hex(4)}"
-        try:
-            os.mkdir(folder)  # mode 0o777 & ~umask
-        except FileExistsError:
-            continue
-        return folder
-    raise ResultDirError(f"{parent}: cannot create a temporary folder for {name}")  # pragma: no cover
-
-
-def _owner_alive(suffix: str) -> bool:
-    """Whether the process that made a ``.DIR.KIND-SUFFIX`` folder may still be using it."""
-    match = re.fullmatch(r"(\d+)-[0-9a-f]+", suffix)
-    if match is None:
-        return False  # no PID: left by an older kvsim, which wrote no other way
-    pid = int(match.group(1))
-    if pid == os.getpid():
-        return True  # this process (another thread may be saving)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # it exists but belongs to someone else
-    return True
-
-
-def _stale_siblings(target: Path) -> list[tuple[str, Path]]:
-    """``(kind, folder)`` of the temporary siblings of ``target`` left by dead processes,
-    newest first."""
-    parent = target.parent
-    if not parent.is_dir():
-        return []
-    found = []
-    for kind in ("tmp", "old"):
-        prefix = f".{target.name}.{kind}-"
-        for entry in parent.iterdir():
-            if (
-                entry.name.startswith(prefix)
-                and entry.is_dir()
-                and not _owner_alive(entry.name[len(prefix) :])
-            ):
-                found.append((kind, entry))
-    found.sort(key=lambda item: item[1].stat().st_mtime, reverse=True)
-    return found
+def _parked(target: Path, *, include_alive: bool = False) -> list[Path]:
+    """Previous results of ``target`` parked by replacements, newest first: the ``result``
+    inside each ``.DIR.kvsim-old-PID-HEX`` folder kvsim marked, whose process is gone
+    (``include_alive``: or still running)."""
+    folders = stale_siblings(target, "old", PARKED_KIND, include_alive=include_alive)
+    return [f / "result" for f in folders if _is_complete(f / "result")]
 
 
 def clean_stale(out_dir: str | Path) -> list[str]:
     """Remove what killed runs left beside ``out_dir``; return one note per thing done.
 
-    A previous result parked in ``.DIR.old-*/result`` is moved back to ``DIR`` first when
-    ``DIR`` is missing, so that cleaning never loses the last complete result. Folders of
-    processes still alive are left alone.
+    Only folders named ``.DIR.kvsim-tmp-PID-HEX`` / ``.DIR.kvsim-old-PID-HEX`` that hold
+    kvsim's marker and whose process is gone are touched (see `kvsim.outputs`): a user's
+    ``.DIR.old-backup`` never is. A previous result parked in ``.DIR.kvsim-old-*/result`` is
+    moved back to ``DIR`` first when ``DIR`` is missing, so that cleaning never loses the
+    last complete result.
     """
     out_dir = Path(out_dir)
+    if path_problem(out_dir) is not None:
+        return []  # check_out_dir says why
     target = out_dir.absolute()
     notes = []
-    for kind, folder in _stale_siblings(target):
-        if kind == "old" and not target.exists() and _is_complete(folder / "result"):
+    stale = [(kind, f) for kind, marker in (("tmp", RESULT_KIND), ("old", PARKED_KIND))
+             for f in stale_siblings(target, kind, marker)]  # fmt: skip
+    for kind, folder in stale:
+        if kind == "old" and not exists(target) and _is_complete(folder / "result"):
             try:
                 os.rename(folder / "result", target)
                 notes.append(
@@ -191,48 +168,61 @@ def check_out_dir(out_dir: str | Path, *, overwrite: bool = True) -> None:
 
     ``kvsim run --out`` calls it before simulating, so that a bad folder is refused at once.
     """
-    out_dir = Path(out_dir)
-    target = out_dir.absolute()
-    if target.exists() or target.is_symlink():
-        if not out_dir.is_dir():
-            raise ResultDirError(f"{out_dir}: exists and is not a folder")
+    target = check_target(out_dir, "--out", ResultDirError)
+    shown = printable(str(out_dir))
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:
+        cwd = None
+    if target == cwd:
+        raise ResultDirError(
+            f"{shown}: is the current folder; a result folder is replaced as a whole, give a sub-folder"
+        )
+    if exists(target) or exists(Path(out_dir).absolute()):
+        if not Path(out_dir).is_dir():
+            raise ResultDirError(f"{shown}: exists and is not a folder")
         if not overwrite:
-            raise ResultDirError(f"{out_dir}: already exists (pass overwrite=True to replace it)")
-        if not _is_replaceable(out_dir):
+            raise ResultDirError(f"{shown}: already exists (pass overwrite=True to replace it)")
+        try:
+            foreign = foreign_entries(target, RESULT_KIND, RESULT_FILES)
+        except OSError as exc:
+            raise ResultDirError(f"{shown}: cannot look into the folder: {exc.strerror or exc}") from None
+        check_writable(target.parent, shown, "--out", ResultDirError)  # replacing renames in the parent
+        if foreign:
             raise ResultDirError(
-                f"{out_dir}: not replaced because it holds files other than a kvsim result "
-                f"({', '.join(RESULT_FILES)}); choose another --out folder"
+                f"{shown}: not replaced because it holds files other than a kvsim result "
+                f"({', '.join(foreign)}); kvsim replaces only an empty folder or a result folder it "
+                f"wrote itself (marked by its {MARKER_FILE} file, holding nothing else but "
+                f"{', '.join(DATA_FILES)}). Choose another --out folder, or remove it yourself"
             )
         return
-    for ancestor in target.parents:
-        if ancestor.exists():
-            if not ancestor.is_dir():
-                raise ResultDirError(f"{out_dir}: cannot be created: {ancestor} is not a folder")
-            return
+    check_parent(target, shown, "--out", ResultDirError)
 
 
 def save_result(result: Result, out_dir: str | Path, *, overwrite: bool = True) -> Path:
     """Write ``result`` into ``out_dir`` atomically and return the folder's path.
 
     With ``overwrite`` an existing ``out_dir`` is replaced, but only after the new result
-    is completely written, and only if it is empty or holds nothing but a previous
-    kvsim result (so ``--out .`` never deletes a working tree). Without ``overwrite`` an
-    existing ``out_dir`` is an error. Leftovers of killed runs beside it are cleaned first
-    (`clean_stale`).
+    is completely written, and only if it is empty or is a result folder kvsim wrote (its
+    ``.kvsim`` marker and nothing but result files; so ``--out .`` never deletes a working
+    tree, nor a folder holding a file that merely has a result file's name). Without
+    ``overwrite`` an existing ``out_dir`` is an error. Leftovers of killed runs beside it are
+    cleaned first (`clean_stale`).
     """
     out_dir = Path(out_dir)
+    check_out_dir(out_dir, overwrite=overwrite)
     target = out_dir.resolve()
     clean_stale(target)
-    check_out_dir(out_dir, overwrite=overwrite)
+    check_out_dir(out_dir, overwrite=overwrite)  # cleaning may have restored a parked result
     parent = target.parent
     parent.mkdir(parents=True, exist_ok=True)
-    tmp = _make_sibling(parent, target.name, "tmp")
+    tmp = make_sibling(parent, target.name, "tmp", RESULT_KIND)
     try:
         _write_files(result, tmp)
         if target.exists():
             # A folder cannot be renamed over a non-empty one: move the old result aside,
             # put the new one in place, then drop the old one.
-            old = _make_sibling(parent, target.name, "old")
+            old = make_sibling(parent, target.name, "old", PARKED_KIND)
             os.rename(target, old / "result")
             try:
                 os.rename(tmp, target)
@@ -251,28 +241,20 @@ def save_result(result: Result, out_dir: str | Path, *, overwrite: bool = True) 
 
 def _recover(result_dir: Path) -> Path | None:
     """Where the result of a missing ``result_dir`` is, if a kill between the two renames of
-    `save_result` left it in ``.DIR.old-*/result``: moved back into place when its process
-    is gone, read where it is otherwise (or when it cannot be moved)."""
-    target = result_dir.absolute()
-    parent = target.parent
-    if not parent.is_dir():
+    `save_result` left it in ``.DIR.kvsim-old-*/result``: moved back into place (the process
+    that parked it is gone), read where it is when it cannot be moved."""
+    if path_problem(result_dir) is not None:
         return None
-    prefix = f".{target.name}.old-"
-    candidates = sorted(
-        (e for e in parent.iterdir() if e.name.startswith(prefix) and _is_complete(e / "result")),
-        key=lambda e: e.stat().st_mtime,
-        reverse=True,
-    )
-    for folder in candidates:
-        if _owner_alive(folder.name[len(prefix) :]):
-            return folder / "result"
+    target = result_dir.absolute()
+    for parked in _parked(target):
         try:
-            os.rename(folder / "result", target)
+            os.rename(parked, target)
         except OSError:
-            return folder / "result"
-        shutil.rmtree(folder, ignore_errors=True)
+            return parked
+        shutil.rmtree(parked.parent, ignore_errors=True)
         return result_dir
-    return None
+    alive = _parked(target, include_alive=True)  # a replacement under way: read it where it is
+    return alive[0] if alive else None
 
 
 def _summary_from_json(data: Any, path: Path) -> dict[str, Any]:
@@ -289,11 +271,13 @@ def load_result(result_dir: str | Path) -> Result:
     recovered from there.
     """
     result_dir = Path(result_dir)
-    if not result_dir.exists() and (recovered := _recover(result_dir)) is not None:
+    if (problem := path_problem(result_dir)) is not None:
+        raise ResultDirError(f"{printable(str(result_dir)[:200])}: {problem}")
+    if not exists(result_dir) and (recovered := _recover(result_dir)) is not None:
         result_dir = recovered
     if not result_dir.is_dir():
         raise ResultDirError(f"{result_dir}: no such result folder")
-    missing = [name for name in RESULT_FILES if not (result_dir / name).is_file()]
+    missing = [name for name in DATA_FILES if not (result_dir / name).is_file()]
     if missing:
         raise ResultDirError(f"{result_dir}: not a kvsim result folder, missing {', '.join(missing)}")
     summary_path = result_dir / SUMMARY_FILE

@@ -134,7 +134,7 @@ MAX_WINDOWS = 100_000
 #: validated before the search starts (a few ms each); bisection runs about log2 of them.
 MAX_CANDIDATES = 10_000
 #: Most widths of ``kvsim sharing --widths``: each is two full runs.
-MAX_WIDTHS = 64
+MAX_WIDTHS = 32
 #: ``kvsim cache-curve``: most capacities (``--capacities``); most blocks the trace is cut
 #: into (counted from the prompt lengths before a key is built: a block key costs about
 #: 7-40 us and 200 bytes; the Mooncake conversation trace is 288,500 blocks of 512 tokens,
@@ -143,12 +143,6 @@ MAX_WIDTHS = 64
 MAX_CAPACITIES = 1_000
 MAX_CACHE_CURVE_BLOCKS = 20_000_000
 MAX_CACHE_CURVE_LOOKUPS = 200_000_000
-
-#: ``kvsim verify-vllm``: most requests replayed (``--requests``) and KV blocks of the pool
-#: (``--num-gpu-blocks``); both sides replay step by step, and the differential workloads
-#: are small by design (the catalogue replays about 50 requests on 64 blocks).
-MAX_VERIFY_REQUESTS = 10_000
-MAX_VERIFY_BLOCKS = 1_000_000
 
 # --------------------------------------------------------------------------- other files
 

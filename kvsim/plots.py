@@ -108,6 +108,33 @@ def decade_ticks(values: Sequence[float] | np.ndarray, label: Callable[[float], 
     }
 
 
+def count_ticks(
+    values: Sequence[float] | np.ndarray, *, max_ticks: int = 6, from_zero: bool = True
+) -> dict[str, object]:
+    """Axis settings for a count (requests, blocks, replicas): ticks at whole numbers only.
+
+    Plotly would put ticks at 0.5 steps on a count that stays below 3; the step here is
+    1, 2 or 5 times a power of ten, with at most ``max_ticks`` steps over the values'
+    span. ``from_zero``: the axis starts at 0 (a queue); otherwise Plotly fits the range
+    to the values (a swept knob such as the number of replicas).
+    """
+    v = np.asarray(values, dtype=float).ravel()
+    v = v[np.isfinite(v)]
+    top = max(float(v.max()) if len(v) else 0.0, 1.0)
+    low = 0.0 if from_zero or not len(v) else float(v.min())
+    step = 1
+    while (top - low) / step > max_ticks:
+        step = _next_step(step)
+    ticks: dict[str, object] = {"tick0": 0, "dtick": step, "tickformat": ",d"}
+    return ticks | {"range": [0, top * 1.05]} if from_zero else ticks
+
+
+def _next_step(step: int) -> int:
+    """The step after ``step`` in 1, 2, 5, 10, 20, 50, ..."""
+    digits = str(step)
+    return step * 5 // 2 if digits[0] == "2" else step * 2
+
+
 def _crossings(x: np.ndarray, y: np.ndarray, limit: float, *, log_y: bool) -> list[float]:
     """x where the polyline (x, y) crosses ``limit`` (interpolated; in log y on a log axis)."""
     out: list[float] = []
@@ -289,7 +316,8 @@ def latency_spikes_figure(
     fig.update_yaxes(title_text="TTFT, log" if ttft_log else "TTFT (s)", row=1, col=1)
     fig.update_yaxes(title_text="ITL, log" if len(gaps) else "ITL (ms)", row=2, col=1)
     fig.update_yaxes(title_text="events", type="category", row=3, col=1)
-    fig.update_yaxes(title_text="requests", rangemode="tozero", row=4, col=1)
+    # A queue holds whole requests: ticks at whole numbers, also when it stays below 3.
+    fig.update_yaxes(title_text="requests", **count_ticks(it["num_waiting"]), row=4, col=1)
     fig.update_xaxes(title_text=TIME_TITLE, row=4, col=1)
     return _finish(fig, "Latency over time (shaded: spikes)", 900)
 
@@ -392,6 +420,9 @@ def throughput_capacity_figure(
     fig.update_yaxes(title_text="p99 TTFT, log", row=2, col=1)
     fig.update_yaxes(title_text="p99 TPOT (ms)", rangemode="tozero", row=3, col=1)
     fig.update_xaxes(title_text=x_title, row=3, col=1)
+    if pd.api.types.is_integer_dtype(pts[x]) and len(xv):
+        # A whole-number knob (replicas, TP, KV blocks): no tick at 1.5 replicas.
+        fig.update_xaxes(**count_ticks(xv.astype(float), from_zero=False))
     fig = _finish(fig, title, 820)
     fig.update_layout(hovermode="closest")
     return fig
@@ -435,11 +466,18 @@ def prefix_hit_rate_figure(hit_rate: pd.DataFrame, *, overall: float | None = No
         )
     )
     if overall is not None:
-        fig.add_hline(
-            y=overall * 100,
-            line={"color": "#555555", "dash": "dash"},
-            annotation_text=f"whole run: {overall * 100:.1f} %",
-            annotation_position="top right",
+        # A legend entry, not a label on the line: a label sits on the curve where it crosses.
+        ends = hit_rate["time_s"].to_numpy(float)
+        ends = ends[np.isfinite(ends)]
+        fig.add_trace(
+            go.Scatter(
+                x=[float(ends.min()), float(ends.max())] if len(ends) else [0.0, 1.0],
+                y=[overall * 100] * 2,
+                mode="lines",
+                name=f"whole run: {overall * 100:.1f} %",
+                line={"color": "#555555", "dash": "dash"},
+                hovertemplate=f"whole run: {overall * 100:.1f}% of prompt tokens hit<extra></extra>",
+            )
         )
     fig.update_yaxes(title_text="prefix hit rate (% of prompt tokens)", range=[0, 105])
     fig.update_xaxes(title_text=TIME_TITLE)
@@ -635,6 +673,8 @@ def replica_panels_figure(series: pd.DataFrame) -> go.Figure:
                 row=row, col=1,
             )  # fmt: skip
             fig.update_yaxes(title_text=title, rangemode="tozero", row=row, col=1)
+    for row, (col, *_) in enumerate(metrics[:2], start=1):  # whole requests: whole-number ticks
+        fig.update_yaxes(**count_ticks(series[col]), row=row, col=1)
     fig.update_yaxes(range=[0, 105], row=3, col=1)
     fig.update_xaxes(title_text=TIME_TITLE, row=3, col=1)
     fig = _finish(fig, "Per replica: running and waiting requests, KV usage (highest per time bin)", 700)

@@ -609,7 +609,8 @@ def unknown_name_message(kind: str, name: str, names: Iterable[str]) -> str:
     close += [n for n in difflib.get_close_matches(query, names, n=3, cutoff=0.6) if n not in close]
     close = close[:3]
     hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
-    return f"unknown {kind} preset {name!r}{hint}; available: {', '.join(names)}"
+    shown = name if len(name) <= 100 else name[:97] + "..."
+    return f"unknown {kind} preset {shown!r}{hint}; available: {', '.join(names)}"
 
 
 def resolve_model(model: str | ModelSpec) -> ModelSpec:

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from kvsim.frozen import FrozenModel
+from kvsim.frozen import FrozenModel, Name
 from kvsim.limits import (
     MAX_BANDWIDTH_BYTES_PER_S,
     MAX_EXPERTS,
@@ -46,7 +46,7 @@ KV_DTYPE_BYTES: dict[str, float] = {
 class ModelSpec(FrozenModel):
     """Shape of a decoder-only transformer, enough to size its KV cache and its FLOPs."""
 
-    name: str = Field(max_length=MAX_YAML_SCALAR_CHARS, description="Model name, e.g. 'llama-2-70b'.")
+    name: Name = Field(max_length=MAX_YAML_SCALAR_CHARS, description="Model name, e.g. 'llama-2-70b'.")
     num_layers: int = Field(gt=0, le=MAX_LAYERS, description="Number of transformer layers.")
     hidden_size: int = Field(gt=0, le=MAX_WIDTH, description="Model (residual stream) width.")
     num_attention_heads: int = Field(gt=0, le=MAX_HEADS, description="Query heads per layer.")
@@ -211,7 +211,7 @@ class ModelSpec(FrozenModel):
 class GpuSpec(FrozenModel):
     """Datasheet figures of one accelerator."""
 
-    name: str = Field(max_length=MAX_YAML_SCALAR_CHARS, description="GPU name, e.g. 'h100-sxm'.")
+    name: Name = Field(max_length=MAX_YAML_SCALAR_CHARS, description="GPU name, e.g. 'h100-sxm'.")
     memory_bytes: int = Field(gt=0, le=MAX_GPU_MEMORY_BYTES, description="HBM capacity in bytes.")
     hbm_bandwidth_bytes_per_s: float = Field(
         ge=MIN_BANDWIDTH_BYTES_PER_S, le=MAX_BANDWIDTH_BYTES_PER_S, description="Peak HBM bandwidth, bytes/s."

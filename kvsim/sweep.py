@@ -14,27 +14,28 @@ A sweep file (YAML) names a base scenario, relative to the sweep file, and the p
 
 Output folder:
 
+    DIR/.kvsim                              kvsim's marker: a sweep folder (see kvsim.outputs)
     DIR/results.parquet, DIR/results.csv    one row per point: overrides, status, error, summary
     DIR/points/<point_id>/point.json        overrides, status, error, wall time
     DIR/points/<point_id>/...               the runner's files (summary.json, tables)
 
 A point id is a hash of the point's overrides, so rerunning the same (or an extended)
-sweep skips points whose ``point.json`` says ``ok``; failed points run again. Points run
+sweep skips points whose ``point.json`` says ``ok``; failed points run again. DIR must be
+new, empty, or a sweep folder kvsim marked; every file is written atomically. Points run
 in worker processes (``local``) or as Ray tasks (``ray``); workers return their files as
 bytes and only this process writes into DIR, so a Ray cluster needs no shared disk.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import hashlib
+import io
 import itertools
 import json
 import logging
 import math
 import os
-import secrets
 import signal
 import socket
 import sys
@@ -54,8 +55,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 import kvsim
 from kvsim.errors import KvsimError, YamlError
 from kvsim.inputs import read_input
-from kvsim.io import json_safe, save_result
+from kvsim.io import DATA_FILES, json_safe, save_result
 from kvsim.limits import JOBS_PER_CPU, MAX_JOBS, MAX_SUMMARY_BYTES, MAX_SWEEP_POINTS
+from kvsim.outputs import claim_folder, replace_file
 from kvsim.scenario.loading import apply_overrides, read_yaml, validate
 from kvsim.scenario.schema import Scenario
 from kvsim.workload import resolve_workload_paths
@@ -64,6 +66,8 @@ from kvsim.yaml_safe import load_yaml_file
 #: A runner simulates one scenario and returns its summary and files to save (name -> bytes).
 Runner = Callable[[Scenario], tuple[dict[str, Any], dict[str, bytes]]]
 Executor = Literal["local", "ray"]
+#: The kind named by the ``.kvsim`` marker of a sweep's output folder.
+SWEEP_KIND = "sweep"
 
 #: Seconds to wait for a Ray cluster at ``--address`` before giving up (``--connect-timeout``).
 DEFAULT_RAY_CONNECT_TIMEOUT_S = 30.0
@@ -182,7 +186,8 @@ def simulate(scenario: Scenario) -> tuple[dict[str, Any], dict[str, bytes]]:
     result = kvsim.run(scenario)
     with tempfile.TemporaryDirectory(prefix="kvsim-point-") as tmp:
         folder = save_result(result, Path(tmp) / "result")
-        files = {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+        # The data files only: a point's folder is part of the sweep folder, whose marker it has.
+        files = {name: (folder / name).read_bytes() for name in DATA_FILES}
     return dict(result.summary), files
 
 
@@ -215,32 +220,20 @@ def _read_done(out: Path, point: Point) -> dict[str, Any] | None:
     try:
         raw = read_input(_point_dir(out, point.point_id) / "point.json", MAX_SUMMARY_BYTES)
         record = json.loads(raw.decode("utf-8"))
-    except (OSError, ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8, not JSON: run it again
         return None
     return record if isinstance(record, dict) and record.get("status") == "ok" else None
-
-
-def _write_new(path: Path, data: bytes) -> None:
-    """Write ``data`` to a new file beside ``path``, then rename it over ``path``: whatever
-    was there (a FIFO would block an open for writing until a reader comes) is replaced,
-    never opened."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the user's umask applies
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _save(out: Path, point: Point, outcome: PointOutcome) -> dict[str, Any]:
     d = _point_dir(out, point.point_id)
     d.mkdir(parents=True, exist_ok=True)
     for name, blob in outcome.files.items():
-        _write_new(d / name, blob)
+        if Path(name).name != name or name.startswith(".kvsim-") or name in ("", ".", ".."):
+            raise SweepError(
+                f"point {point.point_id}: the runner returned a file named {name!r}; bare names only"
+            )
+        replace_file(d, name, blob)  # atomic: a kill leaves the old file or the new one
     record = {
         "point_id": point.point_id,
         "index": point.index,
@@ -251,7 +244,7 @@ def _save(out: Path, point: Point, outcome: PointOutcome) -> dict[str, Any]:
         "summary": json_safe(outcome.summary),
     }
     # point.json is written last: its presence with status ok marks the point done.
-    _write_new(d / "point.json", (json.dumps(json_safe(record), indent=2) + "\n").encode("utf-8"))
+    replace_file(d, "point.json", (json.dumps(json_safe(record), indent=2) + "\n").encode("utf-8"))
     return record
 
 
@@ -537,7 +530,7 @@ def run_sweep(
     # Ray first: a cluster that does not answer is an error before anything is written.
     ray_started = _start_ray(address, jobs, connect_timeout_s) if executor == "ray" else None
     try:
-        return _run_sweep(points, Path(out), jobs, executor, runner, progress)
+        return _run_sweep(points, out, jobs, executor, runner, progress)
     finally:
         if ray_started is not None:
             ray_started.shutdown()
@@ -545,14 +538,17 @@ def run_sweep(
 
 def _run_sweep(
     points: list[Point],
-    out: Path,
+    out: str | Path,
     jobs: int,
     executor: Executor,
     runner: Runner,
     progress: Callable[[str], None] | None,
 ) -> SweepReport:
+    # The folder must be new, empty or a sweep folder kvsim marked (kvsim.outputs): its
+    # results.csv is rewritten, and a user's own must never be.
+    out = claim_folder(out, SWEEP_KIND, "--out", SweepError)
     try:
-        (out / "points").mkdir(parents=True, exist_ok=True)
+        (out / "points").mkdir(exist_ok=True)
     except OSError as exc:
         raise SweepError(f"{out}: cannot create output folder: {exc.strerror or exc}") from None
     records: dict[str, dict[str, Any]] = {}
@@ -573,6 +569,8 @@ def _run_sweep(
                 progress(f"[{len(records)}/{len(points)}] point {p.point_id} {outcome.status}{note}")
     finally:
         table = _table(points, records)
-        table.to_csv(out / "results.csv", index=False)
-        table.to_parquet(out / "results.parquet", index=False)
+        replace_file(out, "results.csv", table.to_csv(index=False).encode("utf-8"))
+        buffer = io.BytesIO()
+        table.to_parquet(buffer, index=False)
+        replace_file(out, "results.parquet", buffer.getvalue())
     return SweepReport(table, len(points), skipped, ok, failed)

@@ -39,6 +39,16 @@ def format_seconds(value: Any) -> str:
     return f"{sig(value * 1e6)} µs"
 
 
+def rate_unit(key: str) -> str:
+    """The unit of a summary key ending in ``_per_s``: ``tok/s`` for tokens, ``req/s`` for
+    requests, ``/s`` for anything else."""
+    if "tokens" in key:
+        return "tok/s"
+    if "requests" in key:
+        return "req/s"
+    return "/s"
+
+
 def format_rate(value: Any, unit: str = "req/s") -> str:
     """A rate with three significant digits and its unit; ``-`` when undefined."""
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):

@@ -20,6 +20,8 @@ It is PyYAML's safe loader (no Python objects, only plain data) with every bound
                      shows up as a traceback)
     keys             a key repeated in one mapping is refused with both lines (YAML says
                      keys are unique; PyYAML would keep the last silently)
+    tags             plain data only: strings, numbers, booleans, null, lists, mappings and
+                     dates; ``!!binary``, ``!!set``, ``!!omap``, ``!!pairs`` are refused
 
 Every failure is a `YamlError` (a `ScenarioError`) whose problems name the line and column
 (or the byte offset) and the rule.
@@ -49,6 +51,13 @@ from kvsim.limits import (
 )
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+#: The tags a document may hold, explicitly or implicitly: plain data. ``!!binary`` (bytes),
+#: ``!!set``, ``!!omap`` and ``!!pairs`` build values no field takes as written (bytes would
+#: pass as text), and the safe loader refuses every other tag already.
+_PLAIN_TAGS = frozenset(
+    f"tag:yaml.org,2002:{name}"
+    for name in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp", "merge")
+)
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -143,6 +152,15 @@ class BoundedLoader(yaml.SafeLoader):
         return node
 
     def construct_object(self, node: Node, deep: bool = False) -> Any:
+        if node.tag not in _PLAIN_TAGS:
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+            raise ConstructorError(
+                None,
+                None,
+                f"tag {_short(tag)} is not allowed: kvsim reads plain YAML (strings, numbers, "
+                "booleans, null, lists, mappings, dates)",
+                node.start_mark,
+            )
         try:
             return super().construct_object(node, deep)
         except yaml.YAMLError:

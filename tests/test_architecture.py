@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 
 KVSIM = ROOT / "kvsim"
@@ -61,6 +62,7 @@ def test_routers_import_only_the_view():
     assert kvsim_imports == {"kvsim.engine.view", "kvsim.registry", "kvsim.scenario.schema"}
 
 
+@pytest.mark.slow
 def test_the_simulator_never_imports_torch_streamlit_or_vllm():
     code = (
         "import sys, kvsim, kvsim.cli, kvsim.sweep, kvsim.analysis, kvsim.plots; "

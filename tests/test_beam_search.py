@@ -165,6 +165,7 @@ def test_fast_forward_changes_nothing_with_beams() -> None:
     assert fast.summary["num_preemptions"] > 0 and fast.summary["beam_num_forks"] > 100
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("width", "paper"), [(2, 0.376), (6, 0.552)])
 def test_beam_search_saves_what_the_vllm_paper_measured(width: int, paper: float) -> None:
     # vLLM paper Figure 15 (Alpaca, OPT-13B): 37.6% saved at beam width 2, 55.2% at 6.

@@ -124,6 +124,7 @@ def independent_reuse(path: Path) -> tuple[int, int, int, int]:
     return blocks, hits, tokens, hit_tokens
 
 
+@pytest.mark.slow
 @needs_traces
 @pytest.mark.parametrize("name", ["conversation", "synthetic"])
 def test_unbounded_hit_ratio_equals_hash_id_reuse(name: str) -> None:

@@ -749,6 +749,7 @@ def test_speculation_pays_at_a_small_batch_and_stops_at_a_large_one() -> None:
     assert tpot(64.0, True) > tpot(64.0, False)  # compute-bound: the rejected drafts cost FLOPs
 
 
+@pytest.mark.slow
 def test_autoscaling_saves_gpu_hours_at_the_same_slo() -> None:
     auto = run("autoscaling_diurnal.yaml", AUTOSCALING_REDUCED)
     fixed = run(
@@ -773,6 +774,7 @@ def test_disaggregation_pays_under_a_tight_tpot_slo_not_a_loose_one() -> None:
     assert run("disaggregation_ratio.yaml", long_prompts | loose | colocated)["slo_attainment"] > disagg + 0.1
 
 
+@pytest.mark.slow
 def test_prefix_aware_routing_beats_round_robin_and_the_shared_pool_beats_both() -> None:
     # The first 1,500 Mooncake conversation requests on 4 x H200 (sweeps/mooncake_global_cache.yaml
     # runs the whole hour); cluster_hit_rate counts GPU and pool hits.

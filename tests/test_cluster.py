@@ -100,6 +100,7 @@ FF_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(FF_CASES))
 def test_fast_forward_equals_stepping_for_every_cluster_feature(case):
     ov = [*ROUTED, "workload.num_requests=200", *FF_CASES[case]]
@@ -211,6 +212,7 @@ def _poisson(replicas: int, rate: float, router: str, n: int, seed: int = 11) ->
     return kvsim.run(scenario)
 
 
+@pytest.mark.slow
 def test_random_routing_splits_poisson_load_into_md1_queues():
     # Random routing thins a Poisson stream into independent Poisson streams: each of 4
     # replicas is an M/D/1 queue at 5 req/s with D = 0.1 s: Wq = rho D / (2 (1 - rho)) = 0.05 s.
@@ -238,6 +240,7 @@ def _lognormal(count: int, rate: float, n: int, router: str) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_n_round_robin_replicas_match_one_replica_at_a_nth_of_the_rate():
     # Lognormal lengths, continuous batching, 2 req/s per replica. Round robin hands each
     # replica every 4th arrival (Erlang-4 gaps, more regular than Poisson): mean E2E and TTFT

@@ -161,6 +161,7 @@ def test_a_decode_run_stops_before_the_allocation_the_free_blocks_cannot_serve()
 # --------------------------------------------------------------------------- equal to walking everyone
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(ENGINE_CASES))
 def test_the_cohort_changes_nothing_on_the_engine_cases(case: str) -> None:
     ov = ["workload.num_requests=250", *ENGINE_CASES[case]]
@@ -169,6 +170,7 @@ def test_the_cohort_changes_nothing_on_the_engine_cases(case: str) -> None:
     assert_identical(lazy, eager)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CLUSTER_CASES))
 def test_the_cohort_changes_nothing_on_the_cluster_cases(case: str) -> None:
     ov = [*ROUTED, "workload.num_requests=200", *CLUSTER_CASES[case]]

@@ -16,6 +16,7 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from google.protobuf import text_format
 
@@ -263,6 +264,178 @@ def test_streamlit_settings_bind_localhost_and_match_the_upload_limit() -> None:
     assert (
         "DASHBOARD_ADDRESS ?= localhost" in makefile and "--server.address $(DASHBOARD_ADDRESS)" in makefile
     )
+
+
+@pytest.mark.parametrize(
+    ("setting", "field", "rule"),
+    [
+        ("replicas.0.tp=0", "replicas.0.tp", "greater than or equal to 1"),  # below the widget's min
+        ("workload.num_requests=-5", "num_requests", "greater than or equal to 1"),
+        ("seed=9007199254740992", "seed", "less than or equal to"),  # above the widget's max
+        ("replicas.0.engine.block_size=1e300", "block_size", "valid integer"),
+        ("replicas.0.engine.gpu_memory_utilization=.nan", "gpu_memory_utilization", "finite number"),
+        ("seed=abc", "seed", "valid integer"),  # not of the widget's type
+        ("router.kind=no_such_router", "router.kind", "unknown router"),  # not one of its options
+        ("replicas.0.engine.preemption_mode=both", "preemption_mode", "recompute"),
+        ("replicas.0.engine.enable_prefix_caching=maybe", "enable_prefix_caching", "valid boolean"),
+        ("model={name: x}", "model", ""),  # a mapping for a preset's name: an inline spec, checked
+        ("workload.arrival.rate_per_s=2", "workload", "unknown field"),  # a knob this scenario lacks
+    ],
+)
+def test_a_link_value_no_knob_widget_takes_is_the_scenarios_error(
+    setting: str, field: str, rule: str
+) -> None:
+    source = {"source": "catalogue", "file": "azure_conversation.yaml"} if "arrival" in setting else {}
+    at = _app(None, set=[setting], **source)
+    assert not at.exception
+    (error,) = at.error
+    assert "**<knobs>**: invalid scenario" in error.value and field in error.value and rule in error.value
+    assert any(f"`{setting}`" in c.value for c in at.caption)  # listed, with its Drop button
+    assert not [b for b in at.button if b.label == "Run"]
+    next(b for b in at.button if b.label == "Drop these settings").click().run()
+    assert not at.exception and not at.error
+    assert [b for b in at.button if b.label == "Run"]
+
+
+def test_a_link_value_a_knob_widget_takes_starts_the_widget() -> None:
+    at = _app(
+        None,
+        set=[
+            "replicas.0.tp=2",
+            "seed=7",
+            "router.kind=least_loaded",
+            "replicas.0.engine.gpu_memory_utilization=0.8",
+        ],
+    )
+    assert not at.exception and not at.error
+    assert (_knob(at, "replicas.0.tp").value, _knob(at, "seed").value) == (2, 7)
+    assert _knob(at, "router.kind", "selectbox").value == "least_loaded"
+    assert _knob(at, "replicas.0.engine.gpu_memory_utilization").value == 0.8
+    assert not [c for c in at.caption if "Set by the link" in c.value]
+
+
+@pytest.mark.parametrize(
+    ("page", "params", "widget", "key"),
+    [
+        ("1_Latency_spikes", {"spikes.window": "nan"}, "number_input", "w:spikes.window"),
+        ("1_Latency_spikes", {"spikes.window": "0"}, "number_input", "w:spikes.window"),
+        ("1_Latency_spikes", {"spikes.ttft": "-1"}, "number_input", "w:spikes.ttft"),
+        ("3_Capacity", {"cap.jobs": "1e400"}, "number_input", "w:cap.jobs"),
+        ("3_Capacity", {"cap.jobs": "0"}, "number_input", "w:cap.jobs"),
+        ("3_Capacity", {"cap.knob": "no_such_knob"}, "selectbox", "w:cap.knob"),
+        ("3_Capacity", {"cap.goal.replicas": "most"}, "radio", "w:cap.goal.replicas"),
+        ("2_Throughput_vs_capacity", {"sweep.count": "-3"}, "number_input", "w:sweep.count"),
+        ("2_Throughput_vs_capacity", {"sweep.axis": "Moon phase"}, "selectbox", "w:sweep.axis"),
+        ("5_Requests", {"req.id": "99999"}, "number_input", "w:req.id"),
+    ],
+)
+def test_a_link_value_a_page_input_cannot_hold_is_said_and_not_used(
+    page: str, params: dict[str, str], widget: str, key: str
+) -> None:
+    at = _ran()
+    ((name, given),) = params.items()
+    for k, v in params.items():
+        at.session_state["view"][k] = v  # as a link opened on this page would set it
+    if page == "1_Latency_spikes":
+        at.session_state["view"]["spikes.for"] = common.scenario_key(at.session_state["scenario"])
+    at = _page(at, page)
+    assert not at.exception
+    assert any(f"The link's `{name}={given}` is not used" in w.value for w in at.warning), [
+        w.value for w in at.warning
+    ]
+    assert str(getattr(at, widget)(key=key).value) != given
+    assert at.session_state["view"][name] != given  # and the link the page writes no longer has it
+
+
+def test_a_links_scenario_source_or_file_that_is_not_offered_is_said() -> None:
+    at = _app(None, source="catalogue", file="../../../etc/passwd")
+    assert not at.exception
+    assert any("`file=../../../etc/passwd` is not used" in w.value for w in at.warning)
+    assert at.selectbox(key="w:file").value == common.scenario_files()[0].name
+    _assert_no_passwd(at)
+    at = _app(None, source="ftp")
+    assert any("`source=ftp` is not used" in w.value for w in at.warning)
+    assert at.radio[0].value == "default"
+
+
+# --- the one gate: every file a scenario names, every error a page shows ----------------------
+
+
+def test_path_fields_are_every_file_a_scenario_names_whatever_its_shape() -> None:
+    traces = "../shared/traces/azure/AzureLLMInferenceTrace_conv.csv"
+    data = {
+        "replicas": [{"cost_model": {"profile": "calibration/p.json"}}, {"name": "b", "cost_model": "roofline"}],
+        "workload": {"kind": "mixture", "components": [
+            {"kind": "synthetic", "num_requests": 10, "prompt_tokens": {"kind": "empirical", "path": b"/x/l.csv",
+                                                                         "field": "prompt"}},
+            {"kind": "trace", "format": "azure", "path": traces},
+        ]},
+    }  # fmt: skip
+    from kvsim.scenario.schema import Scenario
+
+    assert _paths.path_fields(Scenario.model_validate(data)) == [
+        ("replicas.0.cost_model.profile", "calibration/p.json"),
+        ("workload.components.0.prompt_tokens.path", "/x/l.csv"),  # bytes: pydantic made it a str
+        ("workload.components.1.path", traces),
+    ]
+    fixes, problems = _paths.confine_path_fields(Scenario.model_validate(data))
+    assert problems == [
+        ("replicas.0.cost_model.profile", f"calibration/p.json: {_paths.REFUSED}"),
+        ("workload.components.0.prompt_tokens.path", f"/x/l.csv: {_paths.REFUSED}"),
+    ]
+    assert fixes == {"workload.components.1.path": str((common.REPO_ROOT / traces).resolve())}
+
+
+def test_a_profile_is_a_path_exactly_when_kvsim_reads_it_as_one() -> None:
+    from kvsim.cost.profile import resolve_profile_path
+    from kvsim.errors import ProfileError
+
+    for text in ("h100", "a/b", "a\\b", "x.json", "~x", "..", "~\\x"):
+        try:
+            resolve_profile_path(text)
+            read_as_path = False  # a shipped name that exists
+        except ProfileError as err:
+            read_as_path = "does not exist" in str(err)
+        except RuntimeError:  # "~\\x" expands a user's home
+            read_as_path = True
+        assert _paths.profile_is_path(text) == read_as_path, text
+
+
+@pytest.mark.parametrize(
+    ("error", "shown"),
+    [
+        ("kvsim.errors.TraceError: /etc/passwd, line 1: missing column(s) TIMESTAMP; header has root:x:0:0:root",
+         "trace file passwd, line 1 has content kvsim cannot use"),
+        ("kvsim.errors.TraceError: /x/t.csv: cannot read trace: No such file or directory",
+         "trace file t.csv cannot be read"),
+        ("kvsim.errors.ProfileError: /x/p.json: format: must be 'kvsim-profile', got 'root:x:0:0'",
+         "cost profile file p.json has content kvsim cannot use"),
+        ("kvsim.errors.ScenarioError: <sweep point a>: invalid scenario\n  replicas.0.cost_model.profile: "
+         "/x/p.json: cannot read profile: got 'root:x'", "replicas.0.cost_model.profile: cost profile file p.json"),
+        ("UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff: root:x", "the run failed (UnicodeDecodeError)"),
+        ("ValueError: could not convert string to float: 'root:x:0:0'", "the run failed (ValueError)"),
+        ("kvsim.errors.ScenarioError: <p>: invalid scenario\n  replicas.0.tp: must be >= 1", "replicas.0.tp: must be >= 1"),
+        ("worker failed: BrokenProcessPool()", "worker failed: BrokenProcessPool()"),
+        ("", ""),
+    ],
+)  # fmt: skip
+def test_a_failed_points_error_names_the_file_never_its_content(error: str, shown: str) -> None:
+    text = common.safe_error_text(error)
+    assert shown in text and "root:x" not in text
+
+
+def test_every_summary_key_a_page_shows_says_what_it_means() -> None:
+    sys.path.insert(0, str(DASHBOARD / "views"))
+    at = _ran()
+    (run,) = at.session_state["runs"].values()
+    from kvsim.capacity import TABLE_KEYS
+
+    keys = [*run.result.summary, *TABLE_KEYS]
+    assert {k: common.summary_meaning(k) for k in keys if not common.summary_meaning(k)} == {}
+    assert common.summary_meaning("throughput_tokens_per_s") != common.summary_meaning(
+        "throughput_requests_per_s"
+    )
+    assert common.summary_meaning("ttft_p99_s") == "latency statistics, seconds"
 
 
 # --- other pages ------------------------------------------------------------------------
@@ -582,3 +755,67 @@ def test_no_byte_of_etc_passwd_reaches_the_page_through_any_path_input(
     assert any("not in an allowed folder" in i.value for i in at.info)
     _assert_no_passwd(at)
     assert os.environ[_paths.ALLOW_ENV] == str(tmp_path)
+    # 6. The Capacity page's "another knob": its candidate values are paths (or name one), each point
+    #    checked before anything runs; an existing and a missing file get the same message.
+    at = _app(None, source="catalogue", file="azure_conversation.yaml", set=["workload.max_requests=40"])
+    at = _page(at, "3_Capacity")
+    at.selectbox(key="w:cap.knob").set_value("other").run()
+    at.number_input(key="w:cap.jobs").set_value(1).run()
+    said = {}
+    for knob, value in [
+        *[("workload.path", v) for v in ("/etc/passwd", "/no/such/file", "../../../../../etc/passwd",
+                                          "~/../../etc/passwd", link, "!!binary L2V0Yy9wYXNzd2Q=")],
+        ("replicas.0.cost_model", "roofline, {profile: /etc/passwd}"),  # a list: a mapping has a colon
+        ("replicas.0.cost_model", "roofline, {profile: /no/such/file}"),
+    ]:  # fmt: skip
+        at.text_input(key="w:cap.path").set_value(knob).run()
+        at.text_input(key="w:cap.values.other").set_value(value).run()
+        assert [b for b in at.button if b.label == "Find capacity"], (value, [e.value for e in at.error])
+        next(b for b in at.button if b.label == "Find capacity").click().run()
+        assert not at.exception
+        _assert_no_passwd(at)
+        assert any(_paths.REFUSED in e.value for e in at.error), (knob, value, [e.value for e in at.error])
+        assert not at.dataframe, (knob, value)  # nothing ran
+        said[value] = next(e.value for e in at.error if _paths.REFUSED in e.value)
+    for there, missing in (
+        ("/etc/passwd", "/no/such/file"),
+        ("roofline, {profile: /etc/passwd}", "roofline, {profile: /no/such/file}"),
+    ):
+        assert said[there].replace("/etc/passwd", "X") == said[missing].replace("/no/such/file", "X")
+    # 7. A link whose knob change names /etc/passwd in a shape the first look misses (!!binary):
+    #    refused on the Scenario page, and no other page runs it.
+    at = _app(
+        None,
+        source="catalogue",
+        file="azure_conversation.yaml",
+        set=["workload.path=!!binary L2V0Yy9wYXNzd2Q="],
+    )
+    assert any(_paths.REFUSED in e.value for e in at.error)
+    _assert_no_passwd(at)
+    at = _page(at, "3_Capacity")
+    at.text_input(key="w:cap.values.replicas").set_value("1").run()
+    at.number_input(key="w:cap.jobs").set_value(1).run()
+    next(b for b in at.button if b.label == "Find capacity").click().run()
+    assert not at.exception
+    _assert_no_passwd(at)
+    assert "/etc/passwd" not in _page_text(at).replace(f"/etc/passwd: {_paths.REFUSED}", "")
+    # 8. Result and sweep folders in an allowed folder whose files are links out of it.
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    saved = kvsim.io.save_result(forged, outside / "run")
+    (tmp_path / "linked").mkdir()
+    for name in kvsim.io.RESULT_FILES:
+        (tmp_path / "linked" / name).symlink_to(saved / name)
+    (outside / "sweep").mkdir()
+    pd.DataFrame({"index": [0], "seed": [1], "status": ["ok"], "error": [""]}).to_parquet(
+        outside / "sweep" / "results.parquet"
+    )
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "results.parquet").symlink_to(outside / "sweep" / "results.parquet")
+    at = _page(_app(), "6_Compare")
+    at.text_input[0].set_value(str(tmp_path / "linked")).run()
+    next(b for b in at.button if b.label == "Load folder").click().run()
+    assert at.error and at.error[0].value == f"Cannot load: {tmp_path / 'linked'}: {_paths.REFUSED}"
+    at = _page(at, "2_Throughput_vs_capacity")
+    at.text_input(key="w:sweep.folder").set_value(str(tmp_path / "sweep")).run()
+    assert [e.value for e in at.error] == [f"{tmp_path / 'sweep'}: {_paths.REFUSED}"]
+    assert not at.dataframe

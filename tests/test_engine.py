@@ -71,6 +71,7 @@ def test_lone_request_under_the_roofline_matches_the_hand_computation():
     assert decode1 == pytest.approx((p_lin + lm) * 2 / bytes_rate + 1001 * kv_per_token / bytes_rate + 0.0005)
 
 
+@pytest.mark.slow
 def test_waiting_time_matches_md1_closed_form():
     # One request at a time, service = 10 constant iterations -> M/D/1 with D = 0.1 s.
     step_s, out, lam = 0.01, 10, 5.0

@@ -63,6 +63,7 @@ def test_limits_are_knobs_and_force_skips_them():
     assert kvsim.run(None, overrides=[*small, "sim.max_requests=20"]).summary["num_finished"] == 20
 
 
+@pytest.mark.slow
 def test_the_memory_model_is_within_a_factor_of_two_of_a_real_run():
     scenario = kvsim.load_scenario(
         None, ["workload.num_requests=3000", "replicas.0.engine.num_gpu_blocks_override=20000"]

@@ -12,6 +12,7 @@ terminal summary (tests/conftest.py), so that CI logs show them.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import copy
 import io
@@ -35,6 +36,9 @@ from kvsim.errors import KvsimError
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
 from kvsim.workload.config import TraceWorkload
 from kvsim.workload.traces import replay_trace
+
+# Thousands of documents per run: the full suite's, not the quick tier's (make test-fast).
+pytestmark = pytest.mark.slow
 
 #: Most CPU time any one input may take, seconds: a hang detector (the slowest input takes
 #: about 0.5 s). CPU time, so that a loaded shared CI machine does not trip it.
@@ -700,7 +704,9 @@ def _numeric_options() -> list[tuple[str, str, Callable[[str], Any]]]:
         (name, action.option_strings[-1], action.type)
         for name, parser in sub.choices.items()
         for action in parser._actions
-        if action.option_strings and callable(action.type) and action.nargs is None
+        if action.option_strings
+        and action.nargs is None
+        and getattr(action.type, "__name__", "") in ("integer", "number", "int", "float")
     ]
 
 
@@ -772,3 +778,184 @@ def test_fuzz_sweep_grid_sizes(record_property: Callable[[str, Any], None], tmp_
             assert isinstance(out, KvsimError) and f"{total:,} points" in str(out), out
 
     run_fuzz(check, stats, record_property)
+
+
+#: Values tried in every option and positional argument of every command (issue 19): numbers
+#: no option takes, text no file can be named, terminal escapes, a ~ that cannot expand,
+#: special files and a filesystem root.
+CLI_VALUES = [
+    "nan",
+    "inf",
+    "-inf",
+    "-1",
+    "0",
+    "1e309",
+    "9" * 5000,
+    "",
+    "x" * 100_000,
+    "\x1b[2J\x1b]0;pwned\x07\u202eevil",
+    "~kvsim_no_such_user/x.json",
+    "a\x00b",
+    "r" * 300,
+    "/",
+    "/dev/zero",
+    "true",
+]
+#: Of those, the values no number option accepts.
+NOT_NUMBERS = {
+    "nan",
+    "inf",
+    "-inf",
+    "1e309",
+    "9" * 5000,
+    "",
+    "x" * 100_000,
+    "true",
+    "/",
+    "/dev/zero",
+    "a\x00b",
+}
+#: Of those, the values no path option accepts (argparse refuses them before any work).
+NOT_PATHS = {"", "x" * 100_000, "a\x00b", "r" * 300}
+
+
+def _cli_bases(tmp_path: Path, trace: str) -> dict[str, list[str]]:
+    """A cheap, valid command line of every command, into which one value at a time is put."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("workload: {num_requests: 3}\nreplicas: [{engine: {num_gpu_blocks_override: 256}}]\n")
+    (tmp_path / "sweep.yaml").write_text("base: s.yaml\ngrid: {seed: [1]}\n")
+    points = tmp_path / "m.csv"
+    points.write_text("tp,phase,batch_size,prompt_tokens,context_tokens,time_s\n1,prefill,1,128,0,0.01\n"
+                      "1,decode,8,0,1024,0.008\n1,prefill,1,1024,0,0.05\n1,decode,1,0,512,0.006\n")  # fmt: skip
+    (tmp_path / "nofixtures").mkdir(exist_ok=True)
+    s = str(scenario)
+    return {
+        "run": ["run", s, "--no-progress", "--quiet"],
+        "validate": ["validate", s],
+        "schema": ["schema"],
+        "kv-size": ["kv-size", "--model", "llama-3-8b"],
+        "fit": ["fit", "--model", "llama-3-8b", "--gpu", "h100-sxm"],
+        "cache-curve": ["cache-curve", trace, "--capacities", "10,inf"],
+        "trace-stats": ["trace-stats", trace],
+        "sweep": ["sweep", str(tmp_path / "sweep.yaml"), "--out", str(tmp_path / "sw"), "--jobs", "1"],
+        "capacity": ["capacity", s, "--knob", "replicas.0.count", "--range", "1:1", "--jobs", "1", "--quiet"],
+        "spikes": ["spikes", s],
+        "exposure": ["exposure", s],
+        "sharing": ["sharing", s, "--widths", "2"],
+        "calibrate": [
+            "calibrate",
+            "--fit-measurements",
+            str(points),
+            "--model",
+            "llama-3-8b",
+            "--gpu",
+            "h100-sxm",
+            "--out",
+            str(tmp_path / "fit.json"),
+        ],
+        "profiles": ["profiles"],
+        "predict": [
+            "predict",
+            "--cost-model",
+            "roofline",
+            "--model",
+            "llama-3-8b",
+            "--gpu",
+            "h100-sxm",
+            "--points",
+            str(points),
+        ],
+        "verify-vllm": ["verify-vllm", "--fixtures", str(tmp_path / "nofixtures")],
+    }
+
+
+#: Options that exclude another one of the base command line: (command, option) -> the other.
+_EXCLUDES = {
+    ("capacity", "--values"): "--range",
+    ("calibrate", "--fit-roofline"): "--fit-measurements",
+    ("calibrate", "--compare"): "--fit-measurements",
+    ("verify-vllm", "--record-fixtures"): "--fixtures",
+}
+
+
+def _with(base: list[str], command: str, option: str | int, value: str) -> list[str]:
+    """``base`` with ``option`` (a flag, or the index of a positional) set to ``value``."""
+    argv = list(base)
+    if isinstance(option, int):
+        if option < len(argv):
+            argv[option] = value
+        else:
+            argv.append(value)
+        return argv
+    other = _EXCLUDES.get((command, option))
+    if other in argv:
+        i = argv.index(other)
+        del argv[i : i + 2]
+    if option in argv:
+        argv[argv.index(option) + 1] = value
+    else:
+        argv += [option, value]
+    return argv
+
+
+def _cli_surface() -> list[tuple[str, str | int, str]]:
+    """(command, option or positional index, type name) of every value-taking argument."""
+    from kvsim.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    out: list[tuple[str, str | int, str]] = []
+    for name, command in sub.choices.items():
+        position = 1
+        for action in command._actions:
+            kind = getattr(action.type, "__name__", "text") if action.type else "text"
+            if not action.option_strings:
+                out.append((name, position, kind))
+                position += 1
+            elif action.nargs != 0 and not isinstance(action, argparse._HelpAction):
+                out.append((name, action.option_strings[-1], kind))
+    return out
+
+
+def test_fuzz_every_option_of_every_command(
+    record_property: Callable[[str, Any], None],
+    trace_paths: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every option and positional argument of every command, each given every `CLI_VALUES`
+    value in an otherwise valid command line: an answer or a clean refusal (exit 0, 2 or 3,
+    never a traceback), number options refusing what is not a number in range, path options
+    refusing what no file can be named, and terminal escapes never printed raw."""
+    monkeypatch.chdir(tmp_path)
+    stats = FuzzStats("command lines: every option x hostile value -> kvsim main()")
+    bases = _cli_bases(tmp_path, trace_paths["azure"])
+    surface = _cli_surface()
+    assert {c for c, _, _ in surface} | {"schema", "profiles"} == set(bases)  # a new command needs a base
+
+    def check() -> None:
+        for command, option, kind in surface:
+            for value in CLI_VALUES:
+                argv = _with(bases[command], command, option, value)
+                out, err = io.StringIO(), io.StringIO()
+
+                def call(argv: list[str] = argv, out: io.StringIO = out, err: io.StringIO = err) -> int:
+                    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                        try:
+                            return main(argv)
+                        except SystemExit as exc:  # argparse's refusals
+                            return int(exc.code or 0)
+
+                code = stats.timed(call)
+                text = err.getvalue()
+                where = f"{command} {option} {value[:40]!r}: exit {code}: {text[-600:]}"
+                assert code in (0, 2, 3), where
+                assert "Traceback" not in text, where
+                assert "\x1b" not in text + out.getvalue() and "\u202e" not in text + out.getvalue(), where
+                if kind in ("integer", "number") and value in NOT_NUMBERS:
+                    assert code == 2, where
+                if kind == "path_arg" and value in NOT_PATHS:
+                    assert code == 2, where
+
+    run_fuzz(check, stats, record_property)
+    assert sorted(p.name for p in Path("/").iterdir() if p.name.startswith(".kvsim")) == []

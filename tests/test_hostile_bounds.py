@@ -216,8 +216,6 @@ def test_a_special_file_named_by_a_scenario_never_hangs_validate_or_run(
 ) -> None:
     special = _kind(specials, kind)
     scenario = _scenario(tmp_path, INDIRECT[where].replace("{f}", str(special)))
-    if where == "empirical_lengths" and command == "validate":
-        pytest.skip("validate does not read length files (they are read when the run draws lengths)")
     code, err = _cli([command, str(scenario), *(["--no-progress"] if command == "run" else [])], capsys)
     assert code == 2 and str(special) in err and "not a regular file" in err, err
 
@@ -242,19 +240,22 @@ def test_a_sweep_base_or_point_record_that_is_a_special_file(
     (tmp_path / "s.yaml").write_text(f"base: {special}\n")
     with wall_watchdog(), pytest.raises(KvsimError, match="not a regular file"):
         load_sweep(tmp_path / "s.yaml")
-    # A planted point.json that is a FIFO: the point runs again, nothing waits.
+    # A point.json of a sweep folder replaced by a FIFO (or a link to a device): the point
+    # runs again, nothing waits, and the record is written anew without opening the FIFO.
     (tmp_path / "b.yaml").write_text("workload: {num_requests: 2}\n")
     (tmp_path / "t.yaml").write_text("base: b.yaml\ngrid: {seed: [1]}\n")
     _, (point,) = load_sweep(tmp_path / "t.yaml")
-    folder = tmp_path / "out" / "points" / point.point_id
-    folder.mkdir(parents=True)
+    assert run_sweep(tmp_path / "t.yaml", tmp_path / "out", runner=_fake_runner).num_ok == 1
+    record = tmp_path / "out" / "points" / point.point_id / "point.json"
+    record.unlink()
     if kind == "fifo":
-        os.mkfifo(folder / "point.json")
+        os.mkfifo(record)
     else:
-        os.symlink(special, folder / "point.json")
+        os.symlink(special, record)
     with wall_watchdog():
         report = run_sweep(tmp_path / "t.yaml", tmp_path / "out", runner=_fake_runner)
     assert (report.num_skipped, report.num_ok) == (0, 1)
+    assert json.loads(record.read_text())["status"] == "ok"
 
 
 def test_a_fixture_folder_with_a_fifo_or_a_gzip_bomb(
@@ -570,10 +571,10 @@ def test_sharing_widths_are_counted_before_anything_runs(
         raise AssertionError("ran although the widths were refused")
 
     monkeypatch.setattr(sharing, "run", no_run)
-    code, err = _cli(["sharing", "--widths", ",".join(["2"] * 65)], capsys)
-    assert code == 2 and "--widths: 65 widths; at most 64" in err
-    with pytest.raises(WorkLimitError, match="65 widths; at most 64"):
-        sharing.memory_saving({}, "beam", [2] * 65)
+    code, err = _cli(["sharing", "--widths", ",".join(["2"] * 33)], capsys)
+    assert code == 2 and "--widths" in err and "1 to 32 integers" in err
+    with pytest.raises(WorkLimitError, match="33 widths; at most 32"):
+        sharing.memory_saving({}, "beam", [2] * 33)
 
 
 # --------------------------------------------------------------------------- measurement CSVs
@@ -607,7 +608,7 @@ def test_step_rows_and_csv_totals_are_bounded(tmp_path: Path, monkeypatch: pytes
 
     step = "tp,phase,batch_size,prompt_tokens,context_tokens,time_s,prefill_chunks,num_decode_seqs,decode_context_tokens\n"
     (tmp_path / "s.csv").write_text(step + "1,step,,,,0.1," + " ".join(["5+0"] * 70_000) + ",,\n")
-    with pytest.raises(KvsimError, match=r"s\.csv: not valid CSV: field larger than field limit"):
+    with pytest.raises(KvsimError, match=r"s\.csv:\d+: not valid CSV: field larger than field limit"):
         fit.read_points(tmp_path / "s.csv")  # a cell holds at most 131,072 characters
     (tmp_path / "s.csv").write_text(step + "1,step,,,,0.1," + " ".join(["5+0"] * 20) + ",8,8\n")
     monkeypatch.setattr(fit, "MAX_POINT_SEQUENCES", 10)
@@ -642,14 +643,17 @@ def _numeric_options() -> list[tuple[str, str, Any]]:
         (name, action.option_strings[-1], action.type)
         for name, parser in sub.choices.items()
         for action in parser._actions
-        if action.option_strings and action.type is not None and action.nargs is None
+        if action.option_strings
+        and action.nargs is None
+        and (action.type in (int, float) or getattr(action.type, "__name__", "") in ("integer", "number"))
     ]
 
 
 def test_no_numeric_option_is_a_bare_int_or_float() -> None:
-    """Every number on the command line goes through a type with a range (kvsim.cli.argtypes)."""
+    """Every number on the command line goes through a type with a range (kvsim.cli.types)."""
     bare = [f"{cmd} {opt}" for cmd, opt, t in _numeric_options() if t in (int, float)]
     assert bare == []
+    assert len(_numeric_options()) >= 30
 
 
 HOSTILE_OPTION_VALUES = ["nan", "inf", "-inf", "-1", "0", "1e-300", "1e300", "9" * 5000, "", "1x", "0x10"]

@@ -23,6 +23,7 @@ from kvsim.cli import main
 from kvsim.errors import KvsimError, ScenarioError, TraceError
 from kvsim.io import RESULT_FILES, clean_stale, load_result, save_result
 from kvsim.limits import MAX_TRACE_LINE_CHARS, MAX_YAML_BYTES
+from kvsim.outputs import write_marker
 from kvsim.scenario.loading import parse_yaml
 from kvsim.sweep import SweepError, load_sweep
 from kvsim.workload.config import TraceWorkload
@@ -87,6 +88,22 @@ BAD_FILES = [
     ("two_documents", b"seed: 1\n---\nseed: 2\n", "expected a single document"),
     ("too_large", b"#" * (MAX_YAML_BYTES + 1), "larger than 1,048,576 bytes"),
     ("not_a_mapping", b"[1, 2]\n", "a scenario must be a YAML mapping"),
+    # Issue 19: what ran as the default scenario, or was converted silently.
+    ("empty_file", b"", "a scenario must be a YAML mapping, got an empty document"),
+    ("comments_only", b"# nothing here\n\n", "a scenario must be a YAML mapping, got only comments"),
+    ("null_document", b"null\n", "a scenario must be a YAML mapping, got null"),
+    ("tilde_document", b"# c\n~\n", "a scenario must be a YAML mapping, got null"),
+    ("seed_true", b"seed: true\n", "seed: Input should not be a boolean"),
+    ("count_false", b"workload: {num_requests: false}\n", "num_requests: Input should not be a boolean"),
+    ("flag_one", b"replicas: [{engine: {enable_prefix_caching: 1}}]\n", "Input should be a boolean"),
+    ("binary_description", b"description: !!binary aGVsbG8=\n", "tag '!!binary' is not allowed"),
+    ("set_tag", b"name: !!set {a: null}\n", "tag '!!set' is not allowed"),
+    ("name_nul_escape", b'name: "a\\0b"\n', "name: must not contain control or bidirectional characters"),
+    ("name_rtl_override", 'name: "a\u202eb"\n'.encode(), "(U+202E)"),
+    ("name_ansi_escape", b'name: "\\e[31mred"\n', "(U+001B)"),
+    ("group_name_newline", b'replicas: [{name: "a\\nb"}]\n', "replicas.0.name: must not contain"),
+    ("tenant_bidi", 'workload: {tenants: [{name: "x\u2067"}]}\n'.encode(), "tenants.0.name: must not"),
+    ("description_ansi", b'description: "\\e]0;title\\a"\n', "description: must not contain"),
 ]
 
 #: Values that validated and then crashed or hung the run: (id, YAML, field path, rule).
@@ -628,17 +645,21 @@ def _dead_pid() -> int:
 def test_stale_temporaries_of_killed_runs_are_cleaned_with_a_note(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # What killed runs leave (issue 19: kvsim's names carry its prefix and the PID, and the
+    # folders its marker; look-alikes without them are the user's, see the next test).
     pid = _dead_pid()
     stale = [
-        tmp_path / f".out.tmp-{pid}-0badf00d",
-        tmp_path / ".out.old-abc12345",
-        tmp_path / f".out.old-{pid}-1",
+        tmp_path / f".out.kvsim-tmp-{pid}-0badf00d",
+        tmp_path / f".out.kvsim-old-{pid}-abc12345",
+        tmp_path / f".out.kvsim-old-{pid}-00000001",
     ]
     for folder in stale:
         folder.mkdir()
+        write_marker(folder, "result" if ".kvsim-tmp-" in folder.name else "parked-result")
         (folder / "junk").write_text("x")
-    alive = tmp_path / f".out.tmp-{os.getpid()}-2"  # a run of a live process: left alone
+    alive = tmp_path / f".out.kvsim-tmp-{os.getpid()}-00000002"  # a run of a live process: left alone
     alive.mkdir()
+    write_marker(alive, "result")
     scenario = tmp_path / "a.yaml"
     scenario.write_text("workload: {num_requests: 3}\n")
     assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--json"]) == 0
@@ -652,14 +673,16 @@ def test_stale_temporaries_of_killed_runs_are_cleaned_with_a_note(
 
 def test_a_result_parked_by_a_kill_between_the_renames_is_recovered(tmp_path: Path) -> None:
     out = save_result(_small_result(), tmp_path / "out")
-    parked = tmp_path / f".out.old-{_dead_pid()}-abcd"
+    parked = tmp_path / f".out.kvsim-old-{_dead_pid()}-abcd0123"
     parked.mkdir()
+    write_marker(parked, "parked-result")
     os.rename(out, parked / "result")  # the state after the first rename of a replacement
     assert load_result(out).summary["num_requests"] == 3
     assert sorted(p.name for p in out.iterdir()) == sorted(RESULT_FILES)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     # The same through clean_stale (what 'kvsim run --out' does first).
     parked.mkdir()
+    write_marker(parked, "parked-result")
     os.rename(out, parked / "result")
     notes = clean_stale(out)
     assert notes[0] == f"{out}: restored the previous result from {parked.name} (an interrupted run)"
@@ -729,3 +752,218 @@ def test_docs_list_every_limit() -> None:
 
 def test_kvsim_errors_are_kvsim_errors() -> None:
     assert issubclass(TraceError, KvsimError) and issubclass(SweepError, KvsimError)
+
+
+# --------------------------------------------------------------------------- issue 19, second round
+
+
+@pytest.mark.parametrize("source", [123, [1, 2, 3], b"seed: 1", 1.5, object()], ids=repr)
+def test_run_and_load_scenario_refuse_what_is_not_a_scenario(source: Any) -> None:
+    for call in (kvsim.run, kvsim.load_scenario):
+        with pytest.raises(ScenarioError) as info:
+            call(source)
+        assert "a scenario is a path, a mapping, a Scenario or None" in str(info.value)
+
+
+def _no_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No home folder can be found: HOME unset and the user not in the password database."""
+    import pwd
+
+    def no_entry(*args: Any) -> Any:
+        raise KeyError("no such user")
+
+    monkeypatch.delenv("HOME", raising=False)
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    monkeypatch.setattr(pwd, "getpwnam", no_entry)
+
+
+@pytest.mark.parametrize("profile", ["~/p.json", "~kvsim_no_such_user/p.json"])
+def test_a_tilde_that_cannot_expand_is_a_clean_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, profile: str
+) -> None:
+    _no_home(monkeypatch)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(f'replicas: [{{cost_model: {{kind: profile, profile: "{profile}"}}}}]\n')
+    points = tmp_path / "m.csv"
+    points.write_text("tp,phase,batch_size,prompt_tokens,context_tokens\n1,prefill,1,128,0\n")
+    for argv in (
+        ["run", str(scenario)],
+        ["validate", str(scenario)],
+        [
+            "predict",
+            "--cost-model",
+            profile,
+            "--model",
+            "llama-3-8b",
+            "--gpu",
+            "h100-sxm",
+            "--points",
+            str(points),
+        ],
+        ["calibrate", "--compare", profile],
+    ):
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # refused by argparse: path options expand ~ themselves
+            code = int(exc.code or 0)
+        assert code == 2, argv
+        err = capsys.readouterr().err
+        assert "cannot expand" in err and profile.split("/")[0] in err and "Traceback" not in err, err
+    with pytest.raises(ScenarioError, match="cannot expand"):
+        kvsim.run(scenario)
+    with pytest.raises(ScenarioError, match="cannot expand"):
+        kvsim.load_scenario({"replicas": [{"cost_model": {"kind": "profile", "profile": profile}}]})
+    trace = {"workload": {"kind": "trace", "format": "azure", "path": profile.replace(".json", ".csv")}}
+    with pytest.raises(TraceError, match="cannot expand"):
+        kvsim.run(trace)
+
+
+LATIN1_CSV = "tp,phase,batch_size,prompt_tokens,context_tokens,time_s\n1,prefill,1,128,0,0.01 # caf\xe9\n"
+
+
+def test_latin1_files_are_refused_with_the_line_and_byte_wherever_they_are_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    points = tmp_path / "m.csv"
+    points.write_bytes(LATIN1_CSV.encode("latin-1"))
+    (tmp_path / "t.csv").write_bytes(
+        (AZURE_HEADER + AZURE_OK).encode() + "2023-11-16 18:15:47,5,\xe9\n".encode("latin-1")
+    )
+    (tmp_path / "s.yaml").write_text(
+        "workload: {num_requests: 3, prompt_tokens: {kind: empirical, path: t.csv, field: prompt}}\n"
+    )
+    (tmp_path / "sweep.yaml").write_bytes("base: s.yaml\ndescription: caf\xe9\n".encode("latin-1"))
+    cases = [
+        (["predict", "--cost-model", "roofline", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--points", str(points)],
+         "m.csv:2: not UTF-8 text: byte 0xe9"),
+        (["calibrate", "--fit-measurements", str(points), "--model", "llama-3-8b", "--gpu", "h100-sxm", "--out",
+          str(tmp_path / "fit.json")], "m.csv:2: not UTF-8 text: byte 0xe9"),
+        (["validate", str(tmp_path / "s.yaml")], "t.csv, line 3: not UTF-8 text: byte 0xe9"),
+        (["run", str(tmp_path / "s.yaml")], "t.csv, line 3: not UTF-8 text: byte 0xe9"),
+        (["sweep", str(tmp_path / "sweep.yaml"), "--out", str(tmp_path / "out")], "not UTF-8: byte 0xe9"),
+        (["trace-stats", str(tmp_path / "t.csv")], "line 3: not UTF-8 text: byte 0xe9"),
+    ]  # fmt: skip
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, (argv, err)
+    assert not (tmp_path / "fit.json").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_point_record_that_is_not_utf8_is_run_again(tmp_path: Path) -> None:
+    from kvsim.sweep import run_sweep
+
+    (tmp_path / "base.yaml").write_text("workload: {num_requests: 3}\n")
+    (tmp_path / "s.yaml").write_text("base: base.yaml\ngrid: {seed: [1]}\n")
+    out = tmp_path / "out"
+    assert run_sweep(tmp_path / "s.yaml", out).num_ok == 1
+    (record,) = out.glob("points/*/point.json")
+    record.write_bytes(b'{"status": "ok", "x": "\xe9"}')
+    assert run_sweep(tmp_path / "s.yaml", out).num_ok == 1  # not skipped, not a traceback
+
+
+@pytest.mark.parametrize("window", ["nan", "0", "-1", "inf", "-0", "x"])
+def test_spikes_window_must_be_a_positive_number(capsys: pytest.CaptureFixture[str], window: str) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["spikes", "--window", window])
+    assert info.value.code == 2
+    assert "argument --window: must be" in capsys.readouterr().err
+
+
+def test_capacity_refuses_an_slo_on_a_key_no_summary_has_before_running(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kvsim.capacity
+
+    def no_run(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("ran although the SLO names no summary key")
+
+    monkeypatch.setattr(kvsim.capacity, "run_points", no_run)
+    for slo, hint in [
+        ("evil_key=1", ""),
+        ("ttft_p95_s=1", "did you mean"),
+        ("scenario=1", ""),
+        ("ttft_p99_s=1,x>=2", ""),
+    ]:
+        argv = ["capacity", "--knob", "replicas.0.count", "--range", "1:2", "--slo", slo, "--jobs", "1"]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "is not a numeric summary key" in err and hint in err, err
+    kvsim.capacity.check_slo_keys(kvsim.capacity.parse_slo("tenant_a_ttft_p50_s=1,slo_attainment>=0.9"))
+
+
+def test_validate_reads_the_files_the_run_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty.csv").write_text(AZURE_HEADER + "2023-11-16 18:15:46.68,0,44\n")
+    (tmp_path / "e.yaml").write_text(
+        "workload: {num_requests: 3, output_tokens: {kind: empirical, path: empty.csv, field: output}}\n"
+    )
+    (tmp_path / "t.yaml").write_text("workload: {kind: trace, path: empty.csv, format: azure}\n")
+    (tmp_path / "m.yaml").write_text(
+        "workload: {kind: mixture, components: [{num_requests: 2}, "
+        "{num_requests: 2, prompt_tokens: {kind: empirical, path: missing.csv, field: prompt}}]}\n"
+    )
+    for name, field in [
+        ("e", "workload.output_tokens.path"),
+        ("t", "workload.path"),
+        ("m", "workload.components.1.prompt_tokens.path"),
+    ]:
+        assert main(["validate", str(tmp_path / f"{name}.yaml")]) == 2
+        validate_err = capsys.readouterr().err
+        assert f"  {field}: " in validate_err, validate_err
+        assert main(["run", str(tmp_path / f"{name}.yaml")]) == 2  # what the run refuses too
+        assert "Traceback" not in capsys.readouterr().err
+
+
+def test_set_and_values_read_json_numbers_as_numbers(tmp_path: Path) -> None:
+    from kvsim.capacity import parse_values
+    from kvsim.scenario.loading import parse_override
+
+    assert parse_override("replicas.0.gpu.memory_bytes=192e9") == (
+        ["replicas", "0", "gpu", "memory_bytes"],
+        192e9,
+    )
+    assert parse_override("a=-1.5E-3")[1] == -1.5e-3 and parse_override("a=07")[1] == 7  # YAML as before
+    assert parse_override("a=1e3x")[1] == "1e3x" and parse_override("a=[1e3]")[1] == ["1e3"]
+    assert parse_values("80e9,192e9") == [80e9, 192e9]
+    gpu = (
+        "{name: g, memory_bytes: 80000000000, hbm_bandwidth_bytes_per_s: 3.0e+12, bf16_flops: 1.0e+15, "
+        "fp16_flops: 1.0e+15, interconnect_bandwidth_bytes_per_s: 1.0e+11, pcie_bandwidth_bytes_per_s: 3.2e+10}"
+    )
+    scenario = kvsim.load_scenario(None, [f"replicas.0.gpu={gpu}", "replicas.0.gpu.memory_bytes=192e9"])
+    assert scenario.replicas[0].gpu.memory_bytes == 192 * 10**9  # type: ignore[union-attr]
+
+
+def test_trace_stats_columns_on_a_csv_needs_no_format(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "t.csv").write_text("t,in,out\n0,5,1\n1,6,2\n")
+    (tmp_path / "t.jsonl").write_text('{"t": 0, "in": 5, "out": 1}\n')
+    columns = '{"timestamp": "t", "prompt_tokens": "in", "output_tokens": "out"}'
+    assert main(["trace-stats", str(tmp_path / "t.csv"), "--columns", columns, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["format"] == "csv"
+    assert main(["trace-stats", str(tmp_path / "t.jsonl"), "--columns", columns, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["format"] == "jsonl"
+
+
+def test_what_is_printed_never_carries_terminal_escapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    evil = "\x1b[2J\x1b]0;owned\x07\u202e"
+    (tmp_path / "k.yaml").write_text(
+        f'"{evil.encode("unicode_escape").decode()}x": 1\n'.replace("\\x1b", "\\e")
+    )
+    named = tmp_path / f"a{evil}.yaml"
+    named.write_text("seed: -1\n")
+    for argv in (
+        ["validate", str(tmp_path / "k.yaml")],
+        ["validate", str(named)],
+        ["run", str(named)],
+        ["run", "--set", f"{evil}=1"],
+        ["kv-size", "--model", evil],
+        ["trace-stats", str(named)],
+    ):
+        main(argv)
+        captured = capsys.readouterr()
+        text = captured.out + captured.err
+        assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text, (argv, text)
+        assert "\\x1b" in text, (argv, text)

@@ -215,3 +215,46 @@ def test_latency_spikes_figure_keeps_the_events_row_when_there_are_none() -> Non
         a.text for a in fig.layout.annotations
     }
     assert fig.layout.yaxis3.title.text == "events"
+
+
+def test_count_axes_tick_at_whole_numbers_only() -> None:
+    # Plotly's own ticks on a queue of at most 1 request are 0, 0.5, 1: half a request.
+    assert plots.count_ticks([0, 0, 1]) == {"tick0": 0, "dtick": 1, "tickformat": ",d", "range": [0, 1.05]}
+    assert plots.count_ticks([])["dtick"] == 1  # an empty queue: 0 and 1
+    assert [plots.count_ticks([n])["dtick"] for n in (6, 7, 13, 40, 1234)] == [1, 2, 5, 10, 500]
+    fig = plots.latency_spikes_figure(_requests(), _iterations(), _events(), window_s=1.0)
+    waiting = fig.layout.yaxis4
+    assert (waiting.title.text, waiting.tick0, waiting.dtick, waiting.tickformat) == ("requests", 0, 1, ",d")
+    series = analysis.replica_series(
+        _iterations().assign(batch_size=[1, 2, 3, 1], kv_usage=[0.2, 0.4, 0.9, 0.5])
+    )
+    fig = plots.replica_panels_figure(series)
+    for axis in (fig.layout.yaxis, fig.layout.yaxis2):  # running and waiting requests
+        assert float(axis.dtick).is_integer() and axis.dtick >= 1 and axis.tickformat == ",d"
+    assert fig.layout.yaxis3.dtick is None  # KV usage is a share
+
+
+def test_prefix_hit_rate_of_the_whole_run_is_a_legend_entry_not_a_label_on_the_curve() -> None:
+    hr = analysis.prefix_hit_rate_over_time(_requests(), window_s=2.0)
+    fig = plots.prefix_hit_rate_figure(hr, overall=0.5)
+    assert _names(fig) == ["hit rate (window)", "whole run: 50.0 %"]
+    whole = fig.data[1]
+    assert list(whole.y) == [50.0, 50.0] and list(whole.x) == [hr["time_s"].min(), hr["time_s"].max()]
+    assert not fig.layout.annotations
+
+
+def test_a_whole_number_knob_is_ticked_at_whole_numbers() -> None:
+    pts = pd.DataFrame(
+        {"replicas": [1, 2], "offered_requests_per_s": [8.0, 8.0], "achieved_requests_per_s": [7.0, 8.0],
+         "ttft_p99_s": [0.2, 0.1], "tpot_p99_s": [0.01, 0.01]}
+    )  # fmt: skip
+    fig = plots.throughput_capacity_figure(
+        pts, x="replicas", x_title="replicas", ttft_slo_s=2.0, tpot_slo_s=0.1
+    )
+    for axis in (fig.layout.xaxis, fig.layout.xaxis2, fig.layout.xaxis3):  # shared: 1, 2, never 1.5
+        assert (axis.tick0, axis.dtick, axis.tickformat, axis.range) == (0, 1, ",d", None)
+    rates = pts.assign(replicas=[1.0, 2.0])  # a rate of 1 and 2 req/s is not a count: Plotly's ticks
+    fig = plots.throughput_capacity_figure(
+        rates, x="replicas", x_title="rate", ttft_slo_s=2.0, tpot_slo_s=0.1
+    )
+    assert fig.layout.xaxis.dtick is None

@@ -97,6 +97,7 @@ def test_the_catalogue_scenario_reports_the_attacker_shared_and_isolated() -> No
     assert isolated["ks_statistic"] < isolated["ks_critical_value"] and isolated["ks_p_value"] > 0.05
 
 
+@pytest.mark.slow
 def test_isolation_brings_the_attacker_to_chance_on_many_probes() -> None:
     # 512 prefixes and 3,000 requests: 330 probes, so chance's noise is +-0.08. The pool holds
     # fewer prefixes than the victim sends, so 44% of what it sent is evicted before the probe:

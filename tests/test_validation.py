@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import ROOT, spec
 
 from kvsim.request import RequestSpec, Segment
@@ -103,6 +104,7 @@ def test_importing_kvsim_does_not_import_the_harness() -> None:
     assert out.returncode == 0, out.stderr
 
 
+@pytest.mark.slow
 def test_cli_compares_kvsim_with_the_fixtures(capsys) -> None:
     from kvsim.cli import main
 

@@ -104,14 +104,24 @@ def test_the_recorded_measurement_gives_the_documented_figures_again(
 ) -> None:
     assert reanalyzed["vllm_version"] == recorded["vllm_version"] == "0.32.0"
     assert reanalyzed["fit"]["roofline"]["combine"] == recorded["fit"]["roofline"]["combine"] == "sum"
+    # Tolerances are the precision docs/validation.md quotes, not the float's last digits.
+    # The efficiencies are printed to three decimals; memory_efficiency is weakly determined
+    # by this CPU fit (the weight reads of a 75M-parameter model are a small part of each
+    # step), so the optimiser's end point moves by ~1e-4 with the BLAS build and CPU that
+    # run it (0.56190 on one machine, 0.56213 on another, 0.56203 recorded) while every
+    # prediction below agrees to 1e-5. Half a unit of the quoted digit is the honest bound.
     for key in ("compute_efficiency", "memory_efficiency", "kv_memory_efficiency"):
-        assert reanalyzed["fit"]["roofline"][key] == pytest.approx(recorded["fit"]["roofline"][key], rel=1e-4)
+        assert reanalyzed["fit"]["roofline"][key] == pytest.approx(recorded["fit"]["roofline"][key], abs=5e-4)
     for name in ("fit", "heldout"):
         new, old = reanalyzed["results"][name], recorded["results"][name]
-        for part in ("measured_median", "predicted", "relative_error"):
-            assert new[part] == pytest.approx(old[part], rel=1e-4, abs=1e-9), (name, part)
+        # vLLM's measured figures come from the record as they are: exact.
+        assert new["measured_median"] == pytest.approx(old["measured_median"], rel=1e-12, abs=1e-12), name
+        # kvsim's predictions are quoted to three significant digits, their errors to a tenth
+        # of a percentage point.
+        assert new["predicted"] == pytest.approx(old["predicted"], rel=5e-4), name
+        assert new["relative_error"] == pytest.approx(old["relative_error"], abs=5e-4), name
     assert reanalyzed["cpu_time"]["heldout_relative_error"] == pytest.approx(
-        recorded["cpu_time"]["heldout_relative_error"], rel=1e-4, abs=1e-9
+        recorded["cpu_time"]["heldout_relative_error"], abs=5e-4
     )
 
 

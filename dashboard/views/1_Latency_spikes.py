@@ -61,21 +61,21 @@ def main() -> None:
         "Window (s)",
         min_value=0.001,
         format="%.4g",
-        key=common.kept("spikes.window", analysis.nice_window(span)),
+        key=common.kept("spikes.window", analysis.nice_window(span), min_value=0.001),
         help="Length of the rolling window of the percentiles, and of the windows spikes are found in.",
     )
     ttft_thr = cols[1].number_input(
         "TTFT spike threshold (s)",
         min_value=0.0,
         format="%.4g",
-        key=common.kept("spikes.ttft", float(slo.ttft_s)),
+        key=common.kept("spikes.ttft", float(slo.ttft_s), min_value=0.0),
         help="A window whose p99 TTFT exceeds this is a spike (default: the scenario's TTFT SLO).",
     )
     itl_thr = cols[2].number_input(
         "ITL spike threshold (s)",
         min_value=0.0,
         format="%.4g",
-        key=common.kept("spikes.itl", float(slo.tpot_s)),
+        key=common.kept("spikes.itl", float(slo.tpot_s), min_value=0.0),
         help="A window whose p99 inter-token latency exceeds this is a spike (default: the TPOT SLO).",
     )
     for k, v in (("spikes.window", window_s), ("spikes.ttft", ttft_thr), ("spikes.itl", itl_thr)):

@@ -165,7 +165,7 @@ def show_points(points: pd.DataFrame, *, x: str, x_title: str, load_axis: bool, 
         st.warning(f"{len(failed)} point(s) failed; see the table.")
     shown = points.drop(columns=["x"])
     if ok_points.empty:
-        common.show_table(shown, name)
+        common.show_table(shown, name, column_config=common.summary_column_help(shown.columns))
         return
     overloaded = ok_points["overloaded"].fillna(False).astype(bool) if "overloaded" in ok_points else False
     ok_points["meets_slo"] = analysis.meets_slo(ok_points, ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s)
@@ -191,12 +191,17 @@ def show_points(points: pd.DataFrame, *, x: str, x_title: str, load_axis: bool, 
         ok_points, x=x, x_title=x_title, ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s, knee_x=knee
     )
     common.show_figure(fig, name)
-    common.show_table(shown, name)
+    common.show_table(shown, name, column_config=common.summary_column_help(shown.columns))
 
 
 def sweep_folder_section(scenario: kvsim.Scenario) -> None:
-    """Open a sweep written by `kvsim sweep --out DIR` (from the allowed folders)."""
-    with st.expander("Open a sweep folder written by `kvsim sweep --out DIR`"):
+    """Open a sweep written by `kvsim sweep --out DIR` (from the allowed folders).
+
+    The folder is typed in an expander (open when a folder is set, e.g. by a link); the
+    sweep is drawn below it, on the page.
+    """
+    opened = bool(common.view().get("sweep.folder"))
+    with st.expander("Open a sweep folder written by `kvsim sweep --out DIR`", expanded=opened):
         text = st.text_input(
             "Sweep folder",
             key=common.kept("sweep.folder", ""),
@@ -205,37 +210,38 @@ def sweep_folder_section(scenario: kvsim.Scenario) -> None:
             "folder given at start-up with --allow (make dashboard allows runs/).",
         )
         common.keep("sweep.folder", text)
-        if not text:
-            return
-        try:
-            folder = _paths.confine(text)
-            check_input(folder / "results.parquet")  # a regular file: never a FIFO that blocks the page
-            table = pd.read_parquet(folder / "results.parquet")
-        except _paths.PathNotAllowed as err:
-            st.error(str(err))
-            return
-        except (OSError, ValueError):
-            st.error(f"{text}: no readable results.parquet there (is it a `kvsim sweep` output folder?)")
-            return
-        cols = list(table.columns)
-        knobs = (
-            cols[cols.index("index") + 1 : cols.index("status")] if {"index", "status"} <= set(cols) else []
-        )
-        if not knobs:
-            st.error(f"{text}: results.parquet is not a sweep table (no override columns)")
-            return
-        x = st.selectbox("Swept knob", knobs, key=common.kept("sweep.folder_x", knobs[0]))
-        common.keep("sweep.folder_x", x)
-        points = table.assign(x=table[x], error=table["error"].fillna("").astype(str))
-        points.loc[table["status"] != "ok", "error"] = points["error"].where(points["error"] != "", "not run")
-        shares = [trace_share_kept(r) for r in table.to_dict("records")]
-        if any(s is not None and s < 1 for s in shares):
-            kept = min(s for s in shares if s is not None)
-            st.warning(f"Some points replay only part of their trace (down to {kept:.1%}).", icon="⚠️")
-        show_points(points, x="x", x_title=common.knob_axis_title(scenario, x) if common._walk(scenario, x) else x,
-                    load_axis=x.rsplit(".", 1)[-1] in ("rate_per_s", "time_scale"),
-                    numeric=pd.api.types.is_numeric_dtype(points["x"]), slo=scenario.slo,
-                    name=f"sweep_{Path(text).name}")  # fmt: skip
+    if not text:
+        return
+    st.subheader(f"Sweep in {Path(text).name}/")
+    try:
+        folder = _paths.confine_files(text, ["results.parquet"])
+        check_input(folder / "results.parquet")  # a regular file: never a FIFO that blocks the page
+        table = pd.read_parquet(folder / "results.parquet")
+    except _paths.PathNotAllowed as err:
+        st.error(str(err))
+        return
+    except (OSError, ValueError):
+        st.error(f"{text}: no readable results.parquet there (is it a `kvsim sweep` output folder?)")
+        return
+    cols = list(table.columns)
+    knobs = cols[cols.index("index") + 1 : cols.index("status")] if {"index", "status"} <= set(cols) else []
+    if not knobs:
+        st.error(f"{text}: results.parquet is not a sweep table (no override columns)")
+        return
+    x = st.selectbox("Swept knob", knobs, key=common.kept("sweep.folder_x", knobs[0], options=knobs))
+    common.keep("sweep.folder_x", x)
+    # Written by `kvsim sweep`: a failed point's error may quote a trace; the page names the file only.
+    errors = table["error"].fillna("").astype(str).map(common.safe_error_text)
+    points = table.assign(x=table[x], error=errors)
+    points.loc[table["status"] != "ok", "error"] = points["error"].where(points["error"] != "", "not run")
+    shares = [trace_share_kept(r) for r in table.to_dict("records")]
+    if any(s is not None and s < 1 for s in shares):
+        kept = min(s for s in shares if s is not None)
+        st.warning(f"Some points replay only part of their trace (down to {kept:.1%}).", icon="⚠️")
+    show_points(points, x="x", x_title=common.knob_axis_title(scenario, x) if common._walk(scenario, x) else x,
+                load_axis=x.rsplit(".", 1)[-1] in ("rate_per_s", "time_scale"),
+                numeric=pd.api.types.is_numeric_dtype(points["x"]), slo=scenario.slo,
+                name=f"sweep_{Path(text).name}")  # fmt: skip
 
 
 def main() -> None:
@@ -249,7 +255,7 @@ def main() -> None:
     cols = st.columns([1, 2, 1])
     axes = axes_for(scenario)
     names = list(axes)
-    name = cols[0].selectbox("Sweep over", names, key=common.kept("sweep.axis", names[0]))
+    name = cols[0].selectbox("Sweep over", names, key=common.kept("sweep.axis", names[0], options=names))
     common.keep("sweep.axis", name)
     axis = axes[name]
     title = axis_title(scenario, axis)
@@ -268,7 +274,7 @@ def main() -> None:
         "Requests per point (0: the whole workload)",
         min_value=0,
         step=50,
-        key=common.kept("sweep.count", 0),
+        key=common.kept("sweep.count", 0, min_value=0),
         disabled=n_path is None,
         help=f"0 runs every request of the workload ({n_path or 'not settable for this workload'}); fewer "
         "requests make the sweep faster but a short run of an overloaded system can look fine.",

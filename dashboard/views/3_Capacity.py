@@ -7,17 +7,31 @@ SLO bound holds and the run is not overloaded.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import _common as common
 import pandas as pd
 import streamlit as st
+from pydantic import ValidationError
 
 import kvsim
 from kvsim import plots
-from kvsim.capacity import CapacityError, CapacityPoint, default_goal, find_capacity, parse_slo, parse_values
+from kvsim.capacity import (
+    CapacityError,
+    CapacityPoint,
+    CapacityReport,
+    default_goal,
+    find_capacity,
+    parse_slo,
+    parse_values,
+)
+from kvsim.scenario.loading import apply_overrides
+from kvsim.scenario.schema import Scenario
 from kvsim.units import format_seconds
 
+#: The table's column of the share of a point's requests that finished, in percent.
+SERVED = "served (%)"
 #: Knobs offered by name: (dotted path, default candidates). "rate" is the workload's own rate path.
 KNOBS = {
     "replicas": ("replicas.0.count", "1:8"),
@@ -51,9 +65,41 @@ def knob_choices(scenario: kvsim.Scenario) -> dict[str, str]:
     return out
 
 
+def checked_values(base: kvsim.Scenario, knob: str, values: list) -> list:
+    """The candidates as the search may run them: each point resolved through the dashboard's gate.
+
+    Every point (``base`` with ``knob`` set to a candidate) passes `common.resolve`, so a
+    file a candidate names (``workload.path``, a profile, a whole workload) must lie in an
+    allowed folder; `kvsim.ScenarioError` names the first that does not, before anything
+    runs. A candidate whose files the gate wrote otherwise (a relative path, a link) is
+    replaced by the value the gate resolved, so that the search runs what was checked.
+    """
+    data = base.model_dump(mode="json")
+    out = []
+    for value in values:
+        point = common.resolve(data, {knob: value}, f"<capacity point {knob}={value}>")
+        try:
+            as_given: kvsim.Scenario | None = Scenario.model_validate(apply_overrides(data, {knob: value}))
+        except (ValidationError, kvsim.ScenarioError):
+            as_given = None
+        if as_given != point:
+            node: object = point.model_dump(mode="json")
+            for part in knob.split("."):
+                node = node[int(part)] if isinstance(node, list) else node[part]  # type: ignore[index]
+            value = node
+        out.append(value)
+    return out
+
+
+def readable_report(report: CapacityReport) -> CapacityReport:
+    """The report as the page shows it: each failed point's error without a quote of any file."""
+    points = [dataclasses.replace(p, error=common.safe_error_text(p.error)) for p in report.points]
+    return dataclasses.replace(report, points=points)
+
+
 def search(scenario: kvsim.Scenario, knob: str, values: list, slo_text: str, goal: str | None,
-           overrides: list[str], jobs: int) -> object:  # fmt: skip
-    """Run the search with a progress bar (one step per point run)."""
+           jobs: int) -> CapacityReport:  # fmt: skip
+    """Run the search with a progress bar (one step per point run); ``scenario`` holds the overrides."""
     bar = st.progress(0, text="Capacity search")
     runs = [0]
 
@@ -67,8 +113,9 @@ def search(scenario: kvsim.Scenario, knob: str, values: list, slo_text: str, goa
         )
 
     try:
-        return find_capacity(scenario, knob, values, parse_slo(slo_text), goal=goal, overrides=overrides,
-                             jobs=jobs, progress=progress)  # fmt: skip
+        report = find_capacity(scenario, knob, checked_values(scenario, knob, values), parse_slo(slo_text),
+                               goal=goal, jobs=jobs, progress=progress)  # fmt: skip
+        return readable_report(report)
     finally:
         bar.empty()
 
@@ -86,7 +133,10 @@ def main() -> None:
     choices = knob_choices(scenario)
     cols = st.columns([2, 2, 2])
     name = cols[0].selectbox(
-        "Knob", list(choices), format_func=choices.get, key=common.kept("cap.knob", next(iter(choices)))
+        "Knob",
+        list(choices),
+        format_func=choices.get,
+        key=common.kept("cap.knob", next(iter(choices)), options=choices),
     )
     common.keep("cap.knob", name)
     path, default_values = KNOBS[name]
@@ -115,25 +165,33 @@ def main() -> None:
     overrides_text = cols[0].text_area(
         "Overrides for every point, one dotted.key=value per line (as --set)",
         key=common.kept("cap.set", ""),
-        placeholder="workload.time_scale=8\nrouter.kind=least_loaded",
+        placeholder="none",
+        help="For example `router.kind=least_loaded` and, on the next line, `workload.time_scale=8`.",
         height=80,
     )
     common.keep("cap.set", overrides_text)
     auto = default_goal(path) if path else "smallest"
     goal = cols[1].radio(
         "Look for the", ("smallest", "largest"), index=0 if auto == "smallest" else 1, horizontal=True,
-        key=common.kept(f"cap.goal.{name}", auto),
+        key=common.kept(f"cap.goal.{name}", auto, options=("smallest", "largest")),
     )  # fmt: skip
     common.keep(f"cap.goal.{name}", goal)
     jobs = cols[2].number_input(
         "Runs at once",
         min_value=1,
         max_value=max(os.cpu_count() or 1, 1),
-        key=common.kept("cap.jobs", min(os.cpu_count() or 1, 2)),
+        key=common.kept(
+            "cap.jobs", min(os.cpu_count() or 1, 2), min_value=1, max_value=max(os.cpu_count() or 1, 1)
+        ),
         help="Points run per bisection round, in worker processes; 1 runs the fewest points.",
     )
     common.keep("cap.jobs", int(jobs))
     overrides = [o.strip() for o in overrides_text.splitlines() if o.strip()]
+    cols[0].caption(
+        "Every point runs with " + ", ".join(f"`{o}`" for o in overrides)
+        if overrides
+        else "No overrides: every point runs the scenario as it is, but for the knob."
+    )
     try:
         values = parse_values(values_text)
         parse_slo(slo_text)
@@ -146,9 +204,9 @@ def main() -> None:
     reports = st.session_state.setdefault("capacity", {})
     if key not in reports and st.button("Find capacity", type="primary"):
         try:
-            # The scenario's file paths were confined when it was chosen; the overrides are checked here.
-            common.resolve(scenario.model_dump(mode="json"), overrides, "<overrides>")
-            reports[key] = search(scenario, path, values, slo_text, goal, overrides, int(jobs))
+            # Through the dashboard's gate: the scenario with the overrides, then every candidate.
+            base = common.resolve(scenario.model_dump(mode="json"), overrides, "<overrides>")
+            reports[key] = search(base, path, values, slo_text, goal, int(jobs))
         except kvsim.ScenarioError as err:
             common.show_scenario_error(err)
         except kvsim.KvsimError as err:
@@ -175,7 +233,17 @@ def main() -> None:
                 knee_name="answer",
             )
             common.show_figure(fig, f"{scenario.name}_capacity_{path}")
-        common.show_table(table, f"{scenario.name}_capacity_{path}")
+        # The share served in percent: a bare 1 for "all of them" reads as one request.
+        table = table.rename(columns={"served": SERVED}).assign(**{SERVED: table["served"] * 100})
+        served = st.column_config.NumberColumn(
+            SERVED, format="%.1f%%", help="Share of the point's requests that finished (at least "
+            f"{report.min_served:.0%} for the point to count)."
+        )  # fmt: skip
+        common.show_table(
+            table,
+            f"{scenario.name}_capacity_{path}",
+            column_config=common.summary_column_help(table.columns) | {SERVED: served},
+        )
     common.sync_url()
 
 

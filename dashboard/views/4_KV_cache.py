@@ -76,12 +76,15 @@ def main() -> None:
     capacities = (*sorted({int(c) for c in np.geomspace(16, top, 12)}), None)
     admitted = res.requests.loc[res.requests["first_scheduled_s"].notna()]
     try:  # a run loaded from a result folder may name trace files outside the allowed folders
-        common.confined(res.scenario.model_dump(mode="json"), f"<scenario {res.scenario.name}>")
-    except kvsim.ScenarioError:
-        st.info("The cache-only replay needs the run's trace file, which is not in an allowed folder.")
+        replayed = common.confined_scenario(
+            res.scenario.model_dump(mode="json"), f"<scenario {res.scenario.name}>"
+        )
+    except kvsim.ScenarioError as err:  # the rules name the field and the path, never a file's content
+        rules = "; ".join(f"`{where}`: {rule}" for where, rule in err.problems)
+        st.info(f"The cache-only replay needs the files the run's scenario names: {rules}")
         common.sync_url()
         return
-    curve = hit_curve(common.scenario_yaml(res.scenario), capacities, tuple(admitted["request_id"].tolist()))
+    curve = hit_curve(common.scenario_yaml(replayed), capacities, tuple(admitted["request_id"].tolist()))
     st.caption(
         "Cache-only replay of the prompts the run admitted (kvsim.cache_curve) against one block cache of each "
         f"size ({res.scenario.replicas[0].engine.eviction_policy.upper()}), with {res.scenario.replicas[0].engine.block_size}-token blocks and no timing: "

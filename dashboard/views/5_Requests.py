@@ -60,7 +60,8 @@ def main() -> None:
     cols = st.columns([1, 3])
     rid = cols[0].number_input(
         "Request id", min_value=int(ids.min()), max_value=int(ids.max()), step=1,
-        key=common.kept("req.id", int(slowest[0]) if slowest else int(ids.min())),
+        key=common.kept("req.id", int(slowest[0]) if slowest else int(ids.min()), min_value=int(ids.min()),
+                        max_value=int(ids.max())),
     )  # fmt: skip
     common.keep("req.id", int(rid))
     worst = req.set_index("request_id").loc[slowest, "ttft_s"]

@@ -18,7 +18,7 @@ import streamlit as st
 
 import kvsim
 from kvsim import analysis, plots
-from kvsim.io import load_result
+from kvsim.io import RESULT_FILES, load_result
 
 METRICS = (
     "num_requests",
@@ -87,7 +87,7 @@ def result_folders() -> list[Path]:
 
 def load_folder(text: str) -> None:
     try:
-        folder = _paths.confine(text)
+        folder = _paths.confine_files(text, RESULT_FILES)  # links in it that lead out are refused too
         result = load_result(folder)
     except _paths.PathNotAllowed as err:
         st.error(f"Cannot load: {err}")
@@ -170,7 +170,8 @@ def delta_table(picked: dict[str, kvsim.Result], baseline: str) -> pd.DataFrame:
     for n in picked:
         if n != baseline:
             order += [n, f"{n} vs {baseline} (%)"]
-    return table[order].reset_index()
+    out = table[order].reset_index()
+    return out.assign(meaning=[common.summary_meaning(str(m)) for m in out["metric"]])
 
 
 def main() -> None:

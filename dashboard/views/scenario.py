@@ -21,6 +21,16 @@ HEADLINE = (
     ("Preemptions", "num_preemptions", lambda v: f"{v:,}"),
     ("Peak KV usage", "kv_usage_peak", lambda v: f"{v:.1%}"),
 )
+#: Hover help of the headline numbers whose names alone leave them ambiguous.
+HEADLINE_HELP = {
+    "achieved_requests_per_s": "Offered (`offered_requests_per_s`): arrivals per second over the arrival window, "
+    "first to last arrival. Achieved (`achieved_requests_per_s`): requests finished per second during the "
+    "second half of that window, what the cluster kept up with while requests still arrived. Well below "
+    "offered: overload.",
+    "throughput_tokens_per_s": "Output tokens per simulated second over the whole run "
+    "(`throughput_tokens_per_s`); `throughput_requests_per_s` in the full summary counts finished requests "
+    "the same way. Not the achieved load, which counts the second half of the arrivals only.",
+}
 
 
 def _value(summary: dict, key: str | tuple[str, ...]) -> object:
@@ -40,9 +50,7 @@ def base_scenario(source: str) -> kvsim.Scenario:
                 st.info("No scenario files in scenarios/ yet; using the built-in default.")
                 return kvsim.load_scenario(None)
             names = [p.name for p in files]
-            if view.get("file") not in names:
-                view["file"] = names[0]
-            name = st.selectbox("Scenario file", names, key=common.kept("file", names[0]))
+            name = st.selectbox("Scenario file", names, key=common.kept("file", names[0], options=names))
             common.keep("file", name)
             return common.load_file(files[names.index(name)])
         if source == "upload":
@@ -96,12 +104,27 @@ def show_summary(run: common.Run) -> None:
             )
         else:
             text = fmt(value) if isinstance(value, int | float) and fmt else "n/a"
-        col.metric(label, text)
+        col.metric(label, text, help=HEADLINE_HELP.get(key) if isinstance(key, str) else None)
     note = common.overload_note(summary)
     if note:
         st.warning(note, icon="⚠️")
+    achieved, offered = summary.get("achieved_requests_per_s"), summary.get("offered_requests_per_s")
+    if isinstance(achieved, float) and isinstance(offered, float) and achieved > offered * 1.005:
+        st.caption(
+            f"Achieved ({achieved:.3g} req/s) is above offered ({offered:.3g} req/s): achieved counts the "
+            "requests that finished in the second half of the arrival window, and some of them arrived in the "
+            "first half (the queue drained) or in a burst of arrivals late in the window. The cluster did not "
+            "serve more than the workload offered: over the whole run it finished "
+            f"{summary.get('throughput_requests_per_s', float('nan')):.3g} req/s."
+        )
     with st.expander("Full summary"):
-        table = pd.DataFrame({"metric": list(summary), "value": [str(v) for v in summary.values()]})
+        table = pd.DataFrame(
+            {
+                "metric": list(summary),
+                "value": [str(v) for v in summary.values()],
+                "meaning": [common.summary_meaning(k) for k in summary],
+            }
+        )
         common.show_table(table, f"{run.result.scenario.name}_summary")
 
 
@@ -114,14 +137,12 @@ def scenario_page() -> None:
     )
     view = common.view()
     codes = list(common.SOURCES)
-    if view.get("source") not in codes:
-        view["source"] = "default"
     source = st.radio(
         "Scenario source",
         codes,
         format_func=common.SOURCES.get,
         horizontal=True,
-        key=common.kept("source", "default"),
+        key=common.kept("source", "default", options=codes),
     )
     common.keep("source", source)
     base = base_scenario(source)
@@ -131,11 +152,13 @@ def scenario_page() -> None:
     view["base"] = base_key
     head = st.container()  # the Run button and the headline numbers, above the fold
     with st.expander("Main knobs", expanded=True):
-        changed = common.knob_widgets(base, key=base_key, changes=view.get("set", {}))
-    # A link may set fields that have no widget: they stay, listed, until dropped.
-    extra = {k: v for k, v in view.get("set", {}).items() if k not in common.MAIN_KNOBS}
+        knobs = common.knob_widgets(base, key=base_key, changes=view.get("set", {}))
+    changed = knobs.changed
+    # A link may set fields that have no widget, or give a knob a value its widget cannot
+    # hold (out of range, not an option): they stay, listed and validated, until dropped.
+    extra = {k: v for k, v in view.get("set", {}).items() if k not in common.MAIN_KNOBS} | knobs.unshown
     if extra:
-        st.caption("Set by the link: " + ", ".join(f"`{k}={v}`" for k, v in extra.items()))
+        st.caption("Set by the link: " + ", ".join(f"`{k}={common.link_text(v)}`" for k, v in extra.items()))
         if st.button("Drop these settings"):
             extra = {}
     changed = {**extra, **changed}
@@ -150,6 +173,7 @@ def scenario_page() -> None:
     yaml_text = common.scenario_yaml(scenario)
     with head:
         st.subheader(f"Scenario: {scenario.name}")
+        st.markdown(common.setup_line(scenario))
         if scenario.description:
             st.caption(scenario.description)
         run = common.cached_run(scenario)

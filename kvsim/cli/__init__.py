@@ -11,6 +11,7 @@ one the command returns.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ from kvsim.cli import (
     verify_cmd,
 )
 from kvsim.errors import KvsimError
+from kvsim.paths import printable
 
 _COMMAND_MODULES = (
     run_cmd,
@@ -55,8 +57,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Characters written as they are although `kvsim.paths.printable` would escape them.
+_LAYOUT = "\n\t\r"
+
+
+class _Escaping:
+    """A text stream that writes control and bidirectional characters as escapes (``\\x1b``,
+    ``\\u202e``), line breaks, tabs and carriage returns excepted: a scenario name, a path or
+    a key holding terminal escape sequences is shown, never obeyed by the terminal."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(printable(text, keep=_LAYOUT))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 class _ClosedPipeGuard:
-    """A stdout that drops what is written once the reader has gone (BrokenPipeError).
+    """A stdout that drops what is written once the reader has gone (BrokenPipeError), and
+    escapes what a terminal would act on (see `_Escaping`).
 
     The real stream's file descriptor is then pointed at /dev/null, so that the flush at
     interpreter exit does not fail either.
@@ -78,7 +101,7 @@ class _ClosedPipeGuard:
     def write(self, text: str) -> int:
         if not self.closed_by_reader:
             try:
-                return self._stream.write(text)
+                self._stream.write(printable(text, keep=_LAYOUT))
             except BrokenPipeError:
                 self._closed()
         return len(text)
@@ -94,20 +117,36 @@ class _ClosedPipeGuard:
         return getattr(self._stream, name)
 
 
+#: errno values of an OSError that mean the path given was wrong (bad input, exit 2), not
+#: that writing or reading failed (exit 1).
+_BAD_PATH_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in ("ENAMETOOLONG", "ENOENT", "ENOTDIR", "EISDIR", "ELOOP", "EINVAL", "EEXIST", "ENOTEMPTY")
+    if hasattr(errno, name)
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    stdout = sys.stdout
+    stdout, stderr = sys.stdout, sys.stderr
     guard = _ClosedPipeGuard(stdout)
     sys.stdout = guard
+    sys.stderr = _Escaping(stderr)
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
         return int(args.func(args) or 0)
     except KvsimError as exc:
         print(f"kvsim: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # what a command did not foresee: the file and the reason, no traceback
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        if len(where) > 200:
+            where = where[:197] + "...: "
+        print(f"kvsim: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2 if exc.errno in _BAD_PATH_ERRNOS else 1
     except KeyboardInterrupt:
         print("kvsim: interrupted", file=sys.stderr)
         return 130
@@ -115,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         guard.flush()
         if sys.stdout is guard:
             sys.stdout = stdout
+        sys.stderr = stderr
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import kvsim
 from kvsim import analysis, sharing
-from kvsim.cli.argtypes import float_in, int_in
+from kvsim.cli.types import count, number, path_arg, text_arg
 from kvsim.engine.simulator import scenario_workload
 from kvsim.errors import WorkLimitError
 from kvsim.io import json_safe
-from kvsim.limits import MAX_NUM_REQUESTS, MAX_TIME_S, MAX_WIDTHS, MAX_WINDOWS
+from kvsim.limits import MAX_SAMPLES, MAX_TIME_S, MAX_WIDTHS, MAX_WINDOWS
 from kvsim.units import format_seconds
 
 
@@ -43,7 +43,7 @@ def _cmd_spikes(args: argparse.Namespace) -> int:
     itl_thr = slo.tpot_s if args.itl_threshold is None else args.itl_threshold
     finish = res.requests["finish_s"]
     span = float(finish.max()) if finish.notna().any() else 0.0
-    window = analysis.nice_window(span) if args.window is None else args.window
+    window = args.window if args.window is not None else analysis.nice_window(span)
     if span / window > MAX_WINDOWS:  # the work of the rolling statistics grows with the windows
         raise WorkLimitError(
             f"--window {window:g}: cuts the run's {span:,.3g} s into more than {MAX_WINDOWS:,} windows "
@@ -87,14 +87,7 @@ def _cmd_exposure(args: argparse.Namespace) -> int:
 def _cmd_sharing(args: argparse.Namespace) -> int:
     scenario = kvsim.load_scenario(args.scenario, args.overrides)
     base_dir = Path(args.scenario).resolve().parent if args.scenario else None
-    parts = args.widths.split(",")
-    if len(parts) > MAX_WIDTHS:  # each width is two full runs: counted before anything is parsed
-        raise WorkLimitError(f"--widths: {len(parts):,} widths; at most {MAX_WIDTHS:,}")
-    try:
-        widths = [int(w) for w in parts]
-    except ValueError:
-        problem = ("", f"expected integers separated by commas, got {args.widths!r}")
-        raise kvsim.ScenarioError("--widths", [problem]) from None
+    widths = _widths(args.widths)
     points = sharing.memory_saving(scenario, args.kind, widths, base_dir=base_dir)
     if args.json:
         print(json.dumps(json_safe([vars_of(p) for p in points]), indent=2, allow_nan=False))
@@ -114,8 +107,22 @@ def vars_of(point: sharing.SharingPoint) -> dict[str, object]:
     return {f: getattr(point, f) for f in point.__dataclass_fields__}
 
 
+def _widths(text: str) -> list[int]:
+    """``--widths``: at most `MAX_WIDTHS` integers from 1 to `MAX_SAMPLES`, comma-separated."""
+    parts = [w.strip() for w in text.split(",")]
+    try:
+        if not all(parts) or len(parts) > MAX_WIDTHS:
+            raise argparse.ArgumentTypeError(f"1 to {MAX_WIDTHS} integers separated by commas, e.g. 2,4,6")
+        return [count(1, MAX_SAMPLES)(w) for w in parts]
+    except argparse.ArgumentTypeError as exc:
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise kvsim.ScenarioError("--widths", [("", f"{exc}; got {shown!r}")]) from None
+
+
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("scenario", nargs="?", help="Scenario file (default: the embedded default scenario).")
+    p.add_argument(
+        "scenario", nargs="?", type=path_arg, help="Scenario file (default: the embedded default scenario)."
+    )
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="Override a scenario field (repeatable), as for kvsim run.")  # fmt: skip
     p.add_argument("--json", action="store_true", help="Print JSON instead of text.")
@@ -134,25 +141,23 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     _common(p)
     p.add_argument(
         "--window",
-        type=float_in(0.0, MAX_TIME_S, above=True),
+        type=number(0, MAX_TIME_S, low_open=True),
         metavar="S",
-        help=f"Window length, s (default: about 1/60 of the run; the run is cut into at most {MAX_WINDOWS:,}).",
+        help=f"Window length, s, > 0 (default: about 1/60 of the run; the run is cut into at most {MAX_WINDOWS:,}).",
     )
     p.add_argument(
         "--ttft-threshold",
-        type=float_in(0.0, MAX_TIME_S),
+        type=number(0, MAX_TIME_S),
         metavar="S",
         help="TTFT threshold, s (default: slo.ttft_s).",
     )
     p.add_argument(
         "--itl-threshold",
-        type=float_in(0.0, MAX_TIME_S),
+        type=number(0, MAX_TIME_S),
         metavar="S",
         help="ITL threshold, s (default: slo.tpot_s).",
     )
-    p.add_argument(
-        "--top", type=int_in(1, MAX_NUM_REQUESTS), default=8, help="Spikes printed, worst first (default 8)."
-    )
+    p.add_argument("--top", type=count(1, 10_000), default=8, help="Spikes printed, worst first (default 8).")
     p.set_defaults(func=_cmd_spikes)
     e = sub.add_parser(
         "exposure",
@@ -174,6 +179,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     _common(h)
     h.add_argument("--kind", choices=("beam", "parallel"), default="beam", help="What shares (default beam).")
     h.add_argument(
-        "--widths", default="2,4,6", help="Beam widths or sample counts, comma-separated (default 2,4,6)."
+        "--widths",
+        type=text_arg(10_000),
+        default="2,4,6",
+        help="Beam widths or sample counts, comma-separated (default 2,4,6).",
     )
     h.set_defaults(func=_cmd_sharing)

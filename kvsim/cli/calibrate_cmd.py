@@ -27,17 +27,26 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
-from kvsim.cli.argtypes import float_in, int_in
+from kvsim.cli.types import count, number, path_arg, text_arg
 from kvsim.cost import compare, fit
 from kvsim.cost.config import ProfileCostConfig, RooflineCostConfig
 from kvsim.cost.factory import build_cost_model
-from kvsim.cost.profile import Profile, load_profile, model_shape, shipped_profiles, write_profile
+from kvsim.cost.profile import (
+    PROFILE_FORMAT,
+    Profile,
+    load_profile,
+    model_shape,
+    shipped_profiles,
+    write_profile,
+)
 from kvsim.errors import KvsimError, ProfileError
 from kvsim.limits import MAX_STEP_TIME_S
+from kvsim.outputs import check_file_target
+from kvsim.paths import is_file, path_problem
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, unknown_name_message
-from kvsim.scenario.schema import MAX_TP
-from kvsim.specs import GpuSpec, ModelSpec
+from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
 from kvsim.yaml_safe import load_yaml_file
 
 
@@ -51,16 +60,26 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument(
-        "--fit-roofline", metavar="PROFILE", help="fit roofline efficiencies to a kernels profile"
+        "--fit-roofline",
+        metavar="PROFILE",
+        type=path_arg,
+        help="fit roofline efficiencies to a kernels profile",
     )
     mode.add_argument(
-        "--fit-measurements", metavar="CSV", help="fit roofline parameters to engine measurements"
+        "--fit-measurements",
+        metavar="CSV",
+        type=path_arg,
+        help="fit roofline parameters to engine measurements",
     )
-    mode.add_argument("--compare", metavar="PROFILE", help="compare roofline, calibrated and measured times")
-    p.add_argument("--model", help="model preset name or a YAML/JSON file holding a ModelSpec")
-    p.add_argument("--gpu", help="GPU preset name or a YAML/JSON file holding a GpuSpec")
+    mode.add_argument(
+        "--compare", metavar="PROFILE", type=path_arg, help="compare roofline, calibrated and measured times"
+    )
     p.add_argument(
-        "--tp", type=int_in(1, MAX_TP), default=1, help="tensor-parallel degree to measure (default 1)"
+        "--model", type=text_arg(), help="model preset name or a YAML/JSON file holding a ModelSpec"
+    )
+    p.add_argument("--gpu", type=text_arg(), help="GPU preset name or a YAML/JSON file holding a GpuSpec")
+    p.add_argument(
+        "--tp", type=count(1, 1024), default=1, help="tensor-parallel degree to measure (default 1)"
     )
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="device to measure on")
     p.add_argument("--quick", action="store_true", help="smaller grids (under 1 minute on an H100/H200)")
@@ -72,13 +91,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument(
         "--per-iteration-overhead-s",
-        type=float_in(0.0, MAX_STEP_TIME_S),
+        type=number(0, MAX_STEP_TIME_S),
         default=RooflineCostConfig.model_fields["per_iteration_overhead_s"].default,
         help="CPU overhead per iteration recorded in a measured profile (kernels cannot measure it)",
     )
     p.add_argument(
         "--per-layer-overhead-s",
-        type=float_in(0.0, MAX_STEP_TIME_S),
+        type=number(0, MAX_STEP_TIME_S),
         default=None,
         help="--fit-*: hold the per-layer overhead at this value (it cannot be told apart from the "
         "per-iteration overhead for one model); default: the roofline default",
@@ -92,7 +111,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument(
         "--robust",
-        type=float_in(0.0, 100.0, above=True),
+        type=number(0, 1e3, low_open=True),
         default=None,
         metavar="SCALE",
         help="--fit-measurements: soft-L1 loss on log residuals with this scale (e.g. 0.05) instead "
@@ -106,10 +125,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "equals the measured total (latencies are sums of steps: they need the mean step time)",
     )
     p.add_argument(
-        "--kv-cache-dtype", default="auto", help="KV dtype for --compare / --fit-roofline (default auto)"
+        "--kv-cache-dtype",
+        default="auto",
+        choices=["auto", *KV_DTYPE_BYTES],
+        help="KV dtype for --compare / --fit-roofline (default auto)",
     )
     p.add_argument("--json", action="store_true", help="--compare: print JSON rows instead of a table")
-    p.add_argument("--out", help="profile file to write")
+    p.add_argument(
+        "--out",
+        type=path_arg,
+        help="profile file to write; an existing file is replaced only if it is a profile kvsim wrote",
+    )
     p.set_defaults(func=_calibrate)
 
     p = sub.add_parser("profiles", help="List the cost profiles shipped with kvsim")
@@ -117,20 +143,28 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=_profiles)
 
     p = sub.add_parser("predict", help="Predict iteration times of measurement points with a cost model")
-    p.add_argument("--cost-model", required=True, help="'roofline' or a profile name/path")
-    p.add_argument("--model", required=True, help="model preset name or ModelSpec file")
-    p.add_argument("--gpu", required=True, help="GPU preset name or GpuSpec file")
+    p.add_argument("--cost-model", required=True, type=path_arg, help="'roofline' or a profile name/path")
+    p.add_argument("--model", required=True, type=text_arg(), help="model preset name or ModelSpec file")
+    p.add_argument("--gpu", required=True, type=text_arg(), help="GPU preset name or GpuSpec file")
     p.add_argument(
-        "--points", required=True, help=f"CSV with columns {','.join(fit.CSV_COLUMNS)} (time_s optional)"
+        "--points",
+        required=True,
+        type=path_arg,
+        help=f"CSV with columns {','.join(fit.CSV_COLUMNS)} (time_s optional)",
     )
-    p.add_argument("--kv-cache-dtype", default="auto", help="KV-cache dtype (default auto)")
+    p.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=["auto", *KV_DTYPE_BYTES],
+        help="KV-cache dtype (default auto)",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON list (default: a table)")
     p.set_defaults(func=_predict)
 
 
 def _load_spec(text: str, presets: dict[str, Any], cls: type, what: str) -> Any:
-    path = Path(text)
-    if path.suffix in (".yaml", ".yml", ".json") and path.is_file():
+    path = Path(text) if path_problem(text) is None else Path("-")
+    if path.suffix in (".yaml", ".yml", ".json") and is_file(path):
         data = load_yaml_file(path, what=cls.__name__)  # bounded; a YamlError names the line
         if not isinstance(data, dict):
             raise KvsimError(f"{path}: not a valid {cls.__name__}: expected a mapping")
@@ -201,6 +235,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 def _measure(args: argparse.Namespace) -> int:
     if not args.out:
         raise KvsimError("--out is required: the profile file to write")
+    check_file_target(args.out, "--out", PROFILE_FORMAT)  # before minutes of measuring
     model = _model(args.model)
     try:
         from calibration.harness import run_calibration  # imports torch: only when measuring
@@ -279,7 +314,13 @@ def _fmt(value: Any) -> str:
 
 
 def _cost_config(text: str) -> RooflineCostConfig | ProfileCostConfig:
-    return RooflineCostConfig() if text == "roofline" else ProfileCostConfig(profile=text)
+    if text == "roofline":
+        return RooflineCostConfig()
+    try:
+        return ProfileCostConfig(profile=text)
+    except ValidationError as err:
+        rule = "; ".join(e["msg"] for e in err.errors())
+        raise KvsimError(f"--cost-model: {rule}") from None
 
 
 def _predict(args: argparse.Namespace) -> int:
@@ -309,6 +350,7 @@ def _predict(args: argparse.Namespace) -> int:
 def _fit_measurements(args: argparse.Namespace) -> int:
     if not args.out:
         raise KvsimError("--out is required: the roofline-fit profile to write")
+    check_file_target(args.out, "--out", PROFILE_FORMAT)  # before reading and fitting
     model, gpu = _model(args.model), _gpu(args.gpu)
     points = fit.read_points(args.fit_measurements)
     result = fit.fit_roofline(
@@ -328,6 +370,8 @@ def _fit_measurements(args: argparse.Namespace) -> int:
 
 
 def _fit_roofline(args: argparse.Namespace) -> int:
+    if args.out:
+        check_file_target(args.out, "--out", PROFILE_FORMAT)  # before reading and fitting
     profile = load_profile(args.fit_roofline)
     if profile.kind != "kernels":
         raise ProfileError(f"{profile.source}: --fit-roofline needs a kernels profile, not {profile.kind!r}")

@@ -29,10 +29,10 @@ from kvsim.capacity import (
     parse_slo,
     parse_values,
 )
-from kvsim.cli.argtypes import float_in, int_in
+from kvsim.cli.types import count, number, path_arg, text_arg
 from kvsim.io import json_safe
 from kvsim.limits import JOBS_PER_CPU, MAX_JOBS
-from kvsim.units import MISSING, format_rate, format_seconds
+from kvsim.units import MISSING, format_rate, format_seconds, rate_unit
 
 #: Exit code when the search ran but no candidate meets the SLO.
 EXIT_NO_ANSWER = 3
@@ -44,7 +44,7 @@ def _cell(key: str, value: Any) -> str:
     if key == "served":
         return f"{value:.1%}"
     if key.endswith("_per_s"):
-        return format_rate(value)
+        return format_rate(value, rate_unit(key))
     if key.endswith("_s"):
         return format_seconds(value)
     if isinstance(value, float):
@@ -135,10 +135,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "end, or requests cut off) and it served --min-served of its requests. Prints one row per run and the answer in one line. Exit codes: 0 answer found, "
         f"{EXIT_NO_ANSWER} no value in the range meets the SLO, 2 bad input, 1 a failure.",
     )
-    p.add_argument("scenario", nargs="?", help="Scenario file (default: the embedded default scenario).")
+    p.add_argument(
+        "scenario", nargs="?", type=path_arg, help="Scenario file (default: the embedded default scenario)."
+    )
     p.add_argument(
         "--knob",
         required=True,
+        type=text_arg(1000),
         metavar="PATH",
         help="Dotted path of the knob, as for --set: replicas.0.count, replicas.0.gpu, replicas.0.tp, "
         "replicas.0.engine.gpu_memory_utilization, workload.arrival.rate_per_s, workload.time_scale, ...",
@@ -178,7 +181,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument(
         "--min-served",
-        type=float_in(0.0, 1.0),
+        type=number(0, 1),
         default=DEFAULT_MIN_SERVED,
         metavar="SHARE",
         help=f"Least share of the requests a point must finish to count (default {DEFAULT_MIN_SERVED}): "
@@ -186,7 +189,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument(
         "--jobs",
-        type=int_in(1, MAX_JOBS),
+        type=count(1, MAX_JOBS),
         default=min(os.cpu_count() or 1, 4),
         help="Points run at once per bisection round (default: CPU count, at most 4); 1 is plain "
         f"bisection, the fewest runs (at most {JOBS_PER_CPU} x the CPU count, and {MAX_JOBS}).",

@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from kvsim.cli.argtypes import float_in, int_in
+from kvsim.cli.types import count, number, text_arg
 from kvsim.errors import KvsimError
 from kvsim.kv_sizing import GIB
-from kvsim.limits import MAX_GPU_MEMORY_BYTES, MAX_NUM_REQUESTS, MAX_TOKENS
+from kvsim.limits import MAX_GPU_MEMORY_BYTES, MAX_TOKENS
 from kvsim.memory_fit import FitCheck, check_fit, fit_variants
+from kvsim.paths import is_file
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model, tp_problem
-from kvsim.scenario.schema import MAX_BLOCK_SIZE, MAX_TP
 from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
 from kvsim.yaml_safe import load_yaml_file
 
@@ -40,7 +39,7 @@ def _spec_from_text(text: str, cls: type[S], what: str) -> S | None:
     stripped = text.strip()
     if stripped.startswith("{"):
         source, data = "inline JSON", _loads(stripped, what)
-    elif Path(text).is_file():
+    elif is_file(text):
         source = text
         try:
             data = load_yaml_file(text, what=f"{what} spec")
@@ -72,20 +71,12 @@ def gpu_arg(text: str) -> GpuSpec:
     return _spec_from_text(text, GpuSpec, "gpu") or resolve_gpu(text)
 
 
-#: Ranges of the options ``fit`` and ``kv-size`` share: the scenario schema's own bounds.
-TP = int_in(1, MAX_TP)
-BLOCK_SIZE = int_in(1, MAX_BLOCK_SIZE)
-TOKENS = int_in(1, MAX_TOKENS)
-SEQUENCES = int_in(1, MAX_NUM_REQUESTS)
-RESERVE_GIB = float_in(0.0, MAX_GPU_MEMORY_BYTES / 1024**3)
-
-
-def utilization(text: str) -> float:
-    """An argparse type: a share in (0, 1]."""
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
-    return value
+#: An argparse type: an integer from 1 to the largest token count (a count, a length, a batch).
+positive_int = count(1, MAX_TOKENS)
+#: An argparse type: a share in (0, 1].
+utilization = number(0, 1, low_open=True)
+#: An argparse type: activation memory per GPU, GiB (at most the largest GPU memory).
+reserve_gib = number(0, MAX_GPU_MEMORY_BYTES / GIB)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -99,16 +90,23 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "largest batch at the context, and the same with fp8 KV and fp8/int4 weights. Exit 0 "
         "when it fits, 3 when it does not.",
     )
-    p.add_argument("--model", required=True, help=f"preset ({', '.join(MODEL_PRESETS)}), spec file or JSON")
-    p.add_argument("--gpu", required=True, help=f"preset ({', '.join(GPU_PRESETS)}), spec file or JSON")
-    p.add_argument("--tp", type=TP, default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument(
+        "--model",
+        required=True,
+        type=text_arg(),
+        help=f"preset ({', '.join(MODEL_PRESETS)}), spec file or JSON",
+    )
+    p.add_argument(
+        "--gpu", required=True, type=text_arg(), help=f"preset ({', '.join(GPU_PRESETS)}), spec file or JSON"
+    )
+    p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
     p.add_argument(
         "--context-tokens",
-        type=TOKENS,
+        type=positive_int,
         default=None,
         help="tokens per sequence (default: the model's max_model_len)",
     )
-    p.add_argument("--batch", type=SEQUENCES, default=1, help="sequences held at once (default 1)")
+    p.add_argument("--batch", type=positive_int, default=1, help="sequences held at once (default 1)")
     p.add_argument("--kv-dtype", default="auto", choices=["auto", *KV_DTYPE_BYTES], help="KV dtype")
     p.add_argument(
         "--weight-dtype",
@@ -116,20 +114,20 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         choices=list(KV_DTYPE_BYTES),
         help="quantize the weights to this dtype (default: the model's)",
     )
-    p.add_argument("--block-size", type=BLOCK_SIZE, default=16, help="tokens per block (default 16)")
+    p.add_argument("--block-size", type=positive_int, default=16, help="tokens per block (default 16)")
     p.add_argument("--gpu-memory-utilization", type=utilization, default=0.9, help="default 0.9")
     p.add_argument(
         "--max-num-batched-tokens",
-        type=TOKENS,
+        type=positive_int,
         default=8192,
         help="sizes the activation reserve (default 8192)",
     )
     p.add_argument(
-        "--max-num-seqs", type=SEQUENCES, default=256, help="sizes the sampler's logits (default 256)"
+        "--max-num-seqs", type=positive_int, default=256, help="sizes the sampler's logits (default 256)"
     )
     p.add_argument(
         "--activation-reserve-gib",
-        type=RESERVE_GIB,
+        type=reserve_gib,
         default=None,
         help="activation memory per GPU, GiB (default: estimated)",
     )

@@ -16,17 +16,8 @@ import argparse
 import json
 from typing import Any
 
-from kvsim.cli.fit_cmd import (
-    BLOCK_SIZE,
-    EXIT_DOES_NOT_FIT,
-    RESERVE_GIB,
-    SEQUENCES,
-    TOKENS,
-    TP,
-    gpu_arg,
-    model_arg,
-    utilization,
-)
+from kvsim.cli.fit_cmd import EXIT_DOES_NOT_FIT, gpu_arg, model_arg, positive_int, reserve_gib, utilization
+from kvsim.cli.types import text_arg
 from kvsim.errors import KvsimError
 from kvsim.kv_sizing import (
     GIB,
@@ -53,7 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "after weights and activation reserve (vLLM's rule, per tensor-parallel shard).",
     )
     p.add_argument(
-        "--model", required=True, help=f"model preset ({', '.join(MODEL_PRESETS)}), spec file or JSON"
+        "--model",
+        required=True,
+        type=text_arg(),
+        help=f"model preset ({', '.join(MODEL_PRESETS)}), spec file or JSON",
     )
     p.add_argument(
         "--kv-dtype",
@@ -61,9 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         choices=["auto", *KV_DTYPE_BYTES],
         help="KV-cache element type (vLLM's kv_cache_dtype; 'auto' = the model's dtype).",
     )
-    p.add_argument("--gpu", help=f"GPU preset ({', '.join(GPU_PRESETS)}), spec file or JSON")
-    p.add_argument("--tp", type=TP, default=1, help="tensor-parallel degree (default 1)")
-    p.add_argument("--block-size", type=BLOCK_SIZE, default=16, help="tokens per block (default 16)")
+    p.add_argument("--gpu", type=text_arg(), help=f"GPU preset ({', '.join(GPU_PRESETS)}), spec file or JSON")
+    p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument("--block-size", type=positive_int, default=16, help="tokens per block (default 16)")
     p.add_argument(
         "--gpu-memory-utilization",
         type=utilization,
@@ -72,25 +66,25 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument(
         "--max-num-batched-tokens",
-        type=TOKENS,
+        type=positive_int,
         default=8192,
         help="token budget per iteration, sizes the activation reserve (default 8192)",
     )
     p.add_argument(
         "--max-num-seqs",
-        type=SEQUENCES,
+        type=positive_int,
         default=256,
         help="most requests per iteration, sizes the sampler's logits (default 256)",
     )
     p.add_argument(
         "--activation-reserve-gib",
-        type=RESERVE_GIB,
+        type=reserve_gib,
         default=None,
         help="memory held for activations per GPU, GiB (default: estimated)",
     )
     p.add_argument(
         "--context-tokens",
-        type=TOKENS,
+        type=positive_int,
         default=32768,
         help="context length for the 'a context of N tokens takes X GiB' line (default 32768)",
     )

@@ -24,12 +24,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import kvsim
+from kvsim.cli.types import path_arg
 from kvsim.errors import KvsimError, ScenarioError
 from kvsim.estimate import check_work, estimate_work
-from kvsim.io import RESULT_FILES, check_out_dir, clean_stale, json_safe, save_result, summary_to_json
+from kvsim.io import DATA_FILES, check_out_dir, clean_stale, json_safe, save_result, summary_to_json
 from kvsim.plan import resolve_plan
 from kvsim.report import format_summary
 from kvsim.scenario.loading import DEFAULT_SCENARIO, load_scenario, scenario_json_schema
+from kvsim.workload import workload_file_problems
 
 #: Wall time a run must last before its progress bar appears, seconds.
 PROGRESS_DELAY_S = 1.0
@@ -168,16 +170,17 @@ def _run_one(
             print(f"kvsim: error: {out_dir}: cannot write results: {exc}", file=sys.stderr)
             return 1, result.summary
         if not args.quiet:
-            print(f"kvsim: wrote {out_dir}/ ({', '.join(RESULT_FILES)})", file=sys.stderr)
+            print(f"kvsim: wrote {out_dir}/ ({', '.join(DATA_FILES)})", file=sys.stderr)
     return 0, result.summary
 
 
 def _prepare_out_dirs(out_dirs: Sequence[Path | None], quiet: bool) -> None:
-    """Before anything runs: clean what killed runs left beside each folder (with a note),
-    then refuse a folder that may not receive a result (`ResultDirError`, exit 2)."""
+    """Before anything runs: refuse a folder that may not receive a result (`ResultDirError`,
+    exit 2), clean what killed runs left beside each folder (with a note), and check again."""
     for out_dir in out_dirs:
         if out_dir is None:
             continue
+        check_out_dir(out_dir)
         for note in clean_stale(out_dir):
             if not quiet:
                 print(f"kvsim: note: {note}", file=sys.stderr)
@@ -231,8 +234,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"kvsim: error: {path}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
             exit_code = max(exit_code, 1)
             continue
+        base_dir = Path(path).resolve().parent
         try:
             check_work(estimate, plan, path)
+            # The files the workload names, read as the run will read them.
+            problems = workload_file_problems(scenario.workload, base_dir)
+            if problems:
+                raise ScenarioError(path, problems)
         except ScenarioError as exc:
             print(f"kvsim: error: {exc}", file=sys.stderr)
             exit_code = max(exit_code, 2)
@@ -265,12 +273,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="Simulate scenario files (or the embedded default) and print or save the results.",
         description="Simulate one or more scenario files, one after the other; with no file, the "
         "embedded default scenario. Prints the summary table on stdout. With --out, writes "
-        f"{', '.join(RESULT_FILES)} into DIR (DIR/<file stem>/ for several files), atomically.",
+        f"{', '.join(DATA_FILES)} into DIR (DIR/<file stem>/ for several files), atomically, with a "
+        ".kvsim marker; an existing DIR is replaced only if empty or a result folder kvsim wrote.",
     )
     run.add_argument(
         "scenarios", nargs="*", metavar="SCENARIO.yaml", help="Scenario files (default: embedded)."
     )
-    run.add_argument("--out", metavar="DIR", help="Write the results into this folder (replaced on success).")
+    run.add_argument(
+        "--out",
+        metavar="DIR",
+        type=path_arg,
+        help="Write the results into this folder (replaced on success, if empty or a result kvsim wrote).",
+    )
     _add_set(run)
     quiet_or_json = run.add_mutually_exclusive_group()
     quiet_or_json.add_argument(

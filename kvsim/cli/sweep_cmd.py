@@ -18,10 +18,10 @@ from typing import Any
 import pandas as pd
 
 from kvsim.capacity import trace_share_kept
-from kvsim.cli.argtypes import float_in, int_in
+from kvsim.cli.types import count, number, path_arg, text_arg
 from kvsim.limits import JOBS_PER_CPU, MAX_JOBS
 from kvsim.sweep import DEFAULT_RAY_CONNECT_TIMEOUT_S, MAX_CONNECT_TIMEOUT_S, default_jobs, run_sweep
-from kvsim.units import MISSING, format_rate, format_seconds
+from kvsim.units import MISSING, format_rate, format_seconds, rate_unit
 
 #: Summary columns of the printed table, with their titles.
 PRINTED = {
@@ -42,7 +42,7 @@ def _cell(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if key.endswith("_per_s"):
-        return format_rate(value)
+        return format_rate(value, rate_unit(key))
     if key.endswith("_s"):
         return format_seconds(value)
     if isinstance(value, float) and value.is_integer():
@@ -111,11 +111,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "OUT/results.parquet and OUT/results.csv (one row per point); print each point's overrides, "
         "offered and achieved load, TTFT/TPOT p99 and overload flag. Exit code 1 if any point failed.",
     )
-    p.add_argument("sweep", help="Sweep file (YAML): base, overrides, grid and/or points.")
-    p.add_argument("--out", required=True, help="Output folder (reused: finished points are skipped).")
+    p.add_argument("sweep", type=path_arg, help="Sweep file (YAML): base, overrides, grid and/or points.")
+    p.add_argument(
+        "--out",
+        required=True,
+        type=path_arg,
+        help="Output folder: new, empty, or a sweep folder kvsim wrote (marked by its .kvsim file), "
+        "whose finished points are skipped.",
+    )
     p.add_argument(
         "--jobs",
-        type=int_in(1, MAX_JOBS),
+        type=count(1, MAX_JOBS),
         default=default_jobs(),
         help=f"Points run at once (default: CPU count; at most {JOBS_PER_CPU} x the CPU count, "
         f"and {MAX_JOBS}).",
@@ -130,7 +136,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument(
         "--connect-timeout",
-        type=float_in(0.0, MAX_CONNECT_TIMEOUT_S, above=True),
+        type=number(0, MAX_CONNECT_TIMEOUT_S, low_open=True),
         default=DEFAULT_RAY_CONNECT_TIMEOUT_S,
         metavar="S",
         help=f"Seconds to wait for the Ray cluster at --address (default {DEFAULT_RAY_CONNECT_TIMEOUT_S:g}).",
@@ -138,6 +144,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--columns",
         metavar="KEY,...",
+        type=text_arg(10_000),
         help="Summary keys printed besides the default columns (e.g. prefix_cache_hit_rate,num_preemptions); "
         "the files hold them all.",
     )

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from kvsim.cache_curve import cache_curve, parse_capacities
-from kvsim.cli.argtypes import int_in
+from kvsim.cli.types import count, path_arg, text_arg
 from kvsim.errors import KvsimError, TraceError
 from kvsim.inputs import open_input
 from kvsim.limits import MAX_CAPACITIES, MAX_NUM_REQUESTS, MAX_TOKENS, MAX_TRACE_BYTES, MAX_TRACE_LINE_CHARS
@@ -48,9 +48,24 @@ def guess_format(path: Path) -> str:
     raise UsageError(f"{path}: cannot tell the trace format from its name/header; pass --format")
 
 
+def _format(path: Path, fmt: str | None, columns: str | None) -> str:
+    """``--format``, or the format the file's name (and header) says: with ``--columns`` a
+    ``.csv`` is the generic csv format and a ``.jsonl`` generic jsonl, since only those take a
+    column mapping."""
+    if fmt:
+        return fmt
+    if columns:
+        suffix = path.suffix.lower()
+        if suffix == ".csv":
+            return "csv"
+        if suffix in (".jsonl", ".json"):
+            return "jsonl"
+    return guess_format(path)
+
+
 def _load(args: argparse.Namespace) -> tuple[list[RequestSpec], TraceReport]:
     path = Path(args.trace)
-    fmt = args.format or guess_format(path)
+    fmt = _format(path, args.format, args.columns)
     try:
         columns = json.loads(args.columns) if args.columns else {}
     except json.JSONDecodeError as exc:
@@ -68,14 +83,17 @@ def _load(args: argparse.Namespace) -> tuple[list[RequestSpec], TraceReport]:
 
 
 def _add_trace_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trace", help="Trace file.")
+    p.add_argument("trace", type=path_arg, help="Trace file.")
     p.add_argument(
         "--format", choices=get_args(TraceFormat), help="Trace format (default: from name/header)."
     )
     p.add_argument(
-        "--columns", help='Column mapping for csv/jsonl, as JSON: {"timestamp": "t", "prompt_tokens": ...}.'
+        "--columns",
+        type=text_arg(),
+        help='Column mapping for csv/jsonl, as JSON: {"timestamp": "t", "prompt_tokens": ...}; '
+        "implies --format csv for a .csv file and jsonl for a .jsonl file.",
     )
-    p.add_argument("--max-requests", type=int_in(1, MAX_NUM_REQUESTS), help="Use only the first N requests.")
+    p.add_argument("--max-requests", type=count(1, MAX_NUM_REQUESTS), help="Use only the first N requests.")
     p.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
 
 
@@ -84,8 +102,6 @@ def _cmd_cache_curve(args: argparse.Namespace) -> int:
         capacities = parse_capacities(args.capacities)
     except ValueError as exc:
         raise UsageError(f"--capacities: {exc}") from None
-    if args.block_size < 1:
-        raise UsageError("--block-size must be >= 1")
     requests, report = _load(args)
     points = cache_curve(
         requests,
@@ -162,7 +178,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     _add_trace_args(p)
     p.add_argument(
-        "--block-size", type=int_in(1, MAX_TOKENS), default=512, help="Tokens per block (default 512)."
+        "--block-size", type=count(1, MAX_TOKENS), default=512, help="Tokens per block (default 512)."
     )
     p.add_argument(
         "--capacities",

@@ -21,14 +21,15 @@ import os
 import subprocess
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 
-from kvsim.cli.argtypes import float_in, int_in
+from kvsim.cli.types import count, number, path_arg
 from kvsim.engine.simulator import scenario_workload
 from kvsim.errors import KvsimError, ScenarioError
-from kvsim.limits import MAX_NUM_REQUESTS, MAX_TIME_S, MAX_TOKENS, MAX_VERIFY_BLOCKS, MAX_VERIFY_REQUESTS
+from kvsim.limits import MAX_TIME_S, MAX_TOKENS
+from kvsim.outputs import check_file_target, check_target, write_file
 from kvsim.scenario.loading import load_scenario
-from kvsim.scenario.schema import MAX_BLOCK_SIZE
 from kvsim.validation import compare, convert, fixtures, generate, kvsim_side
 from kvsim.validation.workload import DiffWorkload
 
@@ -136,10 +137,12 @@ def _cmd_fixtures(args: argparse.Namespace) -> int:
     directory = Path(args.fixtures)
     if not directory.is_dir():
         raise VerifyError(f"--fixtures {directory}: no such folder")
-    try:
-        fxs = fixtures.load_fixture_dir(directory)
-    except (OSError, EOFError, ValueError, KeyError, TypeError) as exc:  # a file that is no fixture
-        raise VerifyError(f"--fixtures {directory}: cannot read a fixture: {exc}") from None
+    fxs = []
+    for path in sorted(directory.glob("*.json.gz")):
+        try:
+            fxs.extend(fixtures.read_fixture_file(path))
+        except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError, zlib.error) as exc:
+            raise VerifyError(f"{path}: not a readable fixture file: {type(exc).__name__}: {exc}") from None
     if args.groups:
         fxs = [f for f in fxs if f.workload.group in set(args.groups)]
     if not fxs:
@@ -158,6 +161,12 @@ def _cmd_record(args: argparse.Namespace) -> int:
     wls = generate.catalogue()
     if args.groups:
         wls = [w for w in wls if w.group in set(args.groups)]
+    # The recorder writes DIR/<group>.json.gz: each must be new or a fixture file kvsim wrote.
+    check_target(args.record_fixtures, "--record-fixtures", VerifyError)
+    for group in sorted({w.group for w in wls}):
+        check_file_target(
+            Path(args.record_fixtures) / f"{group}.json.gz", "--record-fixtures", fixtures.FORMAT
+        )
     print(f"recording {len(wls)} workloads with {python} into {args.record_fixtures}", file=sys.stderr)
     run_recorder(python, wls, Path(args.record_fixtures), fresh=args.fresh, eager=args.eager, out_dir=True)
     return 0
@@ -212,6 +221,8 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
             f"no vLLM interpreter: pass --vllm-python, set ${VLLM_PYTHON_ENV} or run make vllm-deps "
             "(or compare against the recorded fixtures with --fixtures)"
         )
+    if args.save_records:
+        check_file_target(args.save_records, "--save-records", fixtures.FORMAT)  # before vLLM runs
     wls = _scenario_workloads(args)
     with tempfile.TemporaryDirectory(prefix="kvsim-verify-") as tmp:
         out = Path(tmp) / "records.json.gz"
@@ -222,7 +233,7 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
             return 1
         fxs = fixtures.read_fixture_file(out)
         if args.save_records:
-            Path(args.save_records).write_bytes(out.read_bytes())
+            write_file(args.save_records, out.read_bytes(), "--save-records", fixtures.FORMAT)
     comps = [compare_fixture(f, reserve_null_block=not args.no_null_block) for f in fxs]
     return _report(comps, args, header=f"kvsim vs vLLM {fxs[0].vllm_version} (live)\n" if fxs else "")
 
@@ -254,61 +265,63 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="Override a scenario field by dotted path (as kvsim run).",
     )
     p.add_argument(
-        "--requests",
-        type=int_in(1, MAX_VERIFY_REQUESTS),
-        default=50,
-        help="Replay the first N requests (default 50).",
+        "--requests", type=count(1, 100_000), default=50, help="Replay the first N requests (default 50)."
     )
     p.add_argument(
         "--num-gpu-blocks",
-        type=int_in(2, MAX_VERIFY_BLOCKS),
+        type=count(2, 10_000_000),
         help="vLLM pool size, null block included (default 64).",
     )
     p.add_argument(
         "--block-size",
-        type=int_in(1, MAX_BLOCK_SIZE),
+        type=count(1, 65_536),
         help="Tokens per block (default: the scenario's if a multiple of 32, else 32).",
     )
     p.add_argument(
-        "--max-num-batched-tokens", type=int_in(1, MAX_TOKENS), help="Token budget (default: the scenario's)."
+        "--max-num-batched-tokens", type=count(1, MAX_TOKENS), help="Token budget (default: the scenario's)."
     )
     p.add_argument(
-        "--max-num-seqs",
-        type=int_in(1, MAX_NUM_REQUESTS),
-        help="Most running requests (default: the scenario's).",
+        "--max-num-seqs", type=count(1, 1_000_000), help="Most running requests (default: the scenario's)."
     )
     p.add_argument(
-        "--max-model-len", type=int_in(2, MAX_TOKENS), help="Longest request (default: what the pool holds)."
+        "--max-model-len", type=count(1, MAX_TOKENS), help="Longest request (default: what the pool holds)."
     )
     p.add_argument(
         "--long-prefill-token-threshold",
-        type=int_in(0, MAX_TOKENS),
+        type=count(0, MAX_TOKENS),
         help="Per-request prefill cap (default: the scenario's).",
     )
     p.add_argument(
         "--scale",
-        type=int_in(1, MAX_TOKENS),
+        type=count(1, MAX_TOKENS),
         default=1,
         help="Divide every prompt segment and output length by K.",
     )
     p.add_argument(
         "--step-s",
-        type=float_in(1e-6, MAX_TIME_S),
+        type=number(0, MAX_TIME_S, low_open=True),
         default=1.0,
         help="Seconds of arrival time per engine step (default 1).",
     )
     p.add_argument(
-        "--vllm-python", help=f"Python interpreter with vLLM (default ${VLLM_PYTHON_ENV} or .venv-vllm/)."
+        "--vllm-python",
+        type=path_arg,
+        help=f"Python interpreter with vLLM (default ${VLLM_PYTHON_ENV} or .venv-vllm/).",
     )
     p.add_argument(
         "--fixtures",
         nargs="?",
         const=str(DEFAULT_FIXTURES),
+        type=path_arg,
         metavar="DIR",
         help=f"Compare kvsim against recorded fixtures instead of running vLLM (default {DEFAULT_FIXTURES}).",
     )
     p.add_argument(
-        "--record-fixtures", metavar="DIR", help="Record the fixture catalogue with the real engine into DIR."
+        "--record-fixtures",
+        metavar="DIR",
+        type=path_arg,
+        help="Record the fixture catalogue with the real engine into DIR (replacing only fixture files "
+        "kvsim wrote there).",
     )
     p.add_argument(
         "--groups", nargs="+", help="With --fixtures / --record-fixtures: only these workload groups."
@@ -318,7 +331,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--fresh", action="store_true", help="A new vLLM engine for every workload.")
     p.add_argument("--eager", action="store_true", help="vLLM enforce_eager (fast start-up, slower steps).")
-    p.add_argument("--save-records", metavar="FILE", help="Keep vLLM's records (a fixture file).")
+    p.add_argument(
+        "--save-records",
+        metavar="FILE",
+        type=path_arg,
+        help="Keep vLLM's records (a fixture file; an existing file is replaced only if it is one).",
+    )
     p.add_argument("--json", action="store_true", help="Print totals and per-workload outcomes as JSON.")
     p.add_argument("--verbose", action="store_true", help="Report every differing workload; show vLLM's log.")
     p.set_defaults(func=cmd_verify)

@@ -46,7 +46,7 @@ import csv
 import datetime as dt
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -65,7 +65,10 @@ from kvsim.limits import (
     MAX_POINTS_CSV_ROWS,
     MAX_POINTS_CSV_SEQUENCES,
     MAX_TOKENS,
+    MAX_TRACE_LINE_CHARS,
 )
+from kvsim.outputs import write_file
+from kvsim.paths import exists
 from kvsim.scenario.schema import MAX_TP
 from kvsim.specs import GpuSpec, ModelSpec
 
@@ -174,54 +177,85 @@ class Point:
         return d
 
 
-def write_points(points: Sequence[Point], path: str | Path) -> Path:
-    """Write points as a measurements CSV that `read_points` reads back (step columns if needed)."""
-    path = Path(path)
+def points_csv(points: Sequence[Point]) -> str:
+    """Points as the text of a measurements CSV that `read_points` reads back (step columns if needed)."""
     columns = list(CSV_COLUMNS)
     if any(p.phase == "step" for p in points):
         columns += STEP_COLUMNS
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore", restval="")
-        writer.writeheader()
-        for p in points:
-            writer.writerow(p.csv_row())
+    out = io.StringIO(newline="")
+    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore", restval="")
+    writer.writeheader()
+    for p in points:
+        writer.writerow(p.csv_row())
+    return out.getvalue()
+
+
+def write_points(points: Sequence[Point], path: str | Path) -> Path:
+    """Write points as a measurements CSV that `read_points` reads back (step columns if needed).
+
+    Atomically, and never over an existing file: a CSV holds no mark of what wrote it, so
+    kvsim cannot prove an existing one is its own (`kvsim.outputs`).
+    """
+    path = Path(path)
+    write_file(path, points_csv(points).encode("utf-8"), "measurements CSV", None)
     return path
+
+
+def _csv_lines(path: Path) -> Iterator[str]:
+    """The lines of a measurements CSV as text: a regular file, UTF-8 (a bad byte is named by
+    its line and offset), no line longer than `MAX_TRACE_LINE_CHARS`."""
+    if not exists(path):
+        raise KvsimError(f"{path}: cannot read: no such file")
+    offset = 0
+    try:
+        # A regular file of at most MAX_POINTS_CSV_BYTES: never /dev/zero or a FIFO (kvsim.inputs).
+        with open_input(path, MAX_POINTS_CSV_BYTES) as fh:
+            for line_no, raw in enumerate(iter(lambda: fh.readline(MAX_TRACE_LINE_CHARS + 1), b""), start=1):
+                if len(raw) > MAX_TRACE_LINE_CHARS:
+                    raise KvsimError(
+                        f"{path}:{line_no}: line longer than {MAX_TRACE_LINE_CHARS:,} characters"
+                    )
+                if offset + len(raw) > MAX_POINTS_CSV_BYTES:  # it grew after its size was checked
+                    raise KvsimError(
+                        f"{path}: cannot read: file is larger than {MAX_POINTS_CSV_BYTES:,} bytes"
+                    )
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise KvsimError(
+                        f"{path}:{line_no}: not UTF-8 text: byte 0x{raw[exc.start]:02x} at byte offset "
+                        f"{offset + exc.start} ({exc.reason})"
+                    ) from None
+                offset += len(raw)
+                yield text.removeprefix("\ufeff") if line_no == 1 else text
+    except OSError as exc:
+        raise KvsimError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def read_points(path: str | Path) -> list[Point]:
     """Read a measurements CSV; errors name the file, the line and the column."""
     path = Path(path)
+    reader = csv.DictReader(_csv_lines(path))
     points: list[Point] = []
+    sequences = 0  # what predicting or fitting the points costs: a batch lists its sequences
     try:
-        # A regular file of at most MAX_POINTS_CSV_BYTES (never /dev/zero or a FIFO), as UTF-8.
-        with open_input(path, MAX_POINTS_CSV_BYTES) as raw, io.TextIOWrapper(raw, "utf-8", newline="") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in CSV_COLUMNS[:-1] if c not in (reader.fieldnames or [])]
-            if missing:
+        missing = [c for c in CSV_COLUMNS[:-1] if c not in (reader.fieldnames or [])]
+        if missing:
+            raise KvsimError(f"{path}: missing column(s) {', '.join(missing)} (need {','.join(CSV_COLUMNS)})")
+        for row in reader:
+            if len(points) >= MAX_POINTS_CSV_ROWS:
                 raise KvsimError(
-                    f"{path}: missing column(s) {', '.join(missing)} (need {','.join(CSV_COLUMNS)})"
+                    f"{path}:{reader.line_num}: more than {MAX_POINTS_CSV_ROWS:,} rows (the most kvsim reads)"
                 )
-            sequences = 0  # what predicting or fitting the points costs: a batch lists its sequences
-            for i, row in enumerate(reader, start=2):
-                if len(points) >= MAX_POINTS_CSV_ROWS:
-                    raise KvsimError(
-                        f"{path}:{i}: more than {MAX_POINTS_CSV_ROWS:,} rows (the most kvsim reads)"
-                    )
-                points.append(_parse_row(row, f"{path}:{i}"))
-                sequences += points[-1].batch_size
-                if sequences > MAX_POINTS_CSV_SEQUENCES:
-                    raise KvsimError(
-                        f"{path}:{i}: the points hold more than {MAX_POINTS_CSV_SEQUENCES:,} sequences in all "
-                        "(the sum of batch_size; the most kvsim evaluates)"
-                    )
-    except OSError as exc:  # missing, unreadable, not a regular file, too large
-        raise KvsimError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise KvsimError(
-            f"{path}: not UTF-8 text: byte 0x{exc.object[exc.start]:02x} ({exc.reason})"
-        ) from None
-    except csv.Error as exc:  # a cell beyond the csv module's limit, a NUL byte
-        raise KvsimError(f"{path}: not valid CSV: {exc}") from None
+            points.append(_parse_row(row, f"{path}:{reader.line_num}"))
+            sequences += points[-1].batch_size
+            if sequences > MAX_POINTS_CSV_SEQUENCES:
+                raise KvsimError(
+                    f"{path}:{reader.line_num}: the points hold more than {MAX_POINTS_CSV_SEQUENCES:,} "
+                    "sequences in all (the sum of batch_size; the most kvsim evaluates)"
+                )
+    except csv.Error as exc:
+        raise KvsimError(f"{path}:{reader.line_num}: not valid CSV: {exc}") from None
     if not points:
         raise KvsimError(f"{path}: no rows")
     return points

@@ -50,6 +50,8 @@ from kvsim.cost.config import RooflineCostConfig
 from kvsim.errors import ProfileError
 from kvsim.inputs import FileTooLargeError, read_input
 from kvsim.limits import MAX_PROFILE_BYTES
+from kvsim.outputs import write_file
+from kvsim.paths import PathError, exists, expand_user, is_file, printable
 from kvsim.specs import GpuSpec, ModelSpec
 
 #: Folder of the profiles shipped with kvsim (package data; ``kvsim profiles`` lists them).
@@ -291,17 +293,26 @@ def resolve_profile_path(name_or_path: str | Path, base_dir: Path | None = None)
     text = str(name_or_path)
     looks_like_path = "/" in text or "\\" in text or text.endswith(".json")
     if looks_like_path:
-        path = Path(text).expanduser()
+        try:
+            path = expand_user(text, "profile file")
+        except PathError as exc:
+            raise ProfileError(str(exc)) from None
         if not path.is_absolute() and base_dir is not None:
             path = base_dir / path
-        if not path.exists():
-            raise ProfileError(f"profile file {str(path)!r} does not exist")
-        return path  # load_profile refuses what is not a regular file
+        if not exists(path):
+            raise ProfileError(f"profile file {_shown(str(path))!r} does not exist")
+        return path  # load_profile refuses what is not a regular file (a FIFO, /dev/zero)
     shipped = PROFILES_DIR / f"{text}.json"
-    if shipped.is_file():
+    if is_file(shipped):
         return shipped
     names = ", ".join(p.stem for p in shipped_profiles()) or "none"
-    raise ProfileError(f"no shipped profile named {text!r} (shipped: {names}); give a path to a profile file")
+    raise ProfileError(
+        f"no shipped profile named {_shown(text)!r} (shipped: {names}); give a path to a profile file"
+    )
+
+
+def _shown(text: str, limit: int = 200) -> str:
+    return printable(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def load_profile(name_or_path: str | Path, base_dir: Path | None = None) -> Profile:
@@ -326,11 +337,16 @@ def load_profile(name_or_path: str | Path, base_dir: Path | None = None) -> Prof
 
 
 def write_profile(data: dict[str, Any], path: str | Path) -> Path:
-    """Validate ``data`` and write it as indented JSON to ``path`` (parents created)."""
+    """Validate ``data`` and write it as indented JSON to ``path`` (parents created), atomically.
+
+    An existing file is replaced only if it is a profile kvsim wrote (its first field is
+    ``"format": "kvsim-profile"``); anything else, a folder or a filesystem root is refused
+    with an `OutputError` (`kvsim.outputs`), and a failure leaves the old file as it was.
+    """
     path = Path(path)
     validate_profile(data, str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    ordered = {"format": data["format"], **data}  # the format first: what proves kvsim wrote it
+    write_file(path, (json.dumps(ordered, indent=1) + "\n").encode("utf-8"), "profile", PROFILE_FORMAT)
     return path
 
 

@@ -9,6 +9,7 @@ rule broken. YAML is read with the safe loader only.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping
 from importlib import resources
@@ -19,6 +20,8 @@ import yaml
 from pydantic import ValidationError
 
 from kvsim.errors import ScenarioError, YamlError
+from kvsim.limits import MAX_YAML_INT_DIGITS
+from kvsim.paths import path_problem, printable
 from kvsim.scenario.checks import check_scenario
 from kvsim.scenario.schema import Scenario
 from kvsim.workload import resolve_workload_paths
@@ -55,6 +58,20 @@ def _validation_problems(err: ValidationError) -> list[tuple[str, str]]:
     return problems
 
 
+#: A number as JSON writes it. YAML 1.1 reads ``192e9`` (no dot, no exponent sign) as a
+#: string; JSON, and so ``--gpu '{"memory_bytes": 192e9}'``, reads it as a number.
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+
+
+def parse_value(raw: str, source: str, *, what: str = "override") -> Any:
+    """A command-line value: a JSON number as JSON reads it (``192e9``, ``-1.5E-3``), anything
+    else as YAML (``true``, ``[1, 2]``, ``{kind: fixed, tokens: 8}``) with the bounded loader."""
+    text = raw.strip()
+    if len(text) <= MAX_YAML_INT_DIGITS and _JSON_NUMBER.fullmatch(text):
+        return json.loads(text)
+    return load_yaml_text(raw, source, what=what)
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """Split ``a.b.0.c=value`` into a key path and a YAML-parsed value."""
     if "=" not in text:
@@ -64,7 +81,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not key or any(not p for p in key.split(".")):
         raise ScenarioError("--set", [(key, "empty key in dotted path")])
     try:
-        value = load_yaml_text(raw, f"--set {key}", what="override") if raw.strip() else ""
+        value = parse_value(raw, f"--set {key}", what="override") if raw.strip() else ""
     except YamlError as exc:
         rule = "; ".join(r for _, r in exc.problems)
         raise ScenarioError("--set", [(key, f"value is not valid YAML: {rule}")]) from None
@@ -116,8 +133,13 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 def parse_yaml(text: str, source: str) -> dict[str, Any]:
     """A YAML mapping from text (``source`` names it in errors), with the bounded loader."""
     data = load_yaml_text(text, source)
-    if data is None:
-        data = {}
+    if data is None:  # an empty file, only comments, or `null`: not the default scenario in disguise
+        content = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        what = "null" if content else "only comments" if text.strip() else "an empty document"
+        raise ScenarioError(
+            source,
+            [("", f"a scenario must be a YAML mapping, got {what} (write {{}} for all the defaults)")],
+        )
     if not isinstance(data, dict):
         raise ScenarioError(source, [("", f"a scenario must be a YAML mapping, got {type(data).__name__}")])
     return data
@@ -149,6 +171,11 @@ def load_scenario(
     ``None`` loads the embedded default scenario. ``base_dir`` resolves relative cost-profile
     paths of a mapping or `Scenario` source (a file's own folder is used for a file).
     """
+    if not isinstance(source, Scenario | Mapping | str | os.PathLike | type(None)):
+        raise ScenarioError(
+            f"<{type(source).__name__}>",
+            [("", f"a scenario is a path, a mapping, a Scenario or None, not {type(source).__name__}")],
+        )
     if isinstance(source, Scenario):
         data, name = source.model_dump(mode="json", exclude_unset=False), f"<scenario {source.name}>"
     elif source is None:
@@ -159,13 +186,26 @@ def load_scenario(
     else:
         # Trace paths in a file are relative to the file: make them absolute, so that the
         # resolved scenario saved beside a result reloads from anywhere.
-        base_dir = Path(source).resolve().parent
-        data, name = resolve_workload_paths(read_yaml(source), base_dir), str(source)
+        path = _scenario_path(source)
+        base_dir = path.resolve().parent
+        data, name = resolve_workload_paths(read_yaml(path), base_dir), printable(str(source))
     if overrides:
         # Apply overrides to the fully resolved scenario, so that paths into defaults the
         # file left out (``replicas.0.tp`` in a file without ``replicas``) exist.
         data = apply_overrides(validate(data, name, base_dir).model_dump(mode="json"), overrides)
     return validate(data, name, base_dir)
+
+
+def _scenario_path(source: str | os.PathLike[str]) -> Path:
+    """A scenario file's path, or a `ScenarioError` naming it when no file can have it."""
+    text = os.fspath(source)
+    if not isinstance(text, str):  # a bytes path
+        raise ScenarioError(f"<{type(source).__name__}>", [("", "a scenario path must be text")])
+    problem = path_problem(text)
+    if problem is not None:
+        shown = printable(text if len(text) <= 200 else text[:197] + "...")
+        raise ScenarioError(shown, [("", f"cannot read file: {problem}")])
+    return Path(text)
 
 
 def dump_scenario(scenario: Scenario) -> str:

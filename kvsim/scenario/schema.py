@@ -28,7 +28,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from kvsim.cost.config import CostModelConfig, RooflineCostConfig, _CostHolder
-from kvsim.frozen import FrozenModel
+from kvsim.frozen import FrozenModel, Name
 from kvsim.limits import (
     MAX_BANDWIDTH_BYTES_PER_S,
     MAX_GPU_MEMORY_BYTES,
@@ -345,7 +345,7 @@ class AutoscaleConfig(FrozenModel):
 class ReplicaGroup(_CostHolder):
     """``count`` identical replicas (one GPU, or one tensor-parallel group, each)."""
 
-    name: str = Field(default="replica", min_length=1, description="Group name; replica ids are NAME-INDEX.")
+    name: Name = Field(default="replica", min_length=1, description="Group name; replica ids are NAME-INDEX.")
     count: int = Field(
         default=1, ge=1, le=MAX_REPLICAS_PER_GROUP, description="Number of replicas in this group."
     )
@@ -639,7 +639,7 @@ class AnalysisConfig(FrozenModel):
 class Scenario(FrozenModel):
     """One simulation: model, replicas, router, workload, SLOs and seed."""
 
-    name: str = Field(default="scenario", description="Short name of the scenario.")
+    name: Name = Field(default="scenario", description="Short name of the scenario.")
     description: str = Field(default="", description="What the scenario shows.")
     seed: int = Field(
         default=0, ge=0, le=MAX_SEED, description="Seed of every random draw (same seed, same Result)."

@@ -12,12 +12,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel
 
+from kvsim.errors import KvsimError
 from kvsim.request import RequestSpec
-from kvsim.workload.config import MixtureWorkload, SyntheticWorkload, TraceWorkload, WorkloadConfig
+from kvsim.workload.config import (
+    EmpiricalLength,
+    MixtureWorkload,
+    SyntheticWorkload,
+    TraceWorkload,
+    WorkloadConfig,
+)
 from kvsim.workload.mixture import generate_mixture
 from kvsim.workload.synthetic import generate_synthetic
-from kvsim.workload.traces import TraceReport, replay_trace
+from kvsim.workload.traces import TraceReport, replay_trace, trace_lengths
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,42 @@ def generate_requests(
     return generate_workload(cfg, rng, base_dir=base_dir).requests
 
 
+def workload_file_problems(
+    cfg: WorkloadConfig, base_dir: Path | None = None, where: str = "workload"
+) -> list[tuple[str, str]]:
+    """Read every file a workload names, as the run will, and return ``(field_path, rule)``
+    problems: a trace (replayed as `replay_trace` does, so a trace with no usable row is one),
+    and the trace of every empirical length distribution anywhere in the workload.
+
+    `kvsim validate` calls it, so that a file the run would refuse is refused there too.
+    """
+    problems: list[tuple[str, str]] = []
+
+    def visit(node: Any, path: str) -> None:
+        if isinstance(node, TraceWorkload):
+            try:
+                replay_trace(node, base_dir=base_dir)
+            except KvsimError as exc:
+                problems.append((f"{path}.path", str(exc)))
+        elif isinstance(node, EmpiricalLength):
+            file = Path(node.path)
+            if not file.is_absolute() and base_dir is not None:
+                file = base_dir / file
+            try:
+                trace_lengths(file, node.format, node.field, columns=node.columns)
+            except KvsimError as exc:
+                problems.append((f"{path}.path", str(exc)))
+        elif isinstance(node, BaseModel):
+            for name in type(node).model_fields:
+                visit(getattr(node, name), f"{path}.{name}")
+        elif isinstance(node, list | tuple):
+            for i, item in enumerate(node):
+                visit(item, f"{path}.{i}")
+
+    visit(cfg, where)
+    return problems
+
+
 def resolve_workload_paths(data: dict[str, Any], base_dir: str | Path) -> dict[str, Any]:
     """Copy of plain scenario data with relative trace paths made absolute against ``base_dir``.
 
@@ -114,4 +158,5 @@ __all__ = [
     "generate_requests",
     "generate_workload",
     "resolve_workload_paths",
+    "workload_file_problems",
 ]

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
-from kvsim.frozen import FrozenModel
+from kvsim.frozen import FrozenModel, Name
 from kvsim.limits import (
     MAX_CV,
     MAX_EXPONENT,
@@ -356,7 +356,7 @@ class RetentionConfig(FrozenModel):
 class TenantShare(FrozenModel):
     """A tenant: its share of the traffic, its cache salt (the name) and its priority."""
 
-    name: str = Field(
+    name: Name = Field(
         max_length=MAX_YAML_SCALAR_CHARS,
         min_length=1,
         description="Tenant name; the engine salts its block hashes with it.",
@@ -415,7 +415,7 @@ class SyntheticWorkload(FrozenModel):
     sessions: SessionConfig | None = Field(
         default=None, description="Multi-turn sessions (None: single turn)."
     )
-    tenant: str = Field(
+    tenant: Name = Field(
         max_length=MAX_YAML_SCALAR_CHARS,
         default="default",
         description="Tenant of every request when `tenants` is empty.",
@@ -517,7 +517,7 @@ class TraceWorkload(FrozenModel):
     zero_output: Literal["drop", "one"] = Field(
         default="drop", description="Rows with 0 output tokens: drop them (counted) or treat as 1 token."
     )
-    tenant: str = Field(
+    tenant: Name = Field(
         max_length=MAX_YAML_SCALAR_CHARS, default="default", description="Tenant of rows that name none."
     )
     model_filter: str | None = Field(

@@ -56,6 +56,7 @@ from kvsim.limits import (
     MAX_TRACE_LINES,
     MAX_TRACE_TIME_S,
 )
+from kvsim.paths import PathError, expand_user, printable
 from kvsim.request import DEFAULT_RETENTION, RequestSpec, Retention, Segment
 from kvsim.workload.config import TraceFormat, TraceWorkload
 
@@ -247,16 +248,17 @@ def _too_long_trace() -> str:
 
 def check_trace_file(path: Path) -> None:
     """A `TraceError` unless ``path`` is a regular file within `MAX_TRACE_BYTES` (nothing is read)."""
+    shown = printable(str(path))
     try:
         check_input(path, MAX_TRACE_BYTES)
     except FileNotFoundError:
-        raise TraceError(f"{path}: trace file not found") from None
+        raise TraceError(f"{shown}: trace file not found") from None
     except FileTooLargeError:
-        raise TraceError(f"{path}: {_too_long_trace()}") from None
+        raise TraceError(f"{shown}: {_too_long_trace()}") from None
     except OSError as exc:  # not a regular file, a folder on the way that is not one, no access
-        raise TraceError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
+        raise TraceError(f"{shown}: cannot read trace: {exc.strerror or exc}") from None
     except ValueError as exc:  # a NUL byte in the path
-        raise TraceError(f"{path}: cannot read trace: {exc}") from None
+        raise TraceError(f"{shown}: cannot read trace: {exc}") from None
 
 
 def _open(path: Path, counter: list[int] | None = None) -> Iterator[str]:
@@ -366,7 +368,10 @@ def read_trace(
     model_filter: str | None = None,
 ) -> TraceTable:
     """Read every row of a trace file, in file order (no filtering except ``model_filter``)."""
-    path = Path(path)
+    try:
+        path = expand_user(path, "trace file")  # a ~ the scenario's loader could not expand
+    except PathError as exc:
+        raise TraceError(str(exc)) from None
     check_trace_file(path)
     p = str(path)
     cols = dict(columns or {})

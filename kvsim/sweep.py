@@ -36,6 +36,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import socket
 import sys
@@ -330,9 +331,14 @@ def _ray_endpoint(address: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)  # [::1]:6379 -> ::1
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    line = text.splitlines()[0] if text else ""
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception as one line: its message's first line, or, when the message carries a
+    traceback (Ray's client relays the server's), the traceback's last line, the error."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if any(line.startswith("Traceback") for line in lines):
+        lines = [line for line in lines if re.match(r"[\w.]+(Error|Exception)\b", line)][-1:] or lines
+    line = lines[0] if lines else ""
+    line = line if len(line) <= limit else line[: limit - 3] + "..."
     return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
 
 
@@ -349,10 +355,14 @@ def _connect_ray(ray: Any, address: str, timeout_s: float) -> None:
     outcome: dict[str, BaseException] = {}
 
     def connect() -> None:
+        endpoint = _ray_endpoint(address)
         try:
-            endpoint = _ray_endpoint(address)
             if endpoint is not None:
                 socket.create_connection(endpoint, timeout=max(deadline - time.monotonic(), 0.01)).close()
+        except OSError as exc:
+            outcome["unreachable"] = exc
+            return
+        try:
             # Ray's INFO lines ("Connecting to existing Ray cluster", "Passing the following
             # kwargs") and the warning that a thread sets no SIGTERM handler say nothing to a user.
             ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
@@ -373,18 +383,19 @@ def _connect_ray(ray: Any, address: str, timeout_s: float) -> None:
             f"{where}: no Ray cluster answered within {timeout_s:g} s (--connect-timeout); check the "
             f"address, or start one with `ray start --head`{auth}"
         )
-    error = outcome.get("error")
-    if error is None:
-        return
-    if isinstance(error, OSError):  # the TCP probe: refused, unreachable, unknown host, timed out
-        reason = error.strerror or str(error) or type(error).__name__
+    unreachable = outcome.get("unreachable")
+    if unreachable is not None:  # the TCP probe: refused, unreachable, unknown host, timed out
+        reason = getattr(unreachable, "strerror", None) or str(unreachable) or type(unreachable).__name__
         raise SweepError(
             f"{where}: cannot reach a Ray cluster there: {reason}; check the address and port, or "
             "start one with `ray start --head`"
         )
+    error = outcome.get("error")
+    if error is None:
+        return
     if "ray[client]" in str(error):
         raise SweepError(f"{where}: ray:// addresses need Ray's client: {RAY_INSTALL}")
-    raise SweepError(f"{where}: cannot connect to Ray: {_first_line(error)}")
+    raise SweepError(f"{where}: cannot connect to Ray: {_one_line(error)}")
 
 
 def _start_ray(address: str | None, jobs: int, connect_timeout_s: float) -> Any:

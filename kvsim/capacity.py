@@ -195,7 +195,10 @@ def parse_values(text: str) -> list[Any]:
     parts = [p for p in text.split(",") if p.strip()]
     if len(parts) > MAX_CANDIDATES:  # counted before each is parsed
         raise CapacityError(f"--values: {len(parts):,} values; at most {MAX_CANDIDATES:,}")
-    values = [parse_value(p, "--values", what="value") for p in parts]
+    try:
+        values = [parse_value(p, "--values", what="value") for p in parts]
+    except ScenarioError as exc:  # a value YAML cannot read (a tag, a bad escape): the option's error
+        raise CapacityError(str(exc)) from None
     if not values:
         raise CapacityError("--values: give at least one value")
     if len({repr(v) for v in values}) != len(values):

@@ -757,7 +757,11 @@ def test_kvsim_errors_are_kvsim_errors() -> None:
 # --------------------------------------------------------------------------- issue 19, second round
 
 
-@pytest.mark.parametrize("source", [123, [1, 2, 3], b"seed: 1", 1.5, object()], ids=repr)
+# ids by type, not repr: an object's repr holds its address, which differs between the
+# pytest-xdist workers and fails collection.
+@pytest.mark.parametrize(
+    "source", [123, [1, 2, 3], b"seed: 1", 1.5, object()], ids=["int", "list", "bytes", "float", "object"]
+)
 def test_run_and_load_scenario_refuse_what_is_not_a_scenario(source: Any) -> None:
     for call in (kvsim.run, kvsim.load_scenario):
         with pytest.raises(ScenarioError) as info:

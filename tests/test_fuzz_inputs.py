@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 import kvsim
 from kvsim.cli import main
+from kvsim.cli.verify_cmd import VLLM_PYTHON_ENV
 from kvsim.errors import KvsimError
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
 from kvsim.workload.config import TraceWorkload
@@ -928,6 +929,13 @@ def test_fuzz_every_option_of_every_command(
     never a traceback), number options refusing what is not a number in range, path options
     refusing what no file can be named, and terminal escapes never printed raw."""
     monkeypatch.chdir(tmp_path)
+    # verify-vllm --record-fixtures DIR (any value that names a folder: "nan", "0", "true" ...)
+    # records every catalogue workload with the real vLLM, minutes each: an interpreter that
+    # exits at once stands in for .venv-vllm, so the fuzz checks kvsim's side of the command.
+    fake_vllm = tmp_path / "fake-vllm-python"
+    fake_vllm.write_text("#!/bin/sh\nexit 0\n")
+    fake_vllm.chmod(0o755)
+    monkeypatch.setenv(VLLM_PYTHON_ENV, str(fake_vllm))
     stats = FuzzStats("command lines: every option x hostile value -> kvsim main()")
     bases = _cli_bases(tmp_path, trace_paths["azure"])
     surface = _cli_surface()

@@ -276,8 +276,10 @@ def stats(errors: list[float]) -> str:
 
 
 def report(rows: list[dict[str, str]], ours: dict[str, dict[str, Any]], peer: dict[str, dict[str, Any]],
-           where: Callable[[dict[str, str]], bool]) -> str:  # fmt: skip
-    """Markdown tables: per group, kvsim's and the estimator's errors on the same rows."""
+           where: Callable[[dict[str, str]], bool],
+           harness: dict[str, dict[str, str]] | None = None) -> str:  # fmt: skip
+    """Markdown tables: per group, kvsim's and the estimator's errors on the same rows; with
+    ``harness``, the totals also by the harness that measured the rows."""
     groups: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for row in rows:
         if where(row):
@@ -298,6 +300,14 @@ def report(rows: list[dict[str, str]], ours: dict[str, dict[str, Any]], peer: di
     for name in ("fit", "held out"):
         if name in totals:
             lines.append(_line((name, "all", "all", "all"), totals[name], ours, peer))
+    if harness:
+        by_kind: dict[tuple[str, str], list[dict[str, str]]] = {}
+        for name in ("fit", "held out"):
+            for row in totals.get(name, []):
+                kind = harness.get(row["id"], {}).get("harness", "unknown")
+                by_kind.setdefault((name, kind), []).append(row)
+        for (name, kind), chosen in sorted(by_kind.items()):
+            lines.append(_line((name, f"harness {kind}", "all", "all"), chosen, ours, peer))
     lines.append("")
     lines.append("Rows kvsim predicts and the estimator does not (or the reverse) are in one column and")
     lines.append("not the other; `both ok` below compares the two on the same rows only:")
@@ -418,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         help="fit the kernels model's constants for BACKEND "
         "(vllm, sglang, trtllm) on h200_sxm rows only, print them and stop",
     )
+    parser.add_argument("--results", type=Path, action="append", default=[], metavar="JSON",
+                        help="tables from per-row results written before (repeatable; no simulation)")  # fmt: skip
     parser.add_argument("--harness-kind", help="only rows of this harness (e.g. nvidia-gap-analysis)")
     parser.add_argument("--every", type=int, default=1, metavar="K", help="every K-th chosen row (a sample)")
     parser.add_argument("--assume-prompts-per-client", type=float, metavar="N",
@@ -455,15 +467,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit:
         print(json.dumps(fit(chosen, harness, args.fit, args.jobs)))
         return 0
-    print(f"{len(chosen)} of {len(rows)} rows, {args.jobs} workers", file=sys.stderr)
     start = time.perf_counter()
-    jobs = [(r, harness.get(r["id"]), extra) for r in chosen]
     results: list[dict[str, Any]] = []
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for i, res in enumerate(pool.map(simulate, jobs, chunksize=1), 1):
-            results.append(res)
-            if i % 25 == 0 or i == len(jobs):
-                print(f"  {i}/{len(jobs)} rows, {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    if args.results:
+        loaded: dict[str, dict[str, Any]] = {}
+        for path in args.results:
+            loaded.update(load_results(path))
+        chosen = [r for r in chosen if r["id"] in loaded]
+        results = [loaded[r["id"]] for r in chosen]
+    else:
+        print(f"{len(chosen)} of {len(rows)} rows, {args.jobs} workers", file=sys.stderr)
+        jobs = [(r, harness.get(r["id"]), extra) for r in chosen]
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            for i, res in enumerate(pool.map(simulate, jobs, chunksize=1), 1):
+                results.append(res)
+                if i % 25 == 0 or i == len(jobs):
+                    print(f"  {i}/{len(jobs)} rows, {time.perf_counter() - start:.0f} s", file=sys.stderr)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.out.with_name(f".{args.out.name}.tmp-{os.getpid()}")
@@ -472,14 +491,15 @@ def main(argv: list[str] | None = None) -> int:
         tmp.replace(args.out)
     ours = {r["id"]: r for r in results}
     peer = load_results(args.peer)
-    text = report(chosen, ours, peer, lambda r: True)
+    text = report(chosen, ours, peer, lambda r: True, harness)
     statuses: dict[str, int] = {}
     for r in results:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
     text += "\n\nkvsim's statuses: " + "; ".join(
         f"{k}: {v}" for k, v in sorted(statuses.items(), key=lambda kv: -kv[1])
     )
-    text += f"\n\n{len(chosen)} rows in {time.perf_counter() - start:.0f} s wall ({args.jobs} workers)"
+    if not args.results:
+        text += f"\n\n{len(chosen)} rows in {time.perf_counter() - start:.0f} s wall ({args.jobs} workers)"
     print(text)
     if args.report:
         args.report.write_text(text + "\n")

@@ -118,6 +118,11 @@ def test_the_per_row_json_and_the_tables(tmp_path: Path, capsys: pytest.CaptureF
     assert report.read_text().strip() == printed.strip()
     assert "unsupported: disaggregated serving (issue 22): 1" in printed
     assert not list(out.parent.glob(".*tmp*"))  # written whole, then renamed
+    # The same tables again from the written results, without simulating.
+    again = silicon.main(["--rows", str(rows), "--results", str(out), "--peer", str(tmp_path / "none.json"),
+                          "--harness", str(tmp_path / "none.csv"), "--all"])  # fmt: skip
+    assert again == 0
+    assert capsys.readouterr().out.strip() == printed.strip().rsplit("\n\n", 1)[0]
 
 
 def test_errors_and_the_objective_by_hand() -> None:

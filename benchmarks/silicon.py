@@ -287,9 +287,10 @@ def report(rows: list[dict[str, str]], ours: dict[str, dict[str, Any]], peer: di
                    row["system"], row["backend"])  # fmt: skip
             groups.setdefault(key, []).append(row)
     lines = [
-        "| set | model | GPU | backend | rows | kvsim ok | TTFT med / p90 / bias | TPOT med / p90 / bias "
-        "| estimator ok | est. TTFT med / p90 / bias | est. TPOT med / p90 / bias |",
-        "| --- | --- | --- | --- | ---: | ---: | --- | --- | ---: | --- | --- |",
+        "| set | model | GPU | backend | rows | kvsim ok | TTFT med | p90 | bias | TPOT med | p90 | bias "
+        "| estimator ok | est. TTFT med | p90 | bias | est. TPOT med | p90 | bias |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: | ---: | ---: | ---: |",
     ]
     totals: dict[str, list[dict[str, str]]] = {}
     for key in sorted(groups):
@@ -332,7 +333,7 @@ def _line(key: tuple[str, ...], rows: list[dict[str, str]], ours: dict[str, dict
         ok = [r for r in rows if _ok(results, r)]
         ttft = _errors((results[r["id"]]["mean_ttft_ms"], _num(r["silicon_ttft_ms"])) for r in ok)
         tpot = _errors((results[r["id"]]["mean_tpot_ms"], _num(r["silicon_tpot_ms"])) for r in ok)
-        cells += [f"{len(ok)}", stats(ttft), stats(tpot)] if results else ["-", "-", "-"]
+        cells += [f"{len(ok)}", stats(ttft), stats(tpot)] if results else ["-"] * 7
     return "| " + " | ".join(cells) + " |"
 
 

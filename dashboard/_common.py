@@ -50,7 +50,7 @@ from kvsim.cost.profile import load_profile
 from kvsim.errors import ProfileError, TraceError
 from kvsim.io import DATA_FILES, RESULT_FILES
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
-from kvsim.scenario.loading import apply_overrides, parse_yaml, validate
+from kvsim.scenario.loading import apply_overrides, parse_yaml, scenario_data, validate
 from kvsim.scenario.schema import Scenario
 from kvsim.yaml_safe import load_yaml_text, read_capped
 
@@ -279,7 +279,7 @@ def base_from_view() -> kvsim.Scenario:
 def scenario_from_view() -> kvsim.Scenario:
     base = base_from_view()
     changes = view().get("set", {})
-    return resolve(base.model_dump(mode="json"), changes, "<knobs>") if changes else base
+    return resolve(scenario_data(base), changes, "<knobs>") if changes else base
 
 
 def set_scenario(scenario: kvsim.Scenario) -> None:
@@ -334,7 +334,7 @@ def confined_scenario(data: Mapping[str, Any], source: str, base_dir: Path = REP
     fixes, problems = _paths.confine_path_fields(shape, base_dir=base_dir)
     if problems:
         raise kvsim.ScenarioError(source, problems)
-    checked = apply_overrides(shape.model_dump(mode="json"), fixes) if fixes else early
+    checked = apply_overrides(scenario_data(shape), fixes) if fixes else early
     for where, path in _paths.path_fields(Scenario.model_validate(checked) if fixes else shape):
         if where.endswith(".cost_model.profile"):
             try:
@@ -758,7 +758,7 @@ def run_scenario(scenario: kvsim.Scenario, label: str | None = None) -> Run:
     run = _runs().get(key)
     if run is None:
         try:
-            scenario = confined_scenario(scenario.model_dump(mode="json"), f"<scenario {scenario.name}>")
+            scenario = confined_scenario(scenario_data(scenario), f"<scenario {scenario.name}>")
         except kvsim.ScenarioError as err:
             show_scenario_error(err)
             st.stop()

@@ -173,8 +173,9 @@ def confine_scenario_paths(
 
     Paths: ``path`` of a trace workload or of an empirical length distribution anywhere in
     the workload (relative ones against ``base_dir``, the scenario file's folder, or the
-    repository for pasted or uploaded YAML), and ``cost_model.profile`` of a replica group
-    when it is a path rather than a shipped profile's name. ``problems`` lists
+    repository for pasted or uploaded YAML), ``cost_model.profile`` of a replica group
+    when it is a path rather than a shipped profile's name, and the ``hf_config`` of the
+    model or of a speculative draft model. ``problems`` lists
     ``(field path, rule)`` for each refused path, as `kvsim.ScenarioError` wants them.
     """
     problems: list[tuple[str, str]] = []
@@ -197,10 +198,28 @@ def confine_scenario_paths(
     data = dict(data)
     if "workload" in data:
         data["workload"] = fix(data["workload"], "workload")
+
+    def fix_model(ref: Any, where: str) -> Any:
+        if isinstance(ref, dict) and isinstance(ref.get("hf_config"), str):
+            raw = ref["hf_config"]
+            anchored = raw if Path(raw).is_absolute() else str(base_dir / raw)
+            try:
+                return {**ref, "hf_config": str(confine(anchored))}
+            except PathNotAllowed:
+                problems.append((f"{where}.hf_config", f"{raw}: {REFUSED}"))
+        return ref
+
+    if "model" in data:
+        data["model"] = fix_model(data["model"], "model")
     groups = data.get("replicas")
     if isinstance(groups, list):
         fixed = []
         for i, group in enumerate(groups):
+            engine = group.get("engine") if isinstance(group, dict) else None
+            spec = engine.get("speculative_config") if isinstance(engine, dict) else None
+            if isinstance(spec, dict) and "model" in spec:
+                draft = fix_model(spec["model"], f"replicas.{i}.engine.speculative_config.model")
+                group = {**group, "engine": {**engine, "speculative_config": {**spec, "model": draft}}}
             cost = group.get("cost_model") if isinstance(group, dict) else None
             profile = cost.get("profile") if isinstance(cost, dict) else None
             if isinstance(profile, str) and profile_is_path(profile):

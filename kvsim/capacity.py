@@ -41,10 +41,18 @@ from kvsim.core.outcome import CacheStats
 from kvsim.errors import KvsimError, ScenarioError
 from kvsim.limits import MAX_CANDIDATES
 from kvsim.result import EVENT_COLUMNS, ITERATION_COLUMNS, REQUEST_COLUMNS, summarize
-from kvsim.scenario.loading import apply_overrides, load_scenario, parse_value, read_yaml, validate
+from kvsim.scenario.loading import (
+    apply_overrides,
+    load_scenario,
+    parse_value,
+    read_yaml,
+    resolve_file_paths,
+    scenario_data,
+    validate,
+)
 from kvsim.scenario.schema import Scenario
 from kvsim.sweep import Executor, Point, Runner, check_jobs, point_id, run_points, summary_only
-from kvsim.workload import WorkloadInfo, resolve_workload_paths
+from kvsim.workload import WorkloadInfo
 from kvsim.workload.traces import TraceReport
 
 Goal = Literal["smallest", "largest"]
@@ -383,15 +391,15 @@ def trace_share_kept(summary: Mapping[str, Any]) -> float | None:
 
 def _base_data(base: Scenario | Mapping[str, Any] | str | Path | None) -> tuple[dict[str, Any], str]:
     if isinstance(base, Scenario):
-        return base.model_dump(mode="json"), f"<scenario {base.name}>"
+        return scenario_data(base), f"<scenario {base.name}>"
     if isinstance(base, Mapping):
-        return validate(dict(base), "<dict>").model_dump(mode="json"), "<dict>"
+        return scenario_data(validate(dict(base), "<dict>")), "<dict>"
     if base is None:
-        return load_scenario(None).model_dump(mode="json"), "<embedded default>"
+        return scenario_data(load_scenario(None)), "<embedded default>"
     path = Path(base)
     # Trace paths in a file are relative to its folder: made absolute before the overrides.
-    data = resolve_workload_paths(read_yaml(path), path.resolve().parent)
-    return validate(data, str(path), path.resolve().parent).model_dump(mode="json"), str(path)
+    data = resolve_file_paths(read_yaml(path), path.resolve().parent)
+    return scenario_data(validate(data, str(path), path.resolve().parent)), str(path)
 
 
 def find_capacity(
@@ -430,7 +438,7 @@ def find_capacity(
         raise CapacityError(f"candidate values repeat: {list(values)}")
     data, source = _base_data(base)
     if overrides:
-        data = validate(apply_overrides(data, overrides), source).model_dump(mode="json")
+        data = scenario_data(validate(apply_overrides(data, overrides), source))
     scenario = validate(data, source)
     bounds = list(slo) if slo else default_slo(scenario)
     check_slo_keys(bounds)

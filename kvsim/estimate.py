@@ -25,6 +25,7 @@ from kvsim.inputs import open_input
 from kvsim.limits import MAX_TRACE_BYTES, MAX_TRACE_LINES
 from kvsim.plan import Plan
 from kvsim.workload.config import (
+    BenchServeWorkload,
     EmpiricalLength,
     FixedLength,
     LengthConfig,
@@ -115,9 +116,12 @@ def _count_trace_rows(cfg: TraceWorkload, base_dir: Path | None) -> int:
 
 
 def _requests_and_output(
-    workload: SyntheticWorkload | TraceWorkload | MixtureWorkload, base_dir: Path | None
+    workload: SyntheticWorkload | TraceWorkload | MixtureWorkload | BenchServeWorkload, base_dir: Path | None
 ) -> tuple[int, float]:
     """Requests a workload sends and their mean output length (a mixture: its components')."""
+    if isinstance(workload, BenchServeWorkload):
+        low, high = workload.output_range
+        return workload.total_requests, (low + high) / 2
     if isinstance(workload, SyntheticWorkload):
         n = workload.num_requests * workload.parallel_samples * workload.beam_width
         return n, mean_tokens(workload.output_tokens)

@@ -15,6 +15,11 @@ Capacity follows vLLM's profiling rule, per TP shard::
     kv_bytes   = memory x gpu_memory_utilization - weights / tp - activation reserve
     num_blocks = floor(kv_bytes / (block_size x KV bytes per token per shard))
 
+SGLang's mem_fraction_static is the same kind of fraction (its default activation reserve
+is 0); TensorRT-LLM gives the KV cache a fraction of what is left (``backend="trtllm"``)::
+
+    kv_bytes   = free_gpu_memory_fraction x (memory - weights / tp - activation reserve)
+
     one block (block_size = 4), one shard:
     ┌──────── token 0 ───────┬──────── token 1 ───────┬─ ... ─┬──────── token 3 ───────┐
     │ K,V of layer 0..L-1    │ K,V of layer 0..L-1    │       │ K,V of layer 0..L-1    │
@@ -28,7 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from kvsim.moe import routed_expert_params
-from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
+from kvsim.specs import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, GpuSpec, ModelSpec
 
 if TYPE_CHECKING:
     from kvsim.scenario.schema import EngineConfig
@@ -194,16 +199,20 @@ def bytes_per_block_per_shard(model: ModelSpec, kv_cache_dtype: str, tp: int, bl
 
 
 def weight_bytes(model: ModelSpec) -> float:
-    """Bytes of all weights at the model's weight dtype (quantization scales ignored).
+    """Bytes of all weights at the model's weight dtype, quantization scales included
+    (`kvsim.specs.WEIGHT_DTYPE_BYTES`).
 
     A mixture of experts whose routed experts have their own dtype (``expert_weight_dtype``,
     gpt-oss's MXFP4) counts them at that dtype and the rest at ``weight_dtype``.
     """
     if model.expert_weight_dtype is None:
-        return model.num_params * KV_DTYPE_BYTES[model.weight_dtype]
+        return model.num_params * WEIGHT_DTYPE_BYTES[model.weight_dtype]
     experts = routed_expert_params(model)
     rest = model.num_params - experts
-    return rest * KV_DTYPE_BYTES[model.weight_dtype] + experts * KV_DTYPE_BYTES[model.expert_weight_dtype]
+    return (
+        rest * WEIGHT_DTYPE_BYTES[model.weight_dtype]
+        + experts * WEIGHT_DTYPE_BYTES[model.expert_weight_dtype]
+    )
 
 
 def activation_reserve_estimate(
@@ -256,6 +265,9 @@ class KvCapacity:
     #: Block tables per request (`KvLayerGroups`): 1 unless sliding-window and full layers mix,
     #: in which case a block holds one group's layers and a token takes a block per group.
     num_kv_groups: int = 1
+    #: Whose memory rule sized the pool (`kvsim.backends`): "trtllm" takes
+    #: gpu_memory_utilization of what weights and activations leave, the others of the memory.
+    backend: str = "vllm"
 
     @property
     def num_tokens(self) -> int:
@@ -264,10 +276,14 @@ class KvCapacity:
 
     @property
     def budget_bytes(self) -> float:
-        """Memory the engine may use on one shard: memory x gpu_memory_utilization."""
+        """Memory the engine may use on one shard: memory x gpu_memory_utilization (TensorRT-LLM:
+        all of it but the (1 - fraction) share of what weights and activations leave)."""
+        if self.backend == "trtllm":
+            free = self.memory_bytes - self.weight_bytes_per_shard - self.activation_reserve_bytes
+            return self.memory_bytes - (1 - self.gpu_memory_utilization) * max(free, 0.0)
         return self.memory_bytes * self.gpu_memory_utilization
 
-    def to_dict(self) -> dict[str, float | int]:
+    def to_dict(self) -> dict[str, float | int | str]:
         """Plain fields plus the derived figures, for JSON output."""
         out = asdict(self)
         out["num_tokens"] = self.num_tokens
@@ -301,6 +317,7 @@ def engine_kv_capacity(
         max_num_seqs=engine.max_num_seqs,
         activation_reserve_bytes=None if reserve is None else reserve * GIB,
         num_gpu_blocks_override=engine.num_gpu_blocks_override if use_override else None,
+        backend=engine.backend,
     )
 
 
@@ -317,8 +334,10 @@ def kv_capacity(
     activation_reserve_bytes: float | None = None,
     num_gpu_blocks_override: int | None = None,
     draft_model: ModelSpec | None = None,
+    backend: str = "vllm",
 ) -> KvCapacity:
-    """KV blocks one TP shard can hold after weights and activations (vLLM's rule).
+    """KV blocks one TP shard can hold after weights and activations (vLLM's rule; with
+    ``backend="trtllm"``, TensorRT-LLM's: gpu_memory_utilization of what is left).
 
     ``activation_reserve_bytes`` None uses `activation_reserve_estimate`;
     ``num_gpu_blocks_override`` fixes the block count regardless of memory (as vLLM's
@@ -339,7 +358,11 @@ def kv_capacity(
         activation_reserve_bytes = activation_reserve_estimate(
             model, tp=tp, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs
         )
-    kv_bytes = gpu.memory_bytes * gpu_memory_utilization - weights - activation_reserve_bytes
+    if backend == "trtllm":
+        free = gpu.memory_bytes - weights - activation_reserve_bytes
+        kv_bytes = gpu_memory_utilization * free if free > 0 else free
+    else:
+        kv_bytes = gpu.memory_bytes * gpu_memory_utilization - weights - activation_reserve_bytes
     per_block = bytes_per_block_per_shard(model, kv_cache_dtype, tp, block_size)
     if draft_model is not None:
         per_block = per_token_shard * block_size
@@ -360,4 +383,5 @@ def kv_capacity(
         memory_bytes=gpu.memory_bytes,
         gpu_memory_utilization=gpu_memory_utilization,
         num_kv_groups=kv_layer_groups(model).num_groups,
+        backend=backend,
     )

@@ -30,6 +30,10 @@ MAX_YAML_SCALAR_CHARS = 65_536
 #: more than 4,300 digits; every integer field is far below 10**64 anyway).
 MAX_YAML_INT_DIGITS = 64
 
+#: Largest Hugging Face config.json (or hf_quant_config.json) read, bytes. The largest in
+#: aiconfigurator-core's model_configs/ is 3 MB (an NVFP4 export's exclusion list).
+MAX_HF_CONFIG_BYTES = 4 * 1024 * 1024
+
 # --------------------------------------------------------------------------- trace files
 
 #: Longest physical line of a trace file, characters (a Mooncake line with 2,000 hash ids
@@ -60,6 +64,9 @@ MAX_TRACE_HASH_IDS = 50_000_000
 MAX_TOKENS = 2**31 - 1
 #: Most requests of a workload (the per-run work estimate refuses absurd work earlier).
 MAX_NUM_REQUESTS = 2**31 - 1
+#: Longest base length of a benchmark client's random dataset (input, output, prefix): twice
+#: it, what a range ratio near 1 draws, still fits the token limit.
+MAX_BENCH_LEN = 2**30
 #: Most samples per prompt (``parallel_samples``) and beams (``beam_width``).
 MAX_SAMPLES = 1024
 #: Most distinct shared prompts in a pool (system prompts, few-shot templates).
@@ -76,6 +83,10 @@ MAX_RATE_PER_S = 1e6
 #: Coefficients of variation (gamma arrivals, lognormal lengths): 1/cv**2 is a gamma shape.
 MIN_CV = 1e-3
 MAX_CV = 100.0
+#: Burstiness of a benchmark client's arrivals (`vllm bench serve --burstiness`, a gamma
+#: shape: cv = 1 / sqrt(burstiness)): the range of the gamma cv bounds above.
+MIN_BURSTINESS = 1e-4
+MAX_BURSTINESS = 1e6
 #: Every duration, time and period of a workload (think time, burst lengths, ramp length,
 #: diurnal period and phase, trace windows), seconds: about 31.7 years.
 MAX_TIME_S = 1e9

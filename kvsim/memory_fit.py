@@ -142,8 +142,10 @@ def check_fit(
     max_num_batched_tokens: int = 8192,
     max_num_seqs: int = 256,
     activation_reserve_bytes: float | None = None,
+    backend: str = "vllm",
 ) -> FitCheck:
-    """Whether ``batch_size`` sequences of ``context_tokens`` tokens fit, and the limits."""
+    """Whether ``batch_size`` sequences of ``context_tokens`` tokens fit, and the limits
+    (``backend``: whose memory rule, `kvsim.kv_sizing.kv_capacity`)."""
     if context_tokens < 1 or batch_size < 1:
         raise ValueError("context_tokens and batch_size must be >= 1")
     cap = kv_capacity(
@@ -156,6 +158,7 @@ def check_fit(
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
         activation_reserve_bytes=activation_reserve_bytes,
+        backend=backend,
     )
     per_seq = blocks_per_sequence(model, context_tokens, block_size)
     blocks = cap.num_blocks if cap.weight_bytes_per_shard <= cap.budget_bytes else 0
@@ -179,6 +182,15 @@ def check_fit(
 def with_weight_dtype(model: ModelSpec, weight_dtype: WeightDtype) -> ModelSpec:
     """``model`` with every weight (experts included) quantized to ``weight_dtype``."""
     return model.model_copy(update={"weight_dtype": weight_dtype, "expert_weight_dtype": None})
+
+
+def served_model(model: ModelSpec, quantization: WeightDtype | None) -> ModelSpec:
+    """The model as a deployment serves it: ``engine.quantization`` (vLLM's --quantization) sets
+    every weight's precision; None keeps the model's own. The plan, the scenario checks and the
+    backend defaults all take the model of a replica group from here."""
+    if quantization is None or (quantization == model.weight_dtype and model.expert_weight_dtype is None):
+        return model
+    return with_weight_dtype(model, quantization)
 
 
 def fit_variants(

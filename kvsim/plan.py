@@ -1,9 +1,11 @@
 """The resolved plan of a run: names looked up and sizes derived once, for everyone.
 
     Scenario ──resolve_plan──> Plan
-                                 ├── model        ModelSpec (preset or inline)
-                                 ├── groups[]     GroupPlan: GpuSpec, KvCapacity, KvGeometry,
-                                 │                max_model_len, replica names, offload tiers
+                                 ├── model        ModelSpec (preset, Hugging Face id, inline, hf_config)
+                                 ├── groups[]     GroupPlan: the model as the group serves it
+                                 │                (engine.quantization applied), GpuSpec,
+                                 │                KvCapacity, KvGeometry, max_model_len,
+                                 │                replica names, offload tiers
                                  └── shared_pool  TierPlan of the cluster-wide KV store, if any
 
 The engine, the cost models, the router and the recorder read block sizes, bytes per
@@ -15,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvsim.kv_sizing import GIB, KvCapacity, engine_kv_capacity
+from kvsim.memory_fit import max_context_tokens, served_model
 from kvsim.presets import resolve_gpu, resolve_model
 from kvsim.scenario.schema import EngineConfig, ReplicaGroup, Scenario, SharedPoolConfig, TierConfig
 from kvsim.specs import GpuSpec, ModelSpec
@@ -82,6 +85,9 @@ class GroupPlan:
     replica_names: tuple[str, ...]
     draft_model: ModelSpec | None = None  # speculative decoding's draft model (method draft_model)
     tiers: tuple[TierPlan, ...] = ()  # local offload tiers, lookup order (the shared pool apart)
+    #: The model as this group serves it: the scenario's, with engine.quantization applied
+    #: (`kvsim.memory_fit.served_model`); None only for plans built by hand without one.
+    served: ModelSpec | None = None
 
     @property
     def initial_count(self) -> int:
@@ -123,6 +129,10 @@ class Plan:
     def replica_names(self) -> list[str]:
         return [name for g in self.groups for name in g.replica_names]
 
+    def model_of(self, group: GroupPlan) -> ModelSpec:
+        """The model ``group`` serves (engine.quantization applied)."""
+        return group.served if group.served is not None else self.model
+
     @property
     def salt_by_tenant(self) -> bool:
         """Whether block hashes are salted with the tenant (one mode for all groups, checked)."""
@@ -156,8 +166,10 @@ def _local_tiers(group: ReplicaGroup, per_shard: float, num_dram_blocks: int) ->
 
 
 def resolve_group(model: ModelSpec, group: ReplicaGroup, index: int = 0) -> GroupPlan:
+    """One group resolved; ``model`` is the scenario's, served at ``engine.quantization``."""
     gpu = resolve_gpu(group.gpu)
     eng = group.engine
+    model = served_model(model, eng.quantization)
     draft = draft_model_of(eng)
     cap = engine_kv_capacity(model, gpu, group.tp, eng, draft_model=draft)
     per_shard = cap.bytes_per_block_per_shard
@@ -177,10 +189,28 @@ def resolve_group(model: ModelSpec, group: ReplicaGroup, index: int = 0) -> Grou
         gpu=gpu,
         capacity=cap,
         kv=kv,
-        max_model_len=eng.max_model_len or model.max_model_len,
+        max_model_len=served_max_model_len(model, eng, cap),
         replica_names=tuple(f"{group.name}-{i}" for i in range(count)),
         draft_model=draft,
         tiers=tiers,
+        served=model,
+    )
+
+
+def served_max_model_len(model: ModelSpec, engine: EngineConfig, capacity: KvCapacity) -> int:
+    """The longest request a replica accepts: engine.max_model_len, else the model's.
+
+    vLLM refuses to start when one such request does not fit the KV pool (the scenario checks
+    do the same); SGLang and TensorRT-LLM start and cap the length to what the pool holds
+    (SGLang's tp_worker.py: max_req_len = min(context_len - 1, max_total_num_tokens - 1);
+    TensorRT-LLM's KVCacheManager: "maxAttentionWindow and maxSequenceLen are too large for at
+    least one sequence to fit in kvCache. They are reduced to ...").
+    """
+    limit = engine.max_model_len or model.max_model_len
+    if engine.backend == "vllm" or capacity.num_blocks < 1:
+        return limit
+    return max(
+        1, min(limit, max_context_tokens(model, capacity.num_blocks - NULL_BLOCKS, capacity.block_size))
     )
 
 

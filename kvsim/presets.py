@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 from kvsim.errors import KvsimError
 from kvsim.kv_sizing import GIB
-from kvsim.specs import GpuSpec, ModelSpec
+from kvsim.specs import GpuSpec, ModelSpec, WeightDtype
 
 _HF = "https://huggingface.co"
 
@@ -384,7 +384,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = _models(
         num_params=20.9e9,
         num_active_params=3.6e9,
         weight_dtype="bf16",
-        expert_weight_dtype="int4",
+        expert_weight_dtype="mxfp4",
         max_model_len=131072,
         sliding_window=128,
         num_sliding_window_layers=12,
@@ -393,8 +393,8 @@ MODEL_PRESETS: dict[str, ModelSpec] = _models(
         source=f"{_HF}/openai/gpt-oss-20b/blob/main/config.json (24 layers, hidden 2880, 64 heads, "
         "8 KV heads, head_dim 64, num_local_experts 32, experts_per_token 4, intermediate 2880, "
         "vocab 201088, max_position_embeddings 131072, sliding_window 128, layer_types "
-        "alternating sliding_attention / full_attention; MoE weights in MXFP4 (4.25 bits, "
-        "counted as int4), attention, router and embeddings in bf16); OpenAI 2025, gpt-oss-120b "
+        "alternating sliding_attention / full_attention; MoE weights in MXFP4 (4.25 bits per "
+        "weight with its e8m0 scales), attention, router and embeddings in bf16); OpenAI 2025, gpt-oss-120b "
         "& gpt-oss-20b model card, arXiv:2508.10925, Table 1: 20.9B total, 3.6B active "
         "parameters. Its attention sinks are learned logits, not cached tokens "
         "(num_sink_tokens 0).",
@@ -411,7 +411,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = _models(
         num_params=116.8e9,
         num_active_params=5.1e9,
         weight_dtype="bf16",
-        expert_weight_dtype="int4",
+        expert_weight_dtype="mxfp4",
         max_model_len=131072,
         sliding_window=128,
         num_sliding_window_layers=18,
@@ -437,6 +437,178 @@ MODEL_PRESETS: dict[str, ModelSpec] = _models(
         "n_embd 6144, n_head 48, n_layer 40, n_inner 24576, n_positions 8192; stored as fp32, "
         "served in fp16); model card: 15.5B parameters; Li et al. 2023, arXiv:2305.06161.",
     ),
+)
+
+
+_QWEN3_SIZES = ("0.6b", "1.7b", "4b", "8b", "14b", "32b")
+_QWEN3_CARD = (
+    "Qwen Team 2025, Qwen3 technical report, arXiv:2505.09388, Table 1; q_norm and k_norm "
+    "(RMSNorm over head_dim 128) in every layer; max_position_embeddings 40,960 (the model "
+    "card's 32,768 native context plus room for the output; 131,072 with YaRN)"
+)
+_QWEN3_COUNT = (
+    "parameter count computed from the config's shapes (embeddings, per layer q/k/v/o, q_norm, "
+    "k_norm, gate/up/down and two RMSNorms, the final norm, the LM head unless tied), matching "
+    "the model card's"
+)
+_LLAMA31_CONFIG = (
+    "rope_scaling llama3 (factor 8, original_max_position_embeddings 8192), "
+    "max_position_embeddings 131072, bfloat16"
+)
+
+MODEL_PRESETS.update(
+    _models(
+        # -- Llama 3.1: the Llama 3 shapes with a 128k context ---------------------------
+        ModelSpec(
+            name="llama-3.1-8b",
+            num_layers=32,
+            hidden_size=4096,
+            num_attention_heads=32,
+            num_kv_heads=8,
+            head_dim=128,
+            intermediate_size=14336,
+            vocab_size=128256,
+            num_params=8_030_261_248,
+            weight_dtype="bf16",
+            max_model_len=131072,
+            source=f"{_HF}/meta-llama/Llama-3.1-8B/blob/main/config.json (32 layers, hidden 4096, 32 "
+            f"heads, 8 KV heads, intermediate 14336, vocab 128256, {_LLAMA31_CONFIG}); parameter "
+            "count: the checkpoint's tensors, model.safetensors.index.json total_size 16,060,522,496 "
+            "bytes / 2 (model card: 8B).",
+        ),
+        ModelSpec(
+            name="llama-3.1-70b",
+            num_layers=80,
+            hidden_size=8192,
+            num_attention_heads=64,
+            num_kv_heads=8,
+            head_dim=128,
+            intermediate_size=28672,
+            vocab_size=128256,
+            num_params=70_553_706_496,
+            weight_dtype="bf16",
+            max_model_len=131072,
+            source=f"{_HF}/meta-llama/Llama-3.1-70B/blob/main/config.json (80 layers, hidden 8192, 64 "
+            f"heads, 8 KV heads, intermediate 28672, vocab 128256, {_LLAMA31_CONFIG}); parameter "
+            "count: the checkpoint's tensors, total_size 141,107,412,992 bytes / 2 (model card: 70B).",
+        ),
+        ModelSpec(
+            name="llama-3.1-405b",
+            num_layers=126,
+            hidden_size=16384,
+            num_attention_heads=128,
+            num_kv_heads=8,
+            head_dim=128,
+            intermediate_size=53248,
+            vocab_size=128256,
+            num_params=405_853_388_800,
+            weight_dtype="bf16",
+            max_model_len=131072,
+            source=f"{_HF}/meta-llama/Llama-3.1-405B/blob/main/config.json (126 layers, hidden 16384, "
+            f"128 heads, 8 KV heads, intermediate 53248, vocab 128256, {_LLAMA31_CONFIG}); parameter "
+            "count: the checkpoint's tensors, total_size 811,706,777,600 bytes / 2 (model card: 405B).",
+        ),
+        # -- Qwen3 dense ---------------------------------------------------------------------
+        ModelSpec(
+            name="qwen3-0.6b",
+            num_layers=28,
+            hidden_size=1024,
+            num_attention_heads=16,
+            num_kv_heads=8,
+            head_dim=128,
+            intermediate_size=3072,
+            vocab_size=151936,
+            num_params=596_049_920,
+            weight_dtype="bf16",
+            max_model_len=40960,
+            tie_word_embeddings=True,
+            source=f"{_HF}/Qwen/Qwen3-0.6B/blob/main/config.json (28 layers, hidden 1024, 16 heads, 8 "
+            "KV heads, head_dim 128, intermediate 3072, vocab 151936, tie_word_embeddings true); "
+            f"{_QWEN3_CARD}; {_QWEN3_COUNT} 0.6B (0.44B non-embedding).",
+        ),
+        ModelSpec(
+            name="qwen3-1.7b",
+            num_layers=28,
+            hidden_size=2048,
+            num_attention_heads=16,
+            num_kv_heads=8,
+            head_dim=128,
+            intermediate_size=6144,
+            vocab_size=151936,
+            num_params=1_720_574_976,
+            weight_dtype="bf16",
+            max_model_len=40960,
+            tie_word_embeddings=True,
+            source=f"{_HF}/Qwen/Qwen3-1.7B/blob/main/config.json (28 layers, hidden 2048, 16 heads, 8 "
+            "KV heads, head_dim 128, intermediate 6144, vocab 151936, tie_word_embeddings true); "
+            f"{_QWEN3_CARD}; {_QWEN3_COUNT} 1.7B (1.4B non-embedding).",
+        ),
+        ModelSpec(
+            name="qwen3-4b",
+            num_layers=36,
+            hidden_size=2560,
+            num_attention_heads=32,
+            num_kv_heads=8,
+            head_dim=128,
+            intermediate_size=9728,
+            vocab_size=151936,
+            num_params=4_022_468_096,
+            weight_dtype="bf16",
+            max_model_len=40960,
+            tie_word_embeddings=True,
+            source=f"{_HF}/Qwen/Qwen3-4B/blob/main/config.json (36 layers, hidden 2560, 32 heads, 8 KV "
+            "heads, head_dim 128, intermediate 9728, vocab 151936, tie_word_embeddings true); "
+            f"{_QWEN3_CARD}; {_QWEN3_COUNT} 4.0B (3.6B non-embedding).",
+        ),
+        ModelSpec(
+            name="qwen3-8b",
+            num_layers=36,
+            hidden_size=4096,
+            num_attention_heads=32,
+            num_kv_heads=8,
+            head_dim=128,
+            intermediate_size=12288,
+            vocab_size=151936,
+            num_params=8_190_735_360,
+            weight_dtype="bf16",
+            max_model_len=40960,
+            source=f"{_HF}/Qwen/Qwen3-8B/blob/main/config.json (36 layers, hidden 4096, 32 heads, 8 KV "
+            "heads, head_dim 128, intermediate 12288, vocab 151936, tie_word_embeddings false); "
+            f"{_QWEN3_CARD}; {_QWEN3_COUNT} 8.2B (6.95B non-embedding).",
+        ),
+        ModelSpec(
+            name="qwen3-14b",
+            num_layers=40,
+            hidden_size=5120,
+            num_attention_heads=40,
+            num_kv_heads=8,
+            head_dim=128,
+            intermediate_size=17408,
+            vocab_size=151936,
+            num_params=14_768_307_200,
+            weight_dtype="bf16",
+            max_model_len=40960,
+            source=f"{_HF}/Qwen/Qwen3-14B/blob/main/config.json (40 layers, hidden 5120, 40 heads, 8 KV "
+            "heads, head_dim 128, intermediate 17408, vocab 151936, tie_word_embeddings false); "
+            f"{_QWEN3_CARD}; {_QWEN3_COUNT} 14.8B (13.2B non-embedding).",
+        ),
+        ModelSpec(
+            name="qwen3-32b",
+            num_layers=64,
+            hidden_size=5120,
+            num_attention_heads=64,
+            num_kv_heads=8,
+            head_dim=128,
+            intermediate_size=25600,
+            vocab_size=151936,
+            num_params=32_762_123_264,
+            weight_dtype="bf16",
+            max_model_len=40960,
+            source=f"{_HF}/Qwen/Qwen3-32B/blob/main/config.json (64 layers, hidden 5120, 64 heads, 8 KV "
+            "heads, head_dim 128, intermediate 25600, vocab 151936, tie_word_embeddings false); "
+            f"{_QWEN3_CARD}; {_QWEN3_COUNT} 32.8B (31.2B non-embedding).",
+        ),
+    )
 )
 
 
@@ -466,6 +638,7 @@ GPU_PRESETS: dict[str, GpuSpec] = _gpus(
         int8_ops=624e12,
         interconnect_bandwidth_bytes_per_s=300e9,
         pcie_bandwidth_bytes_per_s=32e9,
+        sm_version=80,
         source=f"A100 40GB SXM: 40GB HBM2, 1,555 GB/s. {_A100_DATASHEET}",
     ),
     GpuSpec(
@@ -478,6 +651,7 @@ GPU_PRESETS: dict[str, GpuSpec] = _gpus(
         int8_ops=624e12,
         interconnect_bandwidth_bytes_per_s=300e9,
         pcie_bandwidth_bytes_per_s=32e9,
+        sm_version=80,
         source=f"A100 80GB SXM: 80GB HBM2e, 2,039 GB/s. {_A100_DATASHEET}",
     ),
     GpuSpec(
@@ -490,6 +664,7 @@ GPU_PRESETS: dict[str, GpuSpec] = _gpus(
         int8_ops=1979e12,
         interconnect_bandwidth_bytes_per_s=450e9,
         pcie_bandwidth_bytes_per_s=64e9,
+        sm_version=90,
         source="NVIDIA H100 Tensor Core GPU datasheet (nvidia.com, 2023), H100 SXM column: "
         f"80GB HBM3, 3.35 TB/s; {_HOPPER_DATASHEET}",
     ),
@@ -503,6 +678,7 @@ GPU_PRESETS: dict[str, GpuSpec] = _gpus(
         int8_ops=1979e12,
         interconnect_bandwidth_bytes_per_s=450e9,
         pcie_bandwidth_bytes_per_s=64e9,
+        sm_version=90,
         source="NVIDIA H200 Tensor Core GPU datasheet (nvidia.com, 2024), H200 SXM column: "
         f"141GB HBM3e, 4.8 TB/s; {_HOPPER_DATASHEET}",
     ),
@@ -516,6 +692,7 @@ GPU_PRESETS: dict[str, GpuSpec] = _gpus(
         int8_ops=242.5e12,
         interconnect_bandwidth_bytes_per_s=32e9,
         pcie_bandwidth_bytes_per_s=32e9,
+        sm_version=89,
         source="NVIDIA L4 Tensor Core GPU datasheet (nvidia.com, 2023): 24GB GDDR6, 300 GB/s; "
         "BF16/FP16 tensor 242 TFLOPS with sparsity = 121 dense, FP8 485 with sparsity = 242.5 "
         "dense, INT8 485 TOPS with sparsity = 242.5 dense; no NVLink: GPU-to-GPU and host "
@@ -531,6 +708,7 @@ GPU_PRESETS: dict[str, GpuSpec] = _gpus(
         int8_ops=130e12,
         interconnect_bandwidth_bytes_per_s=16e9,
         pcie_bandwidth_bytes_per_s=16e9,
+        sm_version=75,
         source="NVIDIA T4 Tensor Core GPU datasheet (nvidia.com, 2019): 16GB GDDR6, 320+ GB/s; "
         "mixed-precision FP16/FP32 65 TFLOPS, INT8 130 TOPS (Turing has no sparsity, no FP8, "
         "no BF16: bf16_flops holds the FP16 figure, bf16 models run in fp16 there); "
@@ -557,6 +735,7 @@ GPU_PRESETS.update(
             int8_ops=660.6e12,
             interconnect_bandwidth_bytes_per_s=32e9,
             pcie_bandwidth_bytes_per_s=32e9,
+            sm_version=89,
             source="NVIDIA Ada GPU architecture whitepaper (v2.1, 2023), Appendix A, GeForce RTX "
             "4090: 24GB GDDR6X, 1,008 GB/s; peak FP16/BF16 tensor TFLOPS with FP32 accumulate "
             "165.2 dense (330.3 with sparsity), FP8 with FP32 accumulate 330.3 dense, INT8 "
@@ -572,6 +751,7 @@ GPU_PRESETS.update(
             int8_ops=284e12,
             interconnect_bandwidth_bytes_per_s=32e9,
             pcie_bandwidth_bytes_per_s=32e9,
+            sm_version=86,
             source="NVIDIA Ampere GA102 GPU architecture whitepaper (v2.0, 2020), Table 9, GeForce "
             "RTX 3090: 24GB GDDR6X, 936 GB/s; peak FP16/BF16 tensor TFLOPS with FP32 accumulate "
             "71 dense (142 with sparsity), INT8 284 TOPS dense, no FP8. An NVLink bridge "
@@ -587,10 +767,213 @@ GPU_PRESETS.update(
             int8_ops=162.6e12,
             interconnect_bandwidth_bytes_per_s=32e9,
             pcie_bandwidth_bytes_per_s=32e9,
+            sm_version=86,
             source="The 8 GB card: NVIDIA Ampere GA102 GPU architecture whitepaper (v2.0, 2020), "
             "Appendix A, GeForce RTX 3070 (GA104): 8GB GDDR6, 448 GB/s; peak FP16/BF16 tensor "
             "TFLOPS with FP32 accumulate 40.6 dense (81.3 with sparsity), INT8 162.6 TOPS "
             f"dense, no FP8. {_GEFORCE_NOTE}",
+        ),
+    )
+)
+
+
+_AIC = "aiconfigurator-core 0.12.0 systems/"
+_BLACKWELL_ULTRA_DATASHEET = (
+    "NVIDIA Blackwell Ultra datasheet (resources.nvidia.com, 2025), per-GPU table, dense figures "
+    "(the table's 'without sparsity' column)"
+)
+_NVLINK5 = "NVLink 5: 1.8 TB/s total = 900 GB/s per direction"
+
+GPU_PRESETS.update(
+    _gpus(
+        # -- PCIe cards of the Ampere and Hopper generations -------------------------------
+        GpuSpec(
+            name="a100-pcie",
+            memory_bytes=80 * GIB,
+            hbm_bandwidth_bytes_per_s=1935e9,
+            bf16_flops=312e12,
+            fp16_flops=312e12,
+            fp8_flops=None,
+            int8_ops=624e12,
+            interconnect_bandwidth_bytes_per_s=32e9,
+            pcie_bandwidth_bytes_per_s=32e9,
+            sm_version=80,
+            source="NVIDIA A100 Tensor Core GPU datasheet (nvidia.com, 2021), A100 80GB PCIe column: "
+            "80GB HBM2e, 1,935 GB/s; BF16/FP16 tensor 312 TFLOPS dense (624 with sparsity), INT8 "
+            "624 TOPS dense, no FP8; PCIe Gen4 64 GB/s total = 32 GB/s per direction. An NVLink "
+            "bridge joins pairs of cards (600 GB/s) and is not assumed: GPU-to-GPU traffic over "
+            f"PCIe. Same figures as {_AIC}a100_pcie.yaml.",
+        ),
+        GpuSpec(
+            name="h100-pcie",
+            memory_bytes=80 * GIB,
+            hbm_bandwidth_bytes_per_s=2.0e12,
+            bf16_flops=756.5e12,
+            fp16_flops=756.5e12,
+            fp8_flops=1513e12,
+            int8_ops=1513e12,
+            interconnect_bandwidth_bytes_per_s=64e9,
+            pcie_bandwidth_bytes_per_s=64e9,
+            sm_version=90,
+            source="NVIDIA H100 Tensor Core GPU datasheet (nvidia.com, 2023), H100 PCIe column: 80GB "
+            "HBM2e, 2 TB/s; BF16/FP16 tensor 1,513 TFLOPS with sparsity = 756.5 dense, FP8 3,026 "
+            "with sparsity = 1,513 dense, INT8 3,026 TOPS with sparsity = 1,513 dense; PCIe Gen5 "
+            "128 GB/s total = 64 GB/s per direction. The NVLink bridge (600 GB/s) joins pairs of "
+            "cards only and is not assumed: GPU-to-GPU traffic over PCIe. Same figures as "
+            f"{_AIC}h100_pcie.yaml.",
+        ),
+        # -- Ada and Ampere inference cards --------------------------------------------------
+        GpuSpec(
+            name="l40s",
+            memory_bytes=48 * GIB,
+            hbm_bandwidth_bytes_per_s=864e9,
+            bf16_flops=362.05e12,
+            fp16_flops=362.05e12,
+            fp8_flops=733e12,
+            int8_ops=733e12,
+            interconnect_bandwidth_bytes_per_s=32e9,
+            pcie_bandwidth_bytes_per_s=32e9,
+            sm_version=89,
+            source="NVIDIA L40S GPU datasheet (nvidia.com, 2023): 48GB GDDR6 with ECC, 864 GB/s; BF16 "
+            "/FP16 tensor 362.05 TFLOPS dense (733 with sparsity), FP8 733 dense (1,466 with "
+            "sparsity), INT8 733 TOPS dense; no NVLink: PCIe Gen4 x16, 64 GB/s total = 32 GB/s per "
+            f"direction. Same figures as {_AIC}l40s.yaml, whose mem_capacity is what nvidia-smi "
+            "reports with ECC on: 46,068 MiB (45.0 GiB), 6% below this preset.",
+        ),
+        GpuSpec(
+            name="a30",
+            memory_bytes=24 * GIB,
+            hbm_bandwidth_bytes_per_s=933e9,
+            bf16_flops=165e12,
+            fp16_flops=165e12,
+            fp8_flops=None,
+            int8_ops=330e12,
+            interconnect_bandwidth_bytes_per_s=32e9,
+            pcie_bandwidth_bytes_per_s=32e9,
+            sm_version=80,
+            source="NVIDIA A30 Tensor Core GPU datasheet (nvidia.com, 2021): 24GB HBM2, 933 GB/s; "
+            "BF16/FP16 tensor 165 TFLOPS dense (330 with sparsity), INT8 330 TOPS dense (661 with "
+            "sparsity), no FP8; PCIe Gen4 64 GB/s total = 32 GB/s per direction (the NVLink bridge, "
+            f"200 GB/s between two cards, is not assumed). Same figures as {_AIC}a30.yaml.",
+        ),
+        # -- Blackwell -----------------------------------------------------------------------
+        GpuSpec(
+            name="b200",
+            memory_bytes=180 * GIB,
+            hbm_bandwidth_bytes_per_s=7.7e12,
+            bf16_flops=2.25e15,
+            fp16_flops=2.25e15,
+            fp8_flops=4.5e15,
+            int8_ops=4.5e15,
+            fp4_flops=9e15,
+            interconnect_bandwidth_bytes_per_s=900e9,
+            pcie_bandwidth_bytes_per_s=64e9,
+            sm_version=100,
+            source=f"B200 (HGX B200, SXM): {_BLACKWELL_ULTRA_DATASHEET}, B200 column: 180 GB HBM3e, 7.7 "
+            "TB/s; FP4 tensor 9 PFLOPS, FP8 4.5, INT8 4.5 POPS, FP16/BF16 2.25 PFLOPS; NVIDIA HGX "
+            f"B200 datasheet: FP4 144 / FP8 72 / FP16 36 PFLOPS with sparsity over 8 GPUs; {_NVLINK5}; "
+            "host link PCIe Gen5 x16, 128 GB/s total = 64 GB/s per direction. nvidia-smi reports "
+            f"183,359 MiB (179.1 GiB). {_AIC}b200_sxm.yaml has the same compute, memory and "
+            "bandwidth; it takes PCIe Gen6 (128 GB/s per direction) for the host link.",
+        ),
+        GpuSpec(
+            name="b300",
+            memory_bytes=270 * GIB,
+            hbm_bandwidth_bytes_per_s=7.7e12,
+            bf16_flops=2.25e15,
+            fp16_flops=2.25e15,
+            fp8_flops=4.5e15,
+            int8_ops=0.15e15,
+            fp4_flops=14e15,
+            interconnect_bandwidth_bytes_per_s=900e9,
+            pcie_bandwidth_bytes_per_s=128e9,
+            sm_version=103,
+            source=f"B300 (HGX B300, Blackwell Ultra SXM): {_BLACKWELL_ULTRA_DATASHEET}, B300 column: "
+            "270 GB HBM3e (of the 288 GB stacks), 7.7 TB/s; FP4 tensor 14 PFLOPS, FP8 4.5, INT8 0.15 "
+            f"POPS (Blackwell Ultra drops dense INT8), FP16/BF16 2.25 PFLOPS; {_NVLINK5}; host link "
+            "PCIe Gen6 x16, 256 GB/s total = 128 GB/s per direction. nvidia-smi reports 275,040 MiB "
+            f"(268.6 GiB, 0.5% below this preset; {_AIC}b300_sxm.yaml). That file has the same "
+            "compute; it takes 7.75 TB/s (62 TB/s over 8 GPUs) and 153.5 TOPS INT8.",
+        ),
+        GpuSpec(
+            name="gb200",
+            memory_bytes=186 * GIB,
+            hbm_bandwidth_bytes_per_s=8e12,
+            bf16_flops=2.5e15,
+            fp16_flops=2.5e15,
+            fp8_flops=5e15,
+            int8_ops=5e15,
+            fp4_flops=10e15,
+            interconnect_bandwidth_bytes_per_s=900e9,
+            pcie_bandwidth_bytes_per_s=225e9,
+            sm_version=100,
+            source="GB200 (one Blackwell GPU of a GB200 NVL72): NVIDIA GB200 NVL72 datasheet (nvidia.com, "
+            "2024), over its 72 GPUs: 13.4 TB HBM3e = 186 GB per GPU, 576 TB/s = 8 TB/s; FP4 tensor "
+            "1,440 PFLOPS with sparsity = 10 dense per GPU, FP8 720 = 5 dense, INT8 720 POPS = 5 "
+            f"dense, FP16/BF16 360 = 2.5 dense; {_NVLINK5}; host link NVLink-C2C, 900 GB/s total per "
+            "Grace CPU shared by its two GPUs = 225 GB/s per GPU per direction. nvidia-smi reports "
+            f"189,471 MiB (185.0 GiB; {_AIC}gb200.yaml, same compute and bandwidth; it takes PCIe "
+            "Gen5, 64 GB/s, for the host link).",
+        ),
+        GpuSpec(
+            name="gb300",
+            memory_bytes=279 * GIB,
+            hbm_bandwidth_bytes_per_s=8e12,
+            bf16_flops=2.5e15,
+            fp16_flops=2.5e15,
+            fp8_flops=5e15,
+            int8_ops=0.165e15,
+            fp4_flops=15e15,
+            interconnect_bandwidth_bytes_per_s=900e9,
+            pcie_bandwidth_bytes_per_s=225e9,
+            sm_version=103,
+            source=f"GB300 (one Blackwell Ultra GPU of a GB300 NVL72): {_BLACKWELL_ULTRA_DATASHEET}, "
+            "GB300 column: 279 GB HBM3e, 8 TB/s; FP4 tensor 15 PFLOPS, FP8 5, INT8 0.165 POPS, "
+            "FP16/BF16 2.5 PFLOPS (GB300 NVL72 datasheet: 1,080 PFLOPS dense FP4, 20 TB, 576 TB/s "
+            f"over 72 GPUs); {_NVLINK5}; host link NVLink-C2C, 900 GB/s total per Grace CPU shared by "
+            "its two GPUs = 225 GB/s per GPU per direction. nvidia-smi reports 284,208 MiB (277.5 "
+            f"GiB, 0.5% below this preset; {_AIC}gb300.yaml, same compute and bandwidth, PCIe Gen5 "
+            "64 GB/s for the host link).",
+        ),
+        GpuSpec(
+            name="rtx-pro-6000",
+            memory_bytes=96 * GIB,
+            hbm_bandwidth_bytes_per_s=1792e9,
+            bf16_flops=500e12,
+            fp16_flops=500e12,
+            fp8_flops=1000e12,
+            int8_ops=1000e12,
+            fp4_flops=2000e12,
+            interconnect_bandwidth_bytes_per_s=64e9,
+            pcie_bandwidth_bytes_per_s=64e9,
+            sm_version=120,
+            source="NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet (nvidia.com, 2025): 96GB "
+            "GDDR7 with ECC on a 512-bit bus at 28 Gbps = 1,792 GB/s; 4,000 AI TOPS (FP4 with "
+            "sparsity) = 2,000 TFLOPS dense FP4, hence 1,000 dense FP8/INT8 and 500 dense FP16/BF16 "
+            "(Blackwell tensor cores halve the rate at each doubling of width; professional cards "
+            "run 16-bit at full rate with fp32 accumulation); no NVLink: PCIe Gen5 x16, 128 GB/s "
+            f"total = 64 GB/s per direction. {_AIC}rtx_pro_6000_server.yaml scales the same "
+            "figures to the 2,430 MHz clock it measured (467.8 / 935.6 / 1,871.2 TFLOPS, 7% "
+            "lower); nvidia-smi reports 97,887 MiB (95.6 GiB).",
+        ),
+        # -- not NVIDIA ----------------------------------------------------------------------
+        GpuSpec(
+            name="arc-pro-b60",
+            memory_bytes=24 * GIB,
+            hbm_bandwidth_bytes_per_s=456e9,
+            bf16_flops=98.5e12,
+            fp16_flops=98.5e12,
+            fp32_flops=12.28e12,
+            fp8_flops=None,
+            int8_ops=197e12,
+            interconnect_bandwidth_bytes_per_s=32e9,
+            pcie_bandwidth_bytes_per_s=32e9,
+            source="Intel Arc Pro B60 (Battlemage BMG-G21) datasheet (intel.com, 2025): 24 GB GDDR6 "
+            "on a 192-bit bus, 456 GB/s; peak INT8 197 TOPS on the XMX engines, hence 98.5 TFLOPS "
+            "FP16/BF16 (half the INT8 rate); FP32 12.28 TFLOPS; no FP8 matrix engine; PCIe 5.0 x8, "
+            "64 GB/s total = 32 GB/s per direction, no GPU-to-GPU link. This is "
+            f"{_AIC}b60.yaml (an Intel card: it uses oneCCL), whose figures agree (98.3 TFLOPS BF16; "
+            "28.4 GB/s measured between cards).",
         ),
     )
 )
@@ -613,24 +996,147 @@ def unknown_name_message(kind: str, name: str, names: Iterable[str]) -> str:
     return f"unknown {kind} preset {shown!r}{hint}; available: {', '.join(names)}"
 
 
+#: Other names of the GPU presets, in normal form (`normal_gpu_name`): aiconfigurator-core's
+#: system names (systems/*.yaml), nvidia-smi's product names, and common spellings. A bare
+#: "h100" or "a100" stays unknown on purpose: SXM and PCIe parts differ in memory bandwidth.
+GPU_ALIASES: dict[str, str] = {
+    # aiconfigurator-core 0.12.0 systems/
+    "a100-sxm": "a100-80gb",
+    "h200-sxm": "h200",
+    "b200-sxm": "b200",
+    "b300-sxm": "b300",
+    "rtx-pro-6000-server": "rtx-pro-6000",
+    "b60": "arc-pro-b60",
+    # nvidia-smi names (NVIDIA H100 80GB HBM3, NVIDIA A100-SXM4-80GB, ...) and common spellings
+    "h100-80gb-hbm3": "h100-sxm",
+    "h100-sxm5": "h100-sxm",
+    "h100-sxm5-80gb": "h100-sxm",
+    "h100-pcie-80gb": "h100-pcie",
+    "h200-141gb": "h200",
+    "h200-141gb-hbm3e": "h200",
+    "a100-sxm4-80gb": "a100-80gb",
+    "a100-sxm4-40gb": "a100-40gb",
+    "a100-80gb-pcie": "a100-pcie",
+    "a100-pcie-80gb": "a100-pcie",
+    "b200-180gb": "b200",
+    "hgx-b200": "b200",
+    "dgx-b200": "b200",
+    "hgx-b300": "b300",
+    "dgx-b300": "b300",
+    "gb200-nvl72": "gb200",
+    "gb300-nvl72": "gb300",
+    "tesla-t4": "t4",
+    "geforce-rtx-4090": "rtx-4090",
+    "geforce-rtx-3090": "rtx-3090",
+    "geforce-rtx-3070": "rtx-3070",
+    "rtx-pro-6000-blackwell": "rtx-pro-6000",
+    "rtx-pro-6000-blackwell-server-edition": "rtx-pro-6000",
+    "intel-arc-pro-b60": "arc-pro-b60",
+}
+
+#: Hugging Face ids (lower case) of the model presets; an id may also name the precision its
+#: checkpoint is served in (the ``-FP8`` / ``-FP4`` / ``-AWQ`` repositories).
+MODEL_ALIASES: dict[str, tuple[str, WeightDtype | None]] = {
+    "meta-llama/llama-2-7b-hf": ("llama-2-7b", None),
+    "meta-llama/llama-2-13b-hf": ("llama-2-13b", None),
+    "meta-llama/llama-2-70b-hf": ("llama-2-70b", None),
+    "meta-llama/meta-llama-3-8b": ("llama-3-8b", None),
+    "meta-llama/meta-llama-3-8b-instruct": ("llama-3-8b", None),
+    "meta-llama/meta-llama-3-70b": ("llama-3-70b", None),
+    "meta-llama/meta-llama-3-70b-instruct": ("llama-3-70b", None),
+    "mistralai/mistral-7b-v0.1": ("mistral-7b", None),
+    "mistralai/mixtral-8x7b-v0.1": ("mixtral-8x7b", None),
+    "mistralai/mixtral-8x7b-instruct-v0.1": ("mixtral-8x7b", None),
+    "qwen/qwen2.5-7b-instruct": ("qwen2.5-7b", None),
+    "qwen/qwen2.5-0.5b-instruct": ("qwen2.5-0.5b", None),
+    "qwen/qwen2.5-1.5b-instruct": ("qwen2.5-1.5b", None),
+    "qwen/qwen2.5-3b-instruct": ("qwen2.5-3b", None),
+    "deepseek-ai/deepseek-v2-lite": ("deepseek-v2-lite", None),
+    "tiiuae/falcon-7b": ("falcon-7b", None),
+    "bigcode/starcoder": ("starcoder", None),
+    "meta-llama/llama-3.2-1b": ("llama-3.2-1b", None),
+    "meta-llama/llama-3.2-1b-instruct": ("llama-3.2-1b", None),
+    "meta-llama/llama-3.2-3b": ("llama-3.2-3b", None),
+    "meta-llama/llama-3.2-3b-instruct": ("llama-3.2-3b", None),
+    "google/gemma-3-1b-it": ("gemma-3-1b", None),
+    "google/gemma-3-4b-it": ("gemma-3-4b", None),
+    "google/gemma-3-12b-it": ("gemma-3-12b", None),
+    "google/gemma-3-27b-it": ("gemma-3-27b", None),
+    "openai/gpt-oss-20b": ("gpt-oss-20b", None),
+    "openai/gpt-oss-120b": ("gpt-oss-120b", None),
+    # Llama 3.1 (Meta's own names, with and without "Meta-"; NVIDIA's ModelOpt exports)
+    **{
+        f"meta-llama/{prefix}llama-3.1-{size}{suffix}": (f"llama-3.1-{size}", None)
+        for prefix in ("", "meta-")
+        for size in ("8b", "70b", "405b")
+        for suffix in ("", "-instruct")
+    },
+    "meta-llama/llama-3.1-405b-fp8": ("llama-3.1-405b", "fp8"),
+    "meta-llama/llama-3.1-405b-instruct-fp8": ("llama-3.1-405b", "fp8"),
+    **{
+        f"nvidia/llama-3.1-{size}-instruct-fp8": (f"llama-3.1-{size}", "fp8")
+        for size in ("8b", "70b", "405b")
+    },
+    **{
+        f"nvidia/llama-3.1-{size}-instruct-fp4": (f"llama-3.1-{size}", "nvfp4")
+        for size in ("8b", "70b", "405b")
+    },
+    # Qwen3: the FP8 repositories are block-scaled (quantization_config weight_block_size
+    # [128, 128]); the AWQ ones are 4-bit, groups of 128; NVIDIA's are NVFP4.
+    **{
+        f"qwen/qwen3-{size}{base}": (f"qwen3-{size}", None) for size in _QWEN3_SIZES for base in ("", "-base")
+    },
+    **{f"qwen/qwen3-{size}-fp8": (f"qwen3-{size}", "fp8_block") for size in _QWEN3_SIZES},
+    **{f"qwen/qwen3-{size}-awq": (f"qwen3-{size}", "int4") for size in _QWEN3_SIZES},
+    **{f"nvidia/qwen3-{size}-fp4": (f"qwen3-{size}", "nvfp4") for size in _QWEN3_SIZES},
+    **{f"nvidia/qwen3-{size}-nvfp4": (f"qwen3-{size}", "nvfp4") for size in _QWEN3_SIZES},
+    **{f"nvidia/qwen3-{size}-fp8": (f"qwen3-{size}", "fp8") for size in _QWEN3_SIZES},
+}
+
+
+def normal_gpu_name(name: str) -> str:
+    """Lower case, spaces and underscores as hyphens, without a leading "nvidia-"."""
+    text = "-".join(name.strip().lower().replace("_", " ").split())
+    return text.removeprefix("nvidia-")
+
+
+def _quantized(name: str, dtype: WeightDtype | None) -> ModelSpec:
+    spec = MODEL_PRESETS[name]
+    if dtype is None or dtype == spec.weight_dtype:
+        return spec
+    return spec.model_copy(update={"weight_dtype": dtype, "expert_weight_dtype": None})
+
+
+_ALIASED_MODELS: dict[str, ModelSpec] = {k: _quantized(*v) for k, v in MODEL_ALIASES.items()}
+
+
 def resolve_model(model: str | ModelSpec) -> ModelSpec:
-    """A `ModelSpec` from a preset name (case-insensitive) or an inline spec."""
+    """A `ModelSpec` from a preset name or Hugging Face id (case-insensitive) or an inline spec.
+
+    A Hugging Face id of a quantized checkpoint (``nvidia/Llama-3.1-8B-Instruct-FP8``) gives
+    the preset with that weight precision.
+    """
     if isinstance(model, ModelSpec):
         return model
-    try:
-        return MODEL_PRESETS[model.strip().lower()]
-    except KeyError:
-        raise UnknownPresetError(unknown_name_message("model", model, MODEL_PRESETS)) from None
+    key = model.strip().lower()
+    found = MODEL_PRESETS.get(key) or _ALIASED_MODELS.get(key)
+    if found is None:
+        raise UnknownPresetError(unknown_name_message("model", model, MODEL_PRESETS))
+    return found
 
 
 def resolve_gpu(gpu: str | GpuSpec) -> GpuSpec:
-    """A `GpuSpec` from a preset name (case-insensitive) or an inline spec."""
+    """A `GpuSpec` from a preset name or alias (`GPU_ALIASES`; case, spaces and underscores
+    do not matter) or an inline spec."""
     if isinstance(gpu, GpuSpec):
         return gpu
-    try:
-        return GPU_PRESETS[gpu.strip().lower()]
-    except KeyError:
-        raise UnknownPresetError(unknown_name_message("GPU", gpu, GPU_PRESETS)) from None
+    found = GPU_PRESETS.get(gpu.strip().lower())
+    if found is None:
+        key = normal_gpu_name(gpu)
+        found = GPU_PRESETS.get(key) or GPU_PRESETS.get(GPU_ALIASES.get(key, ""))
+    if found is None:
+        raise UnknownPresetError(unknown_name_message("GPU", gpu, GPU_PRESETS))
+    return found
 
 
 def tp_problem(model: ModelSpec, tp: int) -> str | None:

@@ -3,6 +3,7 @@
     ROUTERS              router.kind               kvsim.engine.routers
     EVICTION_POLICIES    engine.eviction_policy    kvsim.core.eviction
     SCHEDULING_POLICIES  engine.scheduling_policy  kvsim.core.queues
+    COST_MODELS          replicas[].cost_model     kvsim.cost.factory (builders by config kind)
 
 Each built-in registers itself beside its class; a user adds one the same way, before
 loading the scenario that names it:
@@ -82,3 +83,4 @@ class Registry(Generic[T]):
 ROUTERS: Registry[Any] = Registry("router")
 EVICTION_POLICIES: Registry[Any] = Registry("eviction policy")
 SCHEDULING_POLICIES: Registry[Any] = Registry("scheduling policy")
+COST_MODELS: Registry[Any] = Registry("cost model")

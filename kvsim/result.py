@@ -80,6 +80,10 @@ REQUEST_COLUMNS: dict[str, str] = {
     "kv_transfer_s": "Disaggregated serving: from the hand-off to the KV's arrival at the decode replica.",
     "kv_transfer_queueing_s": "Of kv_transfer_s: time lost to other transfers on shared links "
     "(kv_transfer_s - the transfer alone on its path).",
+    "warmup": "Sent by a benchmark client (bench_serve) before its measured run: a warm-up or the "
+    "ready check; left out of the summary.",
+    "client_queue_s": "Time a benchmark client held the request ready before a slot was free "
+    "(vLLM's client_queue_time; arrival_s is when it was sent); 0 for other workloads.",
 }
 
 #: Per-iteration table.
@@ -151,9 +155,19 @@ def summarize(
     spec: SpecDecodeStats | None = None,
     beams: BeamStats | None = None,
     cluster: ClusterStats | None = None,
+    measured_start_s: float = 0.0,
 ) -> dict[str, Any]:
     """Flat summary of a run: counts, latency percentiles, throughput, hit rate, KV usage,
-    and the cluster layer's figures (``cluster``: from `kvsim.engine.cluster.Cluster.stats`)."""
+    and the cluster layer's figures (``cluster``: from `kvsim.engine.cluster.Cluster.stats`).
+
+    A benchmark client's warm-ups (``warmup`` rows) are left out of every figure taken from
+    the request table, and rates are per second of the measured run, from
+    ``measured_start_s`` (when its warm-ups ended) to the end; engine figures (iterations,
+    cache counters, KV usage) cover the whole run, as a server's own metrics would.
+    """
+    num_warmups = int(requests["warmup"].sum()) if "warmup" in requests else 0
+    if num_warmups:
+        requests = requests[~requests["warmup"].to_numpy(dtype=bool)]
     fin = requests[requests["finished"]]
     rejected = (
         requests["rejected"].to_numpy(dtype=bool) if "rejected" in requests else np.zeros(len(requests), bool)
@@ -167,7 +181,9 @@ def summarize(
         "num_finished": len(fin),
         "num_unfinished": int(len(requests) - len(fin) - num_rejected),
         "num_rejected": num_rejected,
+        "num_warmup_requests": num_warmups,
         "sim_time_s": float(sim_time_s),
+        "measured_start_s": float(measured_start_s),
     }
     reasons = requests["reject_reason"] if "reject_reason" in requests else pd.Series([], dtype=object)
     for reason in REJECT_REASONS:
@@ -180,7 +196,9 @@ def summarize(
         out[f"{stem}_mean_s"] = float(vals.mean()) if len(vals) else float("nan")
         for q in (50, 90, 99):
             out[f"{stem}_p{q}_s"] = _pct(vals, q)
-    span = sim_time_s if sim_time_s > 0 else float("nan")
+    out["itl_mean_s"] = _mean_itl(fin)
+    measured = sim_time_s - measured_start_s
+    span = measured if measured > 0 else float("nan")
     out_tokens = int(requests["output_tokens"].sum())
     out["output_tokens"] = out_tokens
     out["prompt_tokens"] = int(requests["prompt_tokens"].sum())
@@ -231,6 +249,24 @@ def summarize(
     for old, new in SUMMARY_ALIASES.items():
         out[old] = out[new]
     return out
+
+
+def _mean_itl(finished: pd.DataFrame) -> float:
+    """The mean of all inter-token gaps of the finished requests, as vLLM's ``bench serve``
+    averages them (``serve.py``, ``calculate_metrics``: every request's gaps in one list):
+    sum of (finish - first token) over sum of (output tokens - 1). One gap per token: a
+    speculative verify step's tokens reach vLLM's client as one chunk, so its mean ITL is
+    about the mean acceptance length times this one."""
+    out_tokens = finished["output_tokens"].to_numpy(dtype=np.int64)
+    many = out_tokens > 1
+    gaps = int((out_tokens[many] - 1).sum())
+    if not gaps:
+        return float("nan")
+    spans = (
+        finished["finish_s"].to_numpy(dtype=float)[many]
+        - finished["first_token_s"].to_numpy(dtype=float)[many]
+    )
+    return float(spans.sum() / gaps)
 
 
 def _spec_decode_summary(spec: SpecDecodeStats | None) -> dict[str, Any]:

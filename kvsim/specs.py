@@ -2,7 +2,9 @@
 
 `ModelSpec` and `GpuSpec` are plain, frozen pydantic models. Presets live in
 `kvsim.presets`; a scenario may name a preset or define its own spec inline.
-KV element sizes for each `kv_cache_dtype` are in `KV_DTYPE_BYTES`.
+KV element sizes for each `kv_cache_dtype` are in `KV_DTYPE_BYTES`, bytes per weight
+(scales included) for each `WeightDtype` in `WEIGHT_DTYPE_BYTES`, and which tensor-core
+rate a weight precision computes at on a GPU in `compute_dtype`.
 """
 
 from __future__ import annotations
@@ -29,8 +31,15 @@ from kvsim.limits import (
 )
 
 KvDtype = Literal["auto", "fp32", "fp16", "bf16", "fp8", "int8", "int4"]
-#: fp32 is for CPUs (vLLM's CPU build serves float32 models; see benchmarks/vllm_latency.py).
-WeightDtype = Literal["fp32", "fp16", "bf16", "fp8", "int8", "int4"]
+#: Weight precisions (vLLM's ``--quantization`` families). fp32 is for CPUs (vLLM's CPU build
+#: serves float32 models; see benchmarks/vllm_latency.py). fp8: e4m3 with one scale per
+#: tensor (or per output channel); fp8_block: e4m3 with one scale per 128 x 128 block
+#: (DeepSeek-V3, Qwen3-*-FP8); int8: W8A8 with per-channel scales; int4: weight-only int4
+#: (AWQ / GPTQ, groups of 128, 16-bit activations); nvfp4: e2m1 with an fp8 scale per 16
+#: elements; mxfp4: e2m1 with an e8m0 scale per 32 (OCP MX; gpt-oss's experts).
+WeightDtype = Literal["fp32", "fp16", "bf16", "fp8", "fp8_block", "int8", "int4", "nvfp4", "mxfp4"]
+#: What a weight precision computes in (`compute_dtype`): the key of `GpuSpec.peak_flops`.
+ComputeDtype = Literal["fp32", "fp16", "bf16", "fp8", "int8", "fp4"]
 
 #: Bytes per stored element for each KV-cache dtype ("auto" means the model's dtype).
 KV_DTYPE_BYTES: dict[str, float] = {
@@ -41,6 +50,64 @@ KV_DTYPE_BYTES: dict[str, float] = {
     "int4": 0.5,
     "fp32": 4.0,  # CPUs (last: error messages list the GPU dtypes first)
 }
+
+#: Bytes of one stored weight, its share of the quantization scales included. Scale
+#: overheads per format (derivations; the formats' papers and the engines' checkpoint
+#: layouts):
+WEIGHT_DTYPE_BYTES: dict[str, float] = {
+    "fp16": 2.0,
+    "bf16": 2.0,
+    # One fp32 scale per weight matrix (or per output channel): 4 bytes over >= 10^6
+    # weights, below 1e-5 of the weights; counted as 0 (vLLM's Fp8LinearMethod).
+    "fp8": 1.0,
+    # One fp32 scale per 128 x 128 block (DeepSeek-V3 technical report, arXiv:2412.19437,
+    # section 3.3.2; `weight_block_size: [128, 128]` in the checkpoints' config.json):
+    # 1 + 4 / 16,384 bytes.
+    "fp8_block": 1.0 + 4.0 / (128 * 128),
+    # W8A8 with one fp32 scale per output channel: below 0.1% for widths >= 4,096; counted as 0.
+    "int8": 1.0,
+    # AWQ / GPTQ, groups of 128 along the input dimension: per group one fp16 scale and one
+    # packed 4-bit zero point (AutoAWQ's `qzeros`, GPTQ's `qzeros`): 0.5 + (2 + 0.5) / 128.
+    "int4": 0.5 + 2.5 / 128,
+    # NVFP4: e2m1 values, one fp8 (e4m3) scale per 16 elements (plus one fp32 scale per
+    # tensor, negligible): 0.5 + 1 / 16 (NVIDIA, "Introducing NVFP4", 2025; ModelOpt's
+    # `group_size: 16` in hf_quant_config.json).
+    "nvfp4": 0.5 + 1.0 / 16,
+    # MXFP4: e2m1 values, one e8m0 scale per 32 elements, 4.25 bits (OCP Microscaling
+    # Formats (MX) v1.0 spec, 2023, section 5; gpt-oss model card, arXiv:2508.10925).
+    "mxfp4": 0.5 + 1.0 / 32,
+    "fp32": 4.0,  # CPUs
+}
+
+
+def compute_dtype(weight_dtype: str, gpu: GpuSpec) -> ComputeDtype:
+    """The tensor-core precision the GEMMs of ``weight_dtype`` weights run at on ``gpu``.
+
+    The one place this rule lives (the roofline, `GpuSpec.peak_flops` and the kernel cost
+    models call it):
+
+    - fp32, fp16, bf16: themselves;
+    - fp8, fp8_block: fp8 where the GPU has fp8 tensor cores (Ada, Hopper, Blackwell);
+      elsewhere the engines dequantize to 16 bits (vLLM's Marlin W8A16 path on Ampere);
+    - int8 (W8A8): int8 where the GPU has int8 tensor cores, else 16-bit;
+    - nvfp4, mxfp4: fp4 on GPUs with fp4 tensor cores (Blackwell, ``fp4_flops`` set);
+      elsewhere weight-only, computed in 16 bits (vLLM's Marlin FP4 kernels on Hopper);
+    - int4 (AWQ / GPTQ): weight-only, 16-bit activations everywhere.
+
+    "16-bit" is reported as bf16 (every preset has equal fp16 and bf16 rates).
+    """
+    if weight_dtype in ("fp32", "fp16", "bf16"):
+        return weight_dtype  # type: ignore[return-value]
+    if weight_dtype in ("fp8", "fp8_block"):
+        return "fp8" if gpu.fp8_flops is not None else "bf16"
+    if weight_dtype == "int8":
+        return "int8" if gpu.int8_ops is not None else "bf16"
+    if weight_dtype in ("nvfp4", "mxfp4"):
+        return "fp4" if gpu.fp4_flops is not None else "bf16"
+    if weight_dtype == "int4":
+        return "bf16"
+    known = ", ".join(WEIGHT_DTYPE_BYTES)
+    raise ValueError(f"weight dtype {weight_dtype!r} is not one of: {known}")
 
 
 class ModelSpec(FrozenModel):
@@ -65,7 +132,12 @@ class ModelSpec(FrozenModel):
         le=MAX_NUM_PARAMS,
         description="Parameters used per token (mixture-of-experts); None means num_params.",
     )
-    weight_dtype: WeightDtype = Field(default="bf16", description="Dtype of the weights.")
+    weight_dtype: WeightDtype = Field(
+        default="bf16",
+        description="Precision of the weights as served: fp32, fp16, bf16, fp8 (per-tensor "
+        "scales), fp8_block (128 x 128 block scales), int8 (W8A8), int4 (AWQ/GPTQ, weight-only), "
+        "nvfp4, mxfp4 (bytes per weight with scales: kvsim.specs.WEIGHT_DTYPE_BYTES).",
+    )
     max_model_len: int = Field(gt=0, le=MAX_TOKENS, description="Maximum context length (positions).")
     sliding_window: int | None = Field(
         default=None,
@@ -127,7 +199,7 @@ class ModelSpec(FrozenModel):
     expert_weight_dtype: WeightDtype | None = Field(
         default=None,
         description="MoE: dtype of the routed experts' weights when it differs from weight_dtype "
-        "(gpt-oss ships them in MXFP4, about int4); None: weight_dtype.",
+        "(gpt-oss ships them in mxfp4); None: weight_dtype.",
     )
     tie_word_embeddings: bool = Field(
         default=False,
@@ -237,6 +309,13 @@ class GpuSpec(FrozenModel):
     int8_ops: float | None = Field(
         default=None, ge=MIN_FLOPS, le=MAX_FLOPS, description="Dense int8 peak, OP/s."
     )
+    fp4_flops: float | None = Field(
+        default=None,
+        ge=MIN_FLOPS,
+        le=MAX_FLOPS,
+        description="Dense fp4 (NVFP4 / MXFP4) tensor peak, FLOP/s; None if the GPU has no fp4 "
+        "tensor cores (before Blackwell).",
+    )
     interconnect_bandwidth_bytes_per_s: float = Field(
         ge=MIN_BANDWIDTH_BYTES_PER_S,
         le=MAX_BANDWIDTH_BYTES_PER_S,
@@ -253,14 +332,30 @@ class GpuSpec(FrozenModel):
         le=MAX_BANDWIDTH_BYTES_PER_S,
         description="Host<->device bandwidth per direction (swap, CPU offload), bytes/s.",
     )
+    sm_version: int | None = Field(
+        default=None,
+        ge=10,
+        le=1000,
+        description="CUDA compute capability x 10 (80 Ampere, 89 Ada, 90 Hopper, 100/103 "
+        "Blackwell data center, 120 Blackwell workstation); engines pick kernels and page "
+        "sizes by it. None: unknown.",
+    )
     source: str = Field(
         max_length=MAX_YAML_SCALAR_CHARS, default="", description="Datasheet the figures come from."
     )
 
     def peak_flops(self, dtype: str) -> float:
-        """Dense tensor-core peak for a compute dtype, falling back to bf16."""
+        """Dense tensor-core peak for a compute dtype or a weight dtype, falling back to bf16.
+
+        A weight dtype (nvfp4, fp8_block, int4, ...) is first mapped to the precision its
+        GEMMs run at on this GPU by `compute_dtype`.
+        """
+        if dtype in WEIGHT_DTYPE_BYTES:
+            dtype = compute_dtype(dtype, self)
         if dtype == "fp32" and self.fp32_flops is not None:
             return self.fp32_flops
+        if dtype == "fp4" and self.fp4_flops is not None:
+            return self.fp4_flops
         if dtype == "fp8" and self.fp8_flops is not None:
             return self.fp8_flops
         if dtype == "int8" and self.int8_ops is not None:

@@ -59,9 +59,8 @@ from kvsim.inputs import read_input
 from kvsim.io import DATA_FILES, json_safe, save_result
 from kvsim.limits import JOBS_PER_CPU, MAX_JOBS, MAX_SUMMARY_BYTES, MAX_SWEEP_POINTS
 from kvsim.outputs import claim_folder, replace_file
-from kvsim.scenario.loading import apply_overrides, read_yaml, validate
+from kvsim.scenario.loading import apply_overrides, read_yaml, resolve_file_paths, scenario_data, validate
 from kvsim.scenario.schema import Scenario
-from kvsim.workload import resolve_workload_paths
 from kvsim.yaml_safe import load_yaml_file
 
 #: A runner simulates one scenario and returns its summary and files to save (name -> bytes).
@@ -161,9 +160,9 @@ def load_sweep(path: str | Path) -> tuple[SweepSpec, list[Point]]:
     base_path = path.parent / spec.base
     # Overrides apply to the fully resolved base, so that paths into defaults the base file
     # left out (``replicas.0.tp`` in a file without ``replicas``) exist.
-    base = validate(
-        resolve_workload_paths(read_yaml(base_path), base_path.parent), str(base_path), base_path.parent
-    ).model_dump(mode="json")
+    base = scenario_data(
+        validate(resolve_file_paths(read_yaml(base_path), base_path.parent), str(base_path), base_path.parent)
+    )
     keys = list(spec.grid)
     combos = [dict(zip(keys, values, strict=True)) for values in itertools.product(*spec.grid.values())]
     listed = spec.points or [{}]
@@ -177,7 +176,7 @@ def load_sweep(path: str | Path) -> tuple[SweepSpec, list[Point]]:
                 raise SweepError(f"{path}: two points have the same overrides {overrides}")
             seen.add(pid)
             # Relative paths given in overrides are relative to the sweep file.
-            data = resolve_workload_paths(apply_overrides(base, overrides), path.parent)
+            data = resolve_file_paths(apply_overrides(base, overrides), path.parent)
             points.append(Point(len(points), pid, {**listed_overrides, **combo}, data))
     return spec, points
 

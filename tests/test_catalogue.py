@@ -49,6 +49,22 @@ HEADLINE = (
 # scenario with its overrides and copying the summary values; say why in the commit.
 GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
+        "bench_serve_startup_wave.yaml",
+        {"workload.num_prompts": 128, "workload.num_warmups": 32, "workload.max_concurrency": 32},
+        {
+            "num_finished": 128,
+            "total_kv_blocks": 56276,
+            "num_preemptions": 0,
+            "num_swaps": 0,
+            "prefix_cache_hit_rate": 0.20770929211779415,
+            "ttft_p50_s": 0.03204310521381171,
+            "ttft_p99_s": 0.6864408635754895,
+            "max_itl_p99_s": 0.19647073354359446,
+            "throughput_tokens_per_s": 4680.773150950987,
+            "kv_usage_peak": 0.06208685763025091,
+        },
+    ),
+    (
         "disaggregated_prefill_decode.yaml",
         {"workload.num_requests": 200},
         {
@@ -558,6 +574,17 @@ def golden(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
         if g[0] == name and g[1] == overrides:
             return g[2]
     raise KeyError((name, overrides))
+
+
+def test_the_benchmarks_first_wave_dominates_its_mean_ttft() -> None:
+    res = kvsim.run(SCENARIOS / "bench_serve_startup_wave.yaml")
+    s, r = res.summary, res.requests
+    measured = r[~r["warmup"]].sort_values("arrival_s")
+    first_wave, rest = measured["ttft_s"][:64], measured["ttft_s"][64:]
+    assert first_wave.mean() > 15 * rest.mean()
+    assert first_wave.sum() > 0.6 * measured["ttft_s"].sum()
+    assert s["ttft_mean_s"] > 3 * s["ttft_p50_s"]
+    assert (s["num_requests"], s["num_warmup_requests"]) == (640, 128)
 
 
 def test_llama2_70b_kv_sizing_figures() -> None:

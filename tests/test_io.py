@@ -71,6 +71,8 @@ def small_result(num_requests: int = 3) -> Result:
             "shared_pool_hits_tokens": np.zeros(num_requests, dtype=np.int64),
             "kv_transfer_s": np.full(num_requests, np.nan),
             "kv_transfer_queueing_s": np.full(num_requests, np.nan),
+            "warmup": np.zeros(num_requests, dtype=bool),
+            "client_queue_s": np.zeros(num_requests),
         }
     )
     iterations = pd.DataFrame(

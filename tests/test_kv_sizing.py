@@ -100,7 +100,9 @@ def test_fp8_halves_every_preset() -> None:
 def test_auto_kv_dtype_of_weight_quantized_model_is_16_bit() -> None:
     awq = resolve_model("llama-2-7b").model_copy(update={"weight_dtype": "int4"})
     assert kv_dtype_bytes(awq, "auto") == 2.0
-    assert weight_bytes(awq) == 6_738_415_616 * 0.5
+    # Packed 4-bit weights plus, per group of 128, one fp16 scale and one 4-bit zero point
+    # (AWQ/GPTQ): 0.5 + 2.5 / 128 bytes per weight (kvsim.specs.WEIGHT_DTYPE_BYTES).
+    assert weight_bytes(awq) == 6_738_415_616 * (0.5 + 2.5 / 128)
 
 
 def test_unknown_kv_dtype_names_the_choices() -> None:
@@ -297,11 +299,12 @@ def test_mixed_layer_fields_are_checked() -> None:
         ModelSpec(**{**base, "num_shared_experts": 2})
 
 
-def test_gpt_oss_counts_its_mxfp4_experts_at_half_a_byte() -> None:
+def test_gpt_oss_counts_its_mxfp4_experts_at_4_25_bits() -> None:
     oss = resolve_model("gpt-oss-20b")
     experts = 24 * 32 * 3 * 2880 * 2880  # layers x experts x (gate, up, down) x hidden x intermediate
-    assert weight_bytes(oss) == (20.9e9 - experts) * 2 + experts * 0.5
-    assert 12 * GIB < weight_bytes(oss) < 12.5 * GIB  # "runs within 16 GB of memory"
+    # MXFP4: 4-bit values and one 8-bit scale per 32 of them, 4.25 bits per weight.
+    assert weight_bytes(oss) == (20.9e9 - experts) * 2 + experts * 4.25 / 8
+    assert 12.5 * GIB < weight_bytes(oss) < 13 * GIB  # "runs within 16 GB of memory"
 
 
 def test_hybrid_capacity_sizes_blocks_per_group() -> None:

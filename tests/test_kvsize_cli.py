@@ -94,8 +94,8 @@ def test_bad_model_exits_2_with_suggestions(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_bad_gpu_and_bad_tp_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["kv-size", "--model", "llama-3-8b", "--gpu", "b200"]) == 2
-    assert "unknown GPU preset 'b200'" in capsys.readouterr().err
+    assert main(["kv-size", "--model", "llama-3-8b", "--gpu", "mi300x"]) == 2  # b200 is a preset now
+    assert "unknown GPU preset 'mi300x'" in capsys.readouterr().err
     assert main(["kv-size", "--model", "falcon-7b", "--tp", "2"]) == 2
     assert "--tp: tp=2 must divide the model's num_attention_heads (71)" in capsys.readouterr().err
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from kvsim.errors import KvsimError, ScenarioError
-from kvsim.kv_sizing import GIB
+from kvsim.kv_sizing import GIB, kv_bytes_per_token
 from kvsim.presets import (
     GPU_PRESETS,
     MODEL_PRESETS,
@@ -40,6 +40,16 @@ REQUIRED_MODELS = {
     "gemma-3-1b",
     "gemma-3-4b",
     "gpt-oss-20b",
+    # today's deployments: aiconfigurator-core's silicon rows (issue 20)
+    "llama-3.1-8b",
+    "llama-3.1-70b",
+    "llama-3.1-405b",
+    "qwen3-0.6b",
+    "qwen3-1.7b",
+    "qwen3-4b",
+    "qwen3-8b",
+    "qwen3-14b",
+    "qwen3-32b",
 }
 REQUIRED_GPUS = {
     "a100-40gb",
@@ -51,9 +61,30 @@ REQUIRED_GPUS = {
     "rtx-4090",
     "rtx-3090",
     "rtx-3070",
+    # every GPU system of aiconfigurator-core 0.12.0 (issue 20)
+    "a100-pcie",
+    "h100-pcie",
+    "l40s",
+    "a30",
+    "b200",
+    "b300",
+    "gb200",
+    "gb300",
+    "rtx-pro-6000",
+    "arc-pro-b60",
 }
 #: Presets whose query heads do not tile the hidden size (their config.json says so).
-WIDE_ATTENTION = {"gemma-3-1b", "gemma-3-4b", "gemma-3-12b", "gemma-3-27b", "gpt-oss-20b", "gpt-oss-120b"}
+WIDE_ATTENTION = {
+    "gemma-3-1b",
+    "gemma-3-4b",
+    "gemma-3-12b",
+    "gemma-3-27b",
+    "gpt-oss-20b",
+    "gpt-oss-120b",
+    "qwen3-0.6b",  # 16 heads x 128 = 2,048 against a hidden size of 1,024
+    "qwen3-4b",
+    "qwen3-32b",
+}
 
 
 def test_required_presets_exist() -> None:
@@ -120,7 +151,10 @@ def test_unknown_names_suggest_close_matches_and_list_all() -> None:
         resolve_gpu("h100")
     msg = str(err.value)
     assert msg.startswith("unknown GPU preset 'h100' (did you mean 'h100-sxm'")
-    assert "available: a100-40gb, a100-80gb, h100-sxm, h200, l4, rtx-3070, rtx-3090, rtx-4090, t4" in msg
+    assert (
+        "available: a100-40gb, a100-80gb, a100-pcie, a30, arc-pro-b60, b200, b300, gb200, gb300, h100-pcie, "
+        "h100-sxm, h200, l4, l40s, rtx-3070, rtx-3090, rtx-4090, rtx-pro-6000, t4" in msg
+    )
     assert isinstance(err.value, KvsimError) and isinstance(err.value, LookupError)
     with pytest.raises(UnknownPresetError, match="did you mean 'llama-2-7b'"):
         resolve_model("llama2-7b")
@@ -150,7 +184,7 @@ def test_default_scenario_passes_the_checks() -> None:
 
 def test_unknown_names_in_a_scenario_name_the_field() -> None:
     problems = _problems(
-        {"model": "llama-4", "replicas": [{"gpu": "h100-sxm"}, {"name": "b", "gpu": "b200"}]}
+        {"model": "llama-4", "replicas": [{"gpu": "h100-sxm"}, {"name": "b", "gpu": "mi300x"}]}
     )
     paths = [p for p, _ in problems]
     assert paths == ["model", "replicas.1.gpu"]
@@ -219,3 +253,128 @@ def test_docs_list_every_preset_and_their_yaml_example_loads() -> None:
     scenario = load_scenario(yaml.safe_load(example))
     assert resolve_model(scenario.model).weight_dtype == "fp8"
     assert resolve_gpu(scenario.replicas[0].gpu).memory_bytes == 48 * GIB
+
+
+# -- today's deployments (issue 20) ---------------------------------------------------------
+
+
+def test_new_model_presets_kv_bytes_per_token_by_hand() -> None:
+    """2 (K and V) x layers x KV heads x head_dim x 2 bytes (bf16)."""
+    expected = {
+        "llama-3.1-8b": 2 * 32 * 8 * 128 * 2,  # 131,072
+        "llama-3.1-70b": 2 * 80 * 8 * 128 * 2,  # 327,680
+        "llama-3.1-405b": 2 * 126 * 8 * 128 * 2,  # 516,096
+        "qwen3-0.6b": 2 * 28 * 8 * 128 * 2,  # 114,688
+        "qwen3-1.7b": 2 * 28 * 8 * 128 * 2,
+        "qwen3-4b": 2 * 36 * 8 * 128 * 2,  # 147,456
+        "qwen3-8b": 2 * 36 * 8 * 128 * 2,
+        "qwen3-14b": 2 * 40 * 8 * 128 * 2,  # 163,840
+        "qwen3-32b": 2 * 64 * 8 * 128 * 2,  # 262,144 = 256 KiB
+    }
+    for name, per_token in expected.items():
+        assert kv_bytes_per_token(MODEL_PRESETS[name]) == per_token, name
+    assert (
+        MODEL_PRESETS["llama-3.1-8b"].max_model_len == MODEL_PRESETS["llama-3.1-405b"].max_model_len == 131072
+    )
+    assert all(MODEL_PRESETS[f"qwen3-{s}"].max_model_len == 40960 for s in ("0.6b", "4b", "32b"))
+
+
+def _qwen3_params(layers: int, h: int, heads: int, kv: int, inter: int, tied: bool) -> int:
+    d, vocab = 128, 151936
+    attention = h * heads * d + 2 * h * kv * d + heads * d * h + 2 * d  # q, k, v, o, q_norm, k_norm
+    layer = attention + 3 * h * inter + 2 * h  # gated MLP, two RMSNorms
+    return layers * layer + h + vocab * h * (1 if tied else 2)
+
+
+def test_new_model_presets_parameter_counts_by_hand() -> None:
+    qwen3 = {
+        "qwen3-0.6b": (28, 1024, 16, 8, 3072, True),
+        "qwen3-1.7b": (28, 2048, 16, 8, 6144, True),
+        "qwen3-4b": (36, 2560, 32, 8, 9728, True),
+        "qwen3-8b": (36, 4096, 32, 8, 12288, False),
+        "qwen3-14b": (40, 5120, 40, 8, 17408, False),
+        "qwen3-32b": (64, 5120, 64, 8, 25600, False),
+    }
+    card = {
+        "qwen3-0.6b": 0.6,
+        "qwen3-1.7b": 1.7,
+        "qwen3-4b": 4.0,
+        "qwen3-8b": 8.2,
+        "qwen3-14b": 14.8,
+        "qwen3-32b": 32.8,
+    }
+    for name, shape in qwen3.items():
+        spec = MODEL_PRESETS[name]
+        assert spec.num_params == _qwen3_params(*shape), name
+        assert spec.tie_word_embeddings is shape[-1]
+        assert round(spec.num_params / 1e9, 1) == card[name]  # the model card's rounded figure
+    # Llama 3.1 405B: 126 layers of (2 x 16384^2 + 2 x 16384 x 1024 + 3 x 16384 x 53248 + 2 x 16384)
+    layer = 2 * 16384**2 + 2 * 16384 * 1024 + 3 * 16384 * 53248 + 2 * 16384
+    assert MODEL_PRESETS["llama-3.1-405b"].num_params == 126 * layer + 16384 + 2 * 128256 * 16384
+    assert MODEL_PRESETS["llama-3.1-8b"].num_params == MODEL_PRESETS["llama-3-8b"].num_params
+    assert MODEL_PRESETS["llama-3.1-70b"].num_params == MODEL_PRESETS["llama-3-70b"].num_params
+
+
+def test_hugging_face_ids_resolve_with_their_precision() -> None:
+    assert resolve_model("meta-llama/Llama-3.1-8B-Instruct") is MODEL_PRESETS["llama-3.1-8b"]
+    assert resolve_model("meta-llama/Llama-3.1-70B") is MODEL_PRESETS["llama-3.1-70b"]
+    assert resolve_model("meta-llama/Meta-Llama-3.1-405B-Instruct") is MODEL_PRESETS["llama-3.1-405b"]
+    assert resolve_model("Qwen/Qwen3-32B") is MODEL_PRESETS["qwen3-32b"]
+    assert resolve_model("openai/gpt-oss-120b") is MODEL_PRESETS["gpt-oss-120b"]
+    fp8 = resolve_model("nvidia/Llama-3.1-8B-Instruct-FP8")
+    assert (fp8.name, fp8.weight_dtype, fp8.num_params) == ("llama-3.1-8b", "fp8", 8_030_261_248)
+    assert resolve_model("Qwen/Qwen3-32B-FP8").weight_dtype == "fp8_block"
+    assert resolve_model("nvidia/Qwen3-32B-NVFP4").weight_dtype == "nvfp4"
+    assert resolve_model("Qwen/Qwen3-8B-AWQ").weight_dtype == "int4"
+    assert resolve_model("qwen/qwen3-32b-fp8") is resolve_model(" Qwen/Qwen3-32B-FP8 ")  # cached, case-free
+    with pytest.raises(UnknownPresetError, match="unknown model preset 'Qwen/Qwen3-33B'"):
+        resolve_model("Qwen/Qwen3-33B")
+
+
+def test_aiconfigurator_system_names_and_common_spellings_resolve() -> None:
+    names = {
+        "h100_sxm": "h100-sxm",
+        "h200_sxm": "h200",
+        "b200_sxm": "b200",
+        "b300_sxm": "b300",
+        "gb200": "gb200",
+        "gb300": "gb300",
+        "a100_sxm": "a100-80gb",
+        "a100_pcie": "a100-pcie",
+        "h100_pcie": "h100-pcie",
+        "l40s": "l40s",
+        "l4": "l4",
+        "a30": "a30",
+        "rtx_pro_6000_server": "rtx-pro-6000",
+        "b60": "arc-pro-b60",
+        "NVIDIA H100 80GB HBM3": "h100-sxm",
+        "NVIDIA A100-SXM4-80GB": "a100-80gb",
+        "NVIDIA B200": "b200",
+        "H200 SXM": "h200",
+        "Tesla T4": "t4",
+    }
+    for alias, preset in names.items():
+        assert resolve_gpu(alias) is GPU_PRESETS[preset], alias
+    for ambiguous in ("h100", "a100"):  # SXM or PCIe? Not guessed.
+        with pytest.raises(UnknownPresetError, match="did you mean"):
+            resolve_gpu(ambiguous)
+
+
+def test_new_gpu_presets_figures() -> None:
+    b200, gb300, pro = GPU_PRESETS["b200"], GPU_PRESETS["gb300"], GPU_PRESETS["rtx-pro-6000"]
+    assert (b200.memory_bytes, b200.hbm_bandwidth_bytes_per_s, b200.bf16_flops) == (
+        180 * GIB,
+        7.7e12,
+        2.25e15,
+    )
+    assert b200.fp4_flops == 2 * b200.fp8_flops == 4 * b200.bf16_flops
+    assert gb300.fp4_flops == 15e15 and gb300.int8_ops == 0.165e15  # Blackwell Ultra drops dense INT8
+    assert pro.fp4_flops == 2000e12 and pro.interconnect_bandwidth_bytes_per_s == 64e9  # no NVLink
+    assert GPU_PRESETS["h100-pcie"].bf16_flops == 756.5e12
+    assert GPU_PRESETS["arc-pro-b60"].fp8_flops is None and "Intel" in GPU_PRESETS["arc-pro-b60"].source
+    for name, spec in GPU_PRESETS.items():
+        assert (spec.fp4_flops is not None) == (name in {"b200", "b300", "gb200", "gb300", "rtx-pro-6000"}), (
+            name
+        )
+        if spec.fp4_flops is not None:
+            assert spec.sm_version in (100, 103, 120)

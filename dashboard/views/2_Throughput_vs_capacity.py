@@ -20,6 +20,7 @@ import kvsim
 from kvsim import analysis, plots
 from kvsim.capacity import trace_share_kept
 from kvsim.inputs import check_input
+from kvsim.scenario.loading import scenario_data
 from kvsim.scenario.schema import SloConfig
 
 #: Summary metrics kept per sweep point.
@@ -143,9 +144,7 @@ def run_sweep(scenario: kvsim.Scenario, axis: Axis, values: list, count: dict[st
         outer.progress(i / len(values), text=f"Point {i + 1} of {len(values)}: {axis.path} = {v}")
         row: dict = {"x": v}
         try:
-            point = common.resolve(
-                scenario.model_dump(mode="json"), overrides, f"sweep point {axis.path}={v}"
-            )
+            point = common.resolve(scenario_data(scenario), overrides, f"sweep point {axis.path}={v}")
             run = common.run_scenario(point, label=f"{scenario.name} [{axis.path.rsplit('.', 1)[-1]}={v}]")
             row |= {k: run.result.summary.get(k) for k in SWEEP_METRICS}
             row["error"] = ""

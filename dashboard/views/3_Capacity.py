@@ -26,7 +26,7 @@ from kvsim.capacity import (
     parse_slo,
     parse_values,
 )
-from kvsim.scenario.loading import apply_overrides
+from kvsim.scenario.loading import apply_overrides, scenario_data
 from kvsim.scenario.schema import Scenario
 from kvsim.units import format_seconds
 
@@ -74,7 +74,7 @@ def checked_values(base: kvsim.Scenario, knob: str, values: list) -> list:
     runs. A candidate whose files the gate wrote otherwise (a relative path, a link) is
     replaced by the value the gate resolved, so that the search runs what was checked.
     """
-    data = base.model_dump(mode="json")
+    data = scenario_data(base)
     out = []
     for value in values:
         point = common.resolve(data, {knob: value}, f"<capacity point {knob}={value}>")
@@ -205,7 +205,7 @@ def main() -> None:
     if key not in reports and st.button("Find capacity", type="primary"):
         try:
             # Through the dashboard's gate: the scenario with the overrides, then every candidate.
-            base = common.resolve(scenario.model_dump(mode="json"), overrides, "<overrides>")
+            base = common.resolve(scenario_data(scenario), overrides, "<overrides>")
             reports[key] = search(base, path, values, slo_text, goal, int(jobs))
         except kvsim.ScenarioError as err:
             common.show_scenario_error(err)

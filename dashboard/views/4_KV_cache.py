@@ -11,7 +11,7 @@ import kvsim
 from kvsim import analysis, plots
 from kvsim.cache_curve import cache_curve
 from kvsim.engine.simulator import scenario_workload
-from kvsim.scenario.loading import parse_yaml
+from kvsim.scenario.loading import parse_yaml, scenario_data
 
 #: The summary's prefix hit rate, under its new name or its old one.
 HIT_RATE_KEYS = ("prefix_cache_hit_rate",)
@@ -76,9 +76,7 @@ def main() -> None:
     capacities = (*sorted({int(c) for c in np.geomspace(16, top, 12)}), None)
     admitted = res.requests.loc[res.requests["first_scheduled_s"].notna()]
     try:  # a run loaded from a result folder may name trace files outside the allowed folders
-        replayed = common.confined_scenario(
-            res.scenario.model_dump(mode="json"), f"<scenario {res.scenario.name}>"
-        )
+        replayed = common.confined_scenario(scenario_data(res.scenario), f"<scenario {res.scenario.name}>")
     except kvsim.ScenarioError as err:  # the rules name the field and the path, never a file's content
         rules = "; ".join(f"`{where}`: {rule}" for where, rule in err.problems)
         st.info(f"The cache-only replay needs the files the run's scenario names: {rules}")

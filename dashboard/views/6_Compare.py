@@ -19,6 +19,7 @@ import streamlit as st
 import kvsim
 from kvsim import analysis, plots
 from kvsim.io import RESULT_FILES, load_result
+from kvsim.scenario.loading import scenario_data
 
 METRICS = (
     "num_requests",
@@ -59,7 +60,7 @@ def add_variant(scenario: kvsim.Scenario) -> None:
         return
     overrides = [line.strip() for line in text.splitlines() if line.strip()]
     try:
-        variant = common.resolve(scenario.model_dump(mode="json"), overrides, "<variant overrides>")
+        variant = common.resolve(scenario_data(scenario), overrides, "<variant overrides>")
     except kvsim.ScenarioError as err:
         common.show_scenario_error(err)
         return

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 import kvsim
+from kvsim.scenario.loading import scenario_data
 from kvsim.units import format_seconds
 
 HEADLINE = (
@@ -164,7 +165,7 @@ def scenario_page() -> None:
     changed = {**extra, **changed}
     view["set"] = changed
     try:
-        scenario = common.resolve(base.model_dump(mode="json"), changed, "<knobs>") if changed else base
+        scenario = common.resolve(scenario_data(base), changed, "<knobs>") if changed else base
     except kvsim.ScenarioError as err:
         common.show_scenario_error(err)
         common.sync_url()

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 from kvsim import __version__
 from kvsim.cli import (
     analysis_cmd,
+    bench_cmd,
     calibrate_cmd,
     capacity_cmd,
     fit_cmd,
@@ -34,6 +35,7 @@ from kvsim.paths import printable
 
 _COMMAND_MODULES = (
     run_cmd,
+    bench_cmd,
     kvsize_cmd,
     fit_cmd,
     trace_cmd,

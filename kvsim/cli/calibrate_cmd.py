@@ -2,6 +2,10 @@
 
     kvsim calibrate --model M [--tp N] [--device cuda|cpu] [--quick] [--gpu G] --out PROFILE
         time the model's kernels with torch (calibration/ harness) and write a profile
+    kvsim calibrate --tables DIR [--system NAME] [--device cuda|cpu] [--full-grid]
+                    [--model M [--tp N]] [--only TABLE ...]
+        time GEMMs, context and paged decode attention and all-reduces with torch and write
+        them as aiconfigurator-core's kernel tables: DIR/<system>/<op>/torch/<version>/
     kvsim calibrate --fit-roofline PROFILE [--gpu G] [--out FIT]
         fit roofline efficiencies to a kernels profile (carry a GPU's character to other models)
     kvsim calibrate --fit-measurements CSV --model M --gpu G [--combine max|sum] --out FIT
@@ -20,6 +24,7 @@ torch is imported only by the harness, and only when ``kvsim calibrate`` measure
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import shlex
 import sys
@@ -33,6 +38,7 @@ from kvsim.cli.types import count, number, path_arg, text_arg
 from kvsim.cost import compare, fit
 from kvsim.cost.config import ProfileCostConfig, RooflineCostConfig
 from kvsim.cost.factory import build_cost_model
+from kvsim.cost.kernels import GPU_SYSTEMS
 from kvsim.cost.profile import (
     PROFILE_FORMAT,
     Profile,
@@ -41,13 +47,26 @@ from kvsim.cost.profile import (
     shipped_profiles,
     write_profile,
 )
+from kvsim.cost.table_layout import TABLE_SCHEMAS, check_name, check_tables_out, write_tables
+from kvsim.cost.tables import KERNEL_DATA_PACKAGE, package_tables_root, table_index
 from kvsim.errors import KvsimError, ProfileError
+from kvsim.hf_config import load_hf_config, looks_like_hf_config
 from kvsim.limits import MAX_STEP_TIME_S
 from kvsim.outputs import check_file_target
 from kvsim.paths import is_file, path_problem
-from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, unknown_name_message
+from kvsim.presets import (
+    GPU_PRESETS,
+    MODEL_PRESETS,
+    UnknownPresetError,
+    resolve_gpu,
+    resolve_model,
+    unknown_name_message,
+)
 from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
 from kvsim.yaml_safe import load_yaml_file
+
+#: The tables ``--tables`` can measure (``--only``).
+TABLE_NAMES = tuple(TABLE_SCHEMAS)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -81,8 +100,32 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--tp", type=count(1, 1024), default=1, help="tensor-parallel degree to measure (default 1)"
     )
+    mode.add_argument(
+        "--tables",
+        metavar="DIR",
+        type=path_arg,
+        help="measure kernel tables in aiconfigurator-core's layout under DIR (see docs/cost-model.md)",
+    )
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="device to measure on")
     p.add_argument("--quick", action="store_true", help="smaller grids (under 1 minute on an H100/H200)")
+    p.add_argument(
+        "--system",
+        help="--tables: the system folder, aiconfigurator's name for this GPU (h100_sxm, h200_sxm, "
+        "b200_sxm, ...); default: the device's name in lower case ('nvidia_h200'; 'cpu')",
+    )
+    p.add_argument(
+        "--full-grid",
+        action="store_true",
+        help="--tables: aiconfigurator's full sweep (hours on one GPU) instead of the small default "
+        "(minutes), a subset of it; with --model, only that model's shapes either way",
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        choices=TABLE_NAMES,
+        metavar="TABLE",
+        help=f"--tables: measure only this table (repeatable): {', '.join(TABLE_NAMES)}",
+    )
     p.add_argument(
         "--no-cuda-graphs",
         dest="cuda_graphs",
@@ -138,8 +181,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.set_defaults(func=_calibrate)
 
-    p = sub.add_parser("profiles", help="List the cost profiles shipped with kvsim")
+    p = sub.add_parser(
+        "profiles",
+        help="List the cost profiles shipped with kvsim and the measured kernel tables (cost_model kind kernels)",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON list")
+    p.add_argument(
+        "--kernels",
+        action="store_true",
+        help="list only the kernel tables: system, engine backend, the versions of each op and the "
+        "kvsim GPU presets they serve",
+    )
     p.set_defaults(func=_profiles)
 
     p = sub.add_parser("predict", help="Predict iteration times of measurement points with a cost model")
@@ -168,12 +220,18 @@ def _load_spec(text: str, presets: dict[str, Any], cls: type, what: str) -> Any:
         data = load_yaml_file(path, what=cls.__name__)  # bounded; a YamlError names the line
         if not isinstance(data, dict):
             raise KvsimError(f"{path}: not a valid {cls.__name__}: expected a mapping")
+        if cls is ModelSpec and looks_like_hf_config(data):
+            return load_hf_config(path)  # a Hugging Face config.json
         try:
             return cls(**data)
         except (TypeError, ValueError) as exc:
             raise KvsimError(f"{path}: not a valid {cls.__name__}: {exc}") from None
     if text.strip().lower() in presets:
         return presets[text.strip().lower()]
+    try:  # aliases: Hugging Face ids, aiconfigurator system names
+        return resolve_model(text) if cls is ModelSpec else resolve_gpu(text)
+    except UnknownPresetError:
+        pass
     message = unknown_name_message(what, text, presets)
     raise KvsimError(f"{message}; or a YAML/JSON {cls.__name__} file")
 
@@ -229,6 +287,8 @@ def _calibrate(args: argparse.Namespace) -> int:
         return _fit_measurements(args)
     if args.compare:
         return _compare(args)
+    if args.tables:
+        return _measure_tables(args)
     return _measure(args)
 
 
@@ -268,7 +328,136 @@ def _measure(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kernel_table_rows() -> list[dict[str, Any]]:
+    """One row per (system, backend) of the installed kernel tables."""
+    root = package_tables_root()
+    if root is None:
+        return []
+    index = table_index(root)
+    presets: dict[str, list[str]] = {}
+    for preset, system in GPU_SYSTEMS.items():
+        presets.setdefault(system, []).append(preset)
+    rows = []
+    for system in index.systems():
+        for backend in sorted({b for s_, _, b in index.entries if s_ == system} - {"nccl", "oneccl"}):
+            versions = {op: index.versions(system, op, backend) for op in ("gemm", "attention", "comm")}
+            if not versions["gemm"] or not versions["attention"]:
+                continue
+            rows.append(
+                {
+                    "system": system,
+                    "backend": backend,
+                    "gpu_presets": ",".join(presets.get(system, [])) or "-",
+                    **{op: ",".join(v) or "-" for op, v in versions.items()},
+                }
+            )
+    return rows
+
+
+def _tables_command(args: argparse.Namespace, system: str) -> str:
+    """The ``kvsim calibrate --tables`` command line (recorded in collection_meta.yaml)."""
+    parts = ["kvsim", "calibrate", "--tables", args.tables, "--system", system, "--device", args.device]
+    parts += ["--full-grid"] if args.full_grid else []
+    parts += ["--model", args.model, "--tp", str(args.tp)] if args.model else []
+    for table in args.only or []:
+        parts += ["--only", table]
+    parts += [] if args.cuda_graphs else ["--no-cuda-graphs"]
+    return shlex.join(parts)
+
+
+def _device_system(name: str) -> str:
+    """A system folder name from a device name: 'NVIDIA H200' -> 'nvidia_h200'."""
+    slug = "".join(c if c.isalnum() else "_" for c in name.strip().lower()).strip("_")
+    return "_".join(part for part in slug.split("_") if part)[:100] or "device"
+
+
+def _measure_tables(args: argparse.Namespace) -> int:
+    """``kvsim calibrate --tables DIR``: measure with torch, write aiconfigurator-shaped tables."""
+    if args.out:
+        raise KvsimError("--out names a profile to write; --tables writes kernel tables: give one of them")
+    if args.quick:
+        raise KvsimError("--quick is for profiles; --tables measures a small grid unless --full-grid")
+    if args.system is not None:
+        check_name(args.system, "--system")
+    model = _model(args.model) if args.model else None
+    if model is not None and (model.is_mla or model.num_experts):
+        raise KvsimError(f"--tables measures dense attention models; {model.name!r} is MLA or MoE")
+    try:
+        from calibration.harness import device_info  # imports torch: only when measuring
+        from calibration.shapes import ModelShape
+        from calibration.table_grids import for_model, grids_for
+        from calibration.tables import measure_tables, torch_version
+    except ImportError as exc:
+        raise KvsimError(
+            f"kvsim calibrate needs torch ({exc}); install it with `pip install kvsim[calibration]`"
+        ) from exc
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise KvsimError("--device cuda: torch sees no CUDA device (use --device cpu for a small CPU run)")
+    device = torch.device(args.device)
+    system = args.system or ("cpu" if device.type == "cpu" else _device_system(device_info(device)["name"]))
+    version = torch_version()
+    tables = tuple(args.only or TABLE_NAMES)
+    check_tables_out(args.tables, system, version, tables)  # refuse before measuring
+    grids = grids_for(device.type, args.full_grid)
+    if model is not None:
+        shape_fields = model_shape(model)
+        shape_fields["dtype"] = "bf16"  # the tables are bf16 (and fp8); shapes are what matter
+        try:
+            grids = for_model(grids, ModelShape(**shape_fields), args.tp)
+        except ValueError as exc:
+            raise KvsimError(f"--model {args.model} --tp {args.tp}: {exc}") from None
+    try:
+        measured, run_meta = measure_tables(
+            grids, device=args.device, tables=tables, cuda_graphs=args.cuda_graphs
+        )
+    except (RuntimeError, ValueError) as exc:
+        raise KvsimError(f"calibration failed: {exc}") from exc
+    from kvsim import __version__
+
+    run_meta = {
+        "kvsim": __version__,
+        **run_meta,
+        "system": system,
+        "command": _tables_command(args, system),
+    }
+    written = write_tables(
+        args.tables,
+        system=system,
+        version=version,
+        tables={name: table.rows for name, table in measured.items()},
+        table_meta={name: table.meta() for name, table in measured.items()},
+        run_meta=run_meta,
+    )
+    rows = []
+    for name, table in measured.items():
+        meta = table.meta()
+        rows.append(
+            {
+                "table": name,
+                "status": meta["status"],
+                "rows": meta["rows"],
+                "skipped": sum(entry["cases"] for entry in meta.get("skipped", [])),
+                "kernel_source": ",".join(meta["kernel_source"]),
+            }
+        )
+    _print_table(rows)
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
 def _profiles(args: argparse.Namespace) -> int:
+    if args.kernels:
+        kernel_rows = _kernel_table_rows()
+        if args.json:
+            print(json.dumps(kernel_rows, indent=1))
+        elif kernel_rows:
+            _print_table(kernel_rows)
+        else:
+            print("no kernel tables: install the kernels extra (pip install -e '.[kernels]')")
+        return 0
     rows = []
     for path in shipped_profiles():
         try:
@@ -290,9 +479,28 @@ def _profiles(args: argparse.Namespace) -> int:
         )
     if args.json:
         print(json.dumps(rows, indent=1))
+        return 0
+    _print_table(rows)
+    kernel_rows = _kernel_table_rows()
+    print()
+    if kernel_rows:
+        print(
+            f"measured kernel tables (cost_model: {{kind: kernels}}; {KERNEL_DATA_PACKAGE} "
+            f"{_installed_version()}; kvsim profiles --kernels lists them alone):"
+        )
+        _print_table(kernel_rows)
     else:
-        _print_table(rows)
+        print(
+            "measured kernel tables: none (pip install -e '.[kernels]' installs NVIDIA's, aiconfigurator-core)"
+        )
     return 0
+
+
+def _installed_version() -> str:
+    try:
+        return importlib.metadata.version(KERNEL_DATA_PACKAGE.replace("_", "-"))
+    except importlib.metadata.PackageNotFoundError:
+        return "(version unknown)"
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:

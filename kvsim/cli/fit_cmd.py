@@ -7,25 +7,31 @@
 Prints whether it fits, what dominates memory (weights, activation reserve or KV), the
 longest context for the batch and the largest batch at the context, then the same limits
 with fp8 KV and fp8 / int4 weights. Exits 0 when it fits, 3 when it does not (2: bad input).
-``--model`` and ``--gpu`` take a preset name, a YAML/JSON file holding a spec, or inline JSON.
+``--model`` and ``--gpu`` take a preset name (or alias: a Hugging Face id, an aiconfigurator
+system name), a YAML/JSON file holding a spec, or inline JSON; ``--model`` also takes a Hugging
+Face ``config.json`` (`kvsim.hf_config`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from kvsim.backends import BACKENDS, resolve_engine
 from kvsim.cli.types import count, number, text_arg
 from kvsim.errors import KvsimError
+from kvsim.hf_config import load_hf_config, looks_like_hf_config, read_json_capped
 from kvsim.kv_sizing import GIB
 from kvsim.limits import MAX_GPU_MEMORY_BYTES, MAX_TOKENS
 from kvsim.memory_fit import FitCheck, check_fit, fit_variants
 from kvsim.paths import is_file
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model, tp_problem
-from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
+from kvsim.scenario.schema import EngineConfig
+from kvsim.specs import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, GpuSpec, ModelSpec
 from kvsim.yaml_safe import load_yaml_file
 
 #: Exit code of ``fit`` (and ``kv-size``) when the model does not fit.
@@ -62,13 +68,71 @@ def _loads(text: str, what: str) -> Any:
 
 
 def model_arg(text: str) -> ModelSpec:
-    """``--model``: a preset name, a spec file, or inline JSON."""
+    """``--model``: a preset name or Hugging Face id, a Hugging Face config.json, a spec file, or
+    inline JSON."""
+    is_json_file = not text.strip().startswith("{") and text.endswith(".json") and is_file(text)
+    if is_json_file and looks_like_hf_config(read_json_capped(Path(text), "--model file")):
+        return load_hf_config(Path(text))
     return _spec_from_text(text, ModelSpec, "model") or resolve_model(text)
 
 
 def gpu_arg(text: str) -> GpuSpec:
     """``--gpu``: a preset name, a spec file, or inline JSON."""
     return _spec_from_text(text, GpuSpec, "gpu") or resolve_gpu(text)
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    """``--backend``, ``--backend-version`` and the memory knobs they default (fit, kv-size)."""
+    p.add_argument(
+        "--backend",
+        default="vllm",
+        choices=list(BACKENDS),
+        help="serving engine whose defaults and memory rule apply (docs/backends.md; default vllm)",
+    )
+    p.add_argument(
+        "--backend-version",
+        type=text_arg(),
+        default=None,
+        help="its release, e.g. 0.11.2, 0.5.9, 1.2.0rc6 (default: kvsim's vLLM defaults; the newest "
+        "tabulated SGLang / TensorRT-LLM)",
+    )
+    p.add_argument(
+        "--block-size", type=positive_int, default=None, help="tokens per block (default: the backend's)"
+    )
+    p.add_argument(
+        "--gpu-memory-utilization",
+        type=utilization,
+        default=None,
+        help="fraction of GPU memory the engine may use: vLLM's gpu_memory_utilization, SGLang's "
+        "mem_fraction_static, TensorRT-LLM's free_gpu_memory_fraction (default: the backend's; 0.9 for vLLM)",
+    )
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=positive_int,
+        default=None,
+        help="token budget per iteration, sizes the activation reserve (default: the backend's; 8192)",
+    )
+    p.add_argument(
+        "--max-num-seqs",
+        type=positive_int,
+        default=None,
+        help="most requests per iteration, sizes the sampler's logits (default: the backend's; 256)",
+    )
+
+
+_ENGINE_FLAGS = ("block_size", "gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs")
+
+
+def engine_knobs(args: argparse.Namespace, model: ModelSpec, gpu: GpuSpec | None) -> EngineConfig:
+    """The engine the flags describe: flags given win, the others are the backend's defaults."""
+    given = {k: getattr(args, k) for k in _ENGINE_FLAGS if getattr(args, k) is not None}
+    if getattr(args, "activation_reserve_gib", None) is not None:
+        given["activation_reserve_gib"] = args.activation_reserve_gib
+    try:
+        engine = EngineConfig(backend=args.backend, backend_version=args.backend_version, **given)
+    except ValidationError as exc:
+        raise KvsimError("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
+    return resolve_engine(engine, gpu=gpu, tp=args.tp, model=model)
 
 
 #: An argparse type: an integer from 1 to the largest token count (a count, a length, a batch).
@@ -86,7 +150,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="Does a model fit a GPU at a context length and batch size? (exit 3 if not)",
         description="Memory of one tensor-parallel shard: weights, activation reserve and the KV of "
         "--batch sequences of --context-tokens tokens, against GPU memory x utilization (vLLM's "
-        "rule). Prints the verdict, what dominates, the longest context for the batch, the "
+        "rule; --backend sglang / trtllm: theirs). Prints the verdict, what dominates, the longest context for the batch, the "
         "largest batch at the context, and the same with fp8 KV and fp8/int4 weights. Exit 0 "
         "when it fits, 3 when it does not.",
     )
@@ -94,7 +158,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--model",
         required=True,
         type=text_arg(),
-        help=f"preset ({', '.join(MODEL_PRESETS)}), spec file or JSON",
+        help=f"preset ({', '.join(MODEL_PRESETS)}) or Hugging Face id, a Hugging Face config.json, a "
+        "spec file or JSON",
     )
     p.add_argument(
         "--gpu", required=True, type=text_arg(), help=f"preset ({', '.join(GPU_PRESETS)}), spec file or JSON"
@@ -111,20 +176,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--weight-dtype",
         default=None,
-        choices=list(KV_DTYPE_BYTES),
+        choices=list(WEIGHT_DTYPE_BYTES),
         help="quantize the weights to this dtype (default: the model's)",
     )
-    p.add_argument("--block-size", type=positive_int, default=16, help="tokens per block (default 16)")
-    p.add_argument("--gpu-memory-utilization", type=utilization, default=0.9, help="default 0.9")
-    p.add_argument(
-        "--max-num-batched-tokens",
-        type=positive_int,
-        default=8192,
-        help="sizes the activation reserve (default 8192)",
-    )
-    p.add_argument(
-        "--max-num-seqs", type=positive_int, default=256, help="sizes the sampler's logits (default 256)"
-    )
+    add_engine_args(p)
     p.add_argument(
         "--activation-reserve-gib",
         type=reserve_gib,
@@ -144,16 +199,18 @@ def _checks(args: argparse.Namespace) -> tuple[FitCheck, list[FitCheck]]:
         raise KvsimError("--activation-reserve-gib must be >= 0")
     if args.weight_dtype is not None:
         model = model.model_copy(update={"weight_dtype": args.weight_dtype, "expert_weight_dtype": None})
-    reserve = None if args.activation_reserve_gib is None else args.activation_reserve_gib * GIB
+    engine = engine_knobs(args, model, gpu)
+    reserve = engine.activation_reserve_gib
     kwargs: dict[str, Any] = {
         "context_tokens": args.context_tokens or model.max_model_len,
         "batch_size": args.batch,
         "tp": args.tp,
-        "block_size": args.block_size,
-        "gpu_memory_utilization": args.gpu_memory_utilization,
-        "max_num_batched_tokens": args.max_num_batched_tokens,
-        "max_num_seqs": args.max_num_seqs,
-        "activation_reserve_bytes": reserve,
+        "block_size": engine.block_size,
+        "gpu_memory_utilization": engine.gpu_memory_utilization,
+        "max_num_batched_tokens": engine.max_num_batched_tokens,
+        "max_num_seqs": engine.max_num_seqs,
+        "activation_reserve_bytes": None if reserve is None else reserve * GIB,
+        "backend": engine.backend,
     }
     main = check_fit(model, gpu, kv_cache_dtype=args.kv_dtype, **kwargs)
     return main, fit_variants(model, gpu, **kwargs)

@@ -16,7 +16,16 @@ import argparse
 import json
 from typing import Any
 
-from kvsim.cli.fit_cmd import EXIT_DOES_NOT_FIT, gpu_arg, model_arg, positive_int, reserve_gib, utilization
+from kvsim.backends import KNOB_NAMES
+from kvsim.cli.fit_cmd import (
+    EXIT_DOES_NOT_FIT,
+    add_engine_args,
+    engine_knobs,
+    gpu_arg,
+    model_arg,
+    positive_int,
+    reserve_gib,
+)
 from kvsim.cli.types import text_arg
 from kvsim.errors import KvsimError
 from kvsim.kv_sizing import (
@@ -47,7 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--model",
         required=True,
         type=text_arg(),
-        help=f"model preset ({', '.join(MODEL_PRESETS)}), spec file or JSON",
+        help=f"model preset ({', '.join(MODEL_PRESETS)}) or Hugging Face id, a Hugging Face config.json, "
+        "a spec file or JSON",
     )
     p.add_argument(
         "--kv-dtype",
@@ -57,25 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--gpu", type=text_arg(), help=f"GPU preset ({', '.join(GPU_PRESETS)}), spec file or JSON")
     p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
-    p.add_argument("--block-size", type=positive_int, default=16, help="tokens per block (default 16)")
-    p.add_argument(
-        "--gpu-memory-utilization",
-        type=utilization,
-        default=0.9,
-        help="fraction of GPU memory the engine may use (vLLM default 0.9)",
-    )
-    p.add_argument(
-        "--max-num-batched-tokens",
-        type=positive_int,
-        default=8192,
-        help="token budget per iteration, sizes the activation reserve (default 8192)",
-    )
-    p.add_argument(
-        "--max-num-seqs",
-        type=positive_int,
-        default=256,
-        help="most requests per iteration, sizes the sampler's logits (default 256)",
-    )
+    add_engine_args(p)
     p.add_argument(
         "--activation-reserve-gib",
         type=reserve_gib,
@@ -103,6 +95,9 @@ def _figures(args: argparse.Namespace) -> dict[str, Any]:
     if problem:
         raise KvsimError(f"--tp: {problem}")
     dtype, tp, ctx = args.kv_dtype, args.tp, args.context_tokens
+    gpu = gpu_arg(args.gpu) if args.gpu is not None else None
+    engine = engine_knobs(args, model, gpu)
+    block_size = engine.block_size
     per_token = kv_bytes_per_token(model, dtype, 1)
     per_token_shard = kv_bytes_per_token(model, dtype, tp)
     out: dict[str, Any] = {
@@ -110,16 +105,16 @@ def _figures(args: argparse.Namespace) -> dict[str, Any]:
         "attention": model.attention_kind,
         "kv_cache_dtype": dtype,
         "tp": tp,
-        "block_size": args.block_size,
+        "block_size": block_size,
         "kv_heads_per_shard": None if model.is_mla else kv_heads_per_shard(model, tp),
         "bytes_per_token": _num(per_token),
         "bytes_per_token_per_shard": _num(per_token_shard),
         "bytes_per_token_all_shards": _num(per_token_shard * tp),
-        "bytes_per_block_per_shard": _num(bytes_per_block_per_shard(model, dtype, tp, args.block_size)),
+        "bytes_per_block_per_shard": _num(bytes_per_block_per_shard(model, dtype, tp, block_size)),
         "sliding_window": model.sliding_window,
         "num_sliding_window_layers": model.num_window_layers,
         "num_kv_groups": kv_layer_groups(model).num_groups,
-        "context_blocks": blocks_per_sequence(model, ctx, args.block_size),
+        "context_blocks": blocks_per_sequence(model, ctx, block_size),
         "max_model_len": model.max_model_len,
         "context_tokens": ctx,
         "context_tokens_held": kv_tokens_held(model, ctx),
@@ -127,32 +122,35 @@ def _figures(args: argparse.Namespace) -> dict[str, Any]:
         "context_bytes_per_shard": _num(kv_bytes_for_context(model, ctx, dtype, tp)),
         "weight_bytes": _num(weight_bytes(model)),
     }
-    if args.gpu is None:
+    if gpu is None:
         return out
-    gpu = gpu_arg(args.gpu)
-    reserve = None if args.activation_reserve_gib is None else args.activation_reserve_gib * GIB
+    reserve_gib = engine.activation_reserve_gib
+    reserve = None if reserve_gib is None else reserve_gib * GIB
     cap = kv_capacity(
         model,
         gpu,
         tp=tp,
         kv_cache_dtype=dtype,
-        block_size=args.block_size,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        max_num_seqs=args.max_num_seqs,
+        block_size=block_size,
+        gpu_memory_utilization=engine.gpu_memory_utilization,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+        max_num_seqs=engine.max_num_seqs,
         activation_reserve_bytes=reserve,
+        backend=engine.backend,
     )
     out.update(
         {
             "gpu": gpu.name,
+            "backend": engine.backend,
+            "backend_version": engine.backend_version,
             "memory_bytes": gpu.memory_bytes,
-            "gpu_memory_utilization": args.gpu_memory_utilization,
+            "gpu_memory_utilization": engine.gpu_memory_utilization,
             "budget_bytes": _num(cap.budget_bytes),
             "weight_bytes_per_shard": _num(cap.weight_bytes_per_shard),
             "activation_reserve_bytes": _num(cap.activation_reserve_bytes),
             "activation_reserve_estimated": reserve is None,
-            "max_num_batched_tokens": args.max_num_batched_tokens,
-            "max_num_seqs": args.max_num_seqs,
+            "max_num_batched_tokens": engine.max_num_batched_tokens,
+            "max_num_seqs": engine.max_num_seqs,
             "kv_bytes_per_shard": _num(cap.kv_bytes_per_shard),
             "num_blocks": cap.num_blocks,
             "num_tokens": cap.num_tokens,
@@ -197,11 +195,13 @@ def _text(f: dict[str, Any]) -> str:
     lines.append(ctx_line)
     if "gpu" not in f:
         return "\n".join(lines)
+    knob = KNOB_NAMES["gpu_memory_utilization"][f["backend"]]
     lines += [
         "",
         f"on {f['gpu']}"
         + (f" x {tp} (tensor parallel)" if tp > 1 else "")
-        + f", per GPU, gpu_memory_utilization {f['gpu_memory_utilization']}:",
+        + ("" if f["backend"] == "vllm" else f", {f['backend']}")
+        + f", per GPU, {knob} {f['gpu_memory_utilization']}:",
         f"  GPU memory                {_gib(f['memory_bytes']):>14}",
         f"  x utilization = budget    {_gib(f['budget_bytes']):>14}",
         f"  - weights                 {_gib(f['weight_bytes_per_shard']):>14}",

@@ -27,7 +27,7 @@ from kvsim.cost.fit import Point, point_time_s
 from kvsim.cost.profile import Profile, check_profile_matches
 from kvsim.cost.roofline import RooflineCostModel
 from kvsim.kv_sizing import kv_bytes_per_token
-from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
+from kvsim.specs import WEIGHT_DTYPE_BYTES, GpuSpec, ModelSpec
 
 
 def _row(
@@ -64,7 +64,7 @@ def compare_rows(
     peak = gpu.peak_flops(model.weight_dtype) * cfg.compute_efficiency
     bw = gpu.hbm_bandwidth_bytes_per_s * cfg.memory_efficiency
     bw_kv = gpu.hbm_bandwidth_bytes_per_s * (cfg.kv_memory_efficiency or cfg.memory_efficiency)
-    wb = KV_DTYPE_BYTES[model.weight_dtype]
+    wb = WEIGHT_DTYPE_BYTES[model.weight_dtype]
     rows: list[dict[str, Any]] = []
     gemm = data["gemm"]
     for op, (k, n) in gemm["shapes"].items():

@@ -4,7 +4,9 @@ A scenario's ``cost_model`` is one of:
 
 - ``roofline`` (or ``{kind: roofline, ...}``): analytic, from the GPU's datasheet figures;
 - ``{kind: constant, step_time_s: ...}``: every iteration takes the same time (tests, theory);
-- ``{profile: NAME_OR_PATH}`` (or ``{kind: profile, ...}``): curves measured by ``calibration/``.
+- ``{profile: NAME_OR_PATH}`` (or ``{kind: profile, ...}``): curves measured by ``calibration/``;
+- ``{kind: kernels, ...}``: NVIDIA's measured kernel tables for the GPU and engine
+  (aiconfigurator-core, the ``kernels`` extra), or a folder of the same tables.
 """
 
 from __future__ import annotations
@@ -126,8 +128,70 @@ class ProfileCostConfig(FrozenModel):
     )
 
 
+class KernelCostConfig(FrozenModel):
+    """Each iteration priced kernel by kernel from tables measured on the GPU (`kvsim.cost.kernels`).
+
+    The GEMMs, attention and all-reduces come from the tables; the elementwise kernels
+    from the GPU's bandwidth; two overheads are fitted (on H200 deployments only, see
+    docs/validation.md): per layer and per iteration.
+    """
+
+    kind: Literal["kernels"] = Field(default="kernels", description="Selects this variant (kernels).")
+    system: str | None = Field(
+        default=None,
+        max_length=MAX_YAML_SCALAR_CHARS,
+        description="The tables' system (h100_sxm, h200_sxm, b200_sxm, gb200, ...; `kvsim profiles` "
+        "lists them); None: the one of the replica's GPU preset.",
+    )
+    backend: Literal["vllm", "sglang", "trtllm"] | None = Field(
+        default=None,
+        description="Whose kernels: vllm, sglang or trtllm; None: the replica's engine.backend.",
+    )
+    version: str | None = Field(
+        default=None,
+        max_length=MAX_YAML_SCALAR_CHARS,
+        description="Engine version of the tables (e.g. 0.24.0); None: the newest measured for each kernel.",
+    )
+    tables: str | None = Field(
+        default=None,
+        max_length=MAX_YAML_SCALAR_CHARS,
+        description="A folder of tables in the same layout (<system>/<op>/<backend>/<version>/*.parquet, "
+        "e.g. written by kvsim calibrate); None: those of the installed aiconfigurator-core.",
+    )
+    per_iteration_overhead_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_STEP_TIME_S,
+        description="Fixed time per iteration the kernels do not show: the engine's scheduling, input "
+        "preparation, sampling and output processing, seconds; None: the backend's value fitted on "
+        "H200 deployments (docs/validation.md).",
+    )
+    per_layer_overhead_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_STEP_TIME_S,
+        description="Fixed time per transformer layer per iteration beyond the measured kernels "
+        "(launch gaps), seconds; None: the backend's fitted value.",
+    )
+    elementwise_memory_efficiency: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="Fraction of HBM bandwidth the elementwise kernels (norms, RoPE, KV write, SiLU) "
+        "reach; aiconfigurator-core's systems/*.yaml use 0.8.",
+    )
+    elementwise_kernel_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_STEP_TIME_S,
+        description="Shortest time of one elementwise kernel, seconds (aiconfigurator-core's "
+        "mem_empirical_constant_latency is 3 us); None: the backend's fitted value.",
+    )
+
+
 CostModelConfig = Annotated[
-    RooflineCostConfig | ConstantCostConfig | ProfileCostConfig, Field(discriminator="kind")
+    RooflineCostConfig | ConstantCostConfig | ProfileCostConfig | KernelCostConfig,
+    Field(discriminator="kind"),
 ]
 
 

@@ -1,10 +1,19 @@
 """Building the cost model a scenario asks for: the one entry point the engine calls.
 
     build_cost_model(config, model=..., gpu=..., tp=..., kv_cache_dtype=...)
+
+dispatches on ``config.kind`` through `kvsim.registry.COST_MODELS`, where each kind's
+builder takes the config and a `Replica` context (what the replica is: model, GPU, TP,
+KV dtype, engine backend ...):
+
         constant           -> ConstantCostModel
         roofline           -> RooflineCostModel
         profile (kernels)  -> CalibratedCostModel
         profile (roofline-fit) -> RooflineCostModel with the fitted parameters
+        kernels            -> KernelCostModel (measured kernel tables)
+
+A new cost model is a config class (a ``kind`` in `kvsim.cost.config.CostModelConfig`) and
+one builder registered here under that kind (docs/engine.md, "Extending kvsim").
 
 A profile that is missing, malformed, or made for another model, dtype, KV dtype, TP
 degree or GPU raises `ProfileError`; it is never silently used (the scenario checks,
@@ -13,21 +22,26 @@ degree or GPU raises `ProfileError`; it is never silently used (the scenario che
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvsim.cost.base import ConstantCostModel, CostModel
 from kvsim.cost.calibrated import CalibratedCostModel
 from kvsim.cost.config import (
     ConstantCostConfig,
     CostModelConfig,
+    KernelCostConfig,
     ProfileCostConfig,
     RooflineCostConfig,
 )
+from kvsim.cost.kernels import KernelCostModel
 from kvsim.cost.profile import Profile, check_profile_matches, load_profile
 from kvsim.cost.roofline import RooflineCostModel
 from kvsim.cost.speculative import SpeculativeCostModel, eagle_head
 from kvsim.errors import ProfileError
+from kvsim.registry import COST_MODELS
 from kvsim.specs import GpuSpec, ModelSpec
 
 if TYPE_CHECKING:
@@ -44,6 +58,78 @@ def roofline_config_from_profile(
     return RooflineCostConfig(**params)
 
 
+@dataclass(frozen=True)
+class Replica:
+    """What a cost model may know of the replica it prices."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    tp: int = 1
+    kv_cache_dtype: str = "auto"
+    #: A mixture of experts placed whole on the GPUs (priced by the roofline).
+    expert_parallel: bool = False
+    #: The serving engine (engine.backend) and its batch limit (graph capture sizes).
+    backend: str = "vllm"
+    max_num_seqs: int = 256
+    #: Folder that relative paths in the config are relative to (the scenario's).
+    base_dir: Path | None = None
+
+
+Builder = Callable[[Any, Replica], CostModel]
+
+
+@COST_MODELS.register("constant")
+def _constant(config: ConstantCostConfig, r: Replica) -> CostModel:
+    return ConstantCostModel(config.step_time_s, r.gpu.pcie_bandwidth_bytes_per_s)
+
+
+@COST_MODELS.register("roofline")
+def _roofline(config: RooflineCostConfig, r: Replica) -> CostModel:
+    return RooflineCostModel(
+        r.model, r.gpu, config, tp=r.tp, kv_cache_dtype=r.kv_cache_dtype, expert_parallel=r.expert_parallel
+    )
+
+
+@COST_MODELS.register("profile")
+def _profile(config: ProfileCostConfig, r: Replica) -> CostModel:
+    profile = load_profile(config.profile, r.base_dir)
+    check_profile_matches(profile, model=r.model, gpu=r.gpu, tp=r.tp, kv_cache_dtype=r.kv_cache_dtype)
+    if profile.kind == "roofline-fit":
+        fitted = roofline_config_from_profile(profile, config.per_iteration_overhead_s)
+        return RooflineCostModel(
+            r.model,
+            r.gpu,
+            fitted,
+            tp=r.tp,
+            kv_cache_dtype=r.kv_cache_dtype,
+            expert_parallel=r.expert_parallel,
+        )
+    return CalibratedCostModel(
+        profile,
+        model=r.model,
+        gpu=r.gpu,
+        tp=r.tp,
+        kv_cache_dtype=r.kv_cache_dtype,
+        per_iteration_overhead_s=config.per_iteration_overhead_s,
+    )
+
+
+@COST_MODELS.register("kernels")
+def _kernels(config: KernelCostConfig, r: Replica) -> CostModel:
+    if r.expert_parallel:
+        raise ProfileError("cost_model kind kernels prices dense models; expert_parallel needs the roofline")
+    return KernelCostModel(
+        r.model,
+        r.gpu,
+        config,
+        tp=r.tp,
+        kv_cache_dtype=r.kv_cache_dtype,
+        backend=r.backend,
+        max_num_seqs=r.max_num_seqs,
+        base_dir=r.base_dir,
+    )
+
+
 def build_cost_model(
     config: CostModelConfig,
     *,
@@ -55,6 +141,8 @@ def build_cost_model(
     expert_parallel: bool = False,
     speculative: SpeculativeConfig | None = None,
     draft_model: ModelSpec | None = None,
+    backend: str = "vllm",
+    max_num_seqs: int = 256,
 ) -> CostModel:
     """The cost model of one replica; ``base_dir`` resolves relative profile paths (the scenario's folder).
 
@@ -62,15 +150,11 @@ def build_cost_model(
     With ``speculative`` decoding the target's model is wrapped in a `SpeculativeCostModel`
     whose draft (``draft_model``, or an EAGLE head) is priced by the roofline.
     """
-    target = _target_cost_model(
-        config,
-        model=model,
-        gpu=gpu,
-        tp=tp,
-        kv_cache_dtype=kv_cache_dtype,
-        base_dir=base_dir,
-        expert_parallel=expert_parallel,
-    )
+    replica = Replica(model, gpu, tp, kv_cache_dtype, expert_parallel, backend, max_num_seqs, base_dir)
+    if config.kind not in COST_MODELS:
+        raise ProfileError(COST_MODELS.unknown(config.kind))
+    builder: Builder = COST_MODELS[config.kind]
+    target = builder(config, replica)
     if speculative is None:
         return target
     draft_spec = eagle_head(model) if speculative.method == "eagle" else draft_model
@@ -83,38 +167,3 @@ def build_cost_model(
         cfg = base.model_copy(update={"per_iteration_overhead_s": 0.0})
         draft = RooflineCostModel(draft_spec, gpu, cfg, tp=tp, kv_cache_dtype=kv_cache_dtype)
     return SpeculativeCostModel(target, draft, speculative.num_speculative_tokens)
-
-
-def _target_cost_model(
-    config: CostModelConfig,
-    *,
-    model: ModelSpec,
-    gpu: GpuSpec,
-    tp: int,
-    kv_cache_dtype: str,
-    base_dir: Path | None,
-    expert_parallel: bool,
-) -> CostModel:
-    if isinstance(config, ConstantCostConfig):
-        return ConstantCostModel(config.step_time_s, gpu.pcie_bandwidth_bytes_per_s)
-    if isinstance(config, RooflineCostConfig):
-        return RooflineCostModel(
-            model, gpu, config, tp=tp, kv_cache_dtype=kv_cache_dtype, expert_parallel=expert_parallel
-        )
-    if isinstance(config, ProfileCostConfig):
-        profile = load_profile(config.profile, base_dir)
-        check_profile_matches(profile, model=model, gpu=gpu, tp=tp, kv_cache_dtype=kv_cache_dtype)
-        if profile.kind == "roofline-fit":
-            cfg = roofline_config_from_profile(profile, config.per_iteration_overhead_s)
-            return RooflineCostModel(
-                model, gpu, cfg, tp=tp, kv_cache_dtype=kv_cache_dtype, expert_parallel=expert_parallel
-            )
-        return CalibratedCostModel(
-            profile,
-            model=model,
-            gpu=gpu,
-            tp=tp,
-            kv_cache_dtype=kv_cache_dtype,
-            per_iteration_overhead_s=config.per_iteration_overhead_s,
-        )
-    raise ProfileError(f"unknown cost model config {type(config).__name__}")

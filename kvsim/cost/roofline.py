@@ -52,7 +52,7 @@ from kvsim.moe import (
     num_moe_layers,
     shared_expert_params,
 )
-from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
+from kvsim.specs import WEIGHT_DTYPE_BYTES, GpuSpec, ModelSpec, compute_dtype
 
 
 class RooflineTerms(NamedTuple):
@@ -114,7 +114,7 @@ class RooflineCostModel:
         cfg = config or RooflineCostConfig()
         self.model, self.gpu, self.config, self.tp = model, gpu, cfg, tp
         self.expert_parallel = expert_parallel
-        wbytes = KV_DTYPE_BYTES[model.weight_dtype]
+        wbytes = WEIGHT_DTYPE_BYTES[model.weight_dtype]
         # Activations travel in 16-bit even when weights are quantised.
         act_bytes = 2.0 if wbytes < 2 else wbytes
         lin_params = layer_linear_params(model)
@@ -128,12 +128,12 @@ class RooflineCostModel:
         self._expert_bytes = 0.0
         self._distinct: dict[int, float] = {}  # expected distinct experts by tokens in the step
         if model.is_moe:
-            ebytes = KV_DTYPE_BYTES[model.expert_weight_dtype or model.weight_dtype]
+            ebytes = WEIGHT_DTYPE_BYTES[model.expert_weight_dtype or model.weight_dtype]
             dense = non_expert_layer_params(model) + shared_expert_params(model) + lm_params
             self._weight_bytes = dense * wbytes / tp
             self._expert_bytes = num_moe_layers(model) * expert_params_per_layer(model) * ebytes / tp
         self._kv_bytes_per_token = kv_bytes_per_token(model, kv_cache_dtype, tp)
-        self._flops_rate = gpu.peak_flops(model.weight_dtype) * cfg.compute_efficiency
+        self._flops_rate = gpu.peak_flops(compute_dtype(model.weight_dtype, gpu)) * cfg.compute_efficiency
         self._bytes_rate = gpu.hbm_bandwidth_bytes_per_s * cfg.memory_efficiency
         self._kv_bytes_rate = gpu.hbm_bandwidth_bytes_per_s * (
             cfg.kv_memory_efficiency or cfg.memory_efficiency

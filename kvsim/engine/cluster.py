@@ -1,15 +1,16 @@
 """The cluster: replicas behind a router, their requests, and the links between them.
 
-    arrivals ──> admission ──> entry router (sees a ClusterView) ──> replica (prefill or both)
-                    │ refused: rejected, with a reason         │ finish ──> follow-up turns
-                    v                                          │ first token (disaggregated)
-                 request table                                 └── KV link ──> decode router
-                                                                               └─> decode replica
+    source ──releases──> admission ──> entry router (sees a ClusterView) ──> replica (prefill or both)
+      ^                    │ refused: rejected, with a reason                  │ first token (disaggregated)
+      │                    v                                                   └── KV link ──> decode router
+      │                 request table                                                         └─> decode replica
+      └──── on_done: follow-up turns, a client's next request <── finished or rejected (any replica)
     replicas ──KV events──> index (what the router sees)    tiers ──> shared KV pool
     autoscaler ──starts / drains replicas of a group       shared links (fair share)
 
 `Cluster` owns the SimPy environment, the replicas, the routers and their views, the
-recorder and ledger, the links and the shared pool, and the autoscalers. It is the only
+recorder and ledger, the links and the shared pool, and the autoscalers. Its requests come
+from a `kvsim.engine.sources.RequestSource`, asked again whenever one is done. It is the only
 part of the engine (with `Replica`) that touches schedulers and block pools, which it
 builds from the resolved `Plan` (again, cold, when an autoscaled replica restarts).
 """
@@ -17,7 +18,7 @@ builds from the resolved `Plan` (again, cold, when an autoscaled replica restart
 from __future__ import annotations
 
 import gc
-from collections import defaultdict
+import math
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from kvsim.engine.ledger import RequestLedger
 from kvsim.engine.recorder import Recorder
 from kvsim.engine.replica import Replica, ReplicaLinks
 from kvsim.engine.routers import LeastLoadedRouter, Router, make_router, reads_prefix_cache
+from kvsim.engine.sources import ConversationSource, Release, RequestSource
 from kvsim.engine.transfers import TransferService
 from kvsim.engine.view import LiveClusterView
 from kvsim.errors import KvsimError
@@ -122,7 +124,10 @@ class Cluster:
         cost_model: CostModelSource | None = None,
         base_dir: Path | None = None,
         progress: ProgressFn | None = None,
+        source: RequestSource | None = None,
     ) -> None:
+        """``source`` decides when each of ``specs`` is sent (None: at its arrival time, a
+        follow-up turn think time after its parent finishes; `ConversationSource`)."""
         scenario = plan.scenario
         self.plan = plan
         self.env = simpy.Environment()
@@ -130,9 +135,8 @@ class Cluster:
         self.progress = progress
         self.num_finished = 0  # done: finished or rejected
         self.requests: dict[int, Request] = {}
-        self._children: dict[int, list[RequestSpec]] = defaultdict(list)
-        self._roots: list[RequestSpec] = []
         self._add_requests(specs)
+        self.source: RequestSource = source if source is not None else ConversationSource(specs)
         self.ledger = RequestLedger(self.requests)
         layout = plan.replicas
         self.groups = [g for _, g in layout]  # the group of every replica
@@ -170,7 +174,7 @@ class Cluster:
         self.total_outstanding = 0
         self.entry_waiting = 0
         self._arrivals_done = False
-        self._in_flight = 0  # follow-up turns waiting for their think time, KV transfers
+        self._in_flight = 0  # requests released to be sent later, KV transfers
         self._cluster_links: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
         self.fleet = Fleet(self)
         self._wire()
@@ -185,7 +189,6 @@ class Cluster:
             self.requests[spec.request_id] = Request(
                 spec, shared_content_ids=shared_ids, salt_by_tenant=salt_by_tenant
             )
-            (self._children[spec.parent_id] if spec.parent_id is not None else self._roots).append(spec)
         if any(s.retention.kind == "priority" for s in specs):
             plain = [g.name for g in self.plan.groups if g.engine.eviction_policy != "retention"]
             if plain:
@@ -200,7 +203,7 @@ class Cluster:
         if given is None:
             return build_cost_model(
                 group.config.cost_model,
-                model=self.plan.model,
+                model=self.plan.model_of(group),
                 gpu=group.gpu,
                 tp=group.tp,
                 kv_cache_dtype=group.engine.kv_cache_dtype,
@@ -208,6 +211,8 @@ class Cluster:
                 expert_parallel=group.config.expert_parallel,
                 speculative=group.engine.speculative_config,
                 draft_model=group.draft_model,
+                backend=group.engine.backend,
+                max_num_seqs=group.engine.max_num_seqs,
             )
         if isinstance(given, CostModel):
             return given
@@ -239,7 +244,7 @@ class Cluster:
         sched = Scheduler(
             eng,
             pool,
-            kv_manager=make_model_kv_manager(pool, eng.block_size, self.plan.model),
+            kv_manager=make_model_kv_manager(pool, eng.block_size, self.plan.model_of(group)),
             num_swap_blocks=kv.num_swap_blocks,
             max_model_len=group.max_model_len,
             role=group.role,
@@ -463,18 +468,25 @@ class Cluster:
         return sum(r.geometry.num_blocks for r in self.replicas)
 
     def _arrivals(self) -> Process:
+        """The source's requests sent at times known at the start, one after the other."""
         max_time = self.max_time_s
         env = self.env
         try:
-            for spec in sorted(self._roots, key=lambda s: (s.arrival_s, s.request_id)):
-                at = spec.arrival_s
+            for release in self.source.start():
+                at = release.at_s
                 if max_time is not None and at >= max_time:
                     return
                 if at > env.now:
                     yield env.timeout(at - env.now)
-                self._submit(spec, at)
+                self._send(release)
         finally:
             self._arrivals_done = True
+
+    def _send(self, release: Release) -> None:
+        """Send a released request now (its time, ``release.at_s``, has come)."""
+        if not math.isnan(release.ready_s):  # a client held it back: how long it waited
+            self.ledger.client_queue(release.spec.request_id, release.at_s - release.ready_s)
+        self._submit(release.spec, release.at_s)
 
     # -- admission and routing ---------------------------------------------------------
     def _submit(self, spec: RequestSpec, at: float) -> None:
@@ -519,30 +531,31 @@ class Cluster:
         self.ledger.reject(req.request_id, reason)
         self._on_done(req)
 
-    def _release(self, spec: RequestSpec, at: float) -> Process:
-        """A follow-up turn, sent ``think_time_s`` after its parent finished."""
+    def _release(self, release: Release) -> Process:
+        """A request the source released, sent at its time (a follow-up turn think time
+        after its parent finished, a client's next request when a slot frees)."""
+        at = release.at_s
         try:
             if self.max_time_s is not None and at >= self.max_time_s:
                 return
             yield self.env.timeout(max(at - self.env.now, 0.0))
         finally:
             self._in_flight -= 1
-        self._submit(spec, at)
+        self._send(release)
 
     def _on_done(self, req: Request) -> None:
-        """``req`` finished or was rejected: release (or reject) its follow-up turns."""
+        """``req`` finished or was rejected: send (or reject) what its completion releases."""
         self.num_finished += 1
-        for child in self._children.pop(req.request_id, ()):
-            if req.status is Status.FINISHED:
-                self._in_flight += 1
-                self.env.process(self._release(child, req.finish_s + child.think_time_s))
-            elif req.status is Status.REJECTED:
-                # The conversation ends here: its next turns are never sent.
-                turn = self.requests[child.request_id]
+        for release in self.source.on_done(req, self.env.now):
+            if release.dropped:  # never sent: rejected with the source's reason
+                turn = self.requests[release.spec.request_id]
                 turn.arrival_s = float("nan")
                 turn.status = Status.REJECTED
-                self.ledger.reject(child.request_id, "parent_rejected")
+                self.ledger.reject(release.spec.request_id, release.dropped)
                 self._on_done(turn)
+            else:
+                self._in_flight += 1
+                self.env.process(self._release(release))
         if self.progress is not None and self.num_finished % 64 == 0:
             self.progress(self.env.now, self.num_finished, len(self.requests))
 

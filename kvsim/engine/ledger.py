@@ -3,7 +3,8 @@
 The scheduler's `Request` says what happened inside a replica; the ledger adds what the
 cluster saw: why a request was rejected, the cached prefix its router expected, the tier
 each loaded block came from, how long its KV transfer took and how much of that was
-waiting for a shared link. `kvsim.engine.simulator` turns it into request-table columns.
+waiting for a shared link, and for a benchmark client which requests were warm-ups and how
+long each waited in the client for a free slot. `kvsim.engine.simulator` turns it into request-table columns.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class RequestLedger:
         self.tier_hits_tokens = {kind: np.zeros(n, dtype=np.int64) for kind in TIER_KINDS}
         self.kv_transfer_s = np.full(n, math.nan)
         self.kv_transfer_queueing_s = np.full(n, math.nan)
+        self.client_queue_s = np.zeros(n)  # held back by a benchmark client for a free slot
+        self.warmup = np.zeros(n, dtype=bool)  # sent by a benchmark client before it measures
         self.first_admission_tier_hits_tokens = 0  # loaded at a first admission (not a recompute)
         self.tier_write_bytes: dict[str, float] = {}
 
@@ -42,6 +45,13 @@ class RequestLedger:
 
     def reject(self, request_id: int, reason: str) -> None:
         self.reject_reason[self.position[request_id]] = reason
+
+    def client_queue(self, request_id: int, seconds: float) -> None:
+        self.client_queue_s[self.position[request_id]] = seconds
+
+    def mark_warmup(self, request_ids: Sequence[int]) -> None:
+        for rid in request_ids:
+            self.warmup[self.position[rid]] = True
 
     def expect(self, request_id: int, tokens: int) -> None:
         self.expected_hits_tokens[self.position[request_id]] = tokens

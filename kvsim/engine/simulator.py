@@ -20,6 +20,7 @@ from kvsim.core.request_state import Request, Status
 from kvsim.engine.cluster import Cluster, CostModelSource, ProgressFn, cyclic_gc_paused
 from kvsim.engine.ledger import RequestLedger
 from kvsim.engine.routers import Router
+from kvsim.engine.sources import BenchClientSource, RequestSource
 from kvsim.estimate import check_work, estimate_work
 from kvsim.plan import resolve_plan
 from kvsim.request import RequestSpec
@@ -36,7 +37,9 @@ def scenario_workload(scenario: Scenario, *, base_dir: Path | None = None) -> Wo
     """The requests `run` simulates for ``scenario``: its workload drawn from the seed's
     first child generator (bit for bit the requests the run uses)."""
     workload_seed = np.random.SeedSequence(scenario.seed).spawn(1)[0]
-    return generate_workload(scenario.workload, np.random.default_rng(workload_seed), base_dir=base_dir)
+    return generate_workload(
+        scenario.workload, np.random.default_rng(workload_seed), base_dir=base_dir, seed=scenario.seed
+    )
 
 
 def run(
@@ -75,15 +78,26 @@ def run(
         )
         check_work(estimate, plan, source)
     with cyclic_gc_paused():  # from the first request built to the last table row
+        sender: RequestSource | None = None
         if requests is None:
             workload = scenario_workload(scenario, base_dir=base_dir)
             specs, workload_summary = workload.requests, workload.info.summary()
+            if workload.client is not None:  # a benchmark client sends them, closed loop
+                sender = BenchClientSource(specs, workload.client)
         else:
             specs = list(requests)
             workload_summary = {"workload_kind": "custom", "workload_num_requests": len(specs)}
         cluster = Cluster(
-            plan, specs, router=router, cost_model=cost_model, base_dir=base_dir, progress=progress
+            plan,
+            specs,
+            router=router,
+            cost_model=cost_model,
+            base_dir=base_dir,
+            progress=progress,
+            source=sender,
         )
+        if isinstance(sender, BenchClientSource):
+            cluster.ledger.mark_warmup(sender.client.unmeasured)
         cluster.run()
         return _result(cluster, workload_summary, specs, release_requests=True)
 
@@ -114,6 +128,8 @@ def _result(
     it_df = cluster.recorder.iterations_frame()
     ev_df = cluster.recorder.events_frame()
     sim_time = float((it_df["start_s"] + it_df["duration_s"]).max()) if len(it_df) else 0.0
+    source = cluster.source
+    measured_start = source.measured_start_s if isinstance(source, BenchClientSource) else 0.0
     summary = summarize(
         scenario,
         req_df,
@@ -125,6 +141,7 @@ def _result(
         total_kv_blocks=cluster.total_kv_blocks,
         sim_time_s=sim_time,
         cluster=cluster.stats(sim_time),
+        measured_start_s=measured_start,
     )
     summary.update(workload_summary)
     side_channel = scenario.analysis.side_channel
@@ -192,6 +209,8 @@ def requests_frame(
             "shared_pool_hits_tokens": ledger.tier_hits_tokens["shared_pool"],
             "kv_transfer_s": ledger.kv_transfer_s,
             "kv_transfer_queueing_s": ledger.kv_transfer_queueing_s,
+            "warmup": ledger.warmup,
+            "client_queue_s": ledger.client_queue_s,
         }
     )
     if not df["request_id"].is_monotonic_increasing:

@@ -17,11 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvsim.backends import KNOB_NAMES
 from kvsim.cost.config import ProfileCostConfig
 from kvsim.cost.profile import check_profile_matches, load_profile
 from kvsim.errors import KvsimError
 from kvsim.kv_sizing import GIB, KvCapacity, engine_kv_capacity, weight_bytes
-from kvsim.memory_fit import max_model_len_problem
+from kvsim.memory_fit import max_model_len_problem, served_model
 from kvsim.presets import UnknownPresetError, resolve_gpu, resolve_model, tp_problem
 from kvsim.scenario.schema import ReplicaGroup, Scenario
 from kvsim.specs import GpuSpec, ModelSpec
@@ -270,7 +271,9 @@ def check_presets(scenario: Scenario, specs: _Specs | None = None) -> Problems:
         if gpu is None:
             problems += [p for p in specs.problems if p[0] == f"replicas.{i}.gpu"]
         elif model is not None:
-            problems += _group_fits(model, gpu, group, f"replicas.{i}")
+            problems += _group_fits(
+                served_model(model, group.engine.quantization), gpu, group, f"replicas.{i}"
+            )
     return problems
 
 
@@ -304,13 +307,18 @@ def _group_fits(model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, where: str)
         return problems + draft_problems
     cap = engine_kv_capacity(model, gpu, group.tp, engine, use_override=False, draft_model=draft)
     if cap.weight_bytes_per_shard > cap.budget_bytes:
+        allows = (
+            f"{_gib(gpu.memory_bytes)} x gpu_memory_utilization {engine.gpu_memory_utilization}"
+            if engine.backend == "vllm"
+            else f"{engine.backend}'s {KNOB_NAMES['gpu_memory_utilization'][engine.backend]} "
+            f"{engine.gpu_memory_utilization} of {_gib(gpu.memory_bytes)}"
+        )
         problems.append(
             (
                 f"{where}.tp",
                 f"{model.name} weights need {_gib(cap.weight_bytes_per_shard)} per GPU "
                 f"({_gib(weight_bytes(model))} / tp={group.tp}) but {gpu.name} allows "
-                f"{_gib(cap.budget_bytes)} ({_gib(gpu.memory_bytes)} x gpu_memory_utilization "
-                f"{engine.gpu_memory_utilization}); raise tp or pick a larger GPU",
+                f"{_gib(cap.budget_bytes)} ({allows}); raise tp or pick a larger GPU",
             )
         )
     elif engine.num_gpu_blocks_override is None and cap.num_blocks < 2:
@@ -324,7 +332,8 @@ def _group_fits(model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, where: str)
                 f"{_gib(cap.kv_bytes_per_shard)} per GPU",
             )
         )
-    elif engine.num_gpu_blocks_override is None:
+    elif engine.num_gpu_blocks_override is None and engine.backend == "vllm":
+        # vLLM refuses to start; SGLang and TensorRT-LLM cap the length (kvsim.plan.served_max_model_len)
         problems += _max_model_len_fits(model, gpu, group, cap, where)
     return problems
 
@@ -384,7 +393,11 @@ def check_cost_references(
         try:
             profile = load_profile(cfg.profile, base_dir)
             check_profile_matches(
-                profile, model=specs.model, gpu=gpu, tp=group.tp, kv_cache_dtype=group.engine.kv_cache_dtype
+                profile,
+                model=served_model(specs.model, group.engine.quantization),
+                gpu=gpu,
+                tp=group.tp,
+                kv_cache_dtype=group.engine.kv_cache_dtype,
             )
         except KvsimError as exc:
             problems.append((f"replicas.{i}.cost_model.profile", str(exc)))

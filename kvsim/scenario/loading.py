@@ -19,7 +19,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from kvsim.backends import DEFAULTED_KNOBS
 from kvsim.errors import ScenarioError, YamlError
+from kvsim.hf_config import resolve_model_paths
 from kvsim.limits import MAX_YAML_INT_DIGITS
 from kvsim.paths import path_problem, printable
 from kvsim.scenario.checks import check_scenario
@@ -177,7 +179,7 @@ def load_scenario(
             [("", f"a scenario is a path, a mapping, a Scenario or None, not {type(source).__name__}")],
         )
     if isinstance(source, Scenario):
-        data, name = source.model_dump(mode="json", exclude_unset=False), f"<scenario {source.name}>"
+        data, name = scenario_data(source), f"<scenario {source.name}>"
     elif source is None:
         text = resources.files("kvsim.data").joinpath(DEFAULT_SCENARIO).read_text(encoding="utf-8")
         data, name = parse_yaml(text, f"<embedded {DEFAULT_SCENARIO}>"), f"<embedded {DEFAULT_SCENARIO}>"
@@ -188,12 +190,33 @@ def load_scenario(
         # resolved scenario saved beside a result reloads from anywhere.
         path = _scenario_path(source)
         base_dir = path.resolve().parent
-        data, name = resolve_workload_paths(read_yaml(path), base_dir), printable(str(source))
+        data, name = resolve_file_paths(read_yaml(path), base_dir), printable(str(source))
     if overrides:
         # Apply overrides to the fully resolved scenario, so that paths into defaults the
         # file left out (``replicas.0.tp`` in a file without ``replicas``) exist.
-        data = apply_overrides(validate(data, name, base_dir).model_dump(mode="json"), overrides)
+        data = apply_overrides(scenario_data(validate(data, name, base_dir)), overrides)
     return validate(data, name, base_dir)
+
+
+def resolve_file_paths(data: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """Scenario data read from a file in ``base_dir`` with its relative paths made absolute:
+    trace and length files (`resolve_workload_paths`) and hf_config files (`resolve_model_paths`)."""
+    return resolve_model_paths(resolve_workload_paths(data, base_dir), base_dir)
+
+
+def scenario_data(scenario: Scenario) -> dict[str, Any]:
+    """A validated scenario as plain data to apply overrides to and validate again.
+
+    Every field is written out, except the engine knobs that took their backend's default
+    (`kvsim.backends`): validating again derives them anew, so an override of the backend,
+    its version, the GPU or the TP degree changes them, while a knob the scenario set stays.
+    """
+    data: dict[str, Any] = scenario.model_dump(mode="json")
+    for group, raw in zip(scenario.replicas, data["replicas"], strict=True):
+        for knob in DEFAULTED_KNOBS:
+            if knob not in group.engine.model_fields_set:
+                raw["engine"].pop(knob, None)
+    return data
 
 
 def _scenario_path(source: str | os.PathLike[str]) -> Path:
@@ -209,7 +232,7 @@ def _scenario_path(source: str | os.PathLike[str]) -> Path:
 
 
 def dump_scenario(scenario: Scenario) -> str:
-    """The fully resolved scenario as YAML (every default written out)."""
+    """The fully resolved scenario as YAML (every default written out, the backend's included)."""
     text: str = yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
     return text
 

@@ -23,12 +23,15 @@ profiles live in `kvsim.scenario.checks`; loading and overrides in `kvsim.scenar
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
+from kvsim.backends import DEFAULTED_KNOBS, Backend, resolve_engine
 from kvsim.cost.config import CostModelConfig, RooflineCostConfig, _CostHolder
+from kvsim.errors import KvsimError
 from kvsim.frozen import FrozenModel, Name
+from kvsim.hf_config import read_model_ref
 from kvsim.limits import (
     MAX_BANDWIDTH_BYTES_PER_S,
     MAX_GPU_MEMORY_BYTES,
@@ -40,9 +43,19 @@ from kvsim.limits import (
     MIN_BANDWIDTH_BYTES_PER_S,
     MIN_PERIOD_S,
 )
+from kvsim.memory_fit import served_model
+from kvsim.presets import resolve_gpu, resolve_model
 from kvsim.registry import EVICTION_POLICIES, ROUTERS, SCHEDULING_POLICIES
-from kvsim.specs import GpuSpec, KvDtype, ModelSpec
+from kvsim.specs import GpuSpec, KvDtype, ModelSpec, WeightDtype
 from kvsim.workload.config import SyntheticWorkload, WorkloadConfig
+
+#: A model named by preset or Hugging Face id, given inline, or read from a config.json:
+#: ``{hf_config: PATH, name: ..., weight_dtype: ...}`` becomes a ModelSpec when validated.
+ModelRef = Annotated[str | ModelSpec, BeforeValidator(read_model_ref)]
+_MODEL_REF_HELP = (
+    "a preset name or Hugging Face id (kvsim.presets; e.g. llama-3.1-8b, Qwen/Qwen3-32B-FP8), an "
+    "inline model spec, or {hf_config: PATH} to read a Hugging Face config.json (kvsim.hf_config)"
+)
 
 #: Largest block size, tokens; most KV blocks of one pool; most host memory for swap or
 #: offload, GiB (a pebibyte); most replicas per group, GPUs per replica, groups per scenario.
@@ -78,8 +91,8 @@ class SpeculativeConfig(FrozenModel):
     num_speculative_tokens: int = Field(
         ge=1, le=32, description="Draft tokens proposed per step (vLLM's num_speculative_tokens)."
     )
-    model: str | ModelSpec | None = Field(
-        default=None, description="method draft_model: the draft model, a preset name or an inline spec."
+    model: ModelRef | None = Field(
+        default=None, description=f"method draft_model: the draft model: {_MODEL_REF_HELP}."
     )
     acceptance_rate: float | None = Field(
         default=None,
@@ -128,8 +141,31 @@ class SpeculativeConfig(FrozenModel):
 
 
 class EngineConfig(FrozenModel):
-    """Serving-engine knobs of one replica, with vLLM's names and defaults."""
+    """Serving-engine knobs of one replica, with vLLM's names.
 
+    A knob left unset takes the default of ``backend`` at ``backend_version`` on the group's
+    GPU and TP degree (`kvsim.backends`); a knob set always wins. The field defaults below are
+    kvsim's own, which vLLM without a backend_version keeps.
+    """
+
+    backend: Backend = Field(
+        default="vllm",
+        description="The serving engine whose defaults fill the knobs left unset: vllm, sglang or "
+        "trtllm (TensorRT-LLM's trtllm-serve). kvsim schedules as vLLM does; docs/backends.md says "
+        "what is approximated for the others.",
+    )
+    backend_version: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The backend's release (e.g. 0.11.2, 0.5.9, 1.2.0rc6) whose defaults apply, as its "
+        "online server sets them. None: for vllm, kvsim's own defaults (docs/backends.md lists how "
+        "they differ from each vLLM release); for sglang and trtllm, the newest release tabulated.",
+    )
+    quantization: WeightDtype | None = Field(
+        default=None,
+        description="Weight precision this deployment serves (vLLM's --quantization): fp8, fp8_block, "
+        "int8, int4, nvfp4, mxfp4, fp16, bf16. None: the model's weight_dtype.",
+    )
     block_size: int = Field(
         default=16, ge=1, le=MAX_BLOCK_SIZE, description="Tokens per KV block (vLLM default 16)."
     )
@@ -159,7 +195,10 @@ class EngineConfig(FrozenModel):
         default=0.9,
         gt=0,
         le=1,
-        description="Fraction of GPU memory the engine may use (weights + activations + KV).",
+        description="Fraction of GPU memory the engine may use (weights + activations + KV). With "
+        "backend sglang it is mem_fraction_static (weights + KV); with trtllm, "
+        "kv_cache_config.free_gpu_memory_fraction: the share of the memory left after weights and "
+        "activations that the KV cache takes.",
     )
     kv_cache_dtype: KvDtype = Field(
         default="auto", description="KV-cache element type; 'auto' uses the model's dtype."
@@ -242,6 +281,16 @@ class EngineConfig(FrozenModel):
     @classmethod
     def _known_scheduling_policy(cls, name: str) -> str:
         return SCHEDULING_POLICIES.check(name)
+
+    @model_validator(mode="after")
+    def _backend_defaults(self) -> EngineConfig:
+        """Unset knobs at the backend's defaults for an unknown GPU (the scenario resolves them
+        again with its GPU, TP degree and model: `Scenario._resolve_engines`)."""
+        resolved = resolve_engine(self)  # raises BackendVersionError (a ValueError) for a bad version
+        if resolved is not self:
+            for key in DEFAULTED_KNOBS:
+                object.__setattr__(self, key, getattr(resolved, key))  # still unset: fields_set unchanged
+        return self
 
     @field_validator("eviction_policy")
     @classmethod
@@ -644,9 +693,7 @@ class Scenario(FrozenModel):
     seed: int = Field(
         default=0, ge=0, le=MAX_SEED, description="Seed of every random draw (same seed, same Result)."
     )
-    model: str | ModelSpec = Field(
-        default="llama-3-8b", description="Model preset name or an inline model spec."
-    )
+    model: ModelRef = Field(default="llama-3-8b", description=f"The model: {_MODEL_REF_HELP}.")
     replicas: list[ReplicaGroup] = Field(
         default_factory=lambda: [ReplicaGroup()],
         min_length=1,
@@ -681,3 +728,28 @@ class Scenario(FrozenModel):
     def num_replicas(self) -> int:
         """Replicas at the start (autoscaled groups: their initial count)."""
         return sum(g.count for g in self.replicas)
+
+    @model_validator(mode="after")
+    def _resolve_engines(self) -> Scenario:
+        """Every group's unset engine knobs at its backend's defaults for its GPU, TP degree and
+        (quantized) model (`kvsim.backends.resolve_engine`). Names that do not resolve are left
+        for `kvsim.scenario.checks` to report."""
+        try:
+            model: ModelSpec | None = resolve_model(self.model)
+        except KvsimError:
+            model = None
+        groups = []
+        for group in self.replicas:
+            try:
+                gpu: GpuSpec | None = resolve_gpu(group.gpu)
+            except KvsimError:
+                gpu = None
+            served = served_model(model, group.engine.quantization) if model is not None else None
+            engine = resolve_engine(group.engine, gpu=gpu, tp=group.tp, model=served)
+            if engine is not group.engine:
+                group = group.model_copy()
+                object.__setattr__(group, "engine", engine)  # resolved defaults; fields_set unchanged
+            groups.append(group)
+        if any(g is not o for g, o in zip(groups, self.replicas, strict=True)):
+            object.__setattr__(self, "replicas", groups)
+        return self

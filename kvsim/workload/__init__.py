@@ -16,7 +16,9 @@ from pydantic import BaseModel
 
 from kvsim.errors import KvsimError
 from kvsim.request import RequestSpec
+from kvsim.workload.bench_serve import BenchClient, generate_bench_serve
 from kvsim.workload.config import (
+    BenchServeWorkload,
     EmpiricalLength,
     MixtureWorkload,
     SyntheticWorkload,
@@ -51,19 +53,36 @@ class WorkloadInfo:
 
 @dataclass(frozen=True)
 class Workload:
-    """Requests sorted by arrival plus what produced them."""
+    """Requests sorted by arrival plus what produced them.
+
+    ``client``: a benchmark client (``bench_serve``) that decides when each request is sent
+    (its requests' ``arrival_s`` are then placeholders); None: each is sent at its
+    ``arrival_s``, a follow-up turn think time after its parent finishes.
+    """
 
     requests: list[RequestSpec]
     info: WorkloadInfo
+    client: BenchClient | None = None
 
 
 def generate_workload(
-    cfg: WorkloadConfig, rng: np.random.Generator, *, base_dir: Path | None = None
+    cfg: WorkloadConfig,
+    rng: np.random.Generator,
+    *,
+    base_dir: Path | None = None,
+    seed: int | None = None,
 ) -> Workload:
     """All requests of a workload (sorted by arrival, ties by request id) with their `WorkloadInfo`.
 
-    ``base_dir`` resolves relative trace paths (the scenario file's folder).
+    ``base_dir`` resolves relative trace paths (the scenario file's folder). ``seed`` is the
+    scenario's seed: a benchmark client draws from generators seeded with it, as vLLM's
+    client does with --seed, unless its workload names a seed (None: one drawn from ``rng``).
     """
+    if isinstance(cfg, BenchServeWorkload):
+        if seed is None:
+            seed = int(rng.integers(2**32))
+        specs, client = generate_bench_serve(cfg, seed)
+        return Workload(specs, WorkloadInfo(cfg.kind, len(specs), len(specs)), client)
     if isinstance(cfg, SyntheticWorkload):
         requests = generate_synthetic(cfg, rng, base_dir=base_dir)
         report = None
@@ -153,6 +172,7 @@ def resolve_workload_paths(data: dict[str, Any], base_dir: str | Path) -> dict[s
 
 
 __all__ = [
+    "BenchClient",
     "Workload",
     "WorkloadInfo",
     "generate_requests",

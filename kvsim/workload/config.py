@@ -2,7 +2,7 @@
 
 Every choice is a tagged union on ``kind``:
 
-    workload        synthetic | trace
+    workload        synthetic | trace | mixture | bench_serve
     arrival         poisson | gamma | constant | onoff | ramp | diurnal
     *_tokens        fixed | uniform | lognormal | zipf | empirical
 
@@ -23,10 +23,20 @@ import math
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, model_validator
+from pydantic import (
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from kvsim.frozen import FrozenModel, Name
 from kvsim.limits import (
+    MAX_BENCH_LEN,
+    MAX_BURSTINESS,
     MAX_CV,
     MAX_EXPONENT,
     MAX_NUM_REQUESTS,
@@ -41,6 +51,7 @@ from kvsim.limits import (
     MAX_TOKENS,
     MAX_WEIGHT,
     MAX_YAML_SCALAR_CHARS,
+    MIN_BURSTINESS,
     MIN_CV,
     MIN_ONOFF_ARRIVALS_PER_CYCLE,
     MIN_PERIOD_S,
@@ -535,6 +546,227 @@ class TraceWorkload(FrozenModel):
         return self
 
 
+# --------------------------------------------------------------------------- benchmark clients
+
+
+def _inf_or_number(value: Any) -> Any:
+    """``inf`` (vLLM's spelling, a YAML string) or YAML's ``.inf`` as the literal "inf"."""
+    if isinstance(value, str) and value.strip().lower() in ("inf", "+inf", "infinity", ".inf"):
+        return "inf"
+    if isinstance(value, float) and value == math.inf:
+        return "inf"
+    return value
+
+
+class RangeRatios(FrozenModel):
+    """Separate range ratios for prompt and output lengths (vLLM 0.32's JSON form
+    ``{"input": 0.3, "output": 0.5}`` of ``--random-range-ratio``)."""
+
+    input: float = Field(ge=0, le=1, description="Range ratio of the prompt (input) lengths.")
+    output: float = Field(ge=0, le=1, description="Range ratio of the output lengths.")
+
+
+class BenchServeWorkload(FrozenModel):
+    """A benchmark client as ``vllm bench serve --dataset-name random`` runs it (vLLM 0.32.0).
+
+    A closed loop: at most ``max_concurrency`` requests in flight; when one finishes, the
+    next request in order is sent. Optionally a request rate (gamma gaps of shape
+    ``burstiness``) paces when requests become ready; warm-up requests (copies of the first
+    prompt) run before, and are left out of every figure. Output lengths are exact
+    (``--ignore-eos``). Names and defaults are vLLM's; see docs/workloads.md.
+    """
+
+    kind: Literal["bench_serve"] = Field(
+        default="bench_serve", description="Selects this variant (bench_serve)."
+    )
+    num_prompts: int = Field(
+        default=1000, ge=1, le=MAX_NUM_REQUESTS, description="Measured requests (--num-prompts)."
+    )
+    max_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_NUM_REQUESTS,
+        description="Most requests in flight at once (--max-concurrency); the next one is sent when "
+        "one finishes. None: no limit.",
+    )
+    num_warmups: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_NUM_REQUESTS,
+        description="Warm-up requests (--num-warmups): copies of the first prompt, sent before the "
+        "measured run at the same concurrency, all waited for; excluded from every figure.",
+    )
+    ready_check: bool = Field(
+        default=False,
+        description="One request of the first prompt before the warm-ups, waited for (vLLM's "
+        "--ready-check-timeout-sec > 0; older benchmark_serving.py clients always send this 'initial "
+        "single prompt test run'). Excluded from every figure.",
+    )
+    request_rate: Annotated[float, Field(ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S)] | Literal["inf"] = Field(
+        default="inf",
+        description="Requests per second the client makes ready (--request-rate); inf: all at once.",
+    )
+    burstiness: Annotated[float, Field(ge=MIN_BURSTINESS, le=MAX_BURSTINESS)] | Literal["inf"] = Field(
+        default=1.0,
+        description="Gamma shape of the gaps between ready times (--burstiness): 1 is Poisson, "
+        "below 1 burstier, inf evenly spaced. Only with a finite request_rate.",
+    )
+    random_input_len: int = Field(
+        default=1024, ge=0, le=MAX_BENCH_LEN, description="Base prompt length (--random-input-len)."
+    )
+    random_output_len: int = Field(
+        default=128, ge=1, le=MAX_BENCH_LEN, description="Base output length (--random-output-len)."
+    )
+    random_range_ratio: Annotated[float, Field(ge=0, le=1)] | RangeRatios = Field(
+        default=0.0,
+        description="Spread of the lengths around their base (--random-range-ratio); a number for "
+        "both, or {input, output}. How it is used: random_range_ratio_rule.",
+    )
+    random_range_ratio_rule: Literal["symmetric", "legacy"] = Field(
+        default="symmetric",
+        description="symmetric (vLLM >= 0.8.4): uniform integers in [floor(L(1-r)), ceil(L(1+r))], r < 1; "
+        "legacy (vLLM <= 0.8.3, SGLang's bench_serving, InferenceMAX's client): uniform integers "
+        "in [int(L r), L] (r = 1: fixed lengths).",
+    )
+    random_prefix_len: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_BENCH_LEN,
+        description="Tokens of one random prefix every prompt starts with, added to the drawn "
+        "length (--random-prefix-len).",
+    )
+    num_special_tokens: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        description="Tokens the server's tokenizer adds to every prompt (1 for Llama 3's BOS). "
+        "The symmetric rule draws around random_input_len minus them, as vLLM 0.32's client does; "
+        "the server adds them back.",
+    )
+    ignore_eos: bool = Field(
+        default=True,
+        description="Outputs run to their drawn length (--ignore-eos; vLLM's client sets it for the "
+        "random dataset). kvsim has no end-of-sequence token: only true is possible.",
+    )
+    seed: int | None = Field(
+        default=None,
+        ge=0,
+        le=2**53 - 1,
+        description="Seed of the lengths and gaps (--seed); None: the scenario's seed. Below 2^32, "
+        "the same draws as vLLM 0.32's client with that --seed.",
+    )
+    tenant: str = Field(
+        max_length=MAX_YAML_SCALAR_CHARS, default="default", description="Tenant of every request."
+    )
+
+    @field_validator("request_rate", "burstiness", mode="before")
+    @classmethod
+    def _inf_or_bounded(cls, value: Any, info: ValidationInfo) -> Any:
+        """One clear message for both fields: ``inf`` (vLLM's spelling), or a number in range."""
+        value = _inf_or_number(value)
+        low, high = (
+            (MIN_RATE_PER_S, MAX_RATE_PER_S)
+            if info.field_name == "request_rate"
+            else (MIN_BURSTINESS, MAX_BURSTINESS)
+        )
+        if value == "inf":
+            return value
+        if isinstance(value, int | float) and not isinstance(value, bool) and low <= value <= high:
+            return value
+        raise ValueError(f"must be inf or a number in [{low:g}, {high:g}], got {value!r}")
+
+    @field_validator("random_range_ratio", mode="before")
+    @classmethod
+    def _ratio(cls, value: Any) -> Any:
+        """One clear message: a number in [0, 1] or {input, output} (vLLM's JSON form)."""
+        if isinstance(value, dict):
+            try:
+                return RangeRatios.model_validate(value)
+            except ValidationError as err:
+                rules = "; ".join(
+                    f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in err.errors()
+                )
+                raise ValueError(f"{{input: R, output: R}} expected ({rules})") from None
+        if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1:
+            return value
+        if isinstance(value, RangeRatios):
+            return value
+        raise ValueError(f"must be a number in [0, 1] or {{input: R, output: R}}, got {value!r}")
+
+    @field_validator("ignore_eos")
+    @classmethod
+    def _exact_outputs(cls, value: bool) -> bool:
+        if not value:
+            raise ValueError("must be true: kvsim produces exactly the drawn output lengths (it has no EOS)")
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> BenchServeWorkload:
+        r_in, r_out = self.range_ratios
+        if self.random_range_ratio_rule == "symmetric" and max(r_in, r_out) >= 1:
+            raise ValueError(
+                "random_range_ratio must be in [0, 1) under the symmetric rule (vLLM's "
+                f"get_sampling_params), got {self.random_range_ratio!r}"
+            )
+        low, _ = self.input_range
+        if self.random_prefix_len + low < 1:
+            raise ValueError(
+                "random_input_len is too small: random_prefix_len + the shortest drawn prompt "
+                f"({self.random_prefix_len} + {low}) must be >= 1"
+            )
+        if self.total_requests > MAX_NUM_REQUESTS:
+            raise ValueError(f"num_prompts + num_warmups (+ the ready check) must be <= {MAX_NUM_REQUESTS:,}")
+        return self
+
+    @property
+    def request_rate_per_s(self) -> float:
+        return math.inf if self.request_rate == "inf" else float(self.request_rate)
+
+    @property
+    def burstiness_shape(self) -> float:
+        return math.inf if self.burstiness == "inf" else float(self.burstiness)
+
+    @property
+    def total_requests(self) -> int:
+        """Every request the client sends: warm-ups and the ready check included."""
+        return self.num_prompts + self.num_warmups + int(self.ready_check)
+
+    @property
+    def range_ratios(self) -> tuple[float, float]:
+        """(input, output) range ratios (vLLM's ``_resolve_range_ratios``)."""
+        r = self.random_range_ratio
+        return (r.input, r.output) if isinstance(r, RangeRatios) else (float(r), float(r))
+
+    @property
+    def input_range(self) -> tuple[int, int]:
+        """Smallest and largest drawn prompt length, before the prefix and special tokens."""
+        return _length_range(
+            self.random_input_len, self.range_ratios[0], self.random_range_ratio_rule, self.num_special_tokens
+        )
+
+    @property
+    def output_range(self) -> tuple[int, int]:
+        """Smallest and largest output length."""
+        low, high = _length_range(
+            self.random_output_len, self.range_ratios[1], self.random_range_ratio_rule, 0
+        )
+        return max(low, 1), max(high, 1)
+
+
+def _length_range(length: int, ratio: float, rule: str, special: int) -> tuple[int, int]:
+    """The integers lengths are drawn from, both ends included.
+
+    symmetric (vLLM 0.32.0, benchmarks/datasets/utils.py, get_sampling_params):
+        [floor(L' (1 - r)), ceil(L' (1 + r))] with L' = max(0, L - special tokens)
+    legacy (vLLM <= 0.8.3, benchmarks/benchmark_serving.py, sample_random_requests):
+        [int(L r), L]
+    """
+    if rule == "legacy":
+        return int(length * ratio), length
+    real = max(0, length - special)
+    return math.floor(real * (1 - ratio)), math.ceil(real * (1 + ratio))
+
+
 ComponentConfig = Annotated[
     Annotated[SyntheticWorkload, Tag("synthetic")] | Annotated[TraceWorkload, Tag("trace")],
     Discriminator(_kind_or("synthetic")),
@@ -559,6 +791,7 @@ class MixtureWorkload(FrozenModel):
 WorkloadConfig = Annotated[
     Annotated[SyntheticWorkload, Tag("synthetic")]
     | Annotated[TraceWorkload, Tag("trace")]
-    | Annotated[MixtureWorkload, Tag("mixture")],
+    | Annotated[MixtureWorkload, Tag("mixture")]
+    | Annotated[BenchServeWorkload, Tag("bench_serve")],
     Discriminator(_kind_or("synthetic")),
 ]

@@ -1,0 +1,511 @@
+"""kvsim against real GPU deployments: aiconfigurator-core's silicon_sample.csv replayed row by row.
+
+    python benchmarks/silicon.py [--rows CSV] [--out JSON] [--report MD] [--jobs N]
+                                 [--peer JSON] [--match TEXT ...] [--set key=value ...]
+
+Each row of a CSV in ``silicon_sample.csv``'s format (aiconfigurator-core 0.12.0, NVIDIA,
+Apache-2.0: a deployment's engine, version, model, GPU system, precision, tensor
+parallelism, ISL, OSL, concurrency and its measured mean TTFT and mean TPOT) becomes one
+kvsim scenario: the model and GPU presets the row names (aliases of its Hugging Face id and
+aiconfigurator system), the engine (``engine.backend`` and ``backend_version``: that
+release's default knobs), the weight precision (``engine.quantization``) and the KV-cache
+dtype, the ``kernels`` cost model (the measured kernel tables of that GPU and engine), and
+the benchmark client as the row was measured (``workload: {kind: bench_serve}``: C clients
+in a closed loop, the row's prompt count, warm-ups and length ranges;
+benchmarks/silicon_harness.py and docs/validation.md say where each comes from). kvsim
+runs it and writes, per row,
+
+    {"id", "status" ("ok" or "unsupported: why"), "mean_ttft_ms", "mean_tpot_ms"}
+
+(a JSON list, the format of benchmarks/aiconfigurator_peer.py). Then it prints error
+tables (predicted / measured - 1: median and p90 of its absolute value, and the median
+signed error as the bias) per (model, GPU, backend), for the rows constants were fitted on
+(h200_sxm) and the held-out rest apart, beside NVIDIA's estimator on the same rows when its
+predictions are there (``--peer``, default benchmarks/results/aiconfigurator_silicon.json.gz).
+
+Rows kvsim does not model are "unsupported", with the reason: disaggregated serving and
+mixture-of-experts / MLA models (issue 22: the kernels cost model prices dense models),
+pipeline or attention-data parallelism.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kvsim.cost.tables import package_tables_root  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+HARNESS = RESULTS / "silicon_harness.csv.gz"
+PEER = RESULTS / "aiconfigurator_silicon.json.gz"
+#: The only GPU constants may be fitted on (issue 20's rule); every other GPU is held out.
+FIT_SYSTEM = "h200_sxm"
+DENSE_FAMILIES = ("Llama-3.1-8B", "Llama-3.1-70B", "Qwen3-32B")
+
+#: The tables' gemm_quant_mode -> engine.quantization (empty: the checkpoint's 16 bits).
+QUANTIZATION = {"": None, "bfloat16": None, "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4",
+                "mxfp4": "mxfp4", "int4_wo": "int4"}  # fmt: skip
+#: The row's precision -> engine.kv_cache_dtype. InferenceMAX's Llama-3.1-70B fp8 runs pass
+#: --kv-cache-dtype fp8 (benchmarks/70b_fp8_h200_slurm.sh at ac1998a50, docs/validation.md);
+#: fp4 deployments keep an fp8 cache (no fp4 KV in these engines); 16-bit ones the model's.
+KV_DTYPE = {"": "auto", "bf16": "auto", "fp16": "auto", "fp8": "fp8", "fp4": "fp8"}
+
+
+#: Engine flags the harness's launch scripts pass, where they are published: InferenceMAX's
+#: Llama-3.1-70B scripts at SemiAnalysisAI/InferenceX ac1998a50 (2025-10-20), the October
+#: 2025 runs of the 441 Llama-3.1-70B rows. vLLM (benchmarks/70b_fp8_h100_slurm.sh,
+#: 70b_fp8_h200_slurm.sh, 70b_fp8_b200_docker.sh, 70b_fp4_b200_docker.sh): max-num-batched-
+#: tokens 8192, no prefix caching, fp8 KV, max-num-seqs C (512 on B200). TensorRT-LLM
+#: (70b_fp8_h200_trt_slurm.sh, 70b_fp8_b200_trt_slurm.sh, 70b_fp4_b200_trt_slurm.sh):
+#: --max_num_tokens 16384, kv_cache_config dtype fp8 and enable_block_reuse false.
+INFERENCEMAX_70B: dict[str, dict[str, Any]] = {
+    "vllm": {"max_num_batched_tokens": 8192, "enable_prefix_caching": False, "kv_cache_dtype": "fp8"},
+    "trtllm": {"max_num_batched_tokens": 16384, "enable_prefix_caching": False, "kv_cache_dtype": "fp8"},
+}
+
+
+def engine_flags(row: dict[str, str], harness: dict[str, str], concurrency: int) -> dict[str, Any]:
+    """The engine knobs a row's harness set on the command line (`INFERENCEMAX_70B`), else none."""
+    if harness.get("harness") != "inferencemax-single-node" or "Llama-3.1-70B" not in row["model_path"]:
+        return {}
+    flags = dict(INFERENCEMAX_70B.get(row["backend"], {}))
+    if row["backend"] == "vllm":
+        flags["max_num_seqs"] = 512 if row["system"] == "b200_sxm" else concurrency
+    return flags
+
+
+#: The harness whose settings are assumed, not documented (docs/validation.md): the
+#: sensitivity runs (`--assume`) change only its rows.
+ASSUMED_HARNESS = "nvidia-gap-analysis"
+
+
+def assume(harness: dict[str, str], prompts_per_client: float | None, range_ratio: float | None,
+           warmups_per_client: float | None) -> dict[str, str]:  # fmt: skip
+    """One row's harness record under another assumption of the gap-analysis client: measured
+    prompts and warm-ups per client, the lengths' range ratio (the legacy rule, U[floor(R L), L])."""
+    if harness.get("harness") != ASSUMED_HARNESS:
+        return harness
+    out = dict(harness)
+    c = _int(harness.get("concurrency")) or 0
+    if prompts_per_client is not None:
+        out["num_prompts"] = str(round(prompts_per_client * c))
+    if warmups_per_client is not None:
+        out["num_warmups"] = str(round(warmups_per_client * c))
+    if range_ratio is not None:
+        out["random_range_ratio"] = str(range_ratio)
+    return out
+
+
+def default_rows() -> Path:
+    root = package_tables_root()
+    if root is None:
+        raise SystemExit("aiconfigurator-core is not installed (pip install -e '.[kernels]'); give --rows")
+    return root.parent / "silicon_sample.csv"
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", newline="", encoding="utf-8") as fh:  # type: ignore[operator]
+        return list(csv.DictReader(fh))
+
+
+def harness_by_id(path: Path) -> dict[str, dict[str, str]]:
+    return {row["id"]: row for row in read_csv(path)} if path.is_file() else {}
+
+
+def _num(text: str | None) -> float | None:
+    try:
+        value = float(text) if text not in (None, "") else None
+    except ValueError:
+        return None
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _int(text: str | None) -> int | None:
+    value = _num(text)
+    return int(value) if value is not None else None
+
+
+def scenario_for(
+    row: dict[str, str], harness: dict[str, str] | None, extra: dict[str, Any]
+) -> dict[str, Any]:
+    """The kvsim scenario of one silicon row; ValueError("unsupported: ...") when kvsim cannot
+    represent the deployment."""
+    from kvsim.presets import resolve_gpu, resolve_model
+
+    if row.get("mode") != "agg":
+        raise ValueError("unsupported: disaggregated serving (issue 22)")
+    if (_int(row.get("pp_size")) or 1) > 1:
+        raise ValueError("unsupported: pipeline parallelism")
+    if (_int(row.get("attention_dp_size")) or 1) > 1:
+        raise ValueError("unsupported: attention data parallelism (issue 22)")
+    try:
+        model = resolve_model(row["model_path"])
+        gpu = resolve_gpu(row["system"])
+    except Exception as exc:  # an unknown name: a preset kvsim does not have
+        raise ValueError(f"unsupported: {exc}") from None
+    if model.is_moe or model.is_mla:
+        raise ValueError(
+            "unsupported: mixture of experts / MLA (the kernels cost model prices dense models; issue 22)"
+        )
+    quant = row.get("gemm_quant_mode") or ""
+    if quant not in QUANTIZATION:
+        raise ValueError(f"unsupported: weight precision {quant!r}")
+    precision = row.get("precision") or ""
+    concurrency = _int((harness or {}).get("concurrency")) or _int(row.get("batch_size"))
+    isl, osl, tp = _int(row.get("isl")), _int(row.get("osl")), _int(row.get("tp_size")) or 1
+    if not concurrency or not isl or not osl:
+        raise ValueError("unsupported: the row has no concurrency, ISL or OSL")
+    h = harness or {}
+    ratio = _num(h.get("random_range_ratio"))
+    num_prompts = _int(h.get("num_prompts")) or 10 * concurrency
+    num_warmups = _int(h.get("num_warmups")) or 0
+    engine: dict[str, Any] = {
+        "backend": row["backend"],
+        "quantization": QUANTIZATION[quant],
+        "kv_cache_dtype": KV_DTYPE.get(precision, "auto"),
+    }
+    version = row.get("backend_version") or None
+    if version is not None:
+        engine["backend_version"] = version
+    engine.update(engine_flags(row, h, concurrency))
+    scenario: dict[str, Any] = {
+        "name": row["id"][:200],
+        "model": model.name,
+        "replicas": [{"gpu": gpu.name, "tp": tp, "engine": engine, "cost_model": {"kind": "kernels"}}],
+        "workload": {
+            "kind": "bench_serve",
+            "max_concurrency": concurrency,
+            "num_prompts": num_prompts,
+            "num_warmups": num_warmups,
+            "random_input_len": isl,
+            "random_output_len": osl,
+            "random_range_ratio": 1.0 if ratio is None else ratio,
+            "random_range_ratio_rule": "legacy",
+        },
+        "seed": 0,
+    }
+    return _apply(scenario, extra)
+
+
+def _apply(scenario: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    for key, value in extra.items():
+        node: Any = scenario
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+        node[parts[-1]] = value
+    return scenario
+
+
+def simulate(job: tuple[dict[str, str], dict[str, str] | None, dict[str, Any]]) -> dict[str, Any]:
+    """One row: {"id", "status", "mean_ttft_ms", "mean_tpot_ms"} (and the run's wall time)."""
+    import warnings
+
+    import kvsim
+
+    row, harness, extra = job
+    out: dict[str, Any] = {"id": row["id"], "status": "ok", "mean_ttft_ms": None, "mean_tpot_ms": None}
+    start = time.perf_counter()
+    try:
+        scenario = scenario_for(row, harness, extra)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = kvsim.run(scenario)
+        s = result.summary
+        out["mean_ttft_ms"] = 1e3 * s["ttft_mean_s"]
+        out["mean_tpot_ms"] = 1e3 * s["tpot_mean_s"]
+        if s["num_finished"] < s["num_requests"]:
+            out["status"] = f"unsupported: {s['num_requests'] - s['num_finished']} requests did not finish"
+    except ValueError as exc:
+        if str(exc).startswith("unsupported:"):
+            out["status"] = str(exc)
+        else:
+            out["status"] = f"unsupported: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    except kvsim.KvsimError as exc:
+        out["status"] = f"unsupported: {str(exc).splitlines()[-1].strip()[:300]}"
+    out["wall_s"] = round(time.perf_counter() - start, 3)
+    return out
+
+
+# --------------------------------------------------------------------------- error tables
+
+
+def family(model_path: str) -> str:
+    for name in DENSE_FAMILIES:
+        if name.lower() in model_path.lower():
+            return name
+    return model_path.split("/")[-1]
+
+
+def _errors(pairs: Iterable[tuple[float, float]]) -> list[float]:
+    return [p / m - 1 for p, m in pairs if p is not None and m and math.isfinite(p) and math.isfinite(m)]
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """numpy's linear percentile, without numpy (this runs beside either interpreter)."""
+    xs = sorted(values)
+    if not xs:
+        return math.nan
+    pos = (len(xs) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def stats(errors: list[float]) -> str:
+    if not errors:
+        return "- | - | -"
+    absolute = [abs(e) for e in errors]
+    return (
+        f"{100 * _quantile(absolute, 0.5):.0f}% | {100 * _quantile(absolute, 0.9):.0f}% | "
+        f"{100 * _quantile(errors, 0.5):+.0f}%"
+    )
+
+
+def report(rows: list[dict[str, str]], ours: dict[str, dict[str, Any]], peer: dict[str, dict[str, Any]],
+           where: Callable[[dict[str, str]], bool],
+           harness: dict[str, dict[str, str]] | None = None) -> str:  # fmt: skip
+    """Markdown tables: per group, kvsim's and the estimator's errors on the same rows; with
+    ``harness``, the totals also by the harness that measured the rows."""
+    groups: dict[tuple[str, ...], list[dict[str, str]]] = {}
+    for row in rows:
+        if where(row):
+            key = ("fit" if row["system"] == FIT_SYSTEM else "held out", family(row["model_path"]),
+                   row["system"], row["backend"])  # fmt: skip
+            groups.setdefault(key, []).append(row)
+    lines = [
+        "| set | model | GPU | backend | rows | kvsim ok | TTFT med | p90 | bias | TPOT med | p90 | bias "
+        "| estimator ok | est. TTFT med | p90 | bias | est. TPOT med | p90 | bias |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: | ---: | ---: | ---: |",
+    ]
+    totals: dict[str, list[dict[str, str]]] = {}
+    for key in sorted(groups):
+        lines.append(_line(key, groups[key], ours, peer))
+        totals.setdefault(key[0], []).extend(groups[key])
+    lines.append("")
+    lines += [lines[0], lines[1]]
+    for name in ("fit", "held out"):
+        if name in totals:
+            lines.append(_line((name, "all", "all", "all"), totals[name], ours, peer))
+    if harness:
+        by_kind: dict[tuple[str, str], list[dict[str, str]]] = {}
+        for name in ("fit", "held out"):
+            for row in totals.get(name, []):
+                kind = harness.get(row["id"], {}).get("harness", "unknown")
+                by_kind.setdefault((name, kind), []).append(row)
+        for (name, kind), chosen in sorted(by_kind.items()):
+            lines.append(_line((name, f"harness {kind}", "all", "all"), chosen, ours, peer))
+    lines.append("")
+    lines.append("Rows kvsim predicts and the estimator does not (or the reverse) are in one column and")
+    lines.append("not the other; `both ok` below compares the two on the same rows only:")
+    lines.append("")
+    lines += [lines[0], lines[1]]
+    for name in ("fit", "held out"):
+        both = [r for r in totals.get(name, []) if _ok(ours, r) and _ok(peer, r)]
+        if both:
+            lines.append(_line((f"{name}, both ok", "all", "all", "all"), both, ours, peer))
+    return "\n".join(lines)
+
+
+def _ok(results: dict[str, dict[str, Any]], row: dict[str, str]) -> bool:
+    r = results.get(row["id"])
+    return r is not None and r.get("status") == "ok"
+
+
+def _line(key: tuple[str, ...], rows: list[dict[str, str]], ours: dict[str, dict[str, Any]],
+          peer: dict[str, dict[str, Any]]) -> str:  # fmt: skip
+    cells = [*key, str(len(rows))]
+    for results in (ours, peer):
+        ok = [r for r in rows if _ok(results, r)]
+        ttft = _errors((results[r["id"]]["mean_ttft_ms"], _num(r["silicon_ttft_ms"])) for r in ok)
+        tpot = _errors((results[r["id"]]["mean_tpot_ms"], _num(r["silicon_tpot_ms"])) for r in ok)
+        cells += [f"{len(ok)}", stats(ttft), stats(tpot)] if results else ["-"] * 7
+    return "| " + " | ".join(cells) + " |"
+
+
+def is_dense_agg(row: dict[str, str]) -> bool:
+    return row.get("mode") == "agg" and family(row["model_path"]) in DENSE_FAMILIES
+
+
+def load_results(path: Path) -> dict[str, dict[str, Any]]:
+    if not path.is_file():
+        return {}
+    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    return {r["id"]: r for r in json.loads(raw)}
+
+
+# --------------------------------------------------------------------------- the fit
+
+#: The kernels model's free constants and the values the fit tries (`--fit BACKEND`).
+FIT_GRID: dict[str, list[float]] = {
+    "per_iteration_overhead_s": [0.0, 0.5e-3, 1e-3, 2e-3],
+    "per_layer_overhead_s": [0.0, 5e-6, 10e-6, 20e-6],
+    "elementwise_kernel_s": [0.0, 1.5e-6, 3e-6],
+}
+
+
+def objective(rows: list[dict[str, str]], results: list[dict[str, Any]]) -> float:
+    """Median |error| of mean TTFT plus that of mean TPOT over the rows kvsim ran."""
+    by_id = {r["id"]: r for r in results if r["status"] == "ok"}
+    ok = [r for r in rows if r["id"] in by_id]
+    if len(ok) < len(rows) // 2:
+        return math.inf
+    ttft = _errors((by_id[r["id"]]["mean_ttft_ms"], _num(r["silicon_ttft_ms"])) for r in ok)
+    tpot = _errors((by_id[r["id"]]["mean_tpot_ms"], _num(r["silicon_tpot_ms"])) for r in ok)
+    return _quantile([abs(e) for e in ttft], 0.5) + _quantile([abs(e) for e in tpot], 0.5)
+
+
+def fit(
+    rows: list[dict[str, str]], harness: dict[str, dict[str, str]], backend: str, jobs: int
+) -> dict[str, float]:
+    """Coordinate descent over `FIT_GRID` on one backend's h200_sxm rows: each constant in turn
+    takes the grid value that minimises `objective`, until a round changes nothing."""
+    chosen = [r for r in rows if r["backend"] == backend and r["system"] == FIT_SYSTEM]
+    if any(r["system"] != FIT_SYSTEM for r in chosen):  # the fitting rule, kept by construction
+        raise AssertionError("constants are fitted on h200_sxm rows only")
+    best = {"per_iteration_overhead_s": 0.0, "per_layer_overhead_s": 0.0, "elementwise_kernel_s": 3e-6}
+    seen: dict[tuple[float, ...], float] = {}
+
+    def score(params: dict[str, float]) -> float:
+        key = tuple(params[k] for k in FIT_GRID)
+        if key not in seen:
+            extra = {f"replicas.0.cost_model.{k}": v for k, v in params.items()}
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                results = list(pool.map(simulate, [(r, harness.get(r["id"]), extra) for r in chosen]))
+            seen[key] = objective(chosen, results)
+            print(f"  {params} -> {seen[key]:.4f}", file=sys.stderr, flush=True)
+        return seen[key]
+
+    for _round in range(2):
+        changed = False
+        for name, grid in FIT_GRID.items():
+            values = {v: score({**best, name: v}) for v in grid}
+            pick = min(values, key=lambda v: (values[v], v))
+            changed |= pick != best[name]
+            best[name] = pick
+        if not changed:
+            break
+    print(
+        f"{backend}: {len(chosen)} {FIT_SYSTEM} rows, objective {score(best):.4f} at {best}", file=sys.stderr
+    )
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--rows", type=Path, help="a CSV in silicon_sample.csv's format (default: the installed one)"
+    )
+    parser.add_argument("--out", type=Path, help="per-row JSON to write (default: print the tables only)")
+    parser.add_argument("--report", type=Path, help="write the error tables as Markdown to this file")
+    parser.add_argument(
+        "--harness", type=Path, default=HARNESS, help="per-row benchmark settings (silicon_harness.py)"
+    )
+    parser.add_argument(
+        "--peer", type=Path, default=PEER, help="the estimator's per-row JSON (aiconfigurator_peer.py)"
+    )
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
+    parser.add_argument(
+        "--match", action="append", default=[], help="only rows whose id contains this (repeatable)"
+    )
+    parser.add_argument("--all", action="store_true", help="every row, not only the dense aggregated ones")
+    parser.add_argument(
+        "--fit",
+        metavar="BACKEND",
+        help="fit the kernels model's constants for BACKEND "
+        "(vllm, sglang, trtllm) on h200_sxm rows only, print them and stop",
+    )
+    parser.add_argument("--results", type=Path, action="append", default=[], metavar="JSON",
+                        help="tables from per-row results written before (repeatable; no simulation)")  # fmt: skip
+    parser.add_argument("--harness-kind", help="only rows of this harness (e.g. nvidia-gap-analysis)")
+    parser.add_argument("--every", type=int, default=1, metavar="K", help="every K-th chosen row (a sample)")
+    parser.add_argument("--assume-prompts-per-client", type=float, metavar="N",
+                        help=f"{ASSUMED_HARNESS} rows: N x C measured prompts (documented assumption: 10)")  # fmt: skip
+    parser.add_argument("--assume-warmups-per-client", type=float, metavar="N",
+                        help=f"{ASSUMED_HARNESS} rows: N x C warm-ups (assumption: 2)")  # fmt: skip
+    parser.add_argument("--assume-range-ratio", type=float, metavar="R",
+                        help=f"{ASSUMED_HARNESS} rows: lengths U[floor(R L), L] (assumption: 1, exact)")  # fmt: skip
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a scenario override for every row, JSON value (e.g. workload.num_prompts=640)")  # fmt: skip
+    args = parser.parse_args(argv)
+    if not 1 <= args.jobs <= 64:
+        parser.error("--jobs must be in 1..64")
+    extra = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        extra[key] = json.loads(value)
+    rows = read_csv(args.rows or default_rows())
+    harness = harness_by_id(args.harness)
+    if not 1 <= args.every <= 10_000:
+        parser.error("--every must be in 1..10000")
+    harness = {
+        rid: assume(
+            h, args.assume_prompts_per_client, args.assume_range_ratio, args.assume_warmups_per_client
+        )
+        for rid, h in harness.items()
+    }
+    chosen = [
+        r
+        for r in rows
+        if (args.all or is_dense_agg(r))
+        and all(m in r["id"] for m in args.match)
+        and (args.harness_kind is None or harness.get(r["id"], {}).get("harness") == args.harness_kind)
+    ][:: args.every]
+    if args.fit:
+        print(json.dumps(fit(chosen, harness, args.fit, args.jobs)))
+        return 0
+    start = time.perf_counter()
+    results: list[dict[str, Any]] = []
+    if args.results:
+        loaded: dict[str, dict[str, Any]] = {}
+        for path in args.results:
+            loaded.update(load_results(path))
+        chosen = [r for r in chosen if r["id"] in loaded]
+        results = [loaded[r["id"]] for r in chosen]
+    else:
+        print(f"{len(chosen)} of {len(rows)} rows, {args.jobs} workers", file=sys.stderr)
+        jobs = [(r, harness.get(r["id"]), extra) for r in chosen]
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            for i, res in enumerate(pool.map(simulate, jobs, chunksize=1), 1):
+                results.append(res)
+                if i % 25 == 0 or i == len(jobs):
+                    print(f"  {i}/{len(jobs)} rows, {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_name(f".{args.out.name}.tmp-{os.getpid()}")
+        data = json.dumps(results, indent=0).encode()
+        tmp.write_bytes(gzip.compress(data, mtime=0) if args.out.suffix == ".gz" else data)
+        tmp.replace(args.out)
+    ours = {r["id"]: r for r in results}
+    peer = load_results(args.peer)
+    text = report(chosen, ours, peer, lambda r: True, harness)
+    statuses: dict[str, int] = {}
+    for r in results:
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    text += "\n\nkvsim's statuses: " + "; ".join(
+        f"{k}: {v}" for k, v in sorted(statuses.items(), key=lambda kv: -kv[1])
+    )
+    if not args.results:
+        text += f"\n\n{len(chosen)} rows in {time.perf_counter() - start:.0f} s wall ({args.jobs} workers)"
+    print(text)
+    if args.report:
+        args.report.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

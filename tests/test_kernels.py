@@ -1,0 +1,316 @@
+"""The ``kernels`` cost model on tiny hand-written tables, and on NVIDIA's when installed.
+
+The hand-written tables hold multilinear functions of their grid coordinates, which
+piecewise-linear interpolation reproduces exactly: every expected value below is computed
+by hand from the same formula, on and between grid points, and beyond the grid where the
+model must scale in proportion.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from pandas.testing import assert_frame_equal
+
+import kvsim
+from kvsim.cost.base import Batch
+from kvsim.cost.config import KernelCostConfig
+from kvsim.cost.kernels import KernelCostModel, graph_padded
+from kvsim.cost.tables import Curve, Grid, package_tables_root, version_key
+from kvsim.errors import ProfileError
+from kvsim.presets import resolve_gpu
+from kvsim.specs import ModelSpec
+
+# A 2-layer model whose every GEMM shape lies on the tables' grid at tp 1 and tp 2.
+TINY = ModelSpec(
+    name="tiny",
+    num_layers=2,
+    hidden_size=64,
+    num_attention_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=128,
+    vocab_size=256,
+    num_params=1e6,
+    max_model_len=4096,
+)
+
+
+def gemm_ms(m: float, n: float, k: float) -> float:
+    return 0.002 + 1e-9 * m * n * k
+
+
+def decode_ms(batch: float, step: float, heads: float) -> float:
+    return 0.004 + 1e-8 * batch * step * heads
+
+
+def prefill_ms(batch: float, isl: float, heads: float) -> float:
+    return 0.005 + 1e-8 * batch * isl * isl * heads / 64
+
+
+def allreduce_ms(size: float) -> float:
+    return 0.003 + 1e-7 * size
+
+
+M_GRID = [1, 2, 4, 8, 16, 64, 256]
+N_GRID = [16, 32, 64, 96, 128, 192, 256]
+K_GRID = [16, 32, 64, 128]
+
+
+def write_tables(root: Path, system: str = "toy_sxm", backend: str = "vllm", version: str = "1.0.0") -> Path:
+    def put(op: str, name: str, rows: list[dict[str, object]]) -> None:
+        folder = root / system / op / backend / version
+        folder.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(rows).to_parquet(folder / f"{name}.parquet")
+
+    put(
+        "gemm",
+        "gemm_perf",
+        [
+            {
+                "kernel_source": "k",
+                "gemm_dtype": "bfloat16",
+                "m": m,
+                "n": n,
+                "k": k,
+                "latency": gemm_ms(m, n, k),
+            }
+            for m, n, k in itertools.product(M_GRID, N_GRID, K_GRID)
+        ],
+    )
+    attention = {"num_key_value_heads": 1, "head_dim": 16, "kv_cache_dtype": "bfloat16", "window_size": 0}
+    put(
+        "attention",
+        "generation_attention_perf",
+        [
+            {**attention, "num_heads": h, "batch_size": b, "isl": 1, "step": s, "latency": decode_ms(b, s, h)}
+            for h, b, s in itertools.product([1, 2, 4], [1, 2, 4, 8], [1, 15, 63, 255])
+        ],
+    )
+    put(
+        "attention",
+        "context_attention_perf",
+        [
+            {
+                **attention,
+                "num_heads": h,
+                "batch_size": b,
+                "isl": n,
+                "step": 0,
+                "latency": prefill_ms(b, n, h),
+            }
+            for h, b, n in itertools.product([1, 2, 4], [1, 2], [1, 16, 64, 256])
+        ],
+    )
+    put(
+        "comm",
+        "custom_allreduce_perf",
+        [
+            {"num_gpus": 2, "message_size": s, "backend": variant, "latency": allreduce_ms(s) * factor}
+            for s in [128, 1024, 8192, 65536]
+            for variant, factor in (("vllm_graph", 1.0), ("vllm_eager", 2.0))
+        ],
+    )
+    return root
+
+
+@pytest.fixture
+def tables(tmp_path: Path) -> Path:
+    return write_tables(tmp_path / "tables")
+
+
+def model_on(tables: Path, tp: int = 2, **config: object) -> KernelCostModel:
+    gpu = resolve_gpu("h100-sxm")
+    cfg = KernelCostConfig(tables=str(tables), system="toy_sxm", **config)  # type: ignore[arg-type]
+    spec = TINY.model_copy(update={"num_kv_heads": tp})  # one KV head per GPU
+    return KernelCostModel(spec, gpu, cfg, tp=tp, max_num_seqs=8)
+
+
+def test_curves_are_exact_on_points_linear_between_held_below_and_proportional_above() -> None:
+    c = Curve([10, 20, 40], [1.0, 3.0, 4.0])
+    assert [c(10), c(20), c(40)] == [1.0, 3.0, 4.0]
+    assert c(15) == 2.0 and c(30) == 3.5
+    assert c(1) == 1.0  # a kernel is not faster than its smallest measurement
+    assert c(80) == 8.0  # twice the largest size, twice the time
+    xs = np.array([1, 10, 15, 20, 30, 40, 80], dtype=float)
+    assert list(c.at(xs)) == [c(x) for x in xs]
+
+
+def test_grids_fill_unmeasured_cells_from_their_column_then_their_row() -> None:
+    nan = float("nan")
+    g = Grid([1, 2, 4], [10, 20], np.array([[1.0, 2.0], [2.0, 4.0], [nan, nan]]))
+    # Batch 4 was never measured: proportional to batch 2's, as a memory-bound kernel.
+    assert g(4, 10) == 4.0 and g(4, 20) == 8.0
+    assert g(3, 15) == 4.5  # halfway between batch 2 (3.0 at y 15) and batch 4 (6.0)
+
+
+def test_gemms_are_the_tables_on_the_grid_and_between_it(tables: Path) -> None:
+    km = model_on(tables)
+    qkv, o, gate_up, down = km._gemms
+    # tp 2: 2 query heads + 2 x 1 KV head of 16 -> n = 64, k = 64; o: n 64, k 32;
+    # gate/up: n = 2 x 64 = 128, k = 64; down: n = 64, k = 64.
+    for m in M_GRID:
+        assert qkv(m) == pytest.approx(gemm_ms(m, 64, 64) * 1e-3, rel=1e-12)
+        assert o(m) == pytest.approx(gemm_ms(m, 64, 32) * 1e-3, rel=1e-12)
+        assert gate_up(m) == pytest.approx(gemm_ms(m, 128, 64) * 1e-3, rel=1e-12)
+        assert down(m) == pytest.approx(gemm_ms(m, 64, 64) * 1e-3, rel=1e-12)
+    assert qkv(40) == pytest.approx(gemm_ms(40, 64, 64) * 1e-3, rel=1e-12)  # between m = 16 and 64
+    assert qkv(512) == pytest.approx(gemm_ms(256, 64, 64) * 1e-3 * 2, rel=1e-12)  # past the grid
+    assert km.warnings == []
+
+
+def test_shapes_between_and_beyond_the_measured_n_and_k(tables: Path, tmp_path: Path) -> None:
+    wide = TINY.model_copy(update={"hidden_size": 80, "intermediate_size": 320, "num_kv_heads": 1})
+    cfg = KernelCostConfig(tables=str(tables), system="toy_sxm")
+    km = KernelCostModel(wide, resolve_gpu("h100-sxm"), cfg, tp=1)
+    # gate/up: n = 640 > 256 (scaled), k = 80 between 64 and 128 (interpolated, exact here).
+    assert km._gemms[2](8) == pytest.approx(gemm_ms(8, 256, 80) * 640 / 256 * 1e-3, rel=1e-12)
+    assert any("gate/up GEMM: n=640 outside the measured 16..256" in w for w in km.warnings)
+
+
+def test_decode_and_prefill_attention_come_from_their_tables(tables: Path) -> None:
+    km = model_on(tables)  # 2 query heads, 1 KV head per GPU
+    assert km._decode(4, 63) == pytest.approx(decode_ms(4, 63, 2) * 1e-3, rel=1e-12)
+    assert km._decode(3, 39) == pytest.approx(decode_ms(3, 39, 2) * 1e-3, rel=1e-12)
+    assert km._prefill(64) == pytest.approx(prefill_ms(1, 64, 2) * 1e-3, rel=1e-12)
+    # A chunk of 16 after 48 cached: its share of the 64-token prompt's pairs, beyond the launch.
+    share = (16 * 48 + 16 * 17 / 2) / (64 * 65 / 2)
+    floor = prefill_ms(1, 1, 2) * 1e-3
+    assert km._chunk_extra_s(16, 48) == pytest.approx(
+        (prefill_ms(1, 64, 2) * 1e-3 - floor) * share, rel=1e-12
+    )
+
+
+def test_a_decode_step_by_hand(tables: Path) -> None:
+    km = model_on(tables, per_iteration_overhead_s=1e-4, per_layer_overhead_s=2e-6, elementwise_kernel_s=3e-6)
+    b, ctx = 3, 3 * 40  # three requests of 40 tokens: the tables' step 39
+    m = graph_padded(b, km.max_graph_tokens)
+    assert m == 4  # vLLM pads a captured step of 3 tokens to its graph of 4
+    layer = (
+        (gemm_ms(m, 64, 64) + gemm_ms(m, 64, 32) + gemm_ms(m, 128, 64) + gemm_ms(m, 64, 64)) * 1e-3
+        + m * km._elementwise_bytes_per_token / km._hbm_rate
+        + 5 * 3e-6
+        + 2 * allreduce_ms(m * 64) * 1e-3  # graph variant; message in elements
+        + 2e-6
+    )
+    lm_head = gemm_ms(b, 128, 64) * 1e-3  # vocab 256 / tp 2 columns
+    attention = decode_ms(b, 39, 2) * 1e-3
+    expected = 2 * layer + lm_head + 2 * attention + 1e-4
+    got = km.step_time_s(Batch(num_decode_seqs=b, decode_context_tokens=ctx))
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_large_steps_run_eager_and_are_not_padded(tables: Path) -> None:
+    km = model_on(tables)  # max_num_seqs 8: graphs up to 16 tokens
+    assert km.max_graph_tokens == 16
+    assert graph_padded(17, km.max_graph_tokens) == 17
+    with_graph = km._token_terms_s(16)
+    eager = km._token_terms_s(17)
+    ar_graph, ar_eager = km._allreduce
+    assert ar_graph(16 * 64) == pytest.approx(allreduce_ms(16 * 64) * 1e-3, rel=1e-12)
+    assert ar_eager(17 * 64) == pytest.approx(2 * allreduce_ms(17 * 64) * 1e-3, rel=1e-12)
+    assert eager > with_graph
+
+
+def test_decode_runs_equal_steps_bit_for_bit(tables: Path) -> None:
+    km = model_on(tables)
+    rng = np.random.default_rng(5)
+    for b in (1, 3, 8, 40):
+        ctx = rng.integers(b, b * 3000, size=50).astype(np.float64)
+        run = km.decode_steps_s(b, ctx)
+        steps = [km.step_time_s(Batch(num_decode_seqs=b, decode_context_tokens=int(c))) for c in ctx]
+        assert list(run) == steps
+
+
+def test_mixed_steps_pay_one_attention_launch(tables: Path) -> None:
+    km = model_on(tables)
+    mixed = km.step_time_s(Batch(prefill_chunks=[(16, 0)], num_decode_seqs=2, decode_context_tokens=60))
+    tokens = km._token_terms_s(18) + km._lm_head_s(3)
+    attention = km._decode(2, 29) + km._chunk_extra_s(16, 0)
+    assert mixed == pytest.approx(tokens + 2 * attention + km.overheads.per_iteration_overhead_s, rel=1e-12)
+
+
+def test_what_cannot_be_priced_is_refused_by_name(tables: Path, tmp_path: Path) -> None:
+    gpu = resolve_gpu("h100-sxm")
+    with pytest.raises(ProfileError, match="does not exist"):
+        KernelCostModel(TINY, gpu, KernelCostConfig(tables=str(tmp_path / "none"), system="toy_sxm"))
+    with pytest.raises(ProfileError, match="no kernel tables for system 'h100_sxm'"):
+        KernelCostModel(TINY, gpu, KernelCostConfig(tables=str(tables)))
+    with pytest.raises(ProfileError, match="no fp8 GEMM was measured"):
+        KernelCostModel(TINY.model_copy(update={"weight_dtype": "fp8"}), gpu, _cfg(tables))
+    with pytest.raises(ProfileError, match="fp8 KV cache"):
+        KernelCostModel(TINY, gpu, _cfg(tables), kv_cache_dtype="fp8")
+    with pytest.raises(ProfileError, match=r"version '9\.9' \(measured: 1\.0\.0\)"):
+        KernelCostModel(TINY, gpu, _cfg(tables, version="9.9"))
+    moe = TINY.model_copy(update={"num_experts": 4, "num_experts_per_token": 2})
+    with pytest.raises(ProfileError, match="mixture of experts"):
+        KernelCostModel(moe, gpu, _cfg(tables))
+
+
+def _cfg(tables: Path, **kw: object) -> KernelCostConfig:
+    return KernelCostConfig(tables=str(tables), system="toy_sxm", **kw)  # type: ignore[arg-type]
+
+
+def test_engine_versions_sort_as_releases() -> None:
+    versions = ["1.3.0", "0.5.14", "1.3.0rc20", "0.5.6.post2", "1.3.0rc5", "0.5.6"]
+    assert sorted(versions, key=version_key) == [
+        "0.5.6",
+        "0.5.6.post2",
+        "0.5.14",
+        "1.3.0rc5",
+        "1.3.0rc20",
+        "1.3.0",
+    ]
+
+
+def tiny_scenario(tables: Path) -> dict[str, object]:
+    return {
+        "model": TINY.model_dump(),
+        "replicas": [
+            {
+                "gpu": "h100-sxm",
+                "tp": 2,
+                "cost_model": {"kind": "kernels", "tables": str(tables), "system": "toy_sxm"},
+                "engine": {"max_num_seqs": 8, "max_num_batched_tokens": 64, "num_gpu_blocks_override": 400},
+            }
+        ],
+        "workload": {
+            "kind": "synthetic",
+            "num_requests": 60,
+            "arrival": {"kind": "poisson", "rate_per_s": 200},
+            "prompt_tokens": {"kind": "uniform", "min_tokens": 8, "max_tokens": 200},
+            "output_tokens": {"kind": "uniform", "min_tokens": 1, "max_tokens": 300},
+        },
+    }
+
+
+def test_fast_forward_equals_stepping_with_the_kernel_model(tables: Path) -> None:
+    scenario = tiny_scenario(tables)
+    fast = kvsim.run(scenario)
+    slow = kvsim.run({**scenario, "sim": {"fast_forward": False}})
+    assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    assert_frame_equal(fast.iterations, slow.iterations, check_exact=True)
+    assert len(fast.iterations) > 300
+
+
+# --------------------------------------------------------------------------- NVIDIA's tables
+
+needs_tables = pytest.mark.skipif(
+    package_tables_root() is None, reason="aiconfigurator-core is not installed (pip install -e '.[kernels]')"
+)
+
+
+@needs_tables
+def test_nvidia_tables_price_llama_70b_fp8_on_h200_as_measured() -> None:
+    # Llama-3-70B shapes, fp8 weights, tp 8 on an H200 with vLLM's kernels: the figures
+    # of docs/cost-model.md. A decode step of 8 requests at 2,000 tokens of context.
+    model = kvsim.presets.resolve_model("llama-3-70b").model_copy(update={"weight_dtype": "fp8"})
+    km = KernelCostModel(model, resolve_gpu("h200"), KernelCostConfig(), tp=8)
+    assert km.source.system == "h200_sxm" and km.source.backend == "vllm"
+    assert km.warnings == []
+    step = km.step_time_s(Batch(num_decode_seqs=8, decode_context_tokens=8 * 2000))
+    assert 0.005 < step < 0.012

@@ -214,58 +214,106 @@ def _save(out: Path, point: Point, outcome: PointOutcome) -> dict[str, Any]:
     return record
 
 
-def _run_local(todo: list[Point], runner: Runner, jobs: int) -> Iterator[tuple[Point, PointOutcome]]:
-    if jobs <= 1:
-        for p in todo:
-            yield p, run_point(p, runner)
-        return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures: dict[Future[PointOutcome], Point] = {pool.submit(run_point, p, runner): p for p in todo}
-        pending = set(futures)
-        try:
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for f in done:
-                    p = futures[f]
-                    try:
-                        outcome = f.result()
-                    except Exception as exc:  # the worker process died (e.g. out of memory)
-                        outcome = PointOutcome(p.point_id, "failed", error=f"worker failed: {exc!r}")
-                    yield p, outcome
-        finally:
-            for f in pending:
-                f.cancel()
+class PointPool:
+    """Points handed in one at a time, their outcomes taken as they finish: the parallel
+    runner behind `run_points`, `run_sweep` and `kvsim.planner` (which chooses each next
+    point from the outcomes so far).
 
+        with PointPool(runner, jobs=2) as pool:
+            pool.submit(point)
+            point, outcome = pool.next_done()   # blocks until one finishes
 
-def _run_ray(
-    todo: list[Point], runner: Runner, address: str | None, jobs: int
-) -> Iterator[tuple[Point, PointOutcome]]:
-    try:
-        import ray  # optional dependency (kvsim[ray]): imported only when asked for
-    except ImportError:
-        raise SweepError("--executor ray needs Ray: pip install 'kvsim[ray]'") from None
-    started = not ray.is_initialized()
-    if started:
-        if address:
-            ray.init(address=address, log_to_driver=False)
+    ``jobs`` 1 runs a point in the calling process when its outcome is asked for; more run
+    in ``jobs`` worker processes (``local``) or as Ray tasks (``ray``, on the cluster at
+    ``address`` or a local Ray of ``jobs`` CPUs). A worker or task that dies gives a failed
+    outcome, never an exception.
+    """
+
+    def __init__(
+        self, runner: Runner, *, jobs: int = 1, executor: Executor = "local", address: str | None = None
+    ) -> None:
+        if jobs < 1:
+            raise SweepError(f"--jobs must be >= 1, got {jobs}")
+        self.runner, self.jobs, self.executor, self.address = runner, jobs, executor, address
+        self._queue: list[Point] = []  # jobs 1: run when asked for
+        self._futures: dict[Future[PointOutcome], Point] = {}
+        self._refs: dict[Any, Point] = {}
+        self._pool: ProcessPoolExecutor | None = None
+        self._ray: Any = None
+        self._ray_started = False
+        self._remote: Any = None
+
+    def __enter__(self) -> PointPool:
+        if self.executor == "ray":
+            try:
+                import ray  # optional dependency (kvsim[ray]): imported only when asked for
+            except ImportError:
+                raise SweepError("--executor ray needs Ray: pip install 'kvsim[ray]'") from None
+            self._ray = ray
+            self._ray_started = not ray.is_initialized()
+            if self._ray_started:
+                if self.address:
+                    ray.init(address=self.address, log_to_driver=False)
+                else:
+                    ray.init(num_cpus=max(self.jobs, 1), include_dashboard=False, log_to_driver=False)
+            self._remote = ray.remote(run_point)
+        elif self.jobs > 1:
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for f in self._futures:
+            f.cancel()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._ray is not None and self._ray_started:
+            self._ray.shutdown()
+
+    @property
+    def num_pending(self) -> int:
+        """Points handed in whose outcome has not been taken yet."""
+        return len(self._queue) + len(self._futures) + len(self._refs)
+
+    def submit(self, point: Point) -> None:
+        if self._remote is not None:
+            self._refs[self._remote.remote(point, self.runner)] = point
+        elif self._pool is not None:
+            self._futures[self._pool.submit(run_point, point, self.runner)] = point
         else:
-            ray.init(num_cpus=max(jobs, 1), include_dashboard=False, log_to_driver=False)
-    try:
-        remote = ray.remote(run_point)
-        refs = {remote.remote(p, runner): p for p in todo}
-        pending = list(refs)
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                p = refs[ref]
-                try:
-                    outcome = ray.get(ref)
-                except Exception as exc:  # task or worker died
-                    outcome = PointOutcome(p.point_id, "failed", error=f"ray task failed: {exc!r}")
-                yield p, outcome
-    finally:
-        if started:
-            ray.shutdown()
+            self._queue.append(point)
+
+    def next_done(self) -> tuple[Point, PointOutcome]:
+        """The next point to finish and its outcome (in submission order with one job)."""
+        if self._queue:
+            p = self._queue.pop(0)
+            return p, run_point(p, self.runner)
+        if self._refs:
+            (ref,), _ = self._ray.wait(list(self._refs), num_returns=1)
+            p = self._refs.pop(ref)
+            try:
+                return p, self._ray.get(ref)
+            except Exception as exc:  # task or worker died
+                return p, PointOutcome(p.point_id, "failed", error=f"ray task failed: {exc!r}")
+        if not self._futures:
+            raise SweepError("no point is running")
+        done, _ = wait(self._futures, return_when=FIRST_COMPLETED)
+        f = next(iter(done))
+        p = self._futures.pop(f)
+        try:
+            return p, f.result()
+        except Exception as exc:  # the worker process died (e.g. out of memory)
+            return p, PointOutcome(p.point_id, "failed", error=f"worker failed: {exc!r}")
+
+
+def _run_all(
+    todo: list[Point], runner: Runner, jobs: int, executor: Executor = "local", address: str | None = None
+) -> Iterator[tuple[Point, PointOutcome]]:
+    """Every point of ``todo`` through a `PointPool`, yielded as each finishes."""
+    with PointPool(runner, jobs=jobs, executor=executor, address=address) as pool:
+        for p in todo:
+            pool.submit(p)
+        while pool.num_pending:
+            yield pool.next_done()
 
 
 def run_points(
@@ -284,8 +332,8 @@ def run_points(
     if jobs < 1:
         raise SweepError(f"--jobs must be >= 1, got {jobs}")
     if executor == "ray":
-        return _run_ray(points, runner, address, jobs)
-    return _run_local(points, runner, min(jobs, max(len(points), 1)))
+        return _run_all(points, runner, jobs, "ray", address)
+    return _run_all(points, runner, min(jobs, max(len(points), 1)))
 
 
 def _flat(value: Any) -> Any:
@@ -361,7 +409,7 @@ def run_sweep(
             records[p.point_id] = done
     skipped = len(records)
     todo = [p for p in points if p.point_id not in records]
-    stream = _run_ray(todo, runner, address, jobs) if executor == "ray" else _run_local(todo, runner, jobs)
+    stream = _run_all(todo, runner, jobs, executor, address)
     ok = failed = 0
     try:
         for p, outcome in stream:

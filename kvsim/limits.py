@@ -118,6 +118,22 @@ MAX_WIDTH = 2**24
 MAX_HEADS = 65_536
 MAX_EXPERTS = 65_536
 
+# --------------------------------------------------------------------------- searches
+
+#: Most configurations (GPU x TP x engine knobs x router x aggregated/disaggregated) one
+#: `kvsim plan` may search: each needs at least one full run, about 5-10 s for a one-hour
+#: trace on this project's machine.
+MAX_PLAN_CONFIGS = 2_000
+#: Most values one `kvsim plan` space option lists (--gpus, --tp, --max-num-seqs, ...).
+MAX_PLAN_VALUES = 64
+#: Default and largest number of runs one `kvsim plan` makes (--max-runs).
+DEFAULT_PLAN_RUNS = 400
+MAX_PLAN_RUNS = 100_000
+#: Most GPUs of one deployment a plan considers (--max-gpus).
+MAX_PLAN_GPUS = 65_536
+#: Most worker processes (or Ray tasks at once) of a sweep, a capacity search or a plan.
+MAX_JOBS = 1024
+
 # --------------------------------------------------------------------------- other files
 
 #: Largest cost profile read (JSON), bytes; shipped profiles are about 13 KB.

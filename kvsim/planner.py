@@ -520,10 +520,13 @@ class PlanReport:
         return pd.DataFrame(rows)
 
     def runs_table(self) -> pd.DataFrame:
-        """One row per point run (or reused), in the order they finished."""
+        """One row per point run (or reused), in the order they finished; ``pareto``: on the
+        front of cost against the SLO metrics; ``cheapest``: the answer."""
+        front = {id(p) for p in self._front()}
         rows = []
         for p in self.points:
             row: dict[str, Any] = {"run": p.point.run_index + 1 if p.point.run_index >= 0 else math.nan}
+            row["label"] = f"{p.units} x [{p.config.label()}]"
             row |= p.config.columns() | _point_cells(p, self.slo)
             row |= {
                 "status": p.point.status,
@@ -531,21 +534,28 @@ class PlanReport:
                 "overloaded": p.point.overloaded,
                 "slo_met": p.point.slo_met if not p.stopped else False,
                 "feasible": p.feasible,
+                "pareto": id(p) in front,
+                "cheapest": p is self.cheapest,
                 "wall_s": p.point.wall_s,
                 "reason": p.point.summary.get("overload_reason", "") if p.stopped else p.point.error.splitlines()[-1] if p.point.error else "",
             }  # fmt: skip
             rows.append(row)
         return pd.DataFrame(rows)
 
+    def _front(self) -> list[PlanPoint]:
+        runs = [p for p in self.points if p.point.status == "ok" and not p.stopped and p.point.run_index >= 0]
+        keep = [p for p in runs if not any(_dominates(q, p, self.slo) for q in runs if q is not p)]
+        return sorted(keep, key=lambda p: (p.usd_per_hour, p.num_gpus))
+
     def pareto_front(self) -> pd.DataFrame:
         """The runs (not stopped) that no other run beats on cost and every SLO metric at once."""
-        runs = [p for p in self.points if p.point.status == "ok" and not p.stopped and p.point.run_index >= 0]
-        keep = []
-        for p in runs:
-            if not any(_dominates(q, p, self.slo) for q in runs if q is not p):
-                keep.append(p)
-        keep.sort(key=lambda p: (p.usd_per_hour, p.num_gpus))
-        rows = [p.config.columns() | _point_cells(p, self.slo) | {"feasible": p.feasible} for p in keep]
+        rows = [
+            {"label": f"{p.units} x [{p.config.label()}]"}
+            | p.config.columns()
+            | _point_cells(p, self.slo)
+            | {"feasible": p.feasible}
+            for p in self._front()
+        ]
         return pd.DataFrame(rows)
 
     def to_dict(self) -> dict[str, Any]:
@@ -621,6 +631,7 @@ def _point_cells(p: PlanPoint, slo: Sequence[SloBound]) -> dict[str, Any]:
         "usd_per_m_cached_input": c.usd_per_m_cached_input if c else math.nan,
         "usd_per_m_output": c.usd_per_m_output if c else math.nan,
         "energy_j_per_token": c.energy_j_per_token if c else math.nan,
+        "energy_j_per_output_token": c.energy_j_per_output_token if c else math.nan,
         "gpu_hours": c.gpu_hours if c else math.nan,
     }
     return row

@@ -31,6 +31,8 @@ TRACE_SCENARIOS = {
     "mooncake_synthetic.yaml",
     "azure_conversation.yaml",
     "azure_code.yaml",
+    "plan_mooncake_reuse.yaml",
+    "plan_mooncake_no_reuse.yaml",
 }
 HEADLINE = (
     "num_finished",
@@ -388,6 +390,38 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "max_itl_p99_s": 0.430081890609639,
             "throughput_tokens_per_s": 643.6905955466943,
             "kv_usage_peak": 0.07363021647299116,
+        },
+    ),
+    (
+        "plan_mooncake_reuse.yaml",
+        {"workload.max_requests": 300},
+        {
+            "num_finished": 300,
+            "total_kv_blocks": 517016,
+            "num_preemptions": 0,
+            "num_swaps": 0,
+            "prefix_cache_hit_rate": 0.048770296626279956,
+            "ttft_p50_s": 0.3630056523506302,
+            "ttft_p99_s": 4.20923855697282,
+            "max_itl_p99_s": 0.4305453350458808,
+            "throughput_tokens_per_s": 643.6905955466943,
+            "kv_usage_peak": 0.07363021647299116,
+        },
+    ),
+    (
+        "plan_mooncake_no_reuse.yaml",
+        {"workload.max_requests": 300},
+        {
+            "num_finished": 300,
+            "total_kv_blocks": 517016,
+            "num_preemptions": 0,
+            "num_swaps": 0,
+            "prefix_cache_hit_rate": 0.0,
+            "ttft_p50_s": 0.3795140917618429,
+            "ttft_p99_s": 3.4026632017522718,
+            "max_itl_p99_s": 0.430081704915336,
+            "throughput_tokens_per_s": 643.6905955466943,
+            "kv_usage_peak": 0.06548346666254043,
         },
     ),
     (
@@ -815,3 +849,19 @@ def test_prefix_aware_routing_beats_round_robin_and_the_shared_pool_beats_both()
     assert aware["cluster_hit_rate"] > 1.5 * rr["cluster_hit_rate"]
     assert pool["cluster_hit_rate"] > 1.15 * aware["cluster_hit_rate"]
     assert pool["shared_pool_hits_tokens"] > 0 and rr["shared_pool_hits_tokens"] == 0
+
+
+@pytest.mark.slow
+def test_prefix_reuse_halves_the_deployment_kvsim_plan_buys_for_the_mooncake_trace() -> None:
+    # kvsim plan --gpus h100-sxm,h200,b200 --tp 1,2 (docs/planning.md): 2 x B200 with the trace's
+    # prefix reuse, 4 x B200 with the same arrivals and lengths and every prompt unique. At the
+    # reuse plan's 2 x B200, the reuse scenario meets its SLO (p99 TTFT 3 s, TPOT 100 ms)
+    # and the other does not.
+    two_b200 = {"replicas.0.gpu": "b200", "replicas.0.count": 2}
+    reuse = run("plan_mooncake_reuse.yaml", two_b200)
+    unique = run("plan_mooncake_no_reuse.yaml", two_b200)
+    assert reuse["prefix_cache_hit_rate"] > 0.4 and unique["prefix_cache_hit_rate"] == 0.0
+    assert reuse["ttft_p99_s"] <= 3.0 and reuse["tpot_p99_s"] <= 0.1 and not reuse["overloaded"]
+    assert unique["ttft_p99_s"] > 3.0 or unique["tpot_p99_s"] > 0.1
+    assert reuse["num_requests"] == unique["num_requests"] == 3993
+    assert reuse["prompt_tokens"] == unique["prompt_tokens"]  # the same lengths

@@ -34,7 +34,10 @@ configuration that could still be cheapest (least ``cost(lo)``), at
 ``search="cheapest"`` (branch and bound) never runs a point costing more than the
 cheapest feasible deployment found so far, and drops configurations that cannot beat it
 even at ``lo``: the first feasible point found is not necessarily the answer, the last
-survivor is. Ties in cost are all searched, and the larger SLO margin wins.
+survivor is. Ties in cost are all searched, and the larger SLO margin wins. Outcomes are
+taken in the order their points were handed in (one point more than ``jobs`` queued for
+a worker that finishes early), so the same inputs give the same plan; the answer does not
+depend on ``jobs``, only which extra points are run does.
 ``search="front"`` finds every configuration's least feasible ``k``, for the Pareto front
 of cost against the SLO metrics.
 
@@ -503,7 +506,7 @@ class PlanReport:
             for b in self.slo
         )
         return (
-            f"Cheapest meeting {conditions}: {p.units} x [{p.config.label()}] = {p.num_gpus} GPUs, "
+            f"Cheapest meeting {conditions}: {p.units} x [{p.config.label()}] = {gpus_text(p.num_gpus)}, "
             f"{self.prices.currency} {p.usd_per_hour:,.2f}/hour; margins: {margins}"
         )
 
@@ -604,6 +607,11 @@ class PlanReport:
         }
 
 
+def gpus_text(n: int) -> str:
+    """``1 GPU``, ``4 GPUs``."""
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
 def _fmt(value: Any) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
@@ -672,7 +680,7 @@ def _prune(
             else f"--budget {space.budget_usd_per_hour:g}"
         )
         return (
-            f"one unit ({config.gpus_per_unit} GPUs, {unit_price:,.2f}/hour) exceeds {limit}",
+            f"one unit ({gpus_text(config.gpus_per_unit)}, {unit_price:,.2f}/hour) exceeds {limit}",
             unit_price,
             0,
         )
@@ -809,9 +817,13 @@ def plan_deployment(
                 chosen = key
         return None if chosen is None else (chosen[3], chosen[4])
 
+    # Outcomes are taken in the order points were handed in, so that every choice depends on
+    # the outcomes only, never on which run was faster: the same plan for the same inputs.
+    # One point more than workers waits in the queue, for a worker that finishes early.
+    in_flight = jobs + 1 if jobs > 1 else 1
     with PointPool(runner, jobs=jobs, executor=executor, address=address) as pool:
         while True:
-            while pool.num_pending < jobs and run_count < max_runs:
+            while pool.num_pending < in_flight and run_count < max_runs:
                 picked = next_probe()
                 if picked is None:
                     break
@@ -831,7 +843,7 @@ def plan_deployment(
                 run_count += 1
             if not pool.num_pending:
                 break
-            point, outcome = pool.next_done()
+            point, outcome = pool.next_done(oldest=True)
             cp = _capacity_point(point, outcome, bounds, min_served)
             done[point.point_id] = cp
             for i, (s, units) in enumerate(waiting.pop(point.point_id)):

@@ -282,13 +282,18 @@ class PointPool:
         else:
             self._queue.append(point)
 
-    def next_done(self) -> tuple[Point, PointOutcome]:
-        """The next point to finish and its outcome (in submission order with one job)."""
+    def next_done(self, *, oldest: bool = False) -> tuple[Point, PointOutcome]:
+        """The next point to finish and its outcome (in submission order with one job).
+
+        ``oldest``: the point handed in first of those pending, waited for however long the
+        others take (a caller whose next choice must not depend on which run was faster).
+        """
         if self._queue:
             p = self._queue.pop(0)
             return p, run_point(p, self.runner)
         if self._refs:
-            (ref,), _ = self._ray.wait(list(self._refs), num_returns=1)
+            pending = list(self._refs)
+            (ref,), _ = self._ray.wait(pending[:1] if oldest else pending, num_returns=1)
             p = self._refs.pop(ref)
             try:
                 return p, self._ray.get(ref)
@@ -296,7 +301,8 @@ class PointPool:
                 return p, PointOutcome(p.point_id, "failed", error=f"ray task failed: {exc!r}")
         if not self._futures:
             raise SweepError("no point is running")
-        done, _ = wait(self._futures, return_when=FIRST_COMPLETED)
+        futures = list(self._futures)
+        done, _ = wait(futures[:1] if oldest else futures, return_when=FIRST_COMPLETED)
         f = next(iter(done))
         p = self._futures.pop(f)
         try:

@@ -26,7 +26,7 @@ from kvsim.cli.types import count, number, path_arg, text_arg
 from kvsim.io import json_safe
 from kvsim.limits import DEFAULT_PLAN_RUNS, MAX_JOBS, MAX_PLAN_GPUS, MAX_PLAN_RUNS
 from kvsim.outputs import MARKER_FILE, claim_folder, replace_file
-from kvsim.planner import Mode, PlanError, PlanPoint, PlanReport, PlanSpace, plan_deployment
+from kvsim.planner import Mode, PlanError, PlanPoint, PlanReport, PlanSpace, gpus_text, plan_deployment
 from kvsim.pricing import load_prices
 from kvsim.units import MISSING, format_seconds, sig
 
@@ -181,7 +181,7 @@ def format_cheapest(report: PlanReport) -> str:
             for k in ("usd_per_m_input", "usd_per_m_cached_input", "usd_per_m_output")
         }
         lines.append(
-            f"  cost: {c.currency} {c.usd_per_hour:,.2f}/hour ({c.num_gpus} GPUs, running iterations "
+            f"  cost: {c.currency} {c.usd_per_hour:,.2f}/hour ({gpus_text(c.num_gpus)}, running iterations "
             f"{c.busy_share:.0%} of the time); {c.currency} per million tokens: input {money['usd_per_m_input']}, "
             f"cached input {money['usd_per_m_cached_input']}, output {money['usd_per_m_output']}"
         )

@@ -168,6 +168,8 @@ class PlanSpace:
                 isinstance(mode, tuple) and len(mode) == 2 and all(1 <= n <= 64 for n in mode)
             ):
                 raise PlanError(f"--pd-ratios: {mode!r} must be P:D with 1 <= P, D <= 64")
+        if self.cost_model is not None and self.cost_model not in ("roofline", "kernels"):
+            raise PlanError(f"--cost-model: {self.cost_model!r} is not roofline or kernels")
         if self.backend is not None and self.backend not in ("vllm", "sglang", "trtllm"):
             raise PlanError(f"--backend: {self.backend!r} is not one of vllm, sglang, trtllm")
         if not 1 <= self.max_gpus <= MAX_PLAN_GPUS:

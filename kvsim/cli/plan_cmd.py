@@ -343,7 +343,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        help="also search prefill/decode disaggregation at these worker ratios, e.g. 1:1,1:2.")  # fmt: skip
     space.add_argument("--backend", choices=("vllm", "sglang", "trtllm"),
                        help="the serving engine (its defaults and launch command); default: the scenario's.")  # fmt: skip
-    space.add_argument("--cost-model", default="roofline", type=text_arg(100), metavar="KIND",
+    space.add_argument("--cost-model", default="roofline", choices=("roofline", "kernels"),
                        help="roofline (default, fast) or kernels (NVIDIA's measured kernel tables, the model "
                        "validated against real deployments: docs/validation.md).")  # fmt: skip
     space.add_argument("--max-gpus", type=count(1, MAX_PLAN_GPUS), default=64,

@@ -305,10 +305,9 @@ def deployment_data(
         groups = [template | {"count": units, "role": "both"}]
     else:
         p, d = config.mode
-        name = str(template.get("name", "replica"))
         groups = [
-            template | {"name": f"{name}-prefill", "count": p * units, "role": "prefill"},
-            template | {"name": f"{name}-decode", "count": d * units, "role": "decode"},
+            template | {"name": "prefill", "count": p * units, "role": "prefill"},
+            template | {"name": "decode", "count": d * units, "role": "decode"},
         ]
     overrides: dict[str, Any] = {"replicas": groups}
     entry = units * config.replicas_per_unit[0]
@@ -912,10 +911,9 @@ def _outcome(s: _Search, cap: float | None, facts: WorkloadFacts, search: Search
             s.config, "none within limits", f"not feasible with up to {s.max_units} unit(s)", None, runs
         )
     if cap is not None and s.cost(s.lo) > cap + 1e-9:
-        what = "costs more than the cheapest found"
+        what = f"costs more than the cheapest found even at {s.lo} unit(s)"
         if answer is not None:
-            what += f" (feasible at {answer.units}; {s.lo - 1} and fewer not searched to the end)"
-        return ConfigOutcome(
-            s.config, "cannot beat the cheapest", f"{what} even at {s.lo} unit(s)", answer, runs
-        )
+            span = f"{s.lo}" if s.lo == answer.units - 1 else f"{s.lo}-{answer.units - 1}"
+            what = f"feasible with {answer.units} unit(s); {span} not run: {what}"
+        return ConfigOutcome(s.config, "cannot beat the cheapest", what, None, runs)
     return ConfigOutcome(s.config, "not searched", "the search ended first (--max-runs)", answer, runs)

@@ -223,3 +223,26 @@ def test_the_cheapest_meets_its_slo_when_run_again_with_kvsim_run(tmp_path: Path
         summary = json.loads(capsys.readouterr().out)
         assert all(b.met(summary) for b in slo) and not summary["overloaded"]
         assert summary["ttft_p99_s"] == p.point.summary["ttft_p99_s"]
+
+
+def test_disaggregation_wins_under_a_tight_tpot_slo_on_the_real_simulator() -> None:
+    # 4k-token prompts on H100s (scenarios/disaggregated_prefill_decode.yaml, 400 requests):
+    # under a 12 ms TPOT p99, one prefill + one decode replica beat three colocated ones.
+    space = PlanSpace(gpus=("h100-sxm",), tps=(1,), modes=("agg", (1, 1)), max_gpus=6)
+    report = plan_deployment(
+        str(ROOT / "scenarios" / "disaggregated_prefill_decode.yaml"), parse_slo("ttft_p99_s=1,tpot_p99_s=0.012"),
+        space, overrides={"workload.num_requests": 400}, search="front",
+    )  # fmt: skip
+    table = report.configurations_table().set_index("mode")
+    assert table.loc["1P:1D", "replicas"] == "1P+1D" and table.loc["1P:1D", "gpus"] == 2
+    assert table.loc["aggregated", "gpus"] > 2
+    best = report.cheapest
+    assert best is not None and best.config.mode == (1, 1)
+    prefill, decode = report.launch(best)
+    assert (prefill.group, prefill.role, decode.group, decode.role) == (
+        "prefill",
+        "prefill",
+        "decode",
+        "decode",
+    )
+    assert '"kv_connector":"NixlConnector"' in prefill.command

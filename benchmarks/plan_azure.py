@@ -31,7 +31,14 @@ CASES: dict[str, list[str]] = {
     "8x-no-early-stop": ["--set", "workload.time_scale=8", "--no-early-stop"],
     "real-front": ["--search", "front"],
     "8x-front": ["--set", "workload.time_scale=8", "--search", "front"],
-    "8x-llama-3.1-8b-front": ["--set", "workload.time_scale=8", "--set", "model=llama-3.1-8b", "--search", "front"],
+    "8x-llama-3.1-8b-front": [
+        "--set",
+        "workload.time_scale=8",
+        "--set",
+        "model=llama-3.1-8b",
+        "--search",
+        "front",
+    ],
 }
 
 
@@ -49,7 +56,9 @@ def run_case(name: str) -> dict[str, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     args = parser.parse_args()
     print("kvsim " + " ".join(BASE))

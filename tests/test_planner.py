@@ -122,6 +122,15 @@ def test_disaggregated_units_count_their_prefill_and_decode_gpus() -> None:
     assert report.cheapest is not None and report.cheapest.config.mode == "agg"
 
 
+def test_a_search_cut_short_by_max_runs_says_so() -> None:
+    report = plan(PlanSpace(gpus=("h100-sxm", "h200"), tps=(1, 2), max_gpus=16), max_runs=2)
+    assert report.num_runs == 2
+    assert report.notes == [
+        "the search stopped at --max-runs 2: the cheapest found is not proven the cheapest"
+    ]
+    assert "not searched" in set(report.configurations_table()["status"])
+
+
 def test_bad_spaces_are_refused_with_the_option_and_the_rule() -> None:
     with pytest.raises(PlanError, match=r"--gpus: unknown GPU preset 'h900'"):
         configurations(PlanSpace(gpus=("h900",)))

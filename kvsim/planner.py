@@ -81,7 +81,6 @@ from kvsim.errors import KvsimError, ScenarioError
 from kvsim.launch import GroupLaunch, launch_commands
 from kvsim.limits import (
     DEFAULT_PLAN_RUNS,
-    MAX_JOBS,
     MAX_PLAN_CONFIGS,
     MAX_PLAN_GPUS,
     MAX_PLAN_RUNS,
@@ -95,7 +94,18 @@ from kvsim.registry import ROUTERS
 from kvsim.scenario.loading import apply_overrides, load_scenario, scenario_data, validate
 from kvsim.scenario.schema import Scenario
 from kvsim.specs import KV_DTYPE_BYTES
-from kvsim.sweep import Executor, Point, PointOutcome, PointPool, Runner, point_id
+from kvsim.sweep import (
+    DEFAULT_RAY_CONNECT_TIMEOUT_S,
+    Executor,
+    Point,
+    PointOutcome,
+    PointPool,
+    Runner,
+    SweepError,
+    check_connect_timeout,
+    check_jobs,
+    point_id,
+)
 
 Search = Literal["cheapest", "front"]
 #: A mode: "agg" (aggregated), or (P, D) prefill and decode replicas per unit.
@@ -720,6 +730,7 @@ def plan_deployment(
     jobs: int = 1,
     executor: Executor = "local",
     address: str | None = None,
+    connect_timeout_s: float = DEFAULT_RAY_CONNECT_TIMEOUT_S,
     runner: Runner | None = None,
     early_stop: bool = True,
     max_runs: int = DEFAULT_PLAN_RUNS,
@@ -733,8 +744,11 @@ def plan_deployment(
     space = space or PlanSpace()
     if search not in ("cheapest", "front"):
         raise PlanError(f"--search: {search!r} is not cheapest or front")
-    if not 1 <= jobs <= MAX_JOBS:
-        raise PlanError(f"--jobs: {jobs} must be between 1 and {MAX_JOBS:,}")
+    try:  # as kvsim sweep and kvsim capacity bound them
+        check_jobs(jobs, executor, address)
+        check_connect_timeout(connect_timeout_s)
+    except SweepError as exc:
+        raise PlanError(str(exc)) from None
     if not 1 <= max_runs <= MAX_PLAN_RUNS:
         raise PlanError(f"--max-runs: {max_runs} must be between 1 and {MAX_PLAN_RUNS:,}")
     if not 0 <= min_served <= 1:
@@ -822,7 +836,9 @@ def plan_deployment(
     # the outcomes only, never on which run was faster: the same plan for the same inputs.
     # One point more than workers waits in the queue, for a worker that finishes early.
     in_flight = jobs + 1 if jobs > 1 else 1
-    with PointPool(runner, jobs=jobs, executor=executor, address=address) as pool:
+    with PointPool(
+        runner, jobs=jobs, executor=executor, address=address, connect_timeout_s=connect_timeout_s
+    ) as pool:
         while True:
             while pool.num_pending < in_flight and run_count < max_runs:
                 picked = next_probe()

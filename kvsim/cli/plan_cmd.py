@@ -24,10 +24,11 @@ import kvsim
 from kvsim.capacity import DEFAULT_MIN_SERVED, parse_slo
 from kvsim.cli.types import count, number, path_arg, text_arg
 from kvsim.io import json_safe
-from kvsim.limits import DEFAULT_PLAN_RUNS, MAX_JOBS, MAX_PLAN_GPUS, MAX_PLAN_RUNS
+from kvsim.limits import DEFAULT_PLAN_RUNS, JOBS_PER_CPU, MAX_JOBS, MAX_PLAN_GPUS, MAX_PLAN_RUNS
 from kvsim.outputs import MARKER_FILE, claim_folder, replace_file
 from kvsim.planner import Mode, PlanError, PlanPoint, PlanReport, PlanSpace, gpus_text, plan_deployment
 from kvsim.pricing import load_prices
+from kvsim.sweep import DEFAULT_RAY_CONNECT_TIMEOUT_S, MAX_CONNECT_TIMEOUT_S
 from kvsim.units import MISSING, format_seconds, sig
 
 #: Exit code when the search ran but no configuration meets the SLO.
@@ -278,6 +279,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         executor=args.executor,
         address=args.address,
+        connect_timeout_s=args.connect_timeout,
         early_stop=not args.no_early_stop,
         max_runs=args.max_runs,
         min_served=args.min_served,
@@ -365,11 +367,20 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--no-early-stop", action="store_true",
                    help="run every point to the end (slower; the same answer).")  # fmt: skip
     p.add_argument("--jobs", type=count(1, MAX_JOBS), default=min(os.cpu_count() or 1, 4),
-                   help="runs at once (default: CPU count, at most 4).")  # fmt: skip
+                   help=f"runs at once (default: CPU count, at most 4; at most {JOBS_PER_CPU} x the CPU count, "
+                   f"and {MAX_JOBS}).")  # fmt: skip
     p.add_argument(
-        "--executor", choices=("local", "ray"), default="local", help="local processes or Ray tasks."
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="local processes or Ray tasks, as kvsim sweep.",
     )
-    p.add_argument("--address", type=text_arg(1000), help="Ray cluster address (--executor ray).")
+    p.add_argument("--address", type=text_arg(1000),
+                   help="Ray cluster address, HOST:PORT or ray://HOST:PORT (--executor ray; default: start a "
+                   "local Ray).")  # fmt: skip
+    p.add_argument("--connect-timeout", type=number(0, MAX_CONNECT_TIMEOUT_S, low_open=True),
+                   default=DEFAULT_RAY_CONNECT_TIMEOUT_S, metavar="S",
+                   help=f"seconds to wait for the Ray cluster at --address (default {DEFAULT_RAY_CONNECT_TIMEOUT_S:g}).")  # fmt: skip
     p.add_argument("--out", type=path_arg, help="write the plan folder here (new, empty, or a plan folder).")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the whole plan as JSON.")

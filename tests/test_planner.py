@@ -3,8 +3,10 @@ exhaustive sweep of a small space on the real one, and the early stop inside a p
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -131,6 +133,24 @@ def test_a_search_cut_short_by_max_runs_says_so() -> None:
     assert "not searched" in set(report.configurations_table()["status"])
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None, reason="ray not installed (pip install -e '.[ray]')"
+)
+def test_a_plan_on_ray_runs_the_same_points_to_the_same_answer() -> None:
+    # --executor ray without --address: a local Ray of --jobs CPUs, as kvsim sweep starts.
+    # Ray's workers cannot import this test module, so its fake runner travels by value.
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    space = PlanSpace(gpus=("h100-sxm", "h200"), tps=(1, 2), max_gpus=16)
+    local = plan(space, jobs=2)
+    on_ray = plan(space, jobs=2, executor="ray")
+    assert on_ray.cheapest is not None and local.cheapest is not None
+    assert on_ray.answer_line() == local.answer_line()
+    assert [(p.point_id, p.feasible) for p in on_ray.points] == [(p.point_id, p.feasible) for p in local.points]
+
+
 def test_bad_spaces_are_refused_with_the_option_and_the_rule() -> None:
     with pytest.raises(PlanError, match=r"--gpus: unknown GPU preset 'h900'"):
         configurations(PlanSpace(gpus=("h900",)))
@@ -209,8 +229,10 @@ def test_the_plan_finds_the_cheapest_point_of_an_exhaustive_sweep(tmp_path: Path
     }
     for p in report.points:
         row = by_key[(p.config.gpu, p.config.tp, p.config.max_num_seqs or 256, p.units)]
-        if p.stopped:
+        if p.stopped:  # flagged overloaded, never counted as meeting the SLO, no latency shown
             assert row["overloaded"] and row["ttft_p99_s"] > 1.0
+            assert p.point.summary["overloaded"] and not p.feasible and not p.point.slo_met
+            assert "ttft_p99_s" not in p.point.summary
         else:
             assert p.point.summary["ttft_p99_s"] == row["ttft_p99_s"]
             met = row["ttft_p99_s"] <= 1.0 and row["tpot_p99_s"] <= 0.1 and not row["overloaded"]

@@ -148,7 +148,8 @@ def test_a_plan_on_ray_runs_the_same_points_to_the_same_answer() -> None:
     on_ray = plan(space, jobs=2, executor="ray")
     assert on_ray.cheapest is not None and local.cheapest is not None
     assert on_ray.answer_line() == local.answer_line()
-    assert [(p.point_id, p.feasible) for p in on_ray.points] == [(p.point_id, p.feasible) for p in local.points]
+    runs = [[(p.point_id, p.feasible) for p in r.points] for r in (local, on_ray)]
+    assert runs[0] == runs[1]
 
 
 def test_bad_spaces_are_refused_with_the_option_and_the_rule() -> None:

@@ -31,6 +31,7 @@ CASES: dict[str, list[str]] = {
     "8x-no-early-stop": ["--set", "workload.time_scale=8", "--no-early-stop"],
     "real-front": ["--search", "front"],
     "8x-front": ["--set", "workload.time_scale=8", "--search", "front"],
+    "8x-llama-3.1-8b": ["--set", "workload.time_scale=8", "--set", "model=llama-3.1-8b"],
     "8x-llama-3.1-8b-front": [
         "--set",
         "workload.time_scale=8",

@@ -87,6 +87,28 @@ def engine_flags(row: dict[str, str], harness: dict[str, str], concurrency: int)
     return flags
 
 
+#: The harness whose settings are assumed, not documented (docs/validation.md): the
+#: sensitivity runs (`--assume`) change only its rows.
+ASSUMED_HARNESS = "nvidia-gap-analysis"
+
+
+def assume(harness: dict[str, str], prompts_per_client: float | None, range_ratio: float | None,
+           warmups_per_client: float | None) -> dict[str, str]:  # fmt: skip
+    """One row's harness record under another assumption of the gap-analysis client: measured
+    prompts and warm-ups per client, the lengths' range ratio (the legacy rule, U[floor(R L), L])."""
+    if harness.get("harness") != ASSUMED_HARNESS:
+        return harness
+    out = dict(harness)
+    c = _int(harness.get("concurrency")) or 0
+    if prompts_per_client is not None:
+        out["num_prompts"] = str(round(prompts_per_client * c))
+    if warmups_per_client is not None:
+        out["num_warmups"] = str(round(warmups_per_client * c))
+    if range_ratio is not None:
+        out["random_range_ratio"] = str(range_ratio)
+    return out
+
+
 def default_rows() -> Path:
     root = package_tables_root()
     if root is None:
@@ -254,8 +276,10 @@ def stats(errors: list[float]) -> str:
 
 
 def report(rows: list[dict[str, str]], ours: dict[str, dict[str, Any]], peer: dict[str, dict[str, Any]],
-           where: Callable[[dict[str, str]], bool]) -> str:  # fmt: skip
-    """Markdown tables: per group, kvsim's and the estimator's errors on the same rows."""
+           where: Callable[[dict[str, str]], bool],
+           harness: dict[str, dict[str, str]] | None = None) -> str:  # fmt: skip
+    """Markdown tables: per group, kvsim's and the estimator's errors on the same rows; with
+    ``harness``, the totals also by the harness that measured the rows."""
     groups: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for row in rows:
         if where(row):
@@ -263,9 +287,10 @@ def report(rows: list[dict[str, str]], ours: dict[str, dict[str, Any]], peer: di
                    row["system"], row["backend"])  # fmt: skip
             groups.setdefault(key, []).append(row)
     lines = [
-        "| set | model | GPU | backend | rows | kvsim ok | TTFT med / p90 / bias | TPOT med / p90 / bias "
-        "| estimator ok | est. TTFT med / p90 / bias | est. TPOT med / p90 / bias |",
-        "| --- | --- | --- | --- | ---: | ---: | --- | --- | ---: | --- | --- |",
+        "| set | model | GPU | backend | rows | kvsim ok | TTFT med | p90 | bias | TPOT med | p90 | bias "
+        "| estimator ok | est. TTFT med | p90 | bias | est. TPOT med | p90 | bias |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: | ---: | ---: | ---: |",
     ]
     totals: dict[str, list[dict[str, str]]] = {}
     for key in sorted(groups):
@@ -276,6 +301,14 @@ def report(rows: list[dict[str, str]], ours: dict[str, dict[str, Any]], peer: di
     for name in ("fit", "held out"):
         if name in totals:
             lines.append(_line((name, "all", "all", "all"), totals[name], ours, peer))
+    if harness:
+        by_kind: dict[tuple[str, str], list[dict[str, str]]] = {}
+        for name in ("fit", "held out"):
+            for row in totals.get(name, []):
+                kind = harness.get(row["id"], {}).get("harness", "unknown")
+                by_kind.setdefault((name, kind), []).append(row)
+        for (name, kind), chosen in sorted(by_kind.items()):
+            lines.append(_line((name, f"harness {kind}", "all", "all"), chosen, ours, peer))
     lines.append("")
     lines.append("Rows kvsim predicts and the estimator does not (or the reverse) are in one column and")
     lines.append("not the other; `both ok` below compares the two on the same rows only:")
@@ -300,7 +333,7 @@ def _line(key: tuple[str, ...], rows: list[dict[str, str]], ours: dict[str, dict
         ok = [r for r in rows if _ok(results, r)]
         ttft = _errors((results[r["id"]]["mean_ttft_ms"], _num(r["silicon_ttft_ms"])) for r in ok)
         tpot = _errors((results[r["id"]]["mean_tpot_ms"], _num(r["silicon_tpot_ms"])) for r in ok)
-        cells += [f"{len(ok)}", stats(ttft), stats(tpot)] if results else ["-", "-", "-"]
+        cells += [f"{len(ok)}", stats(ttft), stats(tpot)] if results else ["-"] * 7
     return "| " + " | ".join(cells) + " |"
 
 
@@ -319,9 +352,9 @@ def load_results(path: Path) -> dict[str, dict[str, Any]]:
 
 #: The kernels model's free constants and the values the fit tries (`--fit BACKEND`).
 FIT_GRID: dict[str, list[float]] = {
-    "per_iteration_overhead_s": [0.0, 0.25e-3, 0.5e-3, 1e-3, 2e-3, 4e-3],
-    "per_layer_overhead_s": [0.0, 2e-6, 5e-6, 10e-6, 20e-6],
-    "elementwise_kernel_s": [0.0, 1.5e-6, 3e-6, 6e-6],
+    "per_iteration_overhead_s": [0.0, 0.5e-3, 1e-3, 2e-3],
+    "per_layer_overhead_s": [0.0, 5e-6, 10e-6, 20e-6],
+    "elementwise_kernel_s": [0.0, 1.5e-6, 3e-6],
 }
 
 
@@ -357,7 +390,7 @@ def fit(
             print(f"  {params} -> {seen[key]:.4f}", file=sys.stderr, flush=True)
         return seen[key]
 
-    for _round in range(3):
+    for _round in range(2):
         changed = False
         for name, grid in FIT_GRID.items():
             values = {v: score({**best, name: v}) for v in grid}
@@ -396,6 +429,16 @@ def main(argv: list[str] | None = None) -> int:
         help="fit the kernels model's constants for BACKEND "
         "(vllm, sglang, trtllm) on h200_sxm rows only, print them and stop",
     )
+    parser.add_argument("--results", type=Path, action="append", default=[], metavar="JSON",
+                        help="tables from per-row results written before (repeatable; no simulation)")  # fmt: skip
+    parser.add_argument("--harness-kind", help="only rows of this harness (e.g. nvidia-gap-analysis)")
+    parser.add_argument("--every", type=int, default=1, metavar="K", help="every K-th chosen row (a sample)")
+    parser.add_argument("--assume-prompts-per-client", type=float, metavar="N",
+                        help=f"{ASSUMED_HARNESS} rows: N x C measured prompts (documented assumption: 10)")  # fmt: skip
+    parser.add_argument("--assume-warmups-per-client", type=float, metavar="N",
+                        help=f"{ASSUMED_HARNESS} rows: N x C warm-ups (assumption: 2)")  # fmt: skip
+    parser.add_argument("--assume-range-ratio", type=float, metavar="R",
+                        help=f"{ASSUMED_HARNESS} rows: lengths U[floor(R L), L] (assumption: 1, exact)")  # fmt: skip
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a scenario override for every row, JSON value (e.g. workload.num_prompts=640)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -407,19 +450,40 @@ def main(argv: list[str] | None = None) -> int:
         extra[key] = json.loads(value)
     rows = read_csv(args.rows or default_rows())
     harness = harness_by_id(args.harness)
-    chosen = [r for r in rows if (args.all or is_dense_agg(r)) and all(m in r["id"] for m in args.match)]
+    if not 1 <= args.every <= 10_000:
+        parser.error("--every must be in 1..10000")
+    harness = {
+        rid: assume(
+            h, args.assume_prompts_per_client, args.assume_range_ratio, args.assume_warmups_per_client
+        )
+        for rid, h in harness.items()
+    }
+    chosen = [
+        r
+        for r in rows
+        if (args.all or is_dense_agg(r))
+        and all(m in r["id"] for m in args.match)
+        and (args.harness_kind is None or harness.get(r["id"], {}).get("harness") == args.harness_kind)
+    ][:: args.every]
     if args.fit:
         print(json.dumps(fit(chosen, harness, args.fit, args.jobs)))
         return 0
-    print(f"{len(chosen)} of {len(rows)} rows, {args.jobs} workers", file=sys.stderr)
     start = time.perf_counter()
-    jobs = [(r, harness.get(r["id"]), extra) for r in chosen]
     results: list[dict[str, Any]] = []
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for i, res in enumerate(pool.map(simulate, jobs, chunksize=1), 1):
-            results.append(res)
-            if i % 25 == 0 or i == len(jobs):
-                print(f"  {i}/{len(jobs)} rows, {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    if args.results:
+        loaded: dict[str, dict[str, Any]] = {}
+        for path in args.results:
+            loaded.update(load_results(path))
+        chosen = [r for r in chosen if r["id"] in loaded]
+        results = [loaded[r["id"]] for r in chosen]
+    else:
+        print(f"{len(chosen)} of {len(rows)} rows, {args.jobs} workers", file=sys.stderr)
+        jobs = [(r, harness.get(r["id"]), extra) for r in chosen]
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            for i, res in enumerate(pool.map(simulate, jobs, chunksize=1), 1):
+                results.append(res)
+                if i % 25 == 0 or i == len(jobs):
+                    print(f"  {i}/{len(jobs)} rows, {time.perf_counter() - start:.0f} s", file=sys.stderr)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.out.with_name(f".{args.out.name}.tmp-{os.getpid()}")
@@ -428,14 +492,15 @@ def main(argv: list[str] | None = None) -> int:
         tmp.replace(args.out)
     ours = {r["id"]: r for r in results}
     peer = load_results(args.peer)
-    text = report(chosen, ours, peer, lambda r: True)
+    text = report(chosen, ours, peer, lambda r: True, harness)
     statuses: dict[str, int] = {}
     for r in results:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
     text += "\n\nkvsim's statuses: " + "; ".join(
         f"{k}: {v}" for k, v in sorted(statuses.items(), key=lambda kv: -kv[1])
     )
-    text += f"\n\n{len(chosen)} rows in {time.perf_counter() - start:.0f} s wall ({args.jobs} workers)"
+    if not args.results:
+        text += f"\n\n{len(chosen)} rows in {time.perf_counter() - start:.0f} s wall ({args.jobs} workers)"
     print(text)
     if args.report:
         args.report.write_text(text + "\n")

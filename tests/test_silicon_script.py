@@ -118,6 +118,11 @@ def test_the_per_row_json_and_the_tables(tmp_path: Path, capsys: pytest.CaptureF
     assert report.read_text().strip() == printed.strip()
     assert "unsupported: disaggregated serving (issue 22): 1" in printed
     assert not list(out.parent.glob(".*tmp*"))  # written whole, then renamed
+    # The same tables again from the written results, without simulating.
+    again = silicon.main(["--rows", str(rows), "--results", str(out), "--peer", str(tmp_path / "none.json"),
+                          "--harness", str(tmp_path / "none.csv"), "--all"])  # fmt: skip
+    assert again == 0
+    assert capsys.readouterr().out.strip() == printed.strip().rsplit("\n\n", 1)[0]
 
 
 def test_errors_and_the_objective_by_hand() -> None:
@@ -161,3 +166,15 @@ def test_the_fit_reads_h200_rows_only(monkeypatch: pytest.MonkeyPatch) -> None:
     best = silicon.fit(rows, {}, "vllm", jobs=1)
     assert set(seen) == {"h200_sxm"}
     assert best["per_iteration_overhead_s"] == 0.0  # any overhead only moves TTFT off the measured 20 ms
+
+
+def test_the_sensitivity_assumptions_change_only_the_assumed_harness() -> None:
+    gap = {"harness": "nvidia-gap-analysis", "concurrency": "8", "num_prompts": "80", "num_warmups": "16",
+           "random_range_ratio": "1.0"}  # fmt: skip
+    documented = {**gap, "harness": "inferencemax-single-node", "random_range_ratio": "0.8"}
+    moved = silicon.assume(gap, 20, 0.8, 0)
+    assert (moved["num_prompts"], moved["num_warmups"], moved["random_range_ratio"]) == ("160", "0", "0.8")
+    assert silicon.assume(gap, None, None, None) == gap
+    assert silicon.assume(documented, 20, 0.5, 0) == documented  # a documented harness is not assumed
+    workload = silicon.scenario_for(_row("g", batch_size="8"), moved, {})["workload"]
+    assert (workload["num_prompts"], workload["num_warmups"], workload["random_range_ratio"]) == (160, 0, 0.8)

@@ -389,7 +389,9 @@ def trace_share_kept(summary: Mapping[str, Any]) -> float | None:
     return float(kept) / usable if usable > 0 else None
 
 
-def _base_data(base: Scenario | Mapping[str, Any] | str | Path | None) -> tuple[dict[str, Any], str]:
+def base_data(base: Scenario | Mapping[str, Any] | str | Path | None) -> tuple[dict[str, Any], str]:
+    """A base scenario's data (every default left out, trace paths absolute) and how errors
+    name it: what points of a search (`find_capacity`, `kvsim.planner`) override."""
     if isinstance(base, Scenario):
         return scenario_data(base), f"<scenario {base.name}>"
     if isinstance(base, Mapping):
@@ -436,7 +438,7 @@ def find_capacity(
         raise CapacityError(f"--min-served must be between 0 and 1, got {min_served}")
     if len({repr(v) for v in values}) != len(values):
         raise CapacityError(f"candidate values repeat: {list(values)}")
-    data, source = _base_data(base)
+    data, source = base_data(base)
     if overrides:
         data = scenario_data(validate(apply_overrides(data, overrides), source))
     scenario = validate(data, source)

@@ -133,7 +133,7 @@ MAX_EXPERTS = 65_536
 #: grid is expanded: each point holds its resolved scenario (about 15 KB; 10,000 points
 #: load in about 1.5 s and 150 MB) and is a full simulation.
 MAX_SWEEP_POINTS = 10_000
-#: Most parallel workers (``--jobs``) of ``kvsim sweep`` and ``kvsim capacity``: at most
+#: Most parallel workers (``--jobs``) of ``kvsim sweep``, ``kvsim capacity`` and ``kvsim plan``: at most
 #: JOBS_PER_CPU x the machine's CPU count for local processes (or a local Ray), and never
 #: more than MAX_JOBS, whatever runs them.
 JOBS_PER_CPU = 4
@@ -154,6 +154,20 @@ MAX_WIDTHS = 32
 MAX_CAPACITIES = 1_000
 MAX_CACHE_CURVE_BLOCKS = 20_000_000
 MAX_CACHE_CURVE_LOOKUPS = 200_000_000
+
+# --------------------------------------------------------------------------- plan searches
+
+#: Most configurations (GPU x TP x engine knobs x router x aggregated/disaggregated) one
+#: `kvsim plan` may search: each needs at least one full run, about 5-10 s for a one-hour
+#: trace on this project's machine.
+MAX_PLAN_CONFIGS = 2_000
+#: Most values one `kvsim plan` space option lists (--gpus, --tp, --max-num-seqs, ...).
+MAX_PLAN_VALUES = 64
+#: Default and largest number of runs one `kvsim plan` makes (--max-runs).
+DEFAULT_PLAN_RUNS = 400
+MAX_PLAN_RUNS = 100_000
+#: Most GPUs of one deployment a plan considers (--max-gpus).
+MAX_PLAN_GPUS = 65_536
 
 # --------------------------------------------------------------------------- other files
 

@@ -680,3 +680,85 @@ def replica_panels_figure(series: pd.DataFrame) -> go.Figure:
     fig = _finish(fig, "Per replica: running and waiting requests, KV usage (highest per time bin)", 700)
     fig.update_layout(hovermode="closest")
     return fig
+
+
+def plan_pareto_figure(
+    runs: pd.DataFrame, slo: Sequence[tuple[str, float, bool]], *, currency: str = "USD", title: str = ""
+) -> go.Figure:
+    """Cost against each SLO metric of a plan's runs (`kvsim.planner.PlanReport.runs_table`).
+
+    One row per SLO bound ``(summary key, limit, upper)``: every run that finished at its
+    deployment's price per hour, feasible ones (every bound met, not overloaded) apart from
+    the others, the Pareto front of cost against all the SLO metrics as a line, the
+    cheapest feasible one as a star, the SLO as a dashed line. Runs stopped early as
+    overloaded have no latency: they are ticks along the top of each row. Latencies
+    (keys ending in ``_s``) are on log axes with decade ticks.
+    """
+    done = runs[~runs["stopped_early"].astype(bool) & (runs["status"] == "ok")] if len(runs) else runs
+    stopped = runs[runs["stopped_early"].astype(bool)] if len(runs) else runs
+    rows = max(len(slo), 1)
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                        subplot_titles=[f"{key} against cost" for key, _, _ in slo] or ["cost"])  # fmt: skip
+    price = f"{currency}/hour"
+    legend_shown: set[str] = set()
+
+    def trace(name: str, **kw: object) -> dict[str, object]:
+        shown = name not in legend_shown
+        legend_shown.add(name)
+        return {"name": name, "legendgroup": name, "showlegend": shown, **kw}
+
+    for row, (key, limit, upper) in enumerate(slo, start=1):
+        seconds = key.endswith("_s")
+        unit = "s" if seconds else ""
+        values = done[key].to_numpy(float) if key in done else np.array([])
+        for mask, name, color, symbol in (
+            (done["feasible"].astype(bool), "meets every SLO", SERIES_COLORS[2], "circle"),
+            (~done["feasible"].astype(bool), "misses an SLO", SERIES_COLORS[1], "circle-open"),
+        ):
+            part = done[mask.to_numpy()]
+            if len(part):
+                fig.add_trace(
+                    go.Scatter(x=part["usd_per_hour"], y=part[key], mode="markers", text=part["label"],
+                               marker={"color": color, "size": 9, "symbol": symbol},
+                               hovertemplate=f"%{{text}}<br>%{{x:,.2f}} {price}<br>{key}: %{{y:.3g}} {unit}<extra></extra>",
+                               **trace(name)),
+                    row=row, col=1,
+                )  # fmt: skip
+        front = done[done["pareto"].astype(bool)].sort_values("usd_per_hour")
+        if len(front):
+            fig.add_trace(
+                go.Scatter(x=front["usd_per_hour"], y=front[key], mode="lines", line={"color": "#555555", "dash": "dot"},
+                           hoverinfo="skip", **trace("Pareto front (cost, every SLO metric)")),
+                row=row, col=1,
+            )  # fmt: skip
+        best = done[done["cheapest"].astype(bool)]
+        if len(best):
+            fig.add_trace(
+                go.Scatter(x=best["usd_per_hour"], y=best[key], mode="markers", text=best["label"],
+                           marker={"symbol": "star", "size": 18, "color": "#E69F00", "line": {"width": 1, "color": "#000"}},
+                           hovertemplate=f"cheapest: %{{text}}<br>%{{x:,.2f}} {price}<extra></extra>",
+                           **trace("cheapest meeting every SLO")),
+                row=row, col=1,
+            )  # fmt: skip
+        finite = values[np.isfinite(values) & (values > 0)] if seconds else values[np.isfinite(values)]
+        top = (float(finite.max()) if len(finite) else limit) * (3.0 if seconds else 1.15)
+        top = max(top, limit * (3.0 if seconds else 1.15))
+        if len(stopped):
+            fig.add_trace(
+                go.Scatter(x=stopped["usd_per_hour"], y=[top] * len(stopped), mode="markers", text=stopped["label"],
+                           marker={"symbol": "line-ns", "size": 14, "color": "#000000", "line": {"width": 2}},
+                           hovertemplate=f"%{{text}}<br>%{{x:,.2f}} {price}<br>overloaded, stopped early: no latency "
+                                         "measured<extra></extra>",
+                           **trace("overloaded, stopped early (no latency; drawn at the top)")),
+                row=row, col=1,
+            )  # fmt: skip
+        if seconds:
+            fig.update_yaxes(**decade_ticks([*finite, limit, top], seconds_label), row=row, col=1)
+            _hline(fig, limit, f"SLO {'≤' if upper else '≥'} {seconds_label(limit)}", row=row, log_axis=True)
+        else:
+            _hline(fig, limit, f"SLO {'≤' if upper else '≥'} {limit:g}", row=row)
+        fig.update_yaxes(title_text=key + (", log" if seconds else ""), row=row, col=1)
+    fig.update_xaxes(title_text=f"deployment price ({price})", rangemode="tozero", row=rows, col=1)
+    fig = _finish(fig, title or "Cost against the SLO metrics", 320 + 260 * rows)
+    fig.update_layout(hovermode="closest")
+    return fig

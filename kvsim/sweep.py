@@ -446,6 +446,105 @@ def _run_ray(
             started.shutdown()
 
 
+class PointPool:
+    """Points handed in one at a time, their outcomes taken as they finish: the runner of
+    `kvsim.planner`, which chooses each next point from the outcomes so far.
+
+        with PointPool(runner, jobs=2) as pool:
+            pool.submit(point)
+            point, outcome = pool.next_done()   # blocks until one finishes
+
+    ``jobs`` 1 runs a point in the calling process when its outcome is asked for; more run
+    in ``jobs`` worker processes that end with this one (``local``), or as Ray tasks
+    (``ray``: on the cluster at ``address``, waited for at most ``connect_timeout_s``, or a
+    local Ray of ``jobs`` CPUs). ``jobs`` is checked as `run_points` checks it. A worker or
+    task that dies gives a failed outcome, never an exception.
+    """
+
+    def __init__(
+        self,
+        runner: Runner,
+        *,
+        jobs: int = 1,
+        executor: Executor = "local",
+        address: str | None = None,
+        connect_timeout_s: float = DEFAULT_RAY_CONNECT_TIMEOUT_S,
+    ) -> None:
+        check_jobs(jobs, executor, address)
+        check_connect_timeout(connect_timeout_s)
+        self.runner, self.jobs, self.executor, self.address = runner, jobs, executor, address
+        self.connect_timeout_s = connect_timeout_s
+        self._queue: list[Point] = []  # jobs 1: run when asked for
+        self._futures: dict[Future[PointOutcome], Point] = {}
+        self._refs: dict[Any, Point] = {}
+        self._pool: ProcessPoolExecutor | None = None
+        self._ray: Any = None  # the ray module while tasks can be sent
+        self._ray_started: Any = None  # the ray module if this pool started Ray
+        self._remote: Any = None
+
+    def __enter__(self) -> PointPool:
+        if self.executor == "ray":
+            self._ray_started = _start_ray(self.address, self.jobs, self.connect_timeout_s)
+            import ray  # imported by _start_ray already (it says how to install it when missing)
+
+            self._ray = ray
+            self._remote = ray.remote(run_point)
+        elif self.jobs > 1:
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.jobs, initializer=_die_with_parent, initargs=(os.getpid(),)
+            )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for f in self._futures:
+            f.cancel()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._ray_started is not None:
+            self._ray_started.shutdown()
+
+    @property
+    def num_pending(self) -> int:
+        """Points handed in whose outcome has not been taken yet."""
+        return len(self._queue) + len(self._futures) + len(self._refs)
+
+    def submit(self, point: Point) -> None:
+        if self._remote is not None:
+            self._refs[self._remote.remote(point, self.runner)] = point
+        elif self._pool is not None:
+            self._futures[self._pool.submit(run_point, point, self.runner)] = point
+        else:
+            self._queue.append(point)
+
+    def next_done(self, *, oldest: bool = False) -> tuple[Point, PointOutcome]:
+        """The next point to finish and its outcome (in submission order with one job).
+
+        ``oldest``: the point handed in first of those pending, waited for however long the
+        others take (a caller whose next choice must not depend on which run was faster).
+        """
+        if self._queue:
+            p = self._queue.pop(0)
+            return p, run_point(p, self.runner)
+        if self._refs:
+            pending = list(self._refs)
+            (ref,), _ = self._ray.wait(pending[:1] if oldest else pending, num_returns=1)
+            p = self._refs.pop(ref)
+            try:
+                return p, self._ray.get(ref)
+            except Exception as exc:  # task or worker died
+                return p, PointOutcome(p.point_id, "failed", error=f"ray task failed: {exc!r}")
+        if not self._futures:
+            raise SweepError("no point is running")
+        futures = list(self._futures)
+        done, _ = wait(futures[:1] if oldest else futures, return_when=FIRST_COMPLETED)
+        f = next(iter(done))
+        p = self._futures.pop(f)
+        try:
+            return p, f.result()
+        except Exception as exc:  # the worker process died (e.g. out of memory)
+            return p, PointOutcome(p.point_id, "failed", error=f"worker failed: {exc!r}")
+
+
 def run_points(
     points: list[Point],
     runner: Runner = simulate,

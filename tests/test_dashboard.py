@@ -24,6 +24,7 @@ import kvsim
 import kvsim.io
 from kvsim.capacity import find_capacity, parse_slo, parse_values
 from kvsim.cost.profile import shipped_profiles
+from kvsim.planner import PlanSpace, plan_deployment
 
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
@@ -534,6 +535,25 @@ def test_capacity_page_gives_the_answer_of_kvsim_capacity() -> None:
     at = _page(_page(at, "app"), "3_Capacity")
     assert at.text_input(key="w:cap.values.rate").value == "4:64:4"
     assert at.success[0].value == answer  # kept: no new search
+
+
+def test_capacity_page_plans_the_cheapest_deployment_as_kvsim_plan_does() -> None:
+    at = _page(_app(), "3_Capacity")
+    at.text_input(key="w:cap.slo").set_value("ttft_p99_s=0.5").run()
+    at.number_input(key="w:cap.jobs").set_value(1).run()
+    at.text_input(key="w:plan.gpus").set_value("h100-sxm, h200").run()
+    at.text_input(key="w:plan.tp").set_value("1, 2").run()
+    next(b for b in at.button if b.label == "Plan deployment").click().run()
+    assert not at.exception, at.exception
+    report = plan_deployment(None, parse_slo("ttft_p99_s=0.5"), PlanSpace(gpus=("h100-sxm", "h200"), tps=(1, 2), max_gpus=16),
+                             overrides=[f"workload.num_requests={NUM_REQUESTS}"])  # fmt: skip
+    assert report.cheapest is not None
+    assert at.success[-1].value == report.answer_line()
+    assert at.code[0].value.splitlines()[1].startswith("vllm serve meta-llama/Meta-Llama-3-8B")
+    assert _charts(at) == 1
+    assert len(at.dataframe[-1].value) == 4  # one row per configuration
+    at.text_input(key="w:plan.tp").set_value("1, x").run()
+    assert at.error[0].value == "TP degrees: 'x' is not a whole number (or 'default')"
 
 
 def test_kv_cache_page() -> None:

@@ -840,6 +840,7 @@ def _cli_bases(tmp_path: Path, trace: str) -> dict[str, list[str]]:
         "trace-stats": ["trace-stats", trace],
         "sweep": ["sweep", str(tmp_path / "sweep.yaml"), "--out", str(tmp_path / "sw"), "--jobs", "1"],
         "capacity": ["capacity", s, "--knob", "replicas.0.count", "--range", "1:1", "--jobs", "1", "--quiet"],
+        "plan": ["plan", s, "--gpus", "h100-sxm", "--tp", "1", "--max-gpus", "1", "--jobs", "1", "--quiet"],
         "spikes": ["spikes", s],
         "exposure": ["exposure", s],
         "sharing": ["sharing", s, "--widths", "2"],

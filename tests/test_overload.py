@@ -8,7 +8,8 @@ import pytest
 from conftest import ROOT
 
 import kvsim
-from kvsim.overload import LOAD_KEYS, load_summary
+from kvsim.engine.cluster import RunStopped
+from kvsim.overload import LOAD_KEYS, DivergenceWatch, LatencyBound, allowed_violations, load_summary
 
 NO_EVENTS = pd.DataFrame(columns=["time_s", "replica_id", "kind", "request_id", "num_blocks", "num_bytes"])
 
@@ -98,3 +99,71 @@ def test_the_azure_conversation_trace_at_8x_overloads_one_h100(traces_dir) -> No
     assert s["ttft_p99_s"] > 2.0
     assert s["offered_requests_per_s"] == pytest.approx(44.2, abs=0.1)
     assert s["achieved_requests_per_s"] == pytest.approx(25.6, abs=0.1)
+
+
+# --------------------------------------------------------------------------- the early stop
+
+
+def test_one_late_request_beyond_the_allowance_proves_the_percentile_over_the_limit() -> None:
+    # The Azure conversation trace: 19,366 requests; p99 over 2 s is certain at 195 late ones.
+    assert allowed_violations(19_366, 99) == 194
+    assert allowed_violations(1500, 99) == 15
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 7, 100, 101, 1000, 19_366):
+        for q in (50.0, 90.0, 99.0):
+            late = allowed_violations(n, q) + 1
+            # However many of the n requests finish (the late ones at least), numpy's
+            # percentile of their values is over the limit (1.0).
+            for finished in sorted({late, (late + n) // 2, n}):
+                values = np.concatenate([rng.uniform(0, 1, finished - late), rng.uniform(1.001, 9, late)])
+                assert np.percentile(values, q) > 1.0, (n, q, finished)
+
+
+def test_only_ttft_and_e2e_percentiles_can_be_proven_broken_early() -> None:
+    assert LatencyBound.from_key("ttft_p99_s", 2.0) == LatencyBound("ttft", 99.0, 2.0)
+    assert LatencyBound.from_key("e2e_p90_s", 30.0) == LatencyBound("e2e", 90.0, 30.0)
+    for key in ("tpot_p99_s", "ttft_mean_s", "slo_attainment", "ttft_p100_s"):
+        assert LatencyBound.from_key(key, 2.0) is None
+
+
+def _watched(overrides: list[str]) -> tuple[DivergenceWatch, RunStopped | None]:
+    watch = DivergenceWatch([LatencyBound.from_key("ttft_p99_s", 2.0)])  # type: ignore[list-item]
+    try:
+        kvsim.run(None, overrides=overrides, watch=watch)
+    except RunStopped as stop:
+        return watch, stop
+    return watch, None
+
+
+def test_a_clearly_overloaded_run_is_stopped_early_and_flagged_overloaded() -> None:
+    # The default replica (Llama-3-8B, one H100) serves about 20 req/s; 40 req/s is twice that.
+    overrides = ["workload.num_requests=1500", "workload.arrival.rate_per_s=40"]
+    full = kvsim.run(None, overrides=overrides).summary
+    assert full["overloaded"] and full["ttft_p99_s"] > 2.0
+    watch, stop = _watched(overrides)
+    assert stop is not None and stop.reason.startswith("overloaded: the backlog grew")
+    # Stopped a quarter of the way through the arrivals, long before the backlog drains.
+    assert stop.at_s < 0.3 * full["arrival_window_s"] < full["sim_time_s"]
+    figures = watch.figures
+    assert figures["stopped_violations"] > figures["stopped_allowed_violations"] == 15
+    assert figures["achieved_requests_per_s"] < 0.75 * figures["offered_requests_per_s"]
+    assert f"more than the 15 ttft_p99_s <= 2 allows: stopped at t={stop.at_s:,.1f} s" in stop.reason
+
+
+def test_a_borderline_run_is_not_stopped_and_its_result_is_unchanged() -> None:
+    # 20 req/s: as busy as the replica gets without queueing for good (p99 TTFT 0.33 s).
+    overrides = ["workload.num_requests=1500", "workload.arrival.rate_per_s=20"]
+    watch = DivergenceWatch([LatencyBound.from_key("ttft_p99_s", 2.0)])  # type: ignore[list-item]
+    watched = kvsim.run(None, overrides=overrides, watch=watch)
+    plain = kvsim.run(None, overrides=overrides)
+    assert watch.figures == {}
+    assert not plain.summary["overloaded"] and plain.summary["ttft_p99_s"] < 2.0
+    pd.testing.assert_frame_equal(watched.requests, plain.requests)
+    assert watched.summary == pytest.approx(plain.summary, nan_ok=True)
+
+
+def test_a_bound_that_can_still_be_met_never_stops_a_run() -> None:
+    # Overloaded, but the bound (p99 TTFT under 10 minutes) is never certainly broken.
+    watch = DivergenceWatch([LatencyBound("ttft", 99.0, 600.0)])
+    kvsim.run(None, overrides=["workload.num_requests=600", "workload.arrival.rate_per_s=40"], watch=watch)
+    assert watch.figures == {}

@@ -258,3 +258,36 @@ def test_a_whole_number_knob_is_ticked_at_whole_numbers() -> None:
         rates, x="replicas", x_title="rate", ttft_slo_s=2.0, tpot_slo_s=0.1
     )
     assert fig.layout.xaxis.dtick is None
+
+
+def test_plan_pareto_figure_draws_runs_front_cheapest_and_stopped_ones_apart() -> None:
+    runs = pd.DataFrame(
+        {
+            "label": ["1 x [a]", "2 x [a]", "3 x [a]", "1 x [b]", "1 x [c]"],
+            "usd_per_hour": [6.0, 12.0, 18.0, 9.0, 3.0],
+            "ttft_p99_s": [5.0, 0.5, 0.2, 0.4, np.nan],
+            "tpot_p99_s": [0.02, 0.01, 0.008, 0.03, np.nan],
+            "status": ["ok"] * 5,
+            "stopped_early": [False, False, False, False, True],
+            "feasible": [False, True, True, True, False],
+            "pareto": [True, False, True, True, False],
+            "cheapest": [False, False, False, True, False],
+        }
+    )
+    fig = plots.plan_pareto_figure(runs, [("ttft_p99_s", 2.0, True), ("tpot_p99_s", 0.1, True)])
+    names = [t.name for t in fig.data if t.showlegend]
+    assert names == [
+        "meets every SLO",
+        "misses an SLO",
+        "Pareto front (cost, every SLO metric)",
+        "cheapest meeting every SLO",
+        "overloaded, stopped early (no latency; drawn at the top)",
+    ]
+    front = next(t for t in fig.data if t.name.startswith("Pareto") and t.yaxis == "y")
+    assert list(front.x) == [6.0, 9.0, 18.0]
+    star = next(t for t in fig.data if t.name.startswith("cheapest") and t.yaxis == "y")
+    assert list(star.x) == [9.0] and list(star.y) == [0.4]
+    stopped = next(t for t in fig.data if t.name.startswith("overloaded") and t.yaxis == "y")
+    assert list(stopped.x) == [3.0] and stopped.y[0] >= 5.0  # above every measured value
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.title.text == "ttft_p99_s, log"
+    assert fig.layout.xaxis2.title.text == "deployment price (USD/hour)"

@@ -1,8 +1,10 @@
-"""Capacity: the smallest value of a knob (or the largest rate) that meets an SLO, by bisection.
+"""Capacity: the smallest value of a knob (or the largest rate) that meets an SLO, by bisection;
+and the cheapest deployment that meets it, GPU type, TP, replicas and knobs together.
 
-The same search as ``kvsim capacity`` (`kvsim.capacity.find_capacity`): each point is a
-full run of the whole workload, run in worker processes; a point counts only when every
-SLO bound holds and the run is not overloaded.
+The same searches as ``kvsim capacity`` (`kvsim.capacity.find_capacity`) and ``kvsim plan``
+(`kvsim.planner.plan_deployment`): each point is a full run of the whole workload, run in
+worker processes; a point counts only when every SLO bound holds and the run is not
+overloaded.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from kvsim.capacity import (
     parse_slo,
     parse_values,
 )
+from kvsim.planner import PlanError, PlanPoint, PlanReport, PlanSpace, plan_deployment
 from kvsim.scenario.loading import apply_overrides, scenario_data
 from kvsim.scenario.schema import Scenario
 from kvsim.units import format_seconds
@@ -118,6 +121,102 @@ def search(scenario: kvsim.Scenario, knob: str, values: list, slo_text: str, goa
         return readable_report(report)
     finally:
         bar.empty()
+
+
+def plan_search(
+    scenario: kvsim.Scenario, space: PlanSpace, slo_text: str, search: str, jobs: int
+) -> PlanReport:
+    """`kvsim plan` with a progress line per run; ``scenario`` holds the overrides."""
+    bar = st.progress(0, text="Planning")
+    runs = [0]
+
+    def progress(point: PlanPoint) -> None:
+        runs[0] += 1
+        verdict = "overloaded (stopped early)" if point.stopped else "meets" if point.feasible else "misses"
+        bar.progress(
+            min(runs[0] / 40, 1.0), text=f"run {runs[0]}: {point.units} x [{point.config.label()}] {verdict}"
+        )
+
+    try:
+        return plan_deployment(scenario, parse_slo(slo_text), space, search=search,  # type: ignore[arg-type]
+                               jobs=jobs, progress=progress)  # fmt: skip
+    finally:
+        bar.empty()
+
+
+def _list(text: str, what: str, parse: type = str) -> tuple:
+    """A comma-separated input as a tuple; ``default`` items as None; PlanError naming the input."""
+    out = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        try:
+            out.append(None if item == "default" else parse(item))
+        except ValueError:
+            raise PlanError(f"{what}: {item!r} is not a whole number (or 'default')") from None
+    return tuple(out)
+
+
+def plan_section(scenario: kvsim.Scenario, slo_text: str, jobs: int) -> None:
+    """The cheapest deployment meeting the SLO above: GPUs, TP, replicas and a knob, with its
+    cost, launch command and the Pareto front of cost against the SLO metrics."""
+    st.header("Plan: the cheapest deployment that meets the SLO")
+    st.caption(
+        "Searches GPU types, TP degrees, replica counts and `max_num_batched_tokens` for the cheapest "
+        "deployment meeting the SLO above (`kvsim plan` runs the same search, with more knobs: docs/planning.md). "
+        "Prices: kvsim's example list prices (`kvsim/data/prices.yaml`)."
+    )
+    cols = st.columns([2, 1, 1, 1, 1])
+    gpus = cols[0].text_input("GPUs", key=common.kept("plan.gpus", "h100-sxm, h200, b200"))
+    tps = cols[1].text_input("TP degrees", key=common.kept("plan.tp", "1, 2, 4"))
+    tokens = cols[2].text_input("max_num_batched_tokens", key=common.kept("plan.tokens", "default"))
+    max_gpus = cols[3].number_input("Most GPUs", min_value=1, max_value=1024,
+                                    key=common.kept("plan.max_gpus", 16, min_value=1, max_value=1024))  # fmt: skip
+    search = cols[4].radio("Search", ("cheapest", "front"), key=common.kept("plan.search", "cheapest",
+                           options=("cheapest", "front")), help="front: every configuration's least replica count")  # fmt: skip
+    for key, value in (("plan.gpus", gpus), ("plan.tp", tps), ("plan.tokens", tokens),
+                       ("plan.max_gpus", int(max_gpus)), ("plan.search", search)):  # fmt: skip
+        common.keep(key, value)
+    try:
+        space = PlanSpace(gpus=_list(gpus, "GPUs"), tps=_list(tps, "TP degrees", int),
+                          max_num_batched_tokens=_list(tokens, "max_num_batched_tokens", int),
+                          max_gpus=int(max_gpus))  # fmt: skip
+        space.check()
+    except PlanError as err:
+        st.error(str(err))
+        return
+    key = ("plan", common.scenario_key(scenario), repr(space), slo_text, search, jobs)
+    plans = st.session_state.setdefault("plans", {})
+    if key not in plans and st.button("Plan deployment", type="primary"):
+        try:
+            plans[key] = plan_search(scenario, space, slo_text, search, jobs)
+        except kvsim.KvsimError as err:
+            st.error(common.safe_error(err))
+    report = plans.get(key)
+    if report is None:
+        return
+    (st.success if report.cheapest is not None else st.warning)(report.answer_line())
+    for note in report.notes:
+        st.warning(note, icon="⚠️")
+    best = report.cheapest
+    if best is not None and best.cost is not None:
+        c = best.cost
+        st.markdown(
+            f"{c.currency} **{c.usd_per_hour:,.2f}/hour**; per million tokens: input {c.usd_per_m_input:,.2f}, "
+            f"cached input {c.usd_per_m_cached_input:,.2f}, output {c.usd_per_m_output:,.2f}; "
+            f"{c.energy_j_per_output_token:.3g} J per output token (rough). Prices: {report.prices.label}."
+        )
+        st.code("\n\n".join(g.text() for g in report.launch(best)), language="bash")
+    runs = report.runs_table()
+    if len(runs):
+        fig = plots.plan_pareto_figure(runs, [(b.key, b.limit, b.upper) for b in report.slo],
+                                       currency=report.prices.currency)  # fmt: skip
+        common.show_figure(fig, f"{scenario.name}_plan_pareto")
+    common.show_table(report.configurations_table(), f"{scenario.name}_plan_configurations")
+    st.caption(
+        f"{len(report.outcomes)} configurations, {report.num_runs} runs ({report.num_stopped} stopped early as "
+        f"overloaded), {report.wall_s:.1f} s."
+    )
 
 
 def main() -> None:
@@ -244,6 +343,12 @@ def main() -> None:
             f"{scenario.name}_capacity_{path}",
             column_config=common.summary_column_help(table.columns) | {SERVED: served},
         )
+    try:
+        planned = common.resolve(scenario_data(scenario), overrides, "<overrides>")
+    except kvsim.ScenarioError as err:
+        common.show_scenario_error(err)
+    else:
+        plan_section(planned, slo_text, int(jobs))
     common.sync_url()
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import simpy
@@ -54,6 +54,38 @@ from kvsim.request import RequestSpec
 
 #: progress(sim_time_s, num_done, num_requests): done = finished or rejected.
 ProgressFn = Callable[[float, int, int], None]
+#: How often a `RunWatch` is asked: every this many requests sent, and as many done.
+WATCH_EVERY = 16
+
+
+class RunWatch(Protocol):
+    """Looks at a run from the inside and may end it early (`kvsim.overload.DivergenceWatch`).
+
+    It only reads: ``start`` gets every request of the run before the first is sent (their
+    ``arrival_s``, ``first_token_s``, ``finish_s`` and ``status`` fill in as the run goes);
+    ``check`` is called every `WATCH_EVERY` requests sent and as many done, and returns a
+    reason to stop now, or None. A run that is not stopped is the same, bit for bit, as
+    one without a watch.
+    """
+
+    def start(self, requests: Sequence[Request]) -> None: ...
+
+    def check(self, now_s: float, num_arrived: int, num_done: int) -> str | None: ...
+
+
+class RunStopped(Exception):
+    """A `RunWatch` ended the run at simulated time ``at_s``; ``reason`` says why. Not a
+    `KvsimError`: nothing was wrong with the input, and there is no Result."""
+
+    def __init__(self, reason: str, at_s: float) -> None:
+        super().__init__(reason, at_s)  # both in args: SimPy rebuilds it as type(exc)(*exc.args)
+        self.reason = reason
+        self.at_s = at_s
+
+    def __str__(self) -> str:
+        return self.reason
+
+
 #: A cost model for every replica, or one per replica group (given the group's plan).
 CostModelSource = CostModel | Callable[[GroupPlan], CostModel]
 Process = Generator[simpy.Event, Any, None]
@@ -125,15 +157,19 @@ class Cluster:
         base_dir: Path | None = None,
         progress: ProgressFn | None = None,
         source: RequestSource | None = None,
+        watch: RunWatch | None = None,
     ) -> None:
         """``source`` decides when each of ``specs`` is sent (None: at its arrival time, a
-        follow-up turn think time after its parent finishes; `ConversationSource`)."""
+        follow-up turn think time after its parent finishes; `ConversationSource`);
+        ``watch`` may end the run early (`RunWatch`, raising `RunStopped` out of `run`)."""
         scenario = plan.scenario
         self.plan = plan
         self.env = simpy.Environment()
         self.max_time_s = scenario.sim.max_time_s
         self.progress = progress
+        self.watch = watch
         self.num_finished = 0  # done: finished or rejected
+        self.num_arrived = 0  # sent to the cluster (admitted or rejected)
         self.requests: dict[int, Request] = {}
         self._add_requests(specs)
         self.source: RequestSource = source if source is not None else ConversationSource(specs)
@@ -400,7 +436,10 @@ class Cluster:
 
     # -- running ---------------------------------------------------------------------
     def run(self) -> None:
-        """Simulate until every request is done (or ``sim.max_time_s``)."""
+        """Simulate until every request is done (or ``sim.max_time_s``); a `RunWatch` may end
+        it earlier by raising `RunStopped`, which propagates."""
+        if self.watch is not None:
+            self.watch.start(list(self.requests.values()))
         self.env.process(self._arrivals())
         self.fleet.start()
         if self.entry_view.snapshot_mode:
@@ -492,6 +531,9 @@ class Cluster:
     def _submit(self, spec: RequestSpec, at: float) -> None:
         req = self.requests[spec.request_id]
         req.arrival_s = at
+        self.num_arrived += 1
+        if self.watch is not None and self.num_arrived % WATCH_EVERY == 0:
+            self._ask_watch()
         adm = self.plan.scenario.admission
         if adm.max_cluster_waiting is not None and self.entry_waiting >= adm.max_cluster_waiting:
             self._reject(req, "cluster_queue", -1)
@@ -558,6 +600,14 @@ class Cluster:
                 self.env.process(self._release(release))
         if self.progress is not None and self.num_finished % 64 == 0:
             self.progress(self.env.now, self.num_finished, len(self.requests))
+        if self.watch is not None and self.num_finished % WATCH_EVERY == 0:
+            self._ask_watch()
+
+    def _ask_watch(self) -> None:
+        assert self.watch is not None
+        reason = self.watch.check(self.env.now, self.num_arrived, self.num_finished)
+        if reason is not None:
+            raise RunStopped(reason, self.env.now)
 
     # -- disaggregated serving ---------------------------------------------------------
     def _on_handoff(self, req: Request) -> None:

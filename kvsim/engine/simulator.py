@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.core.request_state import Request, Status
-from kvsim.engine.cluster import Cluster, CostModelSource, ProgressFn, cyclic_gc_paused
+from kvsim.engine.cluster import Cluster, CostModelSource, ProgressFn, RunStopped, RunWatch, cyclic_gc_paused
 from kvsim.engine.ledger import RequestLedger
 from kvsim.engine.routers import Router
 from kvsim.engine.sources import BenchClientSource, RequestSource
@@ -30,7 +30,7 @@ from kvsim.scenario.schema import Scenario
 from kvsim.side_channel import side_channel_summary
 from kvsim.workload import Workload, generate_workload
 
-__all__ = ["ProgressFn", "run", "scenario_workload"]
+__all__ = ["ProgressFn", "RunStopped", "RunWatch", "run", "scenario_workload"]
 
 
 def scenario_workload(scenario: Scenario, *, base_dir: Path | None = None) -> Workload:
@@ -52,6 +52,7 @@ def run(
     router: Router | None = None,
     cost_model: CostModelSource | None = None,
     force: bool = False,
+    watch: RunWatch | None = None,
 ) -> Result:
     """Simulate a scenario and return its `Result`.
 
@@ -63,7 +64,9 @@ def run(
     replaces every replica's cost model with an instance, or with a function of the
     replica group's `kvsim.plan.GroupPlan` returning one. Unless ``force``, a run whose
     estimated size exceeds ``sim.max_requests`` or ``sim.max_memory_gib`` is refused
-    (`kvsim.estimate`) before anything is built.
+    (`kvsim.estimate`) before anything is built. ``watch`` looks at the run as it goes and
+    may end it early: then `kvsim.engine.cluster.RunStopped` is raised instead of a Result
+    (`kvsim.overload.DivergenceWatch`, used by `kvsim.planner`).
     """
     source = _source_name(scenario)
     if isinstance(scenario, str | Path) and base_dir is None:
@@ -95,6 +98,7 @@ def run(
             base_dir=base_dir,
             progress=progress,
             source=sender,
+            watch=watch,
         )
         if isinstance(sender, BenchClientSource):
             cluster.ledger.mark_warmup(sender.client.unmeasured)

@@ -319,3 +319,99 @@ def test_compare_simulates_the_observation(tmp_path: Path, capsys: pytest.Captur
         "tpot_p99_s",
         "throughput_tokens_per_s",
     }
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+def test_a_real_vllm_exposition_is_read() -> None:
+    """/metrics as vLLM 0.32.0 (CPU) served it after one request of 5 + 400 tokens."""
+    import gzip
+
+    from kvsim.observe.metrics import cache_geometry, parse_exposition
+
+    text = gzip.decompress((ROOT / "tests/fixtures/observe/vllm-0.32.0-metrics.txt.gz").read_bytes()).decode()
+    sample = parse_exposition(text, 1.5)
+    assert sample.time_s == 1.5
+    assert sample.values == {
+        "num_running": 0.0,
+        "num_waiting": 0.0,
+        "kv_usage": 0.0,
+        "prefix_cache_queries_tokens": 5.0,
+        "prefix_cache_hits_tokens": 0.0,
+        "num_preemptions": 0.0,
+        "prompt_tokens": 5.0,
+        "generation_tokens": 400.0,
+        "num_steps": 400.0,
+    }
+    assert cache_geometry([sample]) == {"block_size": 32, "num_gpu_blocks": 64}
+
+
+def test_counters_grow_across_a_restart_and_engines_add_up() -> None:
+    from kvsim.observe.metrics import Sample, counter_deltas, parse_exposition
+
+    two_engines = (
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{engine="0"} 3\nvllm:num_requests_running{engine="1"} 4\n'
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        'vllm:kv_cache_usage_perc{engine="0"} 0.2\nvllm:kv_cache_usage_perc{engine="1"} 0.4\n'
+    )
+    s = parse_exposition(two_engines, 0.0)
+    assert s.values["num_running"] == 7 and s.values["kv_usage"] == pytest.approx(0.3)
+    samples = [Sample(t, {"generation_tokens": v}) for t, v in enumerate([10.0, 30.0, 5.0, 9.0])]
+    assert counter_deltas(samples) == {"generation_tokens": 20 + 5 + 4}  # the reset counts from 0
+    with pytest.raises(ValueError):
+        parse_exposition("vllm:num_requests_running{engine=0 3\n", 0.0)  # not the text format
+
+
+def test_server_sent_events_are_bounded_and_counted() -> None:
+    from kvsim.observe.stream import SseLines, StreamError, TokenCounter, parse_event
+
+    lines = SseLines(max_line_bytes=64, max_total_bytes=200)
+    assert lines.feed(b'data: {"a"') == []
+    assert lines.feed(b": 1}\r\n\ndata: [DONE]\n") == ['data: {"a": 1}', "", "data: [DONE]"]
+    with pytest.raises(StreamError, match="longer than 64 bytes"):
+        lines.feed(b"x" * 65)
+    with pytest.raises(StreamError, match="longer than 200 bytes"):
+        SseLines(64, 200).feed(b"\n" * 201)
+    with pytest.raises(StreamError, match="not UTF-8"):
+        SseLines(64, 200).feed(b"\xff\n")
+    counter = TokenCounter()
+    # Continuous usage counts two tokens in one event; token ids; text alone counts one.
+    events = [
+        '{"choices": [{"text": " a b", "token_ids": [5, 6]}], "usage": {"completion_tokens": 2}}',
+        '{"choices": [{"text": " c", "token_ids": [7]}], "usage": {"completion_tokens": 3}}',
+        '{"choices": [], "usage": {"completion_tokens": 3, "prompt_tokens": 9, '
+        '"prompt_tokens_details": {"cached_tokens": 4}}}',
+    ]
+    assert [counter.new_tokens(parse_event(e)) for e in events] == [2, 1, 0]
+    assert counter.token_ids == [5, 6, 7]
+    last = parse_event(events[-1])
+    assert (last.prompt_tokens, last.cached_tokens) == (9, 4)
+    plain = TokenCounter()
+    assert [plain.new_tokens(parse_event('{"choices": [{"text": "x"}]}')) for _ in range(3)] == [1, 1, 1]
+    assert parse_event('{"error": {"message": "boom", "code": 500}}').error == "boom"
+    with pytest.raises(StreamError):
+        parse_event("[1, 2]")
+
+
+def test_prompts_share_tokens_where_segments_are_shared() -> None:
+    from kvsim.observe.prompts import PromptBuilder
+    from kvsim.request import RequestSpec, Segment
+
+    builder = PromptBuilder(vocab_size=100)
+    a = RequestSpec(0, 0.0, (Segment(0, 40), Segment(7, 5)), 3)
+    b = RequestSpec(1, 0.0, (Segment(0, 40), Segment(8, 5)), 3)
+    follow = RequestSpec(
+        2, 0.0, (Segment(0, 40), Segment(7, 5), Segment(-1, 3), Segment(9, 2)), 3, parent_id=0
+    )
+    ta, tb = builder.token_ids(a), builder.token_ids(b)
+    assert ta[:40] == tb[:40] and ta[40:] != tb[40:] and all(3 <= t < 100 for t in ta + tb)
+    assert builder.token_ids(a) == ta  # pinned
+    unknown = builder.token_ids(follow)[45:48]  # the parent's output, not yet reported
+    builder.record_output(0, [11, 12, 13])
+    assert builder.token_ids(follow)[:48] == [*ta, 11, 12, 13]
+    assert unknown != [11, 12, 13] and len(builder.token_ids(follow)) == 50
+    assert len(builder.text(a).split()) == 45
+    with pytest.raises(ValueError, match="vocab_size"):
+        PromptBuilder(vocab_size=10)

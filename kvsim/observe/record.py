@@ -55,7 +55,7 @@ OBSERVED_REQUEST_COLUMNS: dict[str, str] = {
 }
 #: Iteration (scrape) columns an observation adds: counters' growth since the previous scrape.
 OBSERVED_ITERATION_COLUMNS: dict[str, str] = {
-    "server_prompt_tokens": "Prompt tokens the server prefilled since the previous scrape.",
+    "server_prompt_tokens": "Prompt tokens the server took in since the previous scrape (cached ones included).",
     "server_generation_tokens": "Tokens the server generated since the previous scrape.",
     "server_num_steps": "Engine steps since the previous scrape (vllm:iteration_tokens_total).",
     "server_prefix_cache_queries_tokens": "Prefix-cache queries since the previous scrape, tokens.",

@@ -652,7 +652,7 @@ def _from_observed_command(args: argparse.Namespace) -> str:
 def _from_observed(args: argparse.Namespace) -> int:
     """``kvsim calibrate --from-observed DIR``: fit to an observation, report the residuals."""
     from kvsim.io import load_result
-    from kvsim.observe.fit import fit_observed, fit_profile
+    from kvsim.observe.fit import fit_observed, fit_profile, warnings_of
     from kvsim.observe.record import is_observation
 
     if not args.out:
@@ -687,6 +687,8 @@ def _from_observed(args: argparse.Namespace) -> int:
         )
     else:
         _print_observed_fit(result)
+    for warning in warnings_of(result):
+        print(f"kvsim: warning: {warning}", file=sys.stderr)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -102,6 +102,10 @@ class ObservedFit:
     initial: CostConfig
     fitted: tuple[str, ...]
     num_points: int
+    #: How well the tokens date the server's steps: the share of tokens that came in bursts
+    #: (a frontend that fell behind) and the steps read over the steps the server counted.
+    untimed_share: float
+    steps_read_share: float
     #: Median |predicted / observed - 1| of the step points, with the fitted terms.
     step_error: float
     before: Comparison
@@ -216,6 +220,41 @@ def _timed(ts: np.ndarray, tolerance: float) -> np.ndarray:
         ok[1:] &= ~burst
         ok[:-1] &= ~burst
     return ok
+
+
+def untimed_share(times: dict[int, np.ndarray]) -> float:
+    """The share of tokens that arrived in bursts, whose times date no step (`_timed`)."""
+    tolerance = _tolerance(times)
+    total = sum(len(ts) for ts in times.values())
+    timed = sum(int(_timed(ts, tolerance).sum()) for ts in times.values())
+    return 1.0 - timed / total if total else math.nan
+
+
+#: Beyond these the fit warns that the tokens do not date the server's steps well.
+MAX_UNTIMED_SHARE = 0.1
+MIN_STEPS_READ_SHARE = 0.8
+
+
+def warnings_of(fit: ObservedFit) -> list[str]:
+    """What the user should know about how well the observation dated the server's steps."""
+    out = []
+    if fit.untimed_share > MAX_UNTIMED_SHARE:
+        out.append(
+            f"{fit.untimed_share:.0%} of the tokens arrived in bursts (the server streamed several steps' tokens "
+            "at once, late: its frontend fell behind, e.g. starved of CPU); the steps read from the others are "
+            "fewer and noisier"
+        )
+    if fit.steps_read_share < MIN_STEPS_READ_SHARE:
+        out.append(
+            f"the tokens dated {fit.steps_read_share:.0%} of the steps the server counted "
+            "(vllm:iteration_tokens_total); the fit rests on the others"
+        )
+    if fit.step_error > 0.25:
+        out.append(
+            f"the fitted step times miss the steps read by {fit.step_error:.0%} (median): the server's steps "
+            "varied more than the cost model explains (other work on its machine?)"
+        )
+    return out
 
 
 def _group_tokens(times: dict[int, np.ndarray]) -> list[_Step]:
@@ -411,6 +450,9 @@ def fit_observed(
         initial=base,
         fitted=FREE_TERMS[kind_name],
         num_points=len(points),
+        untimed_share=untimed_share(token_times(observed)),
+        steps_read_share=len(_group_tokens(token_times(observed)))
+        / float(observed.summary.get("num_iterations") or math.nan),
         step_error=_median_error(points, build_for(config, plan, group, base_dir)),
         before=compare_results(observed, before),
         after=compare_results(observed, after),
@@ -457,6 +499,9 @@ def fit_profile(fit: ObservedFit, *, command: str = "", source: str = "") -> dic
             "fitted": list(fit.fitted),
             "num_points": fit.num_points,
             "median_abs_rel_error_steps": json_safe(fit.step_error),
+            "untimed_token_share": json_safe(fit.untimed_share),
+            "steps_read_share": json_safe(fit.steps_read_share),
+            "warnings": warnings_of(fit),
             "errors_before": _errors(fit.before),
             "errors_after": _errors(fit.after),
             # What readers of a roofline-fit profile's fit section expect.
@@ -488,4 +533,6 @@ __all__ = [
     "simulate",
     "steps_frame",
     "token_times",
+    "untimed_share",
+    "warnings_of",
 ]

@@ -54,7 +54,7 @@ workload:
 """
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     python = vllm_python()
     if python is None:
@@ -75,18 +75,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
         os.killpg(pid, 0)
 
 
-@pytest.fixture(scope="module")
-def observed(server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("observed")
-    scenario = root / "s.yaml"
+def test_a_real_vllm_server_is_observed_compared_and_fitted(
+    server: VllmServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One test, one server (a module fixture could start one per xdist worker)."""
+    scenario = tmp_path / "s.yaml"
     scenario.write_text(SCENARIO)
-    out = root / "obs"
-    assert main(["observe", str(scenario), "--url", server.url, "--out", str(out), "--quiet",
+    observed = tmp_path / "obs"
+    assert main(["observe", str(scenario), "--url", server.url, "--out", str(observed), "--quiet",
                  "--scrape-interval-s", "0.2"]) == 0  # fmt: skip
-    return out
-
-
-def test_a_real_vllm_server_is_observed(observed: Path) -> None:
     result = load_result(observed)
     s = result.summary
     assert s["observed"] is True and s["observed_server_version"] == "0.32.0"
@@ -116,11 +113,8 @@ def test_a_real_vllm_server_is_observed(observed: Path) -> None:
     assert it["server_prompt_tokens"].sum() == req["prompt_tokens"].sum()  # cached ones included
     assert s["num_iterations"] >= req["output_tokens"].max() and s["num_preemptions"] == 0
     assert kvsim.load_scenario(observed / "scenario.yaml").name == "live-observe"
-
-
-def test_compare_and_calibrate_read_it(
-    observed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+    # kvsim compare and calibrate --from-observed read it.
+    capsys.readouterr()
     assert main(["compare", str(observed), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["requests"]["num_paired"] == 16

@@ -19,9 +19,10 @@ tokens of an observation (`server_steps`):
       ─> its batch: one decode per such token (context: the prompt plus the tokens so far),
          and the prefill chunks, rebuilt from the scheduler's knobs: each request's prompt
          beyond its cached tokens (usage.prompt_tokens_details.cached_tokens) ends in the step
-         that made its first token, and is cut backwards over the steps before into chunks of
-         at most the token budget the decodes leave (max_num_batched_tokens; the long-prefill
-         threshold), earlier first tokens served first, never before it was sent
+         that made its first token; it began in the latest step from which the token budgets
+         the decodes leave (max_num_batched_tokens; the long-prefill threshold) hold it, not
+         before it was sent, and is cut into chunks filled forward from there, the remainder
+         last, as the scheduler cuts it (earlier first tokens served first)
       ─> (batch, duration): a ``phase=step`` point (`kvsim.cost.fit`)
 
 and the free terms are fitted to the points as `kvsim calibrate --fit-measurements` fits a
@@ -315,24 +316,37 @@ def _place_prefills(
     sent: dict[int, float],
     engine: EngineConfig,
 ) -> None:
-    """Cut each prompt into chunks over the steps up to its first token (module docstring)."""
+    """Cut each prompt into chunks over the steps up to its first token (module docstring).
+
+    The scheduler fills a chunk to the budget the decodes leave and the remainder comes
+    last: going back from the step of the first token, the fewest steps whose budgets hold
+    the prompt (not before it was sent), then chunks filled forward from the first of them.
+    """
     threshold = engine.long_prefill_token_threshold or math.inf
     for first_step, rid in sorted((w[0], rid) for rid, w in where.items() if 0 in w):
         remaining = prompt[rid] - cached[rid]
-        i = first_step
-        while remaining > 0 and i >= 0:
-            step = steps[i]
-            if i != first_step and step.end_s <= sent[rid]:
-                break  # the rest ran in steps no token dates (nothing was decoding meanwhile)
-            if engine.enable_chunked_prefill:
-                take = int(min(remaining, step.budget_left, threshold))
-            else:
-                take = remaining if i == first_step else 0
-            if take > 0:
-                step.chunks.append((take, cached[rid] + remaining - take))
-                step.budget_left -= take
-                remaining -= take
-            i -= 1
+        if remaining <= 0:
+            continue
+        if not engine.enable_chunked_prefill:
+            steps[first_step].chunks.append((remaining, cached[rid]))
+            steps[first_step].budget_left -= remaining
+            continue
+
+        def room(i: int) -> int:
+            return int(max(min(steps[i].budget_left, threshold), 0))
+
+        start, held = first_step, room(first_step)
+        while held < remaining and start > 0 and steps[start - 1].end_s > sent[rid]:
+            start -= 1
+            held += room(start)
+        done = 0
+        for i in range(start, first_step + 1):
+            take = remaining - done if i == first_step else min(room(i), remaining - done)
+            if take <= 0:
+                continue
+            steps[i].chunks.append((take, cached[rid] + done))
+            steps[i].budget_left -= take
+            done += take
 
 
 # --------------------------------------------------------------------------- fitting

@@ -38,6 +38,7 @@ import numpy as np
 from kvsim.cli import main as kvsim_main
 from kvsim.io import load_result
 from kvsim.observe.compare import METRICS, compare_results
+from kvsim.observe.fit import steps_priced
 from kvsim.observe.vllm_server import ServerKnobs, VllmServer, write_model_folder
 from kvsim.outputs import claim_folder, claim_folder_beside, replace_file
 from kvsim.plan import resolve_plan
@@ -144,14 +145,13 @@ def analyze(out_dir: Path) -> dict[str, Any]:
         observed = load_result(out_dir / name)
         predicted = kvsim.run(observed.scenario, overrides=override, base_dir=out_dir / name)
         cmp = compare_results(observed, predicted)
+        rows = cmp.metrics.set_index("metric")
+        shown = (*JUDGED, "kv_usage_mean", "prefix_cache_hit_rate")
         report["runs"][name] = {
             "workload": name[0],
-            "observed": {
-                k: float(observed.summary[k]) for k in (*JUDGED, "kv_usage_mean", "prefix_cache_hit_rate")
-            },
-            "predicted": {
-                k: float(predicted.summary[k]) for k in (*JUDGED, "kv_usage_mean", "prefix_cache_hit_rate")
-            },
+            "observed": {k: float(rows.at[k, "observed"]) for k in shown},
+            "predicted": {k: float(rows.at[k, "simulated"]) for k in shown},
+            "steps_priced": steps_priced(observed, predicted.scenario, out_dir / name),
             "errors": _figures(cmp),
             "failed": int(observed.summary["observed_num_failed"]),
             "num_preemptions": observed.summary.get("num_preemptions"),
@@ -215,6 +215,22 @@ def markdown(report: dict[str, Any]) -> str:
             + " | ".join(cells)
             + f" | {o['kv_usage_mean']:.1%} / {p['kv_usage_mean']:.1%} |"
         )
+    lines += [
+        "",
+        "The server's steps read from each run's tokens, priced by the fit (kvsim / server): "
+        "`kvsim.observe.fit.steps_priced`.",
+        "",
+        "| run | steps read (the server's count) | tokens in bursts | median decode step | "
+        "median step with a prefill | all steps' total |",
+        "| --- " * 6 + "|",
+    ]
+    for name, run in report["runs"].items():
+        sp = run.get("steps_priced")
+        if sp:
+            lines.append(
+                f"| {name} | {sp['num_steps_read']:,.0f} ({sp['num_server_steps']:,.0f}) | {sp['untimed_share']:.0%} "
+                f"| {sp['decode_median_ratio']:.2f} | {sp['prefill_median_ratio']:.2f} | {sp['total_ratio']:.2f} |"
+            )
     meta = report.get("meta", {})
     if meta.get("runs"):
         lines += ["", "load average (1, 5, 15 min) before each run: " + "; ".join(

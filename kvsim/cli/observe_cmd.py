@@ -38,6 +38,7 @@ from kvsim.io import (
 )
 from kvsim.limits import MAX_TIME_S
 from kvsim.observe.compare import compare_results, format_comparison
+from kvsim.observe.fit import format_steps_priced, steps_priced
 from kvsim.observe.outcome import STATUSES
 from kvsim.observe.record import is_observation
 from kvsim.paths import printable
@@ -256,8 +257,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
             save_result(simulated, args.save_simulation)
             print(f"kvsim: wrote {args.save_simulation}/", file=sys.stderr)
     cmp = compare_results(observed, simulated)
+    steps = steps_priced(observed, simulated.scenario, Path(args.observed).resolve())
     if args.json:
-        print(json.dumps(json_safe(cmp.as_dict()), indent=2, allow_nan=False))
+        print(json.dumps(json_safe({**cmp.as_dict(), "steps": steps}), indent=2, allow_nan=False))
     else:
         print(format_comparison(cmp, "observed", label))
+        if steps is not None:
+            print(format_steps_priced(steps))
     return 0

@@ -62,7 +62,7 @@ import pandas as pd
 
 import kvsim
 from kvsim.cost.base import CostModel
-from kvsim.cost.config import KernelCostConfig, ProfileCostConfig, RooflineCostConfig
+from kvsim.cost.config import CostModelConfig, KernelCostConfig, ProfileCostConfig, RooflineCostConfig
 from kvsim.cost.factory import build_cost_model, kernels_config_from_profile, roofline_config_from_profile
 from kvsim.cost.fit import Point, fit_roofline, levenberg_marquardt
 from kvsim.cost.profile import PROFILE_FORMAT, PROFILE_VERSION, load_profile, model_shape
@@ -146,7 +146,7 @@ def _one_server(scenario: Scenario) -> tuple[Plan, GroupPlan]:
     return plan, plan.groups[0]
 
 
-def build_for(config: CostConfig, plan: Plan, group: GroupPlan, base_dir: Path | None) -> CostModel:
+def build_for(config: CostModelConfig, plan: Plan, group: GroupPlan, base_dir: Path | None) -> CostModel:
     """The cost model ``config`` makes for the server ``group`` describes (as the engine builds it)."""
     return build_cost_model(
         config,
@@ -474,6 +474,55 @@ def fit_observed(
     )
 
 
+def steps_priced(
+    observed: Result, scenario: Scenario, base_dir: Path | None = None
+) -> dict[str, float] | None:
+    """The server's steps read from ``observed``'s tokens, priced by ``scenario``'s cost model:
+    predicted / observed, the median step and the total, decode-only steps and steps with a
+    prefill apart. A median near 1 with a total below it says the cost model prices the
+    typical step and the server lost time beyond its steps (stretched steps: other work on its
+    machine); a median away from 1 says the cost model is off. None when the observation holds
+    no token times or the scenario is not one server."""
+    if "token_times_s" not in observed.requests:
+        return None
+    try:
+        plan, group = _one_server(scenario)
+    except FitError:
+        return None
+    points = server_steps(observed, group.engine, group.tp)
+    if len(points) < MIN_POINTS:
+        return None
+    cost = build_for(group.config.cost_model, plan, group, base_dir)
+    predicted = np.array([cost.step_time_s(p.batch()) for p in points])
+    measured_s = np.array([p.time_s for p in points], dtype=float)
+    prefill = np.array([p.has_prefill for p in points])
+    out: dict[str, float] = {
+        "num_steps_read": float(len(points)),
+        "num_server_steps": float(observed.summary.get("num_iterations", math.nan)),
+        "untimed_share": untimed_share(token_times(observed)),
+        "total_ratio": float(predicted.sum() / measured_s.sum()),
+    }
+    for name, sel in (("decode", ~prefill), ("prefill", prefill)):
+        ratio = predicted[sel] / measured_s[sel]
+        out[f"{name}_median_ratio"] = float(np.median(ratio)) if sel.any() else math.nan
+        out[f"{name}_total_ratio"] = (
+            float(predicted[sel].sum() / measured_s[sel].sum()) if sel.any() else math.nan
+        )
+    return out
+
+
+def format_steps_priced(steps: dict[str, float]) -> str:
+    """One paragraph: what `steps_priced` found."""
+    return (
+        f"the server's steps read from its tokens: {steps['num_steps_read']:,.0f} (it counted "
+        f"{steps['num_server_steps']:,.0f}; {steps['untimed_share']:.0%} of the tokens came in bursts); kvsim prices "
+        f"the median decode step at {steps['decode_median_ratio']:.2f} and the median step with a prefill at "
+        f"{steps['prefill_median_ratio']:.2f} of what it took, all of them at {steps['total_ratio']:.2f} of their "
+        "total (below the medians: the server lost time beyond the steps kvsim models, e.g. to other work on "
+        "its machine)"
+    )
+
+
 # --------------------------------------------------------------------------- the profile
 
 
@@ -542,10 +591,12 @@ __all__ = [
     "ObservedFit",
     "fit_observed",
     "fit_profile",
+    "format_steps_priced",
     "initial_config",
     "server_steps",
     "simulate",
     "steps_frame",
+    "steps_priced",
     "token_times",
     "untimed_share",
     "warnings_of",

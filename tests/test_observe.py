@@ -26,8 +26,9 @@ from kvsim.cli import main
 from kvsim.io import load_result
 from kvsim.result import ITERATION_COLUMNS, REQUEST_COLUMNS
 
-#: How far a token's observed arrival may lag the server's write (the client reads it).
-JITTER_S = 0.03
+#: How far a token's observed arrival may lag the server's write (the client reads it; on a
+#: loaded 2-core machine the reading process can be kept waiting for tens of milliseconds).
+JITTER_S = 0.05
 
 
 def trace_scenario(tmp_path: Path, rows: list[tuple[float, int, int]], **workload: Any) -> Path:
@@ -53,7 +54,7 @@ def observe(scenario: Path, server: FakeServer, out: Path, *extra: str) -> int:
 
 def test_token_times_are_the_servers_own(tmp_path: Path) -> None:
     scenario = trace_scenario(tmp_path, [(0.0, 40, 6), (0.1, 60, 4), (0.15, 30, 5)])
-    script = lambda body, i: Reply(ttft_s=0.15 + 0.05 * i, itl_s=0.04)  # noqa: E731
+    script = lambda body, i: Reply(ttft_s=0.25 + 0.1 * i, itl_s=0.1)  # noqa: E731
     with FakeServer(script) as server:
         assert observe(scenario, server, tmp_path / "out", "--quiet") == 0
     result = load_result(tmp_path / "out")
@@ -65,7 +66,7 @@ def test_token_times_are_the_servers_own(tmp_path: Path) -> None:
     assert list(req["prompt_tokens"]) == [40, 60, 30]
     # Sent on the scenario's clock (the trace's times), in order.
     assert np.allclose(req["scheduled_s"], [0.0, 0.1, 0.15])
-    assert (req["send_lag_s"] >= 0).all() and (req["send_lag_s"] < 0.1).all()
+    assert (req["send_lag_s"] >= 0).all() and (req["send_lag_s"] < 0.25).all()
     for rid, body in enumerate(server.bodies):
         arrived, writes = server.events[rid]
         times = np.asarray(req.loc[rid, "token_times_s"], dtype=float)
@@ -73,8 +74,8 @@ def test_token_times_are_the_servers_own(tmp_path: Path) -> None:
         assert np.allclose(np.diff(times), np.diff(writes), atol=JITTER_S)
         ttft = req.loc[rid, "ttft_s"]
         assert ttft == pytest.approx(writes[0] - arrived, abs=JITTER_S)
-        assert ttft == pytest.approx(0.15 + 0.05 * rid, abs=JITTER_S)
-        assert req.loc[rid, "tpot_s"] == pytest.approx(0.04, abs=0.01)
+        assert ttft == pytest.approx(0.25 + 0.1 * rid, abs=JITTER_S)
+        assert req.loc[rid, "tpot_s"] == pytest.approx(0.1, abs=0.02)
         assert req.loc[rid, "e2e_s"] == pytest.approx(times[-1] - req.loc[rid, "arrival_s"])
         assert body["max_tokens"] == body["min_tokens"] == req.loc[rid, "output_tokens"]
         assert body["ignore_eos"] is True and body["stream"] is True

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 import yaml
+from fake_openai import FakeServer, Reply
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -728,8 +729,9 @@ NOT_NUMBERS = {
 NOT_PATHS = {"", "x" * 100_000, "a\x00b", "r" * 300}
 
 
-def _cli_bases(tmp_path: Path, trace: str) -> dict[str, list[str]]:
-    """A cheap, valid command line of every command, into which one value at a time is put."""
+def _cli_bases(tmp_path: Path, trace: str, url: str) -> dict[str, list[str]]:
+    """A cheap, valid command line of every command, into which one value at a time is put
+    (``url``: a fake OpenAI server for ``observe``, observed once for ``compare``)."""
     scenario = tmp_path / "s.yaml"
     scenario.write_text("workload: {num_requests: 3}\nreplicas: [{engine: {num_gpu_blocks_override: 256}}]\n")
     (tmp_path / "sweep.yaml").write_text("base: s.yaml\ngrid: {seed: [1]}\n")
@@ -738,7 +740,21 @@ def _cli_bases(tmp_path: Path, trace: str) -> dict[str, list[str]]:
                       "1,decode,8,0,1024,0.008\n1,prefill,1,1024,0,0.05\n1,decode,1,0,512,0.006\n")  # fmt: skip
     (tmp_path / "nofixtures").mkdir(exist_ok=True)
     s = str(scenario)
+    observe = [
+        "observe",
+        s,
+        "--url",
+        url,
+        "--out",
+        str(tmp_path / "obs"),
+        "--quiet",
+        "--scrape-interval-s",
+        "0.05",
+    ]
+    assert main(observe) == 0
     return {
+        "observe": observe,
+        "compare": ["compare", str(tmp_path / "obs")],
         "run": ["run", s, "--no-progress", "--quiet"],
         "validate": ["validate", s],
         "schema": ["schema"],
@@ -783,6 +799,7 @@ _EXCLUDES = {
     ("capacity", "--values"): "--range",
     ("calibrate", "--fit-roofline"): "--fit-measurements",
     ("calibrate", "--compare"): "--fit-measurements",
+    ("calibrate", "--from-observed"): "--fit-measurements",
     ("verify-vllm", "--record-fixtures"): "--fixtures",
 }
 
@@ -831,6 +848,7 @@ def test_fuzz_every_option_of_every_command(
     trace_paths: dict[str, str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
     """Every option and positional argument of every command, each given every `CLI_VALUES`
     value in an otherwise valid command line: an answer or a clean refusal (exit 0, 2 or 3,
@@ -838,7 +856,9 @@ def test_fuzz_every_option_of_every_command(
     refusing what no file can be named, and terminal escapes never printed raw."""
     monkeypatch.chdir(tmp_path)
     stats = FuzzStats("command lines: every option x hostile value -> kvsim main()")
-    bases = _cli_bases(tmp_path, trace_paths["azure"])
+    server = FakeServer(lambda body, i: Reply(ttft_s=0.0, itl_s=0.0)).__enter__()
+    request.addfinalizer(lambda: server.__exit__(None, None, None))
+    bases = _cli_bases(tmp_path, trace_paths["azure"], server.url)
     surface = _cli_surface()
     assert {c for c, _, _ in surface} | {"schema", "profiles"} == set(bases)  # a new command needs a base
 

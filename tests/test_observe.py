@@ -344,6 +344,12 @@ def test_a_real_vllm_exposition_is_read() -> None:
         "prompt_tokens": 5.0,
         "generation_tokens": 400.0,
         "num_steps": 400.0,
+        "ttft_sum_s": pytest.approx(0.03508424758911133),
+        "ttft_count": 1.0,
+        "e2e_sum_s": pytest.approx(2.4498608112335205),
+        "e2e_count": 1.0,
+        "queue_time_sum_s": pytest.approx(4.457599970919546e-05),
+        "queue_time_count": 1.0,
     }
     assert cache_geometry([sample]) == {"block_size": 32, "num_gpu_blocks": 64}
 

@@ -112,6 +112,8 @@ def test_a_real_vllm_server_is_observed_compared_and_fitted(
     assert it["server_generation_tokens"].sum() == req["output_tokens"].sum()
     assert it["server_prompt_tokens"].sum() == req["prompt_tokens"].sum()  # cached ones included
     assert s["num_iterations"] >= req["output_tokens"].max() and s["num_preemptions"] == 0
+    # The server's own TTFT starts when its API process has the request: within the client's.
+    assert 0 < s["server_ttft_mean_s"] <= s["ttft_mean_s"]
     assert kvsim.load_scenario(observed / "scenario.yaml").name == "live-observe"
     # kvsim compare and calibrate --from-observed read it.
     capsys.readouterr()

@@ -14,6 +14,9 @@ so far. vLLM's names are read, and SGLang's where it has the same quantity:
     prompt, generated tokens      vllm:prompt_tokens_total,             sglang:prompt_tokens_total,
                                   vllm:generation_tokens_total          sglang:generation_tokens_total
     engine steps (counter)        vllm:iteration_tokens_total_count     -
+    the server's own TTFT, E2E    vllm:time_to_first_token_seconds,     -
+      and queueing (histograms:   vllm:e2e_request_latency_seconds,
+      sums and counts)            vllm:request_queue_time_seconds
     KV pool (labels)              vllm:cache_config_info{block_size, num_gpu_blocks}
 
 Gauges and counters of several engines (data parallel, one ``engine`` label each) are
@@ -39,6 +42,12 @@ METRICS: dict[str, tuple[str, ...]] = {
     "prompt_tokens": ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total"),
     "generation_tokens": ("vllm:generation_tokens_total", "sglang:generation_tokens_total"),
     "num_steps": ("vllm:iteration_tokens_total_count",),
+    "ttft_sum_s": ("vllm:time_to_first_token_seconds_sum",),
+    "ttft_count": ("vllm:time_to_first_token_seconds_count",),
+    "e2e_sum_s": ("vllm:e2e_request_latency_seconds_sum",),
+    "e2e_count": ("vllm:e2e_request_latency_seconds_count",),
+    "queue_time_sum_s": ("vllm:request_queue_time_seconds_sum",),
+    "queue_time_count": ("vllm:request_queue_time_seconds_count",),
 }
 #: Quantities that are gauges (the others are counters: differences between scrapes count).
 GAUGES = ("num_running", "num_waiting", "kv_usage")

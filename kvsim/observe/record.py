@@ -329,12 +329,24 @@ def build_result(
             "observed_num_scrapes": len(samples),
             "observed_num_scrape_errors": collected.scrape_errors,
             "observed_metrics": ",".join(found_quantities(samples)),
+            **_server_means(deltas),
             "server_block_size": geometry.get("block_size", nan),
             "server_num_gpu_blocks": num_blocks if num_blocks else nan,
         }
     )
     summary["prefix_hit_rate"] = summary["prefix_cache_hit_rate"]
     return Result(scenario=scenario, requests=requests, iterations=iterations, events=events, summary=summary)
+
+
+def _server_means(deltas: Mapping[str, float]) -> dict[str, float]:
+    """The server's own mean TTFT, E2E and queueing over the observation (its histograms' sums
+    over counts; vLLM times them from the request's arrival in its API process, so the
+    client's TTFT minus the server's is what the HTTP front adds)."""
+    out = {}
+    for name in ("ttft", "e2e", "queue_time"):
+        total, count = deltas.get(f"{name}_sum_s"), deltas.get(f"{name}_count")
+        out[f"server_{name}_mean_s"] = total / count if total is not None and count else math.nan
+    return out
 
 
 def _pct(values: pd.Series, q: float) -> float:

@@ -152,6 +152,8 @@ def analyze(out_dir: Path) -> dict[str, Any]:
             "observed": {k: float(rows.at[k, "observed"]) for k in shown},
             "predicted": {k: float(rows.at[k, "simulated"]) for k in shown},
             "steps_priced": steps_priced(observed, predicted.scenario, out_dir / name),
+            "ttft_mean_s": float(observed.summary["ttft_mean_s"]),
+            "server_ttft_mean_s": float(observed.summary.get("server_ttft_mean_s", float("nan"))),
             "errors": _figures(cmp),
             "failed": int(observed.summary["observed_num_failed"]),
             "num_preemptions": observed.summary.get("num_preemptions"),
@@ -221,15 +223,16 @@ def markdown(report: dict[str, Any]) -> str:
         "`kvsim.observe.fit.steps_priced`.",
         "",
         "| run | steps read (the server's count) | tokens in bursts | median decode step | "
-        "median step with a prefill | all steps' total |",
-        "| --- " * 6 + "|",
+        "median step with a prefill | all steps' total | mean TTFT, client / server |",
+        "| --- " * 7 + "|",
     ]
     for name, run in report["runs"].items():
         sp = run.get("steps_priced")
         if sp:
             lines.append(
                 f"| {name} | {sp['num_steps_read']:,.0f} ({sp['num_server_steps']:,.0f}) | {sp['untimed_share']:.0%} "
-                f"| {sp['decode_median_ratio']:.2f} | {sp['prefill_median_ratio']:.2f} | {sp['total_ratio']:.2f} |"
+                f"| {sp['decode_median_ratio']:.2f} | {sp['prefill_median_ratio']:.2f} | {sp['total_ratio']:.2f} "
+                f"| {_num(run['ttft_mean_s'], 'x_s')} / {_num(run.get('server_ttft_mean_s', float('nan')), 'x_s')} |"
             )
     meta = report.get("meta", {})
     if meta.get("runs"):
@@ -239,6 +242,8 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def _num(v: float, key: str) -> str:
+    if v != v:
+        return "-"
     if key.endswith("_s") and not key.endswith("_per_s"):
         return f"{1e3 * v:.0f} ms" if v < 1 else f"{v:.2f} s"
     return f"{v:.1f}"

@@ -64,6 +64,29 @@ QUANTIZATION = {"": None, "bfloat16": None, "fp8": "fp8", "fp8_block": "fp8_bloc
 KV_DTYPE = {"": "auto", "bf16": "auto", "fp16": "auto", "fp8": "fp8", "fp4": "fp8"}
 
 
+#: Engine flags the harness's launch scripts pass, where they are published: InferenceMAX's
+#: Llama-3.1-70B scripts at SemiAnalysisAI/InferenceX ac1998a50 (2025-10-20), the October
+#: 2025 runs of the 441 Llama-3.1-70B rows. vLLM (benchmarks/70b_fp8_h100_slurm.sh,
+#: 70b_fp8_h200_slurm.sh, 70b_fp8_b200_docker.sh, 70b_fp4_b200_docker.sh): max-num-batched-
+#: tokens 8192, no prefix caching, fp8 KV, max-num-seqs C (512 on B200). TensorRT-LLM
+#: (70b_fp8_h200_trt_slurm.sh, 70b_fp8_b200_trt_slurm.sh, 70b_fp4_b200_trt_slurm.sh):
+#: --max_num_tokens 16384, kv_cache_config dtype fp8 and enable_block_reuse false.
+INFERENCEMAX_70B: dict[str, dict[str, Any]] = {
+    "vllm": {"max_num_batched_tokens": 8192, "enable_prefix_caching": False, "kv_cache_dtype": "fp8"},
+    "trtllm": {"max_num_batched_tokens": 16384, "enable_prefix_caching": False, "kv_cache_dtype": "fp8"},
+}
+
+
+def engine_flags(row: dict[str, str], harness: dict[str, str], concurrency: int) -> dict[str, Any]:
+    """The engine knobs a row's harness set on the command line (`INFERENCEMAX_70B`), else none."""
+    if harness.get("harness") != "inferencemax-single-node" or "Llama-3.1-70B" not in row["model_path"]:
+        return {}
+    flags = dict(INFERENCEMAX_70B.get(row["backend"], {}))
+    if row["backend"] == "vllm":
+        flags["max_num_seqs"] = 512 if row["system"] == "b200_sxm" else concurrency
+    return flags
+
+
 def default_rows() -> Path:
     root = package_tables_root()
     if root is None:
@@ -136,6 +159,7 @@ def scenario_for(
     version = row.get("backend_version") or None
     if version is not None:
         engine["backend_version"] = version
+    engine.update(engine_flags(row, h, concurrency))
     scenario: dict[str, Any] = {
         "name": row["id"][:200],
         "model": model.name,
@@ -291,6 +315,63 @@ def load_results(path: Path) -> dict[str, dict[str, Any]]:
     return {r["id"]: r for r in json.loads(raw)}
 
 
+# --------------------------------------------------------------------------- the fit
+
+#: The kernels model's free constants and the values the fit tries (`--fit BACKEND`).
+FIT_GRID: dict[str, list[float]] = {
+    "per_iteration_overhead_s": [0.0, 0.25e-3, 0.5e-3, 1e-3, 2e-3, 4e-3],
+    "per_layer_overhead_s": [0.0, 2e-6, 5e-6, 10e-6, 20e-6],
+    "elementwise_kernel_s": [0.0, 1.5e-6, 3e-6, 6e-6],
+}
+
+
+def objective(rows: list[dict[str, str]], results: list[dict[str, Any]]) -> float:
+    """Median |error| of mean TTFT plus that of mean TPOT over the rows kvsim ran."""
+    by_id = {r["id"]: r for r in results if r["status"] == "ok"}
+    ok = [r for r in rows if r["id"] in by_id]
+    if len(ok) < len(rows) // 2:
+        return math.inf
+    ttft = _errors((by_id[r["id"]]["mean_ttft_ms"], _num(r["silicon_ttft_ms"])) for r in ok)
+    tpot = _errors((by_id[r["id"]]["mean_tpot_ms"], _num(r["silicon_tpot_ms"])) for r in ok)
+    return _quantile([abs(e) for e in ttft], 0.5) + _quantile([abs(e) for e in tpot], 0.5)
+
+
+def fit(
+    rows: list[dict[str, str]], harness: dict[str, dict[str, str]], backend: str, jobs: int
+) -> dict[str, float]:
+    """Coordinate descent over `FIT_GRID` on one backend's h200_sxm rows: each constant in turn
+    takes the grid value that minimises `objective`, until a round changes nothing."""
+    chosen = [r for r in rows if r["backend"] == backend and r["system"] == FIT_SYSTEM]
+    if any(r["system"] != FIT_SYSTEM for r in chosen):  # the fitting rule, kept by construction
+        raise AssertionError("constants are fitted on h200_sxm rows only")
+    best = {"per_iteration_overhead_s": 0.0, "per_layer_overhead_s": 0.0, "elementwise_kernel_s": 3e-6}
+    seen: dict[tuple[float, ...], float] = {}
+
+    def score(params: dict[str, float]) -> float:
+        key = tuple(params[k] for k in FIT_GRID)
+        if key not in seen:
+            extra = {f"replicas.0.cost_model.{k}": v for k, v in params.items()}
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                results = list(pool.map(simulate, [(r, harness.get(r["id"]), extra) for r in chosen]))
+            seen[key] = objective(chosen, results)
+            print(f"  {params} -> {seen[key]:.4f}", file=sys.stderr, flush=True)
+        return seen[key]
+
+    for _round in range(3):
+        changed = False
+        for name, grid in FIT_GRID.items():
+            values = {v: score({**best, name: v}) for v in grid}
+            pick = min(values, key=lambda v: (values[v], v))
+            changed |= pick != best[name]
+            best[name] = pick
+        if not changed:
+            break
+    print(
+        f"{backend}: {len(chosen)} {FIT_SYSTEM} rows, objective {score(best):.4f} at {best}", file=sys.stderr
+    )
+    return best
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -309,6 +390,12 @@ def main(argv: list[str] | None = None) -> int:
         "--match", action="append", default=[], help="only rows whose id contains this (repeatable)"
     )
     parser.add_argument("--all", action="store_true", help="every row, not only the dense aggregated ones")
+    parser.add_argument(
+        "--fit",
+        metavar="BACKEND",
+        help="fit the kernels model's constants for BACKEND "
+        "(vllm, sglang, trtllm) on h200_sxm rows only, print them and stop",
+    )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a scenario override for every row, JSON value (e.g. workload.num_prompts=640)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -321,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = read_csv(args.rows or default_rows())
     harness = harness_by_id(args.harness)
     chosen = [r for r in rows if (args.all or is_dense_agg(r)) and all(m in r["id"] for m in args.match)]
+    if args.fit:
+        print(json.dumps(fit(chosen, harness, args.fit, args.jobs)))
+        return 0
     print(f"{len(chosen)} of {len(rows)} rows, {args.jobs} workers", file=sys.stderr)
     start = time.perf_counter()
     jobs = [(r, harness.get(r["id"]), extra) for r in chosen]

@@ -52,7 +52,7 @@ from kvsim.io import DATA_FILES, RESULT_FILES
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
 from kvsim.scenario.loading import apply_overrides, parse_yaml, scenario_data, validate
 from kvsim.scenario.schema import Scenario
-from kvsim.yaml_safe import load_yaml_text
+from kvsim.yaml_safe import load_yaml_text, read_capped
 
 REPO_ROOT = _paths.REPO_ROOT
 SCENARIO_DIR = _paths.SCENARIO_DIR
@@ -367,7 +367,7 @@ def parse_and_resolve(data: bytes, source: str) -> kvsim.Scenario:
 
 def load_file(path: Path) -> kvsim.Scenario:
     """A catalogue file (relative trace paths against its folder)."""
-    text = path.read_bytes()
+    text = read_capped(path, path.name)  # a regular file of at most 1 MiB (a YamlError otherwise)
     return resolve(parse_scenario_bytes(text, path.name), {}, str(path.relative_to(REPO_ROOT)), path.parent)
 
 

@@ -18,12 +18,15 @@ or draws anything (the figures are in `kvsim.plots`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from kvsim.errors import WorkLimitError
+from kvsim.limits import MAX_WINDOWS
 from kvsim.overload import backlog
 from kvsim.request import RequestSpec
 from kvsim.units import format_seconds
@@ -34,6 +37,22 @@ SPIKE_EVENT_KINDS = ("preempt_recompute", "swap_out", "swap_in", "offload_load",
 
 def _qname(q: float) -> str:
     return "max" if q == 1.0 else f"p{q * 100:g}"
+
+
+def _num_windows(span_s: float, step_s: float) -> int:
+    """Steps of ``step_s`` that cover ``span_s`` (at least one), or a `ValueError` beyond `MAX_WINDOWS`.
+
+    The work of the rolling statistics is proportional to this count: a window of
+    1e-300 s over a run of minutes would be 1e302 of them.
+    """
+    steps = math.ceil(span_s / step_s - 1e-9) if math.isfinite(span_s / step_s) else math.inf
+    if steps > MAX_WINDOWS:
+        shortest = span_s / MAX_WINDOWS
+        raise WorkLimitError(
+            f"a step of {step_s:g} s cuts {span_s:g} s into more than {MAX_WINDOWS:,} windows (the most "
+            f"kvsim computes); use a window of at least {shortest:.3g} s"
+        )
+    return max(1, int(steps))
 
 
 def rolling_quantiles(
@@ -55,10 +74,10 @@ def rolling_quantiles(
     Returns columns ``time_s``, ``count`` (samples in the window) and one ``pNN`` per
     quantile (NaN for an empty window).
     """
-    if window_s <= 0:
+    if not window_s > 0:  # NaN too
         raise ValueError(f"window_s must be > 0, got {window_s}")
     step = window_s if step_s is None else step_s
-    if step <= 0:
+    if not step > 0:
         raise ValueError(f"step_s must be > 0, got {step}")
     t = np.asarray(times_s, dtype=float)
     v = np.asarray(values, dtype=float)
@@ -72,7 +91,7 @@ def rolling_quantiles(
     cols: dict[str, list[float]] = {"time_s": [], "count": []}
     cols |= {_qname(q): [] for q in quantiles}
     if len(t):
-        n_steps = max(1, int(np.ceil((t[-1] - start_s) / step - 1e-9)))
+        n_steps = _num_windows(float(t[-1]) - start_s, step)
         for k in range(1, n_steps + 1):
             end = start_s + k * step
             # The first window also holds samples at exactly start_s.
@@ -716,9 +735,11 @@ def prefix_hit_rate_over_time(
     hits = np.concatenate([[0.0], np.cumsum(adm["prefix_cache_hits_tokens"].to_numpy(float))])
     toks = np.concatenate([[0.0], np.cumsum(adm["prompt_tokens"].to_numpy(float))])
     step = window_s if step_s is None else step_s
+    if not window_s > 0 or not step > 0:
+        raise ValueError(f"window_s and step_s must be > 0, got {window_s} and {step}")
     if not len(t):
         return pd.DataFrame(columns=["time_s", "num_requests", "hit_rate"])
-    ends = step * np.arange(1, max(1, int(np.ceil(t[-1] / step - 1e-9))) + 1)
+    ends = step * np.arange(1, _num_windows(float(t[-1]), step) + 1)
     lo = np.where(ends - window_s <= 0, 0, np.searchsorted(t, ends - window_s, side="right"))
     hi = np.searchsorted(t, ends, side="right")
     q = toks[hi] - toks[lo]

@@ -32,6 +32,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from kvsim.errors import WorkLimitError
+from kvsim.limits import MAX_CACHE_CURVE_BLOCKS, MAX_CACHE_CURVE_LOOKUPS, MAX_CAPACITIES
 from kvsim.request import RequestSpec, Segment
 
 Policy = Literal["lru", "lfu"]
@@ -186,6 +188,42 @@ def _replay(
     return num_blocks, hit_blocks, hit_tokens
 
 
+def _num_blocks(tokens: int, block_size: int, partial_blocks: bool) -> int:
+    full, rest = divmod(tokens, block_size)
+    return full + (1 if rest and partial_blocks else 0)
+
+
+def _check_work(
+    requests: Sequence[RequestSpec],
+    num_capacities: int,
+    block_size: int,
+    partial_blocks: bool,
+    cache_outputs: bool,
+) -> None:
+    """A `WorkLimitError` if the curve would build more block keys or do more lookups than
+    `MAX_CACHE_CURVE_BLOCKS` / `MAX_CACHE_CURVE_LOOKUPS`: counted from the lengths alone,
+    before a key is built (a 2**31-token prompt in 1-token blocks would be 2**31 keys)."""
+    if num_capacities > MAX_CAPACITIES:
+        raise WorkLimitError(f"{num_capacities:,} capacities; at most {MAX_CAPACITIES:,}")
+    blocks = sum(_num_blocks(r.prompt_tokens, block_size, partial_blocks) for r in requests)
+    if cache_outputs:
+        blocks += sum(
+            _num_blocks(r.prompt_tokens + r.output_tokens, block_size, partial_blocks) for r in requests
+        )
+    if blocks > MAX_CACHE_CURVE_BLOCKS:
+        raise WorkLimitError(
+            f"{len(requests):,} requests in blocks of {block_size:,} tokens are {blocks:,} blocks, more "
+            f"than {MAX_CACHE_CURVE_BLOCKS:,} (the most kvsim builds); use a larger block size or fewer "
+            "requests (--max-requests)"
+        )
+    if blocks * num_capacities > MAX_CACHE_CURVE_LOOKUPS:
+        raise WorkLimitError(
+            f"{num_capacities:,} capacities x {blocks:,} blocks are {blocks * num_capacities:,} block "
+            f"lookups, more than {MAX_CACHE_CURVE_LOOKUPS:,} (the most kvsim does); give fewer "
+            f"capacities (at most {max(MAX_CACHE_CURVE_LOOKUPS // max(blocks, 1), 1):,} for this trace)"
+        )
+
+
 def cache_curve(
     requests: Iterable[RequestSpec],
     capacities: Sequence[int | None],
@@ -207,6 +245,8 @@ def cache_curve(
     for c in capacities:
         if c is not None and c < 1:
             raise ValueError(f"capacities must be >= 1 block (or None for unbounded), got {c}")
+    requests = list(requests)
+    _check_work(requests, len(capacities), block_size, partial_blocks, cache_outputs)
     interner = _KeyInterner()
     lookups: list[tuple[list[int], list[int], list[int]]] = []
     prompt_tokens = 0
@@ -243,9 +283,12 @@ def cache_curve(
 
 
 def parse_capacities(text: str) -> list[int | None]:
-    """``"1000,1e4,inf"`` -> ``[1000, 10000, None]``."""
+    """``"1000,1e4,inf"`` -> ``[1000, 10000, None]`` (at most `MAX_CAPACITIES`, counted first)."""
+    parts = text.split(",")
+    if len(parts) > MAX_CAPACITIES:
+        raise ValueError(f"{len(parts):,} capacities; at most {MAX_CAPACITIES:,}")
     out: list[int | None] = []
-    for part in text.split(","):
+    for part in parts:
         part = part.strip().lower()
         if part in ("inf", "unbounded", "none"):
             out.append(None)

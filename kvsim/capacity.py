@@ -39,6 +39,7 @@ import pandas as pd
 
 from kvsim.core.outcome import CacheStats
 from kvsim.errors import KvsimError, ScenarioError
+from kvsim.limits import MAX_CANDIDATES
 from kvsim.result import EVENT_COLUMNS, ITERATION_COLUMNS, REQUEST_COLUMNS, summarize
 from kvsim.scenario.loading import (
     apply_overrides,
@@ -50,7 +51,7 @@ from kvsim.scenario.loading import (
     validate,
 )
 from kvsim.scenario.schema import Scenario
-from kvsim.sweep import Executor, Point, Runner, point_id, run_points, summary_only
+from kvsim.sweep import Executor, Point, Runner, check_jobs, point_id, run_points, summary_only
 from kvsim.workload import WorkloadInfo
 from kvsim.workload.traces import TraceReport
 
@@ -185,17 +186,25 @@ def parse_values(text: str) -> list[Any]:
             step: int | float = 1
         else:
             step = nums[2]
+        if any(abs(n) > 2**53 for n in nums):  # before any float arithmetic: 10**400 cannot be one
+            raise CapacityError(f"--range: {text!r}: START, STOP and STEP must lie within ±2**53")
         if not all(math.isfinite(n) for n in nums) or step <= 0 or stop < start:
             raise CapacityError(f"--range: {text!r}: needs START <= STOP and STEP > 0")
-        count = math.floor((stop - start) / step + 1e-9) + 1
-        if count > 10_000:
-            raise CapacityError(f"--range: {text!r} has {count:,} values; at most 10,000")
-        if all(isinstance(n, int) for n in (start, stop, step)):
+        integers = all(isinstance(n, int) for n in (start, stop, step))
+        # Counted before anything is listed; (stop - start) / step can overflow to inf (0:1e300:1e-300).
+        span = (stop - start) // step if integers else (stop - start) / step
+        count = math.floor(span + 1e-9) + 1 if span <= MAX_CANDIDATES else None
+        if count is None or count > MAX_CANDIDATES:
+            raise CapacityError(f"--range: {text!r} has {span + 1:,.0f} values; at most {MAX_CANDIDATES:,}")
+        if integers:
             return [start + i * step for i in range(count)]
         digits = max(0, -math.floor(math.log10(step)) + 3)  # 0.05 -> 5 decimals: no 0.15000000000000002
         return [round(start + i * step, digits) for i in range(count)]
+    parts = [p for p in text.split(",") if p.strip()]
+    if len(parts) > MAX_CANDIDATES:  # counted before each is parsed
+        raise CapacityError(f"--values: {len(parts):,} values; at most {MAX_CANDIDATES:,}")
     try:
-        values = [parse_value(p, "--values", what="value") for p in text.split(",") if p.strip()]
+        values = [parse_value(p, "--values", what="value") for p in parts]
     except ScenarioError as exc:  # a value YAML cannot read (a tag, a bad escape): the option's error
         raise CapacityError(str(exc)) from None
     if not values:
@@ -420,6 +429,9 @@ def find_capacity(
     """
     if not values:
         raise CapacityError("no candidate values to search")
+    if len(values) > MAX_CANDIDATES:
+        raise CapacityError(f"{len(values):,} candidate values; at most {MAX_CANDIDATES:,}")
+    check_jobs(jobs, executor, address)  # before every candidate is validated
     if not 0 <= min_served <= 1:
         raise CapacityError(f"--min-served must be between 0 and 1, got {min_served}")
     if len({repr(v) for v in values}) != len(values):

@@ -45,3 +45,9 @@ class YamlError(ScenarioError):
             lines = [f"{source}: invalid {what}"]
             lines += [f"  {path or '<root>'}: {rule}" for path, rule in problems]
             self.args = ("\n".join(lines),)
+
+
+class WorkLimitError(KvsimError, ValueError):
+    """An analysis would do more work than a bound of `kvsim.limits` allows (too many
+    windows, cache lookups, ...); the message names the bound and how to stay within it.
+    A `ValueError` too, as the argument checks of the same functions are."""

@@ -16,10 +16,13 @@ against a real run).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from kvsim.errors import ScenarioError
+from kvsim.inputs import open_input
+from kvsim.limits import MAX_TRACE_BYTES, MAX_TRACE_LINES
 from kvsim.plan import Plan
 from kvsim.workload.config import (
     BenchServeWorkload,
@@ -33,6 +36,7 @@ from kvsim.workload.config import (
     UniformLength,
     ZipfLength,
 )
+from kvsim.workload.traces import check_trace_file
 
 #: Bytes of one request over a whole run, result tables included (measured with tracemalloc:
 #: 9.5-10.6 KiB on the default scenario at 2k-8k requests; 5.7 KiB without shared prefixes).
@@ -85,15 +89,29 @@ def mean_tokens(cfg: LengthConfig) -> float:
 
 
 def _count_trace_rows(cfg: TraceWorkload, base_dir: Path | None) -> int:
-    """Rows of a trace file (lines; at most ``max_requests``): a cheap upper bound."""
+    """Rows of a trace file (lines; at most ``max_requests``): a cheap upper bound.
+
+    Only a regular file of at most `MAX_TRACE_BYTES` is counted, and only up to the
+    lines the loader would read: a FIFO or ``/dev/zero`` as ``path`` never ends, so it is
+    refused here with the loader's `TraceError`. A missing file counts 0 rows (the loader
+    reports it when the run reads the trace).
+    """
     path = Path(cfg.path)
     if not path.is_absolute() and base_dir is not None:
         path = base_dir / path
+    if not os.path.lexists(path):
+        return 0
+    check_trace_file(path)  # a TraceError unless a regular file within MAX_TRACE_BYTES
+    stop = MAX_TRACE_LINES + 1 if cfg.max_requests is None else min(cfg.max_requests, MAX_TRACE_LINES + 1)
+    rows = 0
     try:
-        with path.open("rb") as f:
-            rows = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
-    except OSError:
-        rows = 0  # the loader reports a missing file with its own message
+        with open_input(path, MAX_TRACE_BYTES) as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                rows += chunk.count(b"\n")
+                if rows >= stop or f.tell() > MAX_TRACE_BYTES:
+                    break
+    except (OSError, ValueError):  # gone or swapped since the check: the loader reports it
+        rows = 0
     return min(rows, cfg.max_requests) if cfg.max_requests is not None else rows
 
 

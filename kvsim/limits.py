@@ -47,6 +47,15 @@ MAX_TRACE_JSON_DEPTH = 16
 MAX_HASH_ID = 2**60 - 1
 #: Largest trace timestamp, in seconds after unit conversion (about 31,700 years).
 MAX_TRACE_TIME_S = 1e12
+#: Largest trace (or empirical length) file, bytes, and most lines read from one. Reading
+#: costs about 500 bytes of memory and 25 us per row (measured on a 1M-row Azure CSV: 670
+#: MB, 24 s), so a trace at the line limit takes about 5 GB and 4 minutes; the run's work
+#: estimate refuses far less by default (sim.max_memory_gib: about 1.6M requests).
+MAX_TRACE_BYTES = 2 * 1024**3
+MAX_TRACE_LINES = 10_000_000
+#: Most hash ids of one trace file, all rows together: a 1 MiB line holds about 100,000,
+#: and each costs about 36 bytes in memory (the Mooncake conversation trace has 288,500).
+MAX_TRACE_HASH_IDS = 50_000_000
 
 # --------------------------------------------------------------------------- scenario fields
 
@@ -118,12 +127,55 @@ MAX_WIDTH = 2**24
 MAX_HEADS = 65_536
 MAX_EXPERTS = 65_536
 
+# --------------------------------------------------------------------------- work of a command
+
+#: Most points of one sweep file (explicit points x grid combinations), counted before the
+#: grid is expanded: each point holds its resolved scenario (about 15 KB; 10,000 points
+#: load in about 1.5 s and 150 MB) and is a full simulation.
+MAX_SWEEP_POINTS = 10_000
+#: Most parallel workers (``--jobs``) of ``kvsim sweep`` and ``kvsim capacity``: at most
+#: JOBS_PER_CPU x the machine's CPU count for local processes (or a local Ray), and never
+#: more than MAX_JOBS, whatever runs them.
+JOBS_PER_CPU = 4
+MAX_JOBS = 256
+#: Most windows a run is cut into for spikes and rolling quantiles (``spikes --window``):
+#: each costs a few searches and quantiles; the default cuts a run into about 60.
+MAX_WINDOWS = 100_000
+#: Most candidate values of ``kvsim capacity`` (``--range``, ``--values``): each is
+#: validated before the search starts (a few ms each); bisection runs about log2 of them.
+MAX_CANDIDATES = 10_000
+#: Most widths of ``kvsim sharing --widths``: each is two full runs.
+MAX_WIDTHS = 32
+#: ``kvsim cache-curve``: most capacities (``--capacities``); most blocks the trace is cut
+#: into (counted from the prompt lengths before a key is built: a block key costs about
+#: 7-40 us and 200 bytes; the Mooncake conversation trace is 288,500 blocks of 512 tokens,
+#: 9.05M of 16); most block lookups of all capacities together (capacities x blocks:
+#: each capacity replays the whole trace, about 0.6 us per block).
+MAX_CAPACITIES = 1_000
+MAX_CACHE_CURVE_BLOCKS = 20_000_000
+MAX_CACHE_CURVE_LOOKUPS = 200_000_000
+
 # --------------------------------------------------------------------------- other files
 
 #: Largest cost profile read (JSON), bytes; shipped profiles are about 13 KB.
 MAX_PROFILE_BYTES = 16 * 1024 * 1024
-#: Largest summary.json of a result folder read back, bytes (one is about 3 KB).
+#: Largest summary.json of a result folder read back, bytes (one is about 3 KB); also a
+#: sweep point's point.json.
 MAX_SUMMARY_BYTES = 16 * 1024 * 1024
+#: Largest measurements CSV (``predict --points``, ``calibrate --fit-measurements``),
+#: bytes and data rows (a row is a Point object and a cost-model evaluation or a
+#: residual of the fit).
+MAX_POINTS_CSV_BYTES = 64 * 1024 * 1024
+MAX_POINTS_CSV_ROWS = 100_000
+#: Most sequences of one measured iteration (a row's batch_size, num_decode_seqs, prefill
+#: chunks): a point's batch is a list of them (vLLM's max_num_seqs is 256-1,024).
+MAX_POINT_SEQUENCES = 65_536
+#: Most sequences of all the points of one measurements CSV together (sum of batch_size):
+#: each costs about a microsecond of cost model per prediction or fit iteration.
+MAX_POINTS_CSV_SEQUENCES = 10_000_000
+#: Largest vLLM fixture file (``verify-vllm --fixtures``), compressed and decompressed
+#: bytes (the largest recorded one decompresses to 3.8 MB): a gzip bomb stops there.
+MAX_FIXTURE_BYTES = 256 * 1024 * 1024
 
 # --------------------------------------------------------------------------- servers (kvsim observe)
 

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.engine.simulator import run, scenario_workload
+from kvsim.errors import WorkLimitError
+from kvsim.limits import MAX_WIDTHS
 from kvsim.request import RequestSpec
 from kvsim.result import Result
 from kvsim.scenario.loading import load_scenario
@@ -51,6 +53,8 @@ def memory_saving(
     """The saving of beam search (``kind="beam"``) or parallel sampling (``"parallel"``) per width."""
     if kind not in ("beam", "parallel"):
         raise ValueError(f'"kind" must be beam or parallel, got {kind!r}')
+    if len(widths) > MAX_WIDTHS:  # two full runs each
+        raise WorkLimitError(f"{len(widths):,} widths; at most {MAX_WIDTHS:,}")
     points = []
     for w in widths:
         sets: dict[str, Any] = dict(overrides or {}) | {"replicas.0.engine.enable_prefix_caching": False}

@@ -28,12 +28,20 @@ bytes and only this process writes into DIR, so a Ray cluster needs no shared di
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import io
 import itertools
 import json
+import logging
 import math
+import os
+import re
+import signal
+import socket
+import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
@@ -47,7 +55,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import kvsim
 from kvsim.errors import KvsimError, YamlError
+from kvsim.inputs import read_input
 from kvsim.io import DATA_FILES, json_safe, save_result
+from kvsim.limits import JOBS_PER_CPU, MAX_JOBS, MAX_SUMMARY_BYTES, MAX_SWEEP_POINTS
 from kvsim.outputs import claim_folder, replace_file
 from kvsim.scenario.loading import apply_overrides, read_yaml, resolve_file_paths, scenario_data, validate
 from kvsim.scenario.schema import Scenario
@@ -58,6 +68,15 @@ Runner = Callable[[Scenario], tuple[dict[str, Any], dict[str, bytes]]]
 Executor = Literal["local", "ray"]
 #: The kind named by the ``.kvsim`` marker of a sweep's output folder.
 SWEEP_KIND = "sweep"
+
+#: Seconds to wait for a Ray cluster at ``--address`` before giving up (``--connect-timeout``).
+DEFAULT_RAY_CONNECT_TIMEOUT_S = 30.0
+#: Longest ``--connect-timeout`` accepted, seconds.
+MAX_CONNECT_TIMEOUT_S = 3600.0
+#: How to get Ray: kvsim is installed from a checkout, with the ``ray`` extra.
+RAY_INSTALL = "install the ray extra in the kvsim checkout: pip install -e '.[ray]' (or make test)"
+#: prctl option: the signal a process gets when its parent dies (linux/prctl.h).
+_PR_SET_PDEATHSIG = 1
 
 
 class SweepError(KvsimError):
@@ -125,6 +144,19 @@ def load_sweep(path: str | Path) -> tuple[SweepSpec, list[Point]]:
     for key, values in spec.grid.items():
         if not values:
             raise SweepError(f"{path}: grid.{key}: needs at least one value")
+    # Counted before anything is expanded: a few lines of grid can name billions of points.
+    num_points = max(len(spec.points), 1) * math.prod(len(v) for v in spec.grid.values())
+    if num_points > MAX_SWEEP_POINTS:
+        sizes = " x ".join(
+            [
+                *([f"{len(spec.points):,} points"] if spec.points else []),
+                *(f"{len(v):,}" for v in spec.grid.values()),
+            ]
+        )
+        raise SweepError(
+            f"{path}: the sweep has {num_points:,} points ({sizes}), more than {MAX_SWEEP_POINTS:,} "
+            "(the most kvsim runs in one sweep); split it into several sweep files"
+        )
     base_path = path.parent / spec.base
     # Overrides apply to the fully resolved base, so that paths into defaults the base file
     # left out (``replicas.0.tp`` in a file without ``replicas``) exist.
@@ -183,9 +215,11 @@ def _point_dir(out: Path, pid: str) -> Path:
 
 
 def _read_done(out: Path, point: Point) -> dict[str, Any] | None:
-    """The saved record of a point that finished ok, or None."""
+    """The saved record of a point that finished ok, or None (also for anything that is not
+    a regular JSON file of at most `MAX_SUMMARY_BYTES`: such a point runs again)."""
     try:
-        record = json.loads((_point_dir(out, point.point_id) / "point.json").read_text(encoding="utf-8"))
+        raw = read_input(_point_dir(out, point.point_id) / "point.json", MAX_SUMMARY_BYTES)
+        record = json.loads(raw.decode("utf-8"))
     except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8, not JSON: run it again
         return None
     return record if isinstance(record, dict) and record.get("status") == "ok" else None
@@ -214,12 +248,62 @@ def _save(out: Path, point: Point, outcome: PointOutcome) -> dict[str, Any]:
     return record
 
 
+def max_jobs(executor: Executor = "local", address: str | None = None) -> int:
+    """The most ``--jobs`` allowed: `JOBS_PER_CPU` x the CPU count for processes of this
+    machine (local workers, or a local Ray), never more than `MAX_JOBS`."""
+    if executor == "ray" and address:
+        return MAX_JOBS  # the cluster's size is not known here; Ray schedules the tasks
+    return min(MAX_JOBS, JOBS_PER_CPU * (os.cpu_count() or 1))
+
+
+def default_jobs() -> int:
+    """``--jobs`` when not given: the CPU count (within `max_jobs`)."""
+    return min(os.cpu_count() or 1, MAX_JOBS)
+
+
+def check_jobs(jobs: int, executor: Executor = "local", address: str | None = None) -> None:
+    """A `SweepError` unless 1 <= ``jobs`` <= `max_jobs`."""
+    limit = max_jobs(executor, address)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= limit:
+        why = (
+            f"the most kvsim starts: {JOBS_PER_CPU} x the {os.cpu_count() or 1} CPUs of this machine, at most {MAX_JOBS}"
+            if limit < MAX_JOBS
+            else "the most kvsim starts"
+        )
+        raise SweepError(f"--jobs must be between 1 and {limit} ({why}), got {jobs}")
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Worker initializer: end this worker when the process that started it ends.
+
+    Without it, workers of a killed ``kvsim sweep`` run on as orphans. On Linux the kernel
+    sends SIGKILL when the parent dies (PR_SET_PDEATHSIG); elsewhere, and as a fallback, a
+    daemon thread checks once a second whether the parent is still the parent.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # no prctl: the thread below still watches
+            pass
+    if os.getppid() != parent_pid:  # the parent died before the line above ran
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="kvsim-parent-watch", daemon=True).start()
+
+
 def _run_local(todo: list[Point], runner: Runner, jobs: int) -> Iterator[tuple[Point, PointOutcome]]:
     if jobs <= 1:
         for p in todo:
             yield p, run_point(p, runner)
         return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
         futures: dict[Future[PointOutcome], Point] = {pool.submit(run_point, p, runner): p for p in todo}
         pending = set(futures)
         try:
@@ -237,35 +321,129 @@ def _run_local(todo: list[Point], runner: Runner, jobs: int) -> Iterator[tuple[P
                 f.cancel()
 
 
-def _run_ray(
-    todo: list[Point], runner: Runner, address: str | None, jobs: int
-) -> Iterator[tuple[Point, PointOutcome]]:
+def _ray_endpoint(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a Ray address ``HOST:PORT`` or ``ray://HOST:PORT`` (None: ``auto``, ...)."""
+    rest = address.strip().removeprefix("ray://").rstrip("/")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    return host.strip("[]"), int(port)  # [::1]:6379 -> ::1
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception as one line: its message's first line, or, when the message carries a
+    traceback (Ray's client relays the server's), the traceback's last line, the error."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if any(line.startswith("Traceback") for line in lines):
+        lines = [line for line in lines if re.match(r"[\w.]+(Error|Exception)\b", line)][-1:] or lines
+    line = lines[0] if lines else ""
+    line = line if len(line) <= limit else line[: limit - 3] + "..."
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+def _connect_ray(ray: Any, address: str, timeout_s: float) -> None:
+    """``ray.init(address=...)`` within ``timeout_s``, or a one-line `SweepError`.
+
+    Ray's own retries take minutes when nothing listens (``HOST:PORT``) and about 30 s
+    for a client address (``ray://HOST:PORT``). kvsim first opens a TCP connection to the
+    address (refused at once when nothing listens there), then connects Ray in a daemon
+    thread and waits for it at most the time left; a Ray still connecting then is left to
+    the thread, which ends with the process.
+    """
+    deadline = time.monotonic() + timeout_s
+    outcome: dict[str, BaseException] = {}
+
+    def connect() -> None:
+        endpoint = _ray_endpoint(address)
+        try:
+            if endpoint is not None:
+                socket.create_connection(endpoint, timeout=max(deadline - time.monotonic(), 0.01)).close()
+        except OSError as exc:
+            outcome["unreachable"] = exc
+            return
+        try:
+            # Ray's INFO lines ("Connecting to existing Ray cluster", "Passing the following
+            # kwargs") and the warning that a thread sets no SIGTERM handler say nothing to a user.
+            ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=connect, name="kvsim-ray-connect", daemon=True)
+    thread.start()
+    thread.join(max(deadline - time.monotonic(), 0.0))
+    where = f"--address {address}"
+    if thread.is_alive():
+        auth = (
+            ""
+            if os.environ.get("RAY_AUTH_MODE", "").lower() == "token"
+            else "; a cluster with token authentication (Ray's default) also needs RAY_AUTH_MODE=token here"
+        )
+        raise SweepError(
+            f"{where}: no Ray cluster answered within {timeout_s:g} s (--connect-timeout); check the "
+            f"address, or start one with `ray start --head`{auth}"
+        )
+    unreachable = outcome.get("unreachable")
+    if unreachable is not None:  # the TCP probe: refused, unreachable, unknown host, timed out
+        reason = getattr(unreachable, "strerror", None) or str(unreachable) or type(unreachable).__name__
+        raise SweepError(
+            f"{where}: cannot reach a Ray cluster there: {reason}; check the address and port, or "
+            "start one with `ray start --head`"
+        )
+    error = outcome.get("error")
+    if error is None:
+        return
+    if "ray[client]" in str(error):
+        raise SweepError(f"{where}: ray:// addresses need Ray's client: {RAY_INSTALL}")
+    raise SweepError(f"{where}: cannot connect to Ray: {_one_line(error)}")
+
+
+def _start_ray(address: str | None, jobs: int, connect_timeout_s: float) -> Any:
+    """Connect to (or start) Ray; the ``ray`` module if this call started it (the caller
+    shuts it down), None if it was running already."""
     try:
-        import ray  # optional dependency (kvsim[ray]): imported only when asked for
+        import ray  # optional dependency (the ray extra): imported only when asked for
     except ImportError:
-        raise SweepError("--executor ray needs Ray: pip install 'kvsim[ray]'") from None
-    started = not ray.is_initialized()
-    if started:
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            ray.init(num_cpus=max(jobs, 1), include_dashboard=False, log_to_driver=False)
+        raise SweepError(f"--executor ray needs Ray: {RAY_INSTALL}") from None
+    if ray.is_initialized():
+        return None
+    if address:
+        _connect_ray(ray, address, connect_timeout_s)
+    else:
+        ray.init(num_cpus=max(jobs, 1), include_dashboard=False, log_to_driver=False)
+    return ray
+
+
+def _ray_tasks(todo: list[Point], runner: Runner) -> Iterator[tuple[Point, PointOutcome]]:
+    """Each point as a Ray task on the Ray this process is connected to, yielded as it finishes."""
+    import ray
+
+    remote = ray.remote(run_point)
+    refs = {remote.remote(p, runner): p for p in todo}
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        for ref in done:
+            p = refs[ref]
+            try:
+                outcome = ray.get(ref)
+            except Exception as exc:  # task or worker died
+                outcome = PointOutcome(p.point_id, "failed", error=f"ray task failed: {exc!r}")
+            yield p, outcome
+
+
+def _run_ray(
+    todo: list[Point],
+    runner: Runner,
+    address: str | None,
+    jobs: int,
+    connect_timeout_s: float = DEFAULT_RAY_CONNECT_TIMEOUT_S,
+) -> Iterator[tuple[Point, PointOutcome]]:
+    started = _start_ray(address, jobs, connect_timeout_s)
     try:
-        remote = ray.remote(run_point)
-        refs = {remote.remote(p, runner): p for p in todo}
-        pending = list(refs)
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                p = refs[ref]
-                try:
-                    outcome = ray.get(ref)
-                except Exception as exc:  # task or worker died
-                    outcome = PointOutcome(p.point_id, "failed", error=f"ray task failed: {exc!r}")
-                yield p, outcome
+        yield from _ray_tasks(todo, runner)
     finally:
-        if started:
-            ray.shutdown()
+        if started is not None:
+            started.shutdown()
 
 
 def run_points(
@@ -275,17 +453,27 @@ def run_points(
     jobs: int = 1,
     executor: Executor = "local",
     address: str | None = None,
+    connect_timeout_s: float = DEFAULT_RAY_CONNECT_TIMEOUT_S,
 ) -> Iterator[tuple[Point, PointOutcome]]:
     """Run points in ``jobs`` worker processes (or Ray tasks), yielding each as it finishes.
 
     The parallel runner behind `run_sweep`, for callers that choose their points as they
     go (`kvsim.capacity` runs one round of a search at a time). Nothing is written.
     """
-    if jobs < 1:
-        raise SweepError(f"--jobs must be >= 1, got {jobs}")
+    check_jobs(jobs, executor, address)
+    check_connect_timeout(connect_timeout_s)
     if executor == "ray":
-        return _run_ray(points, runner, address, jobs)
+        return _run_ray(points, runner, address, jobs, connect_timeout_s)
     return _run_local(points, runner, min(jobs, max(len(points), 1)))
+
+
+def check_connect_timeout(timeout_s: float) -> None:
+    """A `SweepError` unless ``timeout_s`` is a number of seconds in (0, `MAX_CONNECT_TIMEOUT_S`]."""
+    ok = isinstance(timeout_s, int | float) and not isinstance(timeout_s, bool)
+    if not ok or not 0 < timeout_s <= MAX_CONNECT_TIMEOUT_S:  # NaN fails the comparison too
+        raise SweepError(
+            f"--connect-timeout must be more than 0 and at most {MAX_CONNECT_TIMEOUT_S:g} s, got {timeout_s}"
+        )
 
 
 def _flat(value: Any) -> Any:
@@ -339,14 +527,33 @@ def run_sweep(
     address: str | None = None,
     runner: Runner = simulate,
     progress: Callable[[str], None] | None = None,
+    connect_timeout_s: float = DEFAULT_RAY_CONNECT_TIMEOUT_S,
 ) -> SweepReport:
     """Run every point not yet done, then write DIR/results.parquet and DIR/results.csv.
 
     The table is written even when the sweep is interrupted (points not run: ``not_run``).
+    ``connect_timeout_s`` bounds the wait for the Ray cluster at ``address``.
     """
-    if jobs < 1:
-        raise SweepError(f"--jobs must be >= 1, got {jobs}")
+    check_jobs(jobs, executor, address)
+    check_connect_timeout(connect_timeout_s)
     _, points = load_sweep(sweep_file)
+    # Ray first: a cluster that does not answer is an error before anything is written.
+    ray_started = _start_ray(address, jobs, connect_timeout_s) if executor == "ray" else None
+    try:
+        return _run_sweep(points, out, jobs, executor, runner, progress)
+    finally:
+        if ray_started is not None:
+            ray_started.shutdown()
+
+
+def _run_sweep(
+    points: list[Point],
+    out: str | Path,
+    jobs: int,
+    executor: Executor,
+    runner: Runner,
+    progress: Callable[[str], None] | None,
+) -> SweepReport:
     # The folder must be new, empty or a sweep folder kvsim marked (kvsim.outputs): its
     # results.csv is rewritten, and a user's own must never be.
     out = claim_folder(out, SWEEP_KIND, "--out", SweepError)
@@ -361,7 +568,7 @@ def run_sweep(
             records[p.point_id] = done
     skipped = len(records)
     todo = [p for p in points if p.point_id not in records]
-    stream = _run_ray(todo, runner, address, jobs) if executor == "ray" else _run_local(todo, runner, jobs)
+    stream = _ray_tasks(todo, runner) if executor == "ray" else _run_local(todo, runner, jobs)
     ok = failed = 0
     try:
         for p, outcome in stream:

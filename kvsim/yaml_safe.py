@@ -39,6 +39,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode
 from yaml.reader import ReaderError
 
 from kvsim.errors import YamlError
+from kvsim.inputs import FileTooLargeError, read_input
 from kvsim.limits import (
     MAX_YAML_ALIASES,
     MAX_YAML_ANCHORS,
@@ -268,17 +269,13 @@ def read_capped(
 ) -> bytes:
     """At most ``limit`` bytes of a file, or a `YamlError` if it cannot be read or holds more."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(limit + 1)
-    except OSError as exc:
+        return read_input(path, limit)  # a regular file only: never a FIFO, a device, a directory
+    except FileTooLargeError as exc:
+        raise YamlError(source, [("", str(exc))], what=what) from None
+    except OSError as exc:  # missing, unreadable, or not a regular file (the reason alone)
         raise YamlError(source, [("", f"cannot read file: {exc.strerror or exc}")], what=what) from None
     except ValueError as exc:  # a path holding a NUL byte
         raise YamlError(source, [("", f"cannot read file: {exc}")], what=what) from None
-    if len(data) > limit:
-        raise YamlError(
-            source, [("", f"file is larger than {limit:,} bytes (the most kvsim reads)")], what=what
-        )
-    return data
 
 
 def load_yaml_file(path: str | Path, source: str | None = None, *, what: str = "scenario") -> Any:

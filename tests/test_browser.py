@@ -510,7 +510,7 @@ def _table_cells(driver: webdriver.Chrome, index: int = 0) -> list[list[str]]:
         ("seed=abc", "seed", "valid integer"),
         ("replicas.0.engine.block_size=1e300", "block_size", "valid integer"),
         ("router.kind=no_such_router", "router.kind", "unknown router"),
-        ("replicas.0.engine.enable_prefix_caching=maybe", "enable_prefix_caching", "valid boolean"),
+        ("replicas.0.engine.enable_prefix_caching=maybe", "enable_prefix_caching", "boolean: true or false"),
     ],
 )
 def test_a_link_with_a_knob_value_no_widget_takes_shows_the_error(

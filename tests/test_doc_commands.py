@@ -32,6 +32,7 @@ FILES: dict[str, bytes] = {
     "latin1.yaml": b"name: ok\ndescription: caf\xe9\n",
     "dup.yaml": b"seed: 1\nname: a\nseed: 2\n",
     "s.yaml": b"workload: {arrival: {kind: diurnal, mean_rate_per_s: 1, phase_s: .nan}}\n",
+    "zero.yaml": b"workload: {kind: trace, path: /dev/zero, format: mooncake}\n",
     "bomb.yaml": b"".join(
         f"{k}: &{k} [{','.join([f'*{p}'] * 9) if p else ','.join(['x'] * 9)}]\n".encode()
         for p, k in zip(["", "a", "b", "c", "d"], "abcde", strict=True)

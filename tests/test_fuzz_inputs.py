@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 
 import kvsim
 from kvsim.cli import main
+from kvsim.cli.verify_cmd import VLLM_PYTHON_ENV
 from kvsim.errors import KvsimError
 from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
 from kvsim.workload.config import TraceWorkload
@@ -690,6 +691,97 @@ def test_fuzz_azure_trace_lines(record_property: Callable[[str, Any], None], tmp
 
 # --------------------------------------------------------------------------- the command line
 
+NUM_OPTION_VALUES = 600
+NUM_SWEEP_GRIDS = 40
+
+
+def _numeric_options() -> list[tuple[str, str, Callable[[str], Any]]]:
+    """(command, option, argparse type) of every option of the parser that takes a number."""
+    import argparse
+
+    from kvsim.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return [
+        (name, action.option_strings[-1], action.type)
+        for name, parser in sub.choices.items()
+        for action in parser._actions
+        if action.option_strings
+        and action.nargs is None
+        and getattr(action.type, "__name__", "") in ("integer", "number", "int", "float")
+    ]
+
+
+option_texts = st.one_of(
+    st.floats().map(repr),
+    st.floats().map(str),
+    st.integers().map(str),
+    st.integers(-(10**400), 10**400).map(str),
+    st.sampled_from(
+        ["nan", "-nan", "inf", "Infinity", "-inf", "1e-300", "5e-324", "1e309", "0x10", "1_0", " 7 "]
+    ),
+    st.text(max_size=12),
+)
+
+
+def test_fuzz_numeric_options(record_property: Callable[[str, Any], None]) -> None:
+    """Every numeric option either refuses a text (argparse: exit 2) or yields a finite number
+    of sane size: no option lets NaN, an infinity or an absurd count through to the library."""
+    import argparse
+
+    stats = FuzzStats("numeric command-line options -> their argparse types")
+    options = _numeric_options()
+    assert len(options) >= 30
+
+    @settings(max_examples=NUM_OPTION_VALUES, **FUZZ_SETTINGS)
+    @given(option=st.sampled_from(options), text=option_texts)
+    def check(option: tuple[str, str, Callable[[str], Any]], text: str) -> None:
+        def parse() -> Any:
+            try:
+                return option[2](text)
+            except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+                raise KvsimError(str(exc)) from None  # what argparse reports as "argument OPTION: ..."
+
+        value = stats.timed(parse)
+        if not isinstance(value, KvsimError):
+            assert isinstance(value, int | float) and math.isfinite(value), (option[:2], text, value)
+            assert abs(value) <= 2**53, (option[:2], text, value)
+
+    run_fuzz(check, stats, record_property)
+
+
+def test_fuzz_sweep_grid_sizes(record_property: Callable[[str, Any], None], tmp_path: Path) -> None:
+    """Grids of any shape: loaded when within MAX_SWEEP_POINTS, refused by count (before they
+    are expanded) otherwise, always within the time bound."""
+    from kvsim.limits import MAX_SWEEP_POINTS
+    from kvsim.sweep import load_sweep
+
+    stats = FuzzStats("sweep grids (1-4 keys, 1-3,000 values) -> load_sweep")
+    (tmp_path / "b.yaml").write_text("seed: 1\n")
+    keys = ["seed", "workload.num_requests", "replicas.0.count", "workload.arrival.rate_per_s"]
+
+    @settings(max_examples=NUM_SWEEP_GRIDS, **FUZZ_SETTINGS)
+    @given(
+        sizes=st.lists(st.one_of(st.integers(1, 12), st.integers(1, 3000)), min_size=1, max_size=4),
+        listed=st.integers(0, 40),
+    )
+    def check(sizes: list[int], listed: int) -> None:
+        grid = "".join(
+            f"  {k}: [{', '.join(str(v + 1) for v in range(n))}]\n"
+            for k, n in zip(keys[: len(sizes)], sizes, strict=True)
+        )
+        points = f"points: [{', '.join(['{seed: 7}'] * listed)}]\n" if listed else ""
+        (tmp_path / "s.yaml").write_text(f"base: b.yaml\n{points}grid:\n{grid}")
+        total = max(listed, 1) * math.prod(sizes)
+        out = stats.timed(lambda: load_sweep(tmp_path / "s.yaml"))
+        if total <= MAX_SWEEP_POINTS and listed <= 1:
+            assert not isinstance(out, KvsimError) and len(out[1]) == total, out
+        elif total > MAX_SWEEP_POINTS:
+            assert isinstance(out, KvsimError) and f"{total:,} points" in str(out), out
+
+    run_fuzz(check, stats, record_property)
+
+
 #: Values tried in every option and positional argument of every command (issue 19): numbers
 #: no option takes, text no file can be named, terminal escapes, a ~ that cannot expand,
 #: special files and a filesystem root.
@@ -779,6 +871,22 @@ def _cli_bases(tmp_path: Path, trace: str, url: str) -> dict[str, list[str]]:
             str(tmp_path / "fit.json"),
         ],
         "profiles": ["profiles"],
+        "bench-serve": [
+            "bench-serve",
+            "--model",
+            "llama-3-8b",
+            "--gpu",
+            "h100-sxm",
+            "--num-prompts",
+            "4",
+            "--max-concurrency",
+            "2",
+            "--random-input-len",
+            "64",
+            "--random-output-len",
+            "4",
+            "--no-progress",
+        ],
         "predict": [
             "predict",
             "--cost-model",
@@ -855,6 +963,13 @@ def test_fuzz_every_option_of_every_command(
     never a traceback), number options refusing what is not a number in range, path options
     refusing what no file can be named, and terminal escapes never printed raw."""
     monkeypatch.chdir(tmp_path)
+    # verify-vllm --record-fixtures DIR (any value that names a folder: "nan", "0", "true" ...)
+    # records every catalogue workload with the real vLLM, minutes each: an interpreter that
+    # exits at once stands in for .venv-vllm, so the fuzz checks kvsim's side of the command.
+    fake_vllm = tmp_path / "fake-vllm-python"
+    fake_vllm.write_text("#!/bin/sh\nexit 0\n")
+    fake_vllm.chmod(0o755)
+    monkeypatch.setenv(VLLM_PYTHON_ENV, str(fake_vllm))
     stats = FuzzStats("command lines: every option x hostile value -> kvsim main()")
     server = FakeServer(lambda body, i: Reply(ttft_s=0.0, itl_s=0.0)).__enter__()
     request.addfinalizer(lambda: server.__exit__(None, None, None))

@@ -143,7 +143,7 @@ def test_invalid_point_is_recorded(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(
-    importlib.util.find_spec("ray") is None, reason="ray not installed (pip install 'kvsim[ray]')"
+    importlib.util.find_spec("ray") is None, reason="ray not installed (pip install -e '.[ray]')"
 )
 def test_ray_executor_on_a_local_instance(sweep_file: Path, tmp_path: Path) -> None:
     # Ray 2.x dropped local_mode; this starts a one-CPU local Ray instance instead. Ray's

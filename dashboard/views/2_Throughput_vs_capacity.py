@@ -19,6 +19,7 @@ import streamlit as st
 import kvsim
 from kvsim import analysis, plots
 from kvsim.capacity import trace_share_kept
+from kvsim.inputs import check_input
 from kvsim.scenario.loading import scenario_data
 from kvsim.scenario.schema import SloConfig
 
@@ -213,6 +214,7 @@ def sweep_folder_section(scenario: kvsim.Scenario) -> None:
     st.subheader(f"Sweep in {Path(text).name}/")
     try:
         folder = _paths.confine_files(text, ["results.parquet"])
+        check_input(folder / "results.parquet")  # a regular file: never a FIFO that blocks the page
         table = pd.read_parquet(folder / "results.parquet")
     except _paths.PathNotAllowed as err:
         st.error(str(err))

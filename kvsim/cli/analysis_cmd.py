@@ -24,8 +24,9 @@ import kvsim
 from kvsim import analysis, sharing
 from kvsim.cli.types import count, number, path_arg, text_arg
 from kvsim.engine.simulator import scenario_workload
+from kvsim.errors import WorkLimitError
 from kvsim.io import json_safe
-from kvsim.limits import MAX_SAMPLES, MAX_TIME_S
+from kvsim.limits import MAX_SAMPLES, MAX_TIME_S, MAX_WIDTHS, MAX_WINDOWS
 from kvsim.units import format_seconds
 
 
@@ -43,6 +44,11 @@ def _cmd_spikes(args: argparse.Namespace) -> int:
     finish = res.requests["finish_s"]
     span = float(finish.max()) if finish.notna().any() else 0.0
     window = args.window if args.window is not None else analysis.nice_window(span)
+    if span / window > MAX_WINDOWS:  # the work of the rolling statistics grows with the windows
+        raise WorkLimitError(
+            f"--window {window:g}: cuts the run's {span:,.3g} s into more than {MAX_WINDOWS:,} windows "
+            f"(the most kvsim computes); use at least {span / MAX_WINDOWS:.3g} s"
+        )
     spikes = analysis.run_spikes(res.requests, res.iterations, res.events, window_s=window,
                                  ttft_threshold_s=ttft_thr, itl_threshold_s=itl_thr)  # fmt: skip
     table = analysis.attribute_spikes(spikes, res.requests, res.iterations, res.events)
@@ -113,10 +119,6 @@ def _widths(text: str) -> list[int]:
         raise kvsim.ScenarioError("--widths", [("", f"{exc}; got {shown!r}")]) from None
 
 
-#: Most widths ``kvsim sharing`` runs (two full runs each).
-MAX_WIDTHS = 32
-
-
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "scenario", nargs="?", type=path_arg, help="Scenario file (default: the embedded default scenario)."
@@ -141,7 +143,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--window",
         type=number(0, MAX_TIME_S, low_open=True),
         metavar="S",
-        help="Window length, s, > 0 (default: about 1/60 of the run).",
+        help=f"Window length, s, > 0 (default: about 1/60 of the run; the run is cut into at most {MAX_WINDOWS:,}).",
     )
     p.add_argument(
         "--ttft-threshold",

@@ -33,6 +33,7 @@ from kvsim.bench_report import (
 from kvsim.bench_report import format_bench_block as format_block
 from kvsim.cli.fit_cmd import positive_int
 from kvsim.cli.run_cmd import ProgressBar
+from kvsim.cli.types import count, path_arg, text_arg
 from kvsim.errors import KvsimError, ScenarioError
 from kvsim.io import json_safe
 from kvsim.scenario.loading import apply_overrides, load_scenario, validate
@@ -71,11 +72,7 @@ WORKLOAD_FLAGS = (
 )
 
 
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+_non_negative_int = count(0)
 
 
 def _rate(text: str) -> float | str:
@@ -141,9 +138,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "scenario (--scenario, default the embedded one); --set changes anything else.",
     )
     dep = p.add_argument_group("deployment (the simulated server)")
-    dep.add_argument("--scenario", metavar="FILE", help="Base scenario file (default: the embedded default).")
-    dep.add_argument("--model", help="Model preset (scenario field model).")
-    dep.add_argument("--gpu", help="GPU preset of replica group 0.")
+    dep.add_argument(
+        "--scenario",
+        metavar="FILE",
+        type=path_arg,
+        help="Base scenario file (default: the embedded default).",
+    )
+    dep.add_argument("--model", type=text_arg(), help="Model preset (scenario field model).")
+    dep.add_argument("--gpu", type=text_arg(), help="GPU preset of replica group 0.")
     dep.add_argument("--tp", type=positive_int, help="Tensor-parallel degree of replica group 0.")
     dep.add_argument(
         "--backend", choices=BACKENDS, help="Serving engine (engine.backend, with its default knobs)."
@@ -157,6 +159,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     dep.add_argument(
         "--cost-model",
         metavar="KIND",
+        type=text_arg(),
         help="Cost model kind of replica group 0: roofline, or another registered kind (e.g. kernels); "
         "its other fields by --set replicas.0.cost_model.FIELD=VALUE.",
     )
@@ -233,13 +236,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--metric-percentiles", type=_percentiles, default=[99.0], help="Percentiles to report (default 99)."
     )
     out.add_argument("--save-result", action="store_true", help="Write the result JSON (vLLM's keys).")
-    out.add_argument("--result-dir", metavar="DIR", help="Folder of the result JSON (default: here).")
+    out.add_argument(
+        "--result-dir", metavar="DIR", type=path_arg, help="Folder of the result JSON (default: here)."
+    )
     out.add_argument(
         "--result-filename",
         metavar="FILE",
+        type=path_arg,
         help="Name of the result JSON (default {label}-{rate}qps[-concurrency{C}]-{model}-{date}.json).",
     )
-    out.add_argument("--label", help="Label of the result (default: the backend).")
+    out.add_argument("--label", type=text_arg(), help="Label of the result (default: the backend).")
     out.add_argument(
         "--metadata", nargs="*", type=_key_value, metavar="KEY=VALUE", help="Keys added to the JSON."
     )

@@ -329,7 +329,8 @@ def _measure(args: argparse.Namespace) -> int:
         from calibration.shapes import ModelShape
     except ImportError as exc:
         raise KvsimError(
-            f"kvsim calibrate needs torch ({exc}); install it with `pip install kvsim[calibration]`"
+            f"kvsim calibrate needs torch ({exc}); install it with `make calibrate-deps` (or "
+            "pip install -e '.[calibration]' in the kvsim checkout)"
         ) from exc
     if model.is_mla or model.num_experts:
         raise KvsimError(f"calibration measures dense attention models; {model.name!r} is MLA or MoE")

@@ -29,8 +29,9 @@ from kvsim.capacity import (
     parse_slo,
     parse_values,
 )
-from kvsim.cli.types import number, path_arg, text_arg
+from kvsim.cli.types import count, number, path_arg, text_arg
 from kvsim.io import json_safe
+from kvsim.limits import JOBS_PER_CPU, MAX_JOBS
 from kvsim.units import MISSING, format_rate, format_seconds, rate_unit
 
 #: Exit code when the search ran but no candidate meets the SLO.
@@ -188,10 +189,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument(
         "--jobs",
-        type=int,
+        type=count(1, MAX_JOBS),
         default=min(os.cpu_count() or 1, 4),
         help="Points run at once per bisection round (default: CPU count, at most 4); 1 is plain "
-        "bisection, the fewest runs.",
+        f"bisection, the fewest runs (at most {JOBS_PER_CPU} x the CPU count, and {MAX_JOBS}).",
     )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="Print the report as JSON (points with summaries).")

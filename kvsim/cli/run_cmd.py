@@ -222,6 +222,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for path in args.files:  # every file is checked, whatever happened to the ones before
         try:
             scenario = load_scenario(path, args.overrides)
+            plan = resolve_plan(scenario)
+            # Counts a trace's rows: a trace that is not a regular file is a TraceError here.
+            estimate = estimate_work(plan, base_dir=Path(path).resolve().parent)
         except ScenarioError as exc:
             print(f"kvsim: error: {exc}", file=sys.stderr)
             exit_code = max(exit_code, 2)
@@ -234,9 +237,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"kvsim: error: {path}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
             exit_code = max(exit_code, 1)
             continue
-        plan = resolve_plan(scenario)
         base_dir = Path(path).resolve().parent
-        estimate = estimate_work(plan, base_dir=base_dir)
         try:
             check_work(estimate, plan, path)
             # The files the workload names, read as the run will read them.

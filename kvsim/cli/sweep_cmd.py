@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from typing import Any
 
 import pandas as pd
 
 from kvsim.capacity import trace_share_kept
-from kvsim.cli.types import path_arg, text_arg
-from kvsim.sweep import run_sweep
+from kvsim.cli.types import count, number, path_arg, text_arg
+from kvsim.limits import JOBS_PER_CPU, MAX_JOBS
+from kvsim.sweep import DEFAULT_RAY_CONNECT_TIMEOUT_S, MAX_CONNECT_TIMEOUT_S, default_jobs, run_sweep
 from kvsim.units import MISSING, format_rate, format_seconds, rate_unit
 
 #: Summary columns of the printed table, with their titles.
@@ -85,6 +85,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         executor=args.executor,
         address=args.address,
         progress=lambda line: print(line, file=sys.stderr),
+        connect_timeout_s=args.connect_timeout,
     )
     extra = [c.strip() for c in (args.columns or "").split(",") if c.strip()]
     unknown = [c for c in extra if c not in report.table.columns]
@@ -119,12 +120,27 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "whose finished points are skipped.",
     )
     p.add_argument(
-        "--jobs", type=int, default=os.cpu_count() or 1, help="Points run at once (default: CPU count)."
+        "--jobs",
+        type=count(1, MAX_JOBS),
+        default=default_jobs(),
+        help=f"Points run at once (default: CPU count; at most {JOBS_PER_CPU} x the CPU count, "
+        f"and {MAX_JOBS}).",
     )
     p.add_argument(
         "--executor", choices=("local", "ray"), default="local", help="local processes or a Ray cluster."
     )
-    p.add_argument("--address", help="Ray cluster address (--executor ray; default: start a local Ray).")
+    p.add_argument(
+        "--address",
+        help="Ray cluster address, HOST:PORT (the head's GCS port, 6379) or ray://HOST:PORT (Ray "
+        "Client, 10001) (--executor ray; default: start a local Ray).",
+    )
+    p.add_argument(
+        "--connect-timeout",
+        type=number(0, MAX_CONNECT_TIMEOUT_S, low_open=True),
+        default=DEFAULT_RAY_CONNECT_TIMEOUT_S,
+        metavar="S",
+        help=f"Seconds to wait for the Ray cluster at --address (default {DEFAULT_RAY_CONNECT_TIMEOUT_S:g}).",
+    )
     p.add_argument(
         "--columns",
         metavar="KEY,...",

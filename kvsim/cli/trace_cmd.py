@@ -19,7 +19,8 @@ from pydantic import ValidationError
 from kvsim.cache_curve import cache_curve, parse_capacities
 from kvsim.cli.types import count, path_arg, text_arg
 from kvsim.errors import KvsimError, TraceError
-from kvsim.limits import MAX_NUM_REQUESTS, MAX_TOKENS, MAX_TRACE_LINE_CHARS
+from kvsim.inputs import open_input
+from kvsim.limits import MAX_CAPACITIES, MAX_NUM_REQUESTS, MAX_TOKENS, MAX_TRACE_BYTES, MAX_TRACE_LINE_CHARS
 from kvsim.request import RequestSpec
 from kvsim.workload.config import TraceFormat, TraceWorkload
 from kvsim.workload.traces import TraceReport, replay_trace
@@ -36,7 +37,7 @@ def guess_format(path: Path) -> str:
         return "mooncake"
     if suffix == ".csv":
         try:
-            with path.open("rb") as fh:  # the first line only, capped (the file may be /dev/zero)
+            with open_input(path, MAX_TRACE_BYTES) as fh:  # a regular file only; its first line, capped
                 header = fh.readline(MAX_TRACE_LINE_CHARS + 1).decode("utf-8", errors="replace")
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
             raise TraceError(f"{path}: cannot read trace: {getattr(exc, 'strerror', None) or exc}") from None
@@ -182,7 +183,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--capacities",
         default="1000,10000,100000,inf",
-        help="Comma-separated capacities in blocks; 'inf' for unbounded (default 1000,10000,100000,inf).",
+        help="Comma-separated capacities in blocks; 'inf' for unbounded (default 1000,10000,100000,inf; "
+        f"at most {MAX_CAPACITIES:,}, each replaying the whole trace).",
     )
     p.add_argument("--policy", choices=("lru", "lfu"), default="lru", help="Eviction policy (default lru).")
     p.add_argument(

@@ -158,19 +158,20 @@ class KernelCostConfig(FrozenModel):
         description="A folder of tables in the same layout (<system>/<op>/<backend>/<version>/*.parquet, "
         "e.g. written by kvsim calibrate); None: those of the installed aiconfigurator-core.",
     )
-    per_iteration_overhead_s: float = Field(
-        default=0.0,
+    per_iteration_overhead_s: float | None = Field(
+        default=None,
         ge=0,
         le=MAX_STEP_TIME_S,
         description="Fixed time per iteration the kernels do not show: the engine's scheduling, input "
-        "preparation, sampling and output processing, seconds.",
+        "preparation, sampling and output processing, seconds; None: the backend's value fitted on "
+        "H200 deployments (docs/validation.md).",
     )
-    per_layer_overhead_s: float = Field(
-        default=0.0,
+    per_layer_overhead_s: float | None = Field(
+        default=None,
         ge=0,
         le=MAX_STEP_TIME_S,
         description="Fixed time per transformer layer per iteration beyond the measured kernels "
-        "(launch gaps), seconds.",
+        "(launch gaps), seconds; None: the backend's fitted value.",
     )
     elementwise_memory_efficiency: float = Field(
         default=0.8,
@@ -179,12 +180,12 @@ class KernelCostConfig(FrozenModel):
         description="Fraction of HBM bandwidth the elementwise kernels (norms, RoPE, KV write, SiLU) "
         "reach; aiconfigurator-core's systems/*.yaml use 0.8.",
     )
-    elementwise_kernel_s: float = Field(
-        default=3e-6,
+    elementwise_kernel_s: float | None = Field(
+        default=None,
         ge=0,
         le=MAX_STEP_TIME_S,
         description="Shortest time of one elementwise kernel, seconds (aiconfigurator-core's "
-        "mem_empirical_constant_latency: 3 us).",
+        "mem_empirical_constant_latency is 3 us); None: the backend's fitted value.",
     )
 
 

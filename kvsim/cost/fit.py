@@ -58,9 +58,18 @@ from kvsim.cost.config import RooflineCostConfig
 from kvsim.cost.profile import PROFILE_FORMAT, PROFILE_VERSION, Profile, model_shape
 from kvsim.cost.roofline import RooflineCostModel
 from kvsim.errors import KvsimError
-from kvsim.limits import MAX_TRACE_LINE_CHARS
+from kvsim.inputs import open_input
+from kvsim.limits import (
+    MAX_POINT_SEQUENCES,
+    MAX_POINTS_CSV_BYTES,
+    MAX_POINTS_CSV_ROWS,
+    MAX_POINTS_CSV_SEQUENCES,
+    MAX_TOKENS,
+    MAX_TRACE_LINE_CHARS,
+)
 from kvsim.outputs import write_file
-from kvsim.paths import exists, is_file
+from kvsim.paths import exists
+from kvsim.scenario.schema import MAX_TP
 from kvsim.specs import GpuSpec, ModelSpec
 
 CSV_COLUMNS = ("tp", "phase", "batch_size", "prompt_tokens", "context_tokens", "time_s")
@@ -195,15 +204,20 @@ def write_points(points: Sequence[Point], path: str | Path) -> Path:
 def _csv_lines(path: Path) -> Iterator[str]:
     """The lines of a measurements CSV as text: a regular file, UTF-8 (a bad byte is named by
     its line and offset), no line longer than `MAX_TRACE_LINE_CHARS`."""
-    if not is_file(path):
-        raise KvsimError(f"{path}: cannot read: {'not a regular file' if exists(path) else 'no such file'}")
+    if not exists(path):
+        raise KvsimError(f"{path}: cannot read: no such file")
     offset = 0
     try:
-        with path.open("rb") as fh:
+        # A regular file of at most MAX_POINTS_CSV_BYTES: never /dev/zero or a FIFO (kvsim.inputs).
+        with open_input(path, MAX_POINTS_CSV_BYTES) as fh:
             for line_no, raw in enumerate(iter(lambda: fh.readline(MAX_TRACE_LINE_CHARS + 1), b""), start=1):
                 if len(raw) > MAX_TRACE_LINE_CHARS:
                     raise KvsimError(
                         f"{path}:{line_no}: line longer than {MAX_TRACE_LINE_CHARS:,} characters"
+                    )
+                if offset + len(raw) > MAX_POINTS_CSV_BYTES:  # it grew after its size was checked
+                    raise KvsimError(
+                        f"{path}: cannot read: file is larger than {MAX_POINTS_CSV_BYTES:,} bytes"
                     )
                 try:
                     text = raw.decode("utf-8")
@@ -222,11 +236,24 @@ def read_points(path: str | Path) -> list[Point]:
     """Read a measurements CSV; errors name the file, the line and the column."""
     path = Path(path)
     reader = csv.DictReader(_csv_lines(path))
+    points: list[Point] = []
+    sequences = 0  # what predicting or fitting the points costs: a batch lists its sequences
     try:
         missing = [c for c in CSV_COLUMNS[:-1] if c not in (reader.fieldnames or [])]
         if missing:
             raise KvsimError(f"{path}: missing column(s) {', '.join(missing)} (need {','.join(CSV_COLUMNS)})")
-        points = [_parse_row(row, f"{path}:{reader.line_num}") for row in reader]
+        for row in reader:
+            if len(points) >= MAX_POINTS_CSV_ROWS:
+                raise KvsimError(
+                    f"{path}:{reader.line_num}: more than {MAX_POINTS_CSV_ROWS:,} rows (the most kvsim reads)"
+                )
+            points.append(_parse_row(row, f"{path}:{reader.line_num}"))
+            sequences += points[-1].batch_size
+            if sequences > MAX_POINTS_CSV_SEQUENCES:
+                raise KvsimError(
+                    f"{path}:{reader.line_num}: the points hold more than {MAX_POINTS_CSV_SEQUENCES:,} "
+                    "sequences in all (the sum of batch_size; the most kvsim evaluates)"
+                )
     except csv.Error as exc:
         raise KvsimError(f"{path}:{reader.line_num}: not valid CSV: {exc}") from None
     if not points:
@@ -234,14 +261,28 @@ def read_points(path: str | Path) -> list[Point]:
     return points
 
 
+#: Largest value of each integer column of a measurements CSV: a point's batch becomes a
+#: list of its sequences, so batch_size must not be a billion.
+_COLUMN_MAX = {
+    "tp": MAX_TP,
+    "batch_size": MAX_POINT_SEQUENCES,
+    "num_decode_seqs": MAX_POINT_SEQUENCES,
+    "prompt_tokens": MAX_TOKENS,
+    "context_tokens": MAX_TOKENS,
+    "decode_context_tokens": MAX_POINT_SEQUENCES * MAX_TOKENS,
+}
+
+
 def _parse_row(row: dict[str, str], where: str) -> Point:
     def integer(col: str, minimum: int) -> int:
         try:
             v = int(row[col])
         except (TypeError, ValueError):
-            raise KvsimError(f"{where}: {col}: must be an integer, got {row[col]!r}") from None
+            raise KvsimError(f"{where}: {col}: must be an integer, got {str(row[col])[:40]!r}") from None
         if v < minimum:
             raise KvsimError(f"{where}: {col}: must be >= {minimum}, got {v}")
+        if v > _COLUMN_MAX[col]:
+            raise KvsimError(f"{where}: {col}: must be <= {_COLUMN_MAX[col]:,}, got {str(v)[:40]}")
         return v
 
     phase = (row["phase"] or "").strip()
@@ -278,15 +319,19 @@ def _parse_step_row(row: dict[str, str], where: str, time_s: float | None, integ
     if missing:
         raise KvsimError(f"{where}: a step row needs column(s) {', '.join(missing)}")
     chunks = []
-    for item in (row["prefill_chunks"] or "").split():
+    items = (row["prefill_chunks"] or "").split()
+    if len(items) > MAX_POINT_SEQUENCES:
+        raise KvsimError(f"{where}: prefill_chunks: {len(items):,} chunks; at most {MAX_POINT_SEQUENCES:,}")
+    for item in items:
         q_text, plus, c_text = item.partition("+")
         try:
             q, c = int(q_text), int(c_text)
         except ValueError:
             q = c = -1
-        if not plus or q < 1 or c < 0:
+        if not plus or q < 1 or c < 0 or q > MAX_TOKENS or c > MAX_TOKENS:
             raise KvsimError(
-                f"{where}: prefill_chunks: {item!r} is not 'q+c' (q >= 1 new tokens after c >= 0 cached)"
+                f"{where}: prefill_chunks: {item[:40]!r} is not 'q+c' (q >= 1 new tokens after c >= 0 "
+                f"cached, each <= {MAX_TOKENS:,})"
             )
         chunks.append((q, c))
     num_decode = integer("num_decode_seqs", 0) if (row["num_decode_seqs"] or "").strip() else 0
@@ -298,6 +343,8 @@ def _parse_step_row(row: dict[str, str], where: str, time_s: float | None, integ
         )
     if not chunks and not num_decode:
         raise KvsimError(f"{where}: a step needs a prefill chunk or a decode")
+    if len(chunks) + num_decode > MAX_POINT_SEQUENCES:
+        raise KvsimError(f"{where}: the step has more than {MAX_POINT_SEQUENCES:,} sequences")
     point = Point.step(chunks, num_decode, decode_ctx, time_s, integer("tp", 1))
     if (row.get("batch_size") or "").strip() and integer("batch_size", 1) != point.batch_size:
         raise KvsimError(

@@ -91,6 +91,26 @@ ALLREDUCE_VARIANTS: dict[str, tuple[str, str]] = {
     "trtllm": ("trtllm", "trtllm"),
 }
 
+
+@dataclass(frozen=True)
+class Overheads:
+    """The kernels model's three constants for one engine (see the module docstring)."""
+
+    per_iteration_overhead_s: float
+    per_layer_overhead_s: float
+    elementwise_kernel_s: float
+
+
+#: Each engine's constants, fitted on h200_sxm deployments only (issue 20's rule: every
+#: other GPU is held out) by `python benchmarks/silicon.py --fit BACKEND`; docs/validation.md
+#: has the command, the objective and the figures. A config's own values win.
+FITTED: dict[str, Overheads] = {
+    "vllm": Overheads(0.0, 0.0, 3e-6),
+    "sglang": Overheads(0.0, 0.0, 3e-6),
+    "trtllm": Overheads(0.0, 0.0, 3e-6),
+}
+
+
 #: vLLM's CUDA-graph capture sizes (vllm/config/vllm.py, _set_cudagraph_sizes, 0.32.0):
 #: 1, 2, 4, multiples of 8 below 256, then multiples of 16 up to the largest size, which
 #: is min(2 x max_num_seqs, 512), or 1,024 on data-center Blackwell.
@@ -343,7 +363,18 @@ class KernelCostModel:
         )
         self._elementwise_kernels = 5
         self._hbm_rate = gpu.hbm_bandwidth_bytes_per_s * config.elementwise_memory_efficiency
-        self._per_step_s = config.per_iteration_overhead_s
+        fitted = FITTED[self.source.backend] if self.source.backend in FITTED else Overheads(0.0, 0.0, 3e-6)
+        self.overheads = Overheads(
+            *(
+                fitted_value if given is None else given
+                for given, fitted_value in (
+                    (config.per_iteration_overhead_s, fitted.per_iteration_overhead_s),
+                    (config.per_layer_overhead_s, fitted.per_layer_overhead_s),
+                    (config.elementwise_kernel_s, fitted.elementwise_kernel_s),
+                )
+            )
+        )
+        self._per_step_s = self.overheads.per_iteration_overhead_s
         self._by_tokens: dict[int, float] = {}
         self._by_seqs: dict[int, float] = {}
         self._pcie_bw = gpu.pcie_bandwidth_bytes_per_s
@@ -391,14 +422,14 @@ class KernelCostModel:
         layer = sum(curve(m) for curve in self._gemms)
         layer += (
             m * self._elementwise_bytes_per_token / self._hbm_rate
-            + self._elementwise_kernels * self.config.elementwise_kernel_s
+            + self._elementwise_kernels * self.overheads.elementwise_kernel_s
         )
         if self._allreduce is not None:
             curve = self._allreduce[0] if m <= self.max_graph_tokens else self._allreduce[1]
             # The tables' message_size counts elements (aiconfigurator's collector,
             # collector/network/collect_all_reduce.py, allocates [tokens, 4096] tensors of it).
             layer += 2 * curve(float(m * self.model.hidden_size))
-        layer += self.config.per_layer_overhead_s
+        layer += self.overheads.per_layer_overhead_s
         t = self.model.num_layers * layer
         self._by_tokens[tokens] = t
         return t

@@ -57,9 +57,10 @@ from typing import Any
 
 from kvsim.cost.config import KernelCostConfig, RooflineCostConfig
 from kvsim.errors import ProfileError
+from kvsim.inputs import FileTooLargeError, read_input
 from kvsim.limits import MAX_PROFILE_BYTES
 from kvsim.outputs import write_file
-from kvsim.paths import PathError, expand_user, is_file, printable
+from kvsim.paths import PathError, exists, expand_user, is_file, printable
 from kvsim.specs import GpuSpec, ModelSpec
 
 #: Folder of the profiles shipped with kvsim (package data; ``kvsim profiles`` lists them).
@@ -323,9 +324,9 @@ def resolve_profile_path(name_or_path: str | Path, base_dir: Path | None = None)
             raise ProfileError(str(exc)) from None
         if not path.is_absolute() and base_dir is not None:
             path = base_dir / path
-        if not is_file(path):
+        if not exists(path):
             raise ProfileError(f"profile file {_shown(str(path))!r} does not exist")
-        return path
+        return path  # load_profile refuses what is not a regular file (a FIFO, /dev/zero)
     shipped = PROFILES_DIR / f"{text}.json"
     if is_file(shipped):
         return shipped
@@ -343,12 +344,11 @@ def load_profile(name_or_path: str | Path, base_dir: Path | None = None) -> Prof
     """Read and validate a profile by shipped name or path."""
     path = resolve_profile_path(name_or_path, base_dir)
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_PROFILE_BYTES + 1)  # capped: a profile path may be /dev/zero
+        raw = read_input(path, MAX_PROFILE_BYTES)  # a regular file, capped: never /dev/zero or a FIFO
+    except FileTooLargeError:
+        raise ProfileError(f"{path}: cannot read profile: larger than {MAX_PROFILE_BYTES:,} bytes") from None
     except (OSError, ValueError) as exc:
         raise ProfileError(f"{path}: cannot read profile: {exc}") from None
-    if len(raw) > MAX_PROFILE_BYTES:
-        raise ProfileError(f"{path}: cannot read profile: larger than {MAX_PROFILE_BYTES:,} bytes")
     try:
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:

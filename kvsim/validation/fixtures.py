@@ -26,6 +26,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -131,9 +132,33 @@ def write_json_gz(path: str | Path, obj: Any) -> None:
         raise
 
 
+#: Most bytes of one fixture or workloads file, compressed and decompressed (the largest
+#: recorded fixture is 3.8 MB decompressed); `kvsim.limits.MAX_FIXTURE_BYTES`, repeated
+#: here because this module is stdlib only.
+MAX_FIXTURE_BYTES = 256 * 1024 * 1024
+
+
 def read_json_gz(path: str | Path) -> Any:
-    with gzip.open(path, "rb") as fh:
-        return json.loads(fh.read().decode("utf-8"))
+    """A gzip'd JSON file: a regular file only (never a FIFO or a device), its compressed
+    and decompressed sizes within `MAX_FIXTURE_BYTES` (a gzip bomb stops there)."""
+
+    def check(st: os.stat_result) -> None:
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path}: not a regular file; kvsim reads fixtures from regular files only")
+        if st.st_size > MAX_FIXTURE_BYTES:
+            raise ValueError(f"{path}: larger than {MAX_FIXTURE_BYTES:,} bytes (the most kvsim reads)")
+
+    check(os.stat(path))  # a FIFO or a device is never opened
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with os.fdopen(fd, "rb") as raw:
+        check(os.fstat(raw.fileno()))  # the file opened: a path swapped in between is caught too
+        with gzip.GzipFile(fileobj=raw, mode="rb") as fh:
+            data = fh.read(MAX_FIXTURE_BYTES + 1)
+    if len(data) > MAX_FIXTURE_BYTES:
+        raise ValueError(
+            f"{path}: decompresses to more than {MAX_FIXTURE_BYTES:,} bytes (the most kvsim reads)"
+        )
+    return json.loads(data.decode("utf-8"))
 
 
 def write_fixture_file(

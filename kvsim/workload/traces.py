@@ -43,16 +43,20 @@ from typing import Any
 import numpy as np
 
 from kvsim.errors import TraceError
+from kvsim.inputs import FileTooLargeError, check_input, open_input
 from kvsim.limits import (
     MAX_HASH_ID,
     MAX_PRIORITY,
     MAX_TOKENS,
+    MAX_TRACE_BYTES,
     MAX_TRACE_CELL_CHARS,
+    MAX_TRACE_HASH_IDS,
     MAX_TRACE_JSON_DEPTH,
     MAX_TRACE_LINE_CHARS,
+    MAX_TRACE_LINES,
     MAX_TRACE_TIME_S,
 )
-from kvsim.paths import PathError, exists, expand_user, is_file, printable
+from kvsim.paths import PathError, expand_user, printable
 from kvsim.request import DEFAULT_RETENTION, RequestSpec, Retention, Segment
 from kvsim.workload.config import TraceFormat, TraceWorkload
 
@@ -235,6 +239,28 @@ def _hash_ids(value: Any, path: str, line: int) -> list[int]:
 # --------------------------------------------------------------------------- readers
 
 
+def _too_long_trace() -> str:
+    return (
+        f"a trace holds at most {MAX_TRACE_LINES:,} lines and {MAX_TRACE_BYTES:,} bytes "
+        "(the most kvsim reads); cut it, e.g. with head"
+    )
+
+
+def check_trace_file(path: Path) -> None:
+    """A `TraceError` unless ``path`` is a regular file within `MAX_TRACE_BYTES` (nothing is read)."""
+    shown = printable(str(path))
+    try:
+        check_input(path, MAX_TRACE_BYTES)
+    except FileNotFoundError:
+        raise TraceError(f"{shown}: trace file not found") from None
+    except FileTooLargeError:
+        raise TraceError(f"{shown}: {_too_long_trace()}") from None
+    except OSError as exc:  # not a regular file, a folder on the way that is not one, no access
+        raise TraceError(f"{shown}: cannot read trace: {exc.strerror or exc}") from None
+    except ValueError as exc:  # a NUL byte in the path
+        raise TraceError(f"{shown}: cannot read trace: {exc}") from None
+
+
 def _open(path: Path, counter: list[int] | None = None) -> Iterator[str]:
     """The file's lines as text, each checked for length and UTF-8 (errors name line and byte).
 
@@ -242,12 +268,15 @@ def _open(path: Path, counter: list[int] | None = None) -> Iterator[str]:
     """
     line_no, offset = 0, 0
     try:
-        with path.open("rb") as fh:
+        # A regular file only (a FIFO or /dev/zero would never end), of at most MAX_TRACE_BYTES.
+        with open_input(path, MAX_TRACE_BYTES) as fh:
             readline = fh.readline
             while raw := readline(MAX_TRACE_LINE_CHARS + 1):
                 line_no += 1
                 if len(raw) > MAX_TRACE_LINE_CHARS:
                     raise _err(str(path), line_no, f"line longer than {MAX_TRACE_LINE_CHARS:,} characters")
+                if line_no > MAX_TRACE_LINES or offset + len(raw) > MAX_TRACE_BYTES:  # it grew meanwhile
+                    raise _err(str(path), line_no, _too_long_trace())
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
@@ -317,6 +346,13 @@ def _csv_rows(path: Path, required: list[str], table: TraceTable) -> Iterator[tu
         raise _err(p, consumed[1], f"not valid CSV: {exc}") from None
 
 
+def _count_ids(num_ids: int, ids: list[int], path: str, line: int) -> int:
+    num_ids += len(ids)
+    if num_ids > MAX_TRACE_HASH_IDS:
+        raise _err(path, line, f"more than {MAX_TRACE_HASH_IDS:,} hash ids in all (the most kvsim reads)")
+    return num_ids
+
+
 def _get(row: dict[str, Any], key: str, path: str, line: int) -> Any:
     if key not in row:
         raise _err(path, line, f"missing field {key!r}")
@@ -336,13 +372,12 @@ def read_trace(
         path = expand_user(path, "trace file")  # a ~ the scenario's loader could not expand
     except PathError as exc:
         raise TraceError(str(exc)) from None
-    if not is_file(path):
-        what = "not a regular file" if exists(path) else "trace file not found"
-        raise TraceError(f"{printable(str(path))}: {what}")
+    check_trace_file(path)
     p = str(path)
     cols = dict(columns or {})
     table = TraceTable(path=p)
     times: list[float] = []
+    num_ids = 0  # hash ids read so far: a line may hold 100,000 of them
     if fmt == "mooncake":
         table.hash_ids = []
         for line, row in _json_rows(path, table):
@@ -351,6 +386,7 @@ def read_trace(
             table.prompt_tokens.append(_int(_get(row, "input_length", p, line), "input_length", p, line))
             table.output_tokens.append(_int(_get(row, "output_length", p, line), "output_length", p, line))
             table.hash_ids.append(_hash_ids(_get(row, "hash_ids", p, line), p, line))
+            num_ids = _count_ids(num_ids, table.hash_ids[-1], p, line)
             table.lines.append(line)
     elif fmt == "azure":
         for line, row in _csv_rows(path, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"], table):
@@ -410,6 +446,7 @@ def read_trace(
             )
             if table.hash_ids is not None:
                 table.hash_ids.append(_hash_ids(_get(row, cols["hash_ids"], p, line), p, line))
+                num_ids = _count_ids(num_ids, table.hash_ids[-1], p, line)
             if table.tenant is not None:
                 table.tenant.append(str(_get(row, cols["tenant"], p, line)))
             if table.priority is not None:

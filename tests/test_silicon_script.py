@@ -1,0 +1,163 @@
+"""benchmarks/silicon.py on a tiny CSV in silicon_sample.csv's format: the per-row JSON
+(issue 20: `{"id", "status", "mean_ttft_ms", "mean_tpot_ms"}`), the reasons a row is
+unsupported, the error tables, and the fitting rule (h200_sxm rows only)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvsim.cost.tables import package_tables_root
+
+ROOT = Path(__file__).resolve().parent.parent
+
+needs_tables = pytest.mark.skipif(
+    package_tables_root() is None, reason="aiconfigurator-core is not installed (pip install -e '.[kernels]')"
+)
+
+
+def _load() -> Any:
+    spec = importlib.util.spec_from_file_location("silicon", ROOT / "benchmarks" / "silicon.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["silicon"] = module  # the process pool pickles `silicon.simulate` by name
+    spec.loader.exec_module(module)
+    return module
+
+
+silicon = _load()
+
+COLUMNS = ["id", "silicon_data_source", "backend", "backend_version", "model_path", "system", "precision",
+           "mode", "isl", "osl", "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size",
+           "attention_dp_size", "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms"]  # fmt: skip
+
+
+def _row(id: str, **over: str) -> dict[str, str]:
+    row = dict.fromkeys(COLUMNS, "")
+    row.update(
+        id=id, backend="vllm", backend_version="0.12.0", model_path="meta-llama/Llama-3.1-8B-Instruct",
+        system="h200_sxm", precision="bf16", mode="agg", isl="256", osl="8", batch_size="2",
+        tp_size="1", pp_size="1", silicon_ttft_ms="20", silicon_tpot_ms="7",
+    )  # fmt: skip
+    row.update(over)
+    return row
+
+
+def _write(path: Path, rows: list[dict[str, str]]) -> Path:
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def test_rows_kvsim_does_not_model_say_why_without_running() -> None:
+    cases = {
+        "disagg": _row("d", mode="disagg"),
+        "pipeline": _row("p", pp_size="2"),
+        "attention data": _row("a", attention_dp_size="4"),
+        "Kimi-K2.5": _row("m", model_path="moonshotai/Kimi-K2.5"),
+        "mixture of experts": _row("q", model_path="deepseek-v2-lite"),
+        "weight precision 'int2'": _row("w", gemm_quant_mode="int2"),
+        "no concurrency": _row("c", batch_size=""),
+    }
+    for why, row in cases.items():
+        with pytest.raises(ValueError, match=r"^unsupported: ") as info:
+            silicon.scenario_for(row, None, {})
+        assert why in str(info.value), (why, str(info.value))
+
+
+def test_a_row_becomes_the_benchmark_as_it_was_run() -> None:
+    harness = {"concurrency": "4", "num_prompts": "40", "num_warmups": "8", "random_range_ratio": "0.8",
+               "harness": "inferencemax-single-node"}  # fmt: skip
+    row = _row("x", model_path="meta-llama/Llama-3.1-70B-Instruct", tp_size="4", precision="fp8",
+               gemm_quant_mode="fp8", batch_size="3")  # fmt: skip
+    scenario = silicon.scenario_for(row, harness, {"workload.seed_offset": 1})
+    workload = scenario["workload"]
+    assert (workload["max_concurrency"], workload["num_prompts"], workload["num_warmups"]) == (4, 40, 8)
+    assert workload["random_range_ratio"] == 0.8 and workload["seed_offset"] == 1
+    engine = scenario["replicas"][0]["engine"]
+    # InferenceMAX's published Llama-3.1-70B vLLM flags, max_num_seqs = the concurrency.
+    assert engine["max_num_batched_tokens"] == 8192 and engine["max_num_seqs"] == 4
+    assert engine["quantization"] == "fp8" and engine["kv_cache_dtype"] == "fp8"
+    assert scenario["replicas"][0]["tp"] == 4 and scenario["replicas"][0]["cost_model"] == {"kind": "kernels"}
+    # Without a harness record: 10 x the row's concurrency, no warm-ups, exact lengths.
+    plain = silicon.scenario_for(_row("y"), None, {})["workload"]
+    assert (plain["num_prompts"], plain["num_warmups"], plain["random_range_ratio"]) == (20, 0, 1.0)
+
+
+@needs_tables
+def test_the_per_row_json_and_the_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = _write(
+        tmp_path / "rows.csv", [_row("ok-1"), _row("ok-2", system="h100_sxm"), _row("dis", mode="disagg")]
+    )
+    out, report = tmp_path / "out" / "kvsim.json", tmp_path / "report.md"
+    code = silicon.main(["--rows", str(rows), "--out", str(out), "--report", str(report), "--jobs", "1",
+                         "--peer", str(tmp_path / "none.json"), "--harness", str(tmp_path / "none.csv"),
+                         "--all"])  # fmt: skip
+    assert code == 0
+    results = {r["id"]: r for r in json.loads(out.read_text())}
+    assert set(results) == {"ok-1", "ok-2", "dis"}
+    for rid in ("ok-1", "ok-2"):
+        r = results[rid]
+        assert r["status"] == "ok"
+        assert {"id", "status", "mean_ttft_ms", "mean_tpot_ms"} <= set(r)
+        # Two clients, 256-token prompts on one H200: milliseconds, not seconds or microseconds.
+        assert 1 < r["mean_ttft_ms"] < 200 and 1 < r["mean_tpot_ms"] < 50
+    # The same deployment is faster on the H200 (4.8 TB/s) than the H100 (3.35 TB/s).
+    assert results["ok-1"]["mean_tpot_ms"] < results["ok-2"]["mean_tpot_ms"]
+    assert results["dis"]["status"].startswith("unsupported: disaggregated")
+    assert results["dis"]["mean_ttft_ms"] is None
+    printed = capsys.readouterr().out
+    assert report.read_text().strip() == printed.strip()
+    assert "unsupported: disaggregated serving (issue 22): 1" in printed
+    assert not list(out.parent.glob(".*tmp*"))  # written whole, then renamed
+
+
+def test_errors_and_the_objective_by_hand() -> None:
+    assert silicon._errors([(11.0, 10.0), (5.0, 10.0)]) == pytest.approx([0.1, -0.5])
+    rows = [_row("a"), _row("b")]  # measured TTFT 20 ms, TPOT 7 ms
+    results = [
+        {"id": "a", "status": "ok", "mean_ttft_ms": 22.0, "mean_tpot_ms": 7.7},  # +10%, +10%
+        {"id": "b", "status": "ok", "mean_ttft_ms": 16.0, "mean_tpot_ms": 7.0},  # -20%, 0%
+    ]
+    # median |TTFT error| (0.1, 0.2 -> 0.15) + median |TPOT error| (0.1, 0 -> 0.05)
+    assert silicon.objective(rows, results) == pytest.approx(0.15 + 0.05)
+    # Fewer than half the rows ran: no objective at all, whatever the errors.
+    assert silicon.objective([*rows, _row("c"), _row("d")], results[:1]) == float("inf")
+
+
+def test_the_fit_reads_h200_rows_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+
+    def fake(job: tuple[dict[str, str], Any, dict[str, Any]]) -> dict[str, Any]:
+        row, _, extra = job
+        seen.append(row["system"])
+        ttft = 20.0 * (1 + 100 * extra["replicas.0.cost_model.per_iteration_overhead_s"])
+        return {"id": row["id"], "status": "ok", "mean_ttft_ms": ttft, "mean_tpot_ms": 7.0}
+
+    class Pool:  # in-process, so the fake is what runs
+        def __init__(self, max_workers: int) -> None: ...
+        def __enter__(self) -> Pool:
+            return self
+
+        def __exit__(self, *exc: object) -> None: ...
+        def map(self, fn: Any, jobs: Any, **_: Any) -> Any:
+            return map(fn, jobs)
+
+    monkeypatch.setattr(silicon, "simulate", fake)
+    monkeypatch.setattr(silicon, "ProcessPoolExecutor", Pool)
+    rows = [
+        _row("h200"),
+        _row("h100", system="h100_sxm", silicon_ttft_ms="1000"),
+        _row("sg", backend="sglang"),
+    ]
+    best = silicon.fit(rows, {}, "vllm", jobs=1)
+    assert set(seen) == {"h200_sxm"}
+    assert best["per_iteration_overhead_s"] == 0.0  # any overhead only moves TTFT off the measured 20 ms

@@ -182,7 +182,11 @@ def test_a_kernels_fit_profile_is_a_cost_model(tmp_path: Path) -> None:
         )
         == 0
     )
-    assert json.loads((tmp_path / "k.json").read_text())["kind"] == "kernels-fit"
+    profile = json.loads((tmp_path / "k.json").read_text())
+    assert profile["kind"] == "kernels-fit"
+    # The backend's constants the config left None are written as the fit used them.
+    overheads = ("per_iteration_overhead_s", "per_layer_overhead_s", "elementwise_kernel_s")
+    assert all(isinstance(profile["kernels"][k], float) for k in overheads), profile["kernels"]
     again = kvsim.run(scenario({"profile": str(tmp_path / "k.json")}, gpu="h200", num_requests=20))
     assert again.summary["e2e_p50_s"] == pytest.approx(truth.summary["e2e_p50_s"], rel=1e-6)
     assert main(["calibrate", "--compare", str(tmp_path / "k.json")]) == 2  # no points to compare

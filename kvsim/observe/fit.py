@@ -359,7 +359,22 @@ def _fit_kernels(
     robust_scale: float | None,
     match_total: bool,
 ) -> KernelCostConfig:
-    """per_iteration_overhead_s and elementwise_memory_efficiency (see the module docstring)."""
+    """per_iteration_overhead_s and elementwise_memory_efficiency (see the module docstring).
+
+    The constants a config leaves None (the backend's values, `kvsim.cost.kernels.FITTED`)
+    are written out as the model used them, so the profile keeps its meaning when they change.
+    """
+    used = getattr(build(config), "overheads", None)
+    if used is not None:
+        config = config.model_copy(
+            update={
+                "per_layer_overhead_s": used.per_layer_overhead_s,
+                "elementwise_kernel_s": used.elementwise_kernel_s,
+            }
+        )
+    start_overhead_s = used.per_iteration_overhead_s if used is not None else 0.0
+    if config.per_iteration_overhead_s is not None:
+        start_overhead_s = config.per_iteration_overhead_s
     bare = {"per_iteration_overhead_s": 0.0}
     probe = build(config.model_copy(update={**bare, "elementwise_memory_efficiency": 1.0}))
     half = build(config.model_copy(update={**bare, "elementwise_memory_efficiency": 0.5}))
@@ -368,7 +383,7 @@ def _fit_kernels(
     kernels = t1 - elementwise
     measured_s = np.array([p.time_s for p in points], dtype=float)
     log_t = np.log(measured_s)
-    theta0 = np.log([max(config.per_iteration_overhead_s, 1e-6), config.elementwise_memory_efficiency])
+    theta0 = np.log([max(start_overhead_s, 1e-6), config.elementwise_memory_efficiency])
     lower, upper = np.log([1e-7, 1e-3]), np.log([MAX_STEP_TIME_S, 1.0])
     weights = np.ones(len(points))
 

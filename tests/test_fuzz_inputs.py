@@ -832,9 +832,15 @@ def _cli_bases(tmp_path: Path, trace: str, url: str) -> dict[str, list[str]]:
                       "1,decode,8,0,1024,0.008\n1,prefill,1,1024,0,0.05\n1,decode,1,0,512,0.006\n")  # fmt: skip
     (tmp_path / "nofixtures").mkdir(exist_ok=True)
     s = str(scenario)
+    # observe sends on the scenario's clock: 3 requests at once, 4 tokens each (0.3 s a call, not
+    # the 1.6 s of s.yaml's arrivals), to the fake server: never a real one, never a real vLLM.
+    quick = tmp_path / "o.yaml"
+    quick.write_text("workload: {num_requests: 3, arrival: {kind: constant, rate_per_s: 1000},\n"
+                     "  prompt_tokens: {kind: fixed, tokens: 16}, output_tokens: {kind: fixed, tokens: 4}}\n"
+                     "replicas: [{engine: {num_gpu_blocks_override: 256}}]\n")  # fmt: skip
     observe = [
         "observe",
-        s,
+        str(quick),
         "--url",
         url,
         "--out",

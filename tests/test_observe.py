@@ -182,6 +182,37 @@ def test_urls_other_than_http_are_refused(
     assert not (tmp_path / "o").exists()
 
 
+def test_out_never_replaces_a_folder_kvsim_did_not_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = trace_scenario(tmp_path, [(0.0, 10, 2)])
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with FakeServer(lambda b, i: Reply(ttft_s=0.01, itl_s=0.01)) as server:
+        assert observe(scenario, server, mine, "--quiet") == 2
+        assert server.bodies == []  # refused before anything was sent
+        assert "not replaced" in capsys.readouterr().err
+        assert (mine / "notes.txt").read_text() == "keep me"
+        # A folder kvsim wrote (its .kvsim marker) is replaced by the next observation.
+        assert observe(scenario, server, tmp_path / "obs", "--quiet") == 0
+        assert observe(scenario, server, tmp_path / "obs", "--quiet") == 0
+    assert (tmp_path / "obs" / ".kvsim").is_file() and len(load_result(tmp_path / "obs").requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--metrics-url", ""), ("--model", ""), ("--model", " "), ("--api-key-env", "")]
+)
+def test_empty_names_are_refused(
+    tmp_path: Path, flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = trace_scenario(tmp_path, [(0.0, 10, 2)])
+    with FakeServer() as server:
+        assert observe(scenario, server, tmp_path / "o", flag, value) == 2
+        assert server.bodies == []
+    assert f"{flag}: empty" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
 def _failing(tmp_path: Path, reply: Reply, *extra: str) -> tuple[int, Any, FakeServer]:
     """Three requests; the second gets ``reply``, the others a normal answer."""
     scenario = trace_scenario(tmp_path, [(0.0, 20, 4), (0.05, 20, 6), (0.1, 20, 4)])

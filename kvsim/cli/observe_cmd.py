@@ -41,6 +41,14 @@ from kvsim.observe.compare import compare_results, format_comparison
 from kvsim.observe.fit import format_steps_priced, steps_priced
 from kvsim.observe.outcome import STATUSES
 from kvsim.observe.record import is_observation
+from kvsim.observe.runner import (
+    MAX_URL_CHARS,
+    ObserveError,
+    ObserveOptions,
+    ServerUnreachable,
+    check_url,
+    observe,
+)
 from kvsim.paths import printable
 from kvsim.report import format_summary
 from kvsim.scenario.loading import load_scenario
@@ -59,7 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("scenario", metavar="SCENARIO", type=path_arg, help="The scenario: its workload, and the "
                    "deployment it describes (what calibrate and compare simulate).")  # fmt: skip
-    p.add_argument("--url", required=True, type=text_arg(4096),
+    p.add_argument("--url", required=True, type=text_arg(MAX_URL_CHARS),
                    help="The server's OpenAI API, e.g. http://127.0.0.1:8000/v1 (http or https only).")  # fmt: skip
     p.add_argument("--out", required=True, type=path_arg, help="Result folder to write (kvsim's five files).")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -67,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--model", type=text_arg(1024), help="The served model's name (default: the first "
                    "GET /models lists).")  # fmt: skip
     metrics = p.add_mutually_exclusive_group()
-    metrics.add_argument("--metrics-url", type=text_arg(4096),
+    metrics.add_argument("--metrics-url", type=text_arg(MAX_URL_CHARS),
                          help="The server's Prometheus metrics (default: /metrics at the --url's host).")  # fmt: skip
     metrics.add_argument("--no-metrics", action="store_true", help="Do not scrape the server's metrics.")
     p.add_argument("--scrape-interval-s", type=number(0.05, 3600), default=0.5,
@@ -126,9 +134,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 # --------------------------------------------------------------------------- observe
 
 
-def _options(args: argparse.Namespace) -> Any:
-    from kvsim.observe.runner import ObserveError, ObserveOptions
-
+def _options(args: argparse.Namespace) -> ObserveOptions:
+    check_url(args.url, "--url")  # before the --out folder is looked at
+    if args.metrics_url is not None:
+        if not args.metrics_url:
+            raise ObserveError("--metrics-url: empty (--no-metrics scrapes nothing)")
+        check_url(args.metrics_url, "--metrics-url")
+    for flag, value in (("--model", args.model), ("--api-key-env", args.api_key_env)):
+        if value is not None and not value.strip():
+            raise ObserveError(f"{flag}: empty")
     api_key = None
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env)
@@ -180,8 +194,9 @@ def _observed_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def cmd_observe(args: argparse.Namespace) -> int:
-    try:
-        from kvsim.observe.runner import ServerUnreachable, observe
+    try:  # the observe extra, imported by the observation itself: checked before anything runs
+        import httpx  # noqa: F401
+        import prometheus_client  # noqa: F401
     except ImportError as exc:  # pragma: no cover - the extra is part of every test install
         raise KvsimError(
             f"kvsim observe needs the observe extra ({exc}): pip install 'kvsim[observe]'"

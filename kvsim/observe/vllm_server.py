@@ -212,7 +212,10 @@ class VllmServer:
     def stop(self) -> None:
         """SIGTERM to the server's process group, SIGKILL if it is still there after stop_timeout_s."""
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
+        if proc is None:
+            return
+        if proc.poll() is not None:  # the server died: its engine core child may not have
+            _reap_group(proc.pid)
             return
         for sig, wait_s in ((signal.SIGTERM, self.stop_timeout_s), (signal.SIGKILL, 10.0)):
             try:

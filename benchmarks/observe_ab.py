@@ -196,7 +196,7 @@ def markdown(report: dict[str, Any]) -> str:
             e = run["errors"][key]
             cells.append(f"{e:+.1%}" + ("" if abs(e) <= target else " **miss**"))
         kv = run["errors"]["kv_usage_series_mad_points"]
-        role = "held out" if run["workload"] == "B" else "fitted on"
+        role = "held out" if run["workload"] == "B" else ("fitted on" if name == "A-0" else "A again")
         lines.append(
             f"| {name} ({role}) | "
             + " | ".join(cells)

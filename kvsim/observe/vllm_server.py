@@ -16,20 +16,25 @@ vLLM's own interpreter (kvsim never imports vllm; the ``vllm`` console script of
     VLLM_CPU_KVCACHE_SPACE=1, OMP_NUM_THREADS=threads       1 GiB of KV space, the model's threads
 
 in its own process group (its engine core is a child), so that `VllmServer.stop` ends exactly
-what it started: SIGTERM to that group, then SIGKILL after ``stop_timeout_s``.
+what it started: SIGTERM to that group, then SIGKILL after ``stop_timeout_s``. On Linux the
+server also gets SIGTERM when the process that started it dies (PR_SET_PDEATHSIG), so a test
+run killed outright (a CI timeout) leaves no server behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -48,6 +53,8 @@ SERVER_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+#: prctl option: the signal a process gets when its parent dies (linux/prctl.h).
+_PR_SET_PDEATHSIG = 1
 
 
 class ServerError(KvsimError):
@@ -181,7 +188,12 @@ class VllmServer:
         t0 = time.monotonic()
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                self.command(), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                self.command(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_term_with_parent(),
             )
         try:
             self._wait_ready()
@@ -236,6 +248,21 @@ class VllmServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def _term_with_parent() -> Callable[[], None] | None:
+    """A preexec function asking Linux for SIGTERM when the starting process dies (None elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    except (OSError, AttributeError):
+        return None
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+    return preexec
 
 
 def _reap_group(pgid: int) -> None:

@@ -5,7 +5,7 @@
 # file per set of extras, redone only when pyproject.toml or the lock changes.
 #
 #   make run        set up, then simulate the embedded default scenario (ARGS="..." passes options)
-#   make test       set up (dev, dashboard, calibration, ray and kernels extras), then the whole test
+#   make test       set up (dev, dashboard, calibration, ray, kernels and observe extras), then the whole test
 #                   suite (browser and live-vLLM tests skip with their reason when chromium or
 #                   .venv-vllm are missing; CI installs both, see .ci/run)
 #   make test-fast  the same set-up, then the quick tier: every test not marked slow or browser
@@ -41,7 +41,7 @@ AIC_VENV ?= .venv-aic
 AIC_PIN ?= aiconfigurator==0.12.0
 AIC_LOCK := requirements/aic-peer.txt
 # Every extra, as `make lock` resolves them together (one consistent set of versions).
-ALL_EXTRAS := dev,dashboard,calibration,ray,kernels
+ALL_EXTRAS := dev,dashboard,calibration,ray,kernels,observe
 TEST_EXTRAS := $(ALL_EXTRAS)
 # pip's own options for every install: quiet, and the lock as constraints.
 PIP_INSTALL = python -m pip install --quiet --disable-pip-version-check

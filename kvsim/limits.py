@@ -191,6 +191,19 @@ MAX_POINTS_CSV_SEQUENCES = 10_000_000
 #: bytes (the largest recorded one decompresses to 3.8 MB): a gzip bomb stops there.
 MAX_FIXTURE_BYTES = 256 * 1024 * 1024
 
+# --------------------------------------------------------------------------- servers (kvsim observe)
+
+#: Longest line of a streamed completion (one server-sent event), bytes. vLLM's events are
+#: about 350 bytes; the first echoes the prompt's token ids (about 6 bytes per token).
+MAX_SSE_LINE_BYTES = 16 * 1024 * 1024
+#: Bytes of a stream allowed per requested output token (vLLM sends about 350): a server
+#: that streams forever is cut at this times the tokens asked for (at least 1 MiB in all).
+MAX_STREAM_BYTES_PER_TOKEN = 64 * 1024
+#: Largest /metrics exposition read, bytes (vLLM 0.32's is about 50 KB).
+MAX_METRICS_BYTES = 16 * 1024 * 1024
+#: Largest JSON answer read from /models or /version, bytes.
+MAX_INFO_BYTES = 1024 * 1024
+
 
 def exact_int_if_huge(value: object) -> object:
     """A float too large for int64 but integral (1e30) as the exact Python int.

@@ -761,4 +761,53 @@ def plan_pareto_figure(
     fig.update_xaxes(title_text=f"deployment price ({price})", rangemode="tozero", row=rows, col=1)
     fig = _finish(fig, title or "Cost against the SLO metrics", 320 + 260 * rows)
     fig.update_layout(hovermode="closest")
+
+
+def observed_ttft_scatter_figure(paired: pd.DataFrame) -> go.Figure:
+    """Each request's TTFT as the server gave it (x) and as kvsim predicts it (y), with the
+    line of a perfect prediction (`kvsim.observe.compare.paired_requests`)."""
+    fig = go.Figure()
+    obs = paired["ttft_s_observed"].to_numpy(float)
+    sim = paired["ttft_s_simulated"].to_numpy(float)
+    ok = np.isfinite(obs) & np.isfinite(sim) & (obs > 0) & (sim > 0)
+    hi = float(max(obs[ok].max(), sim[ok].max())) if ok.any() else 1.0
+    lo = float(min(obs[ok].min(), sim[ok].min())) if ok.any() else 1e-3
+    fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="predicted = observed",
+                             line={"color": "#999999", "dash": "dash"}, hoverinfo="skip"))  # fmt: skip
+    fig.add_trace(
+        go.Scatter(
+            x=obs[ok], y=sim[ok], mode="markers", name="requests",
+            marker={"color": SERIES_COLORS[0], "size": 7, "opacity": 0.75},
+            customdata=np.stack([paired["request_id"].to_numpy()[ok], paired["prompt_tokens_observed"].to_numpy()[ok]], axis=-1),
+            hovertemplate="request %{customdata[0]} (%{customdata[1]:,} prompt tokens): observed %{x:.3g} s, "
+            "kvsim %{y:.3g} s<extra></extra>",
+        )
+    )  # fmt: skip
+    fig.update_xaxes(title_text="observed TTFT (s)", type="log")
+    fig.update_yaxes(title_text="kvsim's TTFT (s)", type="log", scaleanchor="x")
+    fig.update_layout(hovermode="closest")
+    return _finish(fig, "TTFT per request: the server against kvsim", 480)
+
+
+def observed_series_figure(series: pd.DataFrame) -> go.Figure:
+    """The server's KV usage, running and waiting requests at each scrape of its metrics, and
+    the simulation's at the same instants (`kvsim.observe.compare.time_series`)."""
+    metrics = (("kv_usage", "KV usage (%)", 100.0), ("running", "running (requests)", 1.0),
+               ("waiting", "waiting (requests)", 1.0))  # fmt: skip
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=[m[1] for m in metrics])  # fmt: skip
+    for row, (name, title, scale) in enumerate(metrics, start=1):
+        for side, color in (("observed", SERIES_COLORS[0]), ("simulated", SERIES_COLORS[1])):
+            label = "server" if side == "observed" else "kvsim"
+            fig.add_trace(
+                go.Scatter(x=series["time_s"], y=series[f"{side}_{name}"] * scale, mode="lines", name=label,
+                           legendgroup=label, showlegend=row == 1, line={"color": color, "width": 1.4, "shape": "hv"},
+                           hovertemplate=f"{label}: %{{y:,.4g}} ({title}) at t=%{{x:,.2f}} s<extra></extra>"),
+                row=row, col=1,
+            )  # fmt: skip
+        fig.update_yaxes(title_text=title, rangemode="tozero", row=row, col=1)
+    fig.update_yaxes(range=[0, 105], row=1, col=1)
+    fig.update_xaxes(title_text="time since the first request (s)", row=3, col=1)
+    fig = _finish(fig, "The server's state at each scrape of /metrics, and kvsim's", 700)
+    fig.update_layout(hovermode="x unified")
     return fig

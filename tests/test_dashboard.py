@@ -31,6 +31,7 @@ from streamlit.testing.v1 import AppTest
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "dashboard"
 sys.path.insert(0, str(DASHBOARD))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common  # noqa: E402
 import _paths  # noqa: E402
 
@@ -628,6 +629,46 @@ def test_compare_loads_result_folders_from_allowed_folders_and_archives(
         z.writestr("../../evil.txt", "x")
     with pytest.raises(ValueError, match="must hold exactly the files of a result folder"):
         common.unpack_result_archive(bad.getvalue(), "bad.zip", "session")
+
+
+def test_compare_puts_an_observation_beside_kvsims_prediction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An observation (kvsim observe of the fake server in tests/fake_openai.py) as the baseline:
+    the prediction table, each request's TTFT and the server's series against kvsim's."""
+    from fake_openai import FakeServer, Reply
+
+    from kvsim.cli import main
+
+    monkeypatch.setenv(_paths.ALLOW_ENV, str(tmp_path / "allowed"))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: observed\nmodel: llama-3-8b\nreplicas: [{gpu: h100-sxm}]\n"
+        "workload: {kind: synthetic, num_requests: 6, arrival: {kind: poisson, rate_per_s: 20},\n"
+        "  prompt_tokens: {kind: fixed, tokens: 40}, output_tokens: {kind: fixed, tokens: 5}}\n"
+    )
+    folder = tmp_path / "allowed" / "obs"
+    with FakeServer(lambda body, i: Reply(ttft_s=0.05, itl_s=0.01)) as server:
+        assert main(["observe", str(scenario), "--url", server.url, "--out", str(folder), "--quiet",
+                     "--scrape-interval-s", "0.05"]) == 0  # fmt: skip
+    at = _page(_app(), "6_Compare")
+    at.text_input[0].set_value(str(folder)).run()
+    next(b for b in at.button if b.label == "Load folder").click().run()
+    assert not at.exception
+    next(b for b in at.button if b.label == "Simulate obs (folder)'s scenario").click().run()
+    assert not at.exception
+    labels = {k: r.label for k, r in at.session_state["runs"].items()}
+    assert list(labels.values())[-2:] == ["obs (folder)", "kvsim: observed"]
+    base = next(k for k, v in labels.items() if v == "obs (folder)")
+    at.selectbox(key="w:cmp.base").set_value(base).run()
+    chosen = next(k for k, v in labels.items() if v == "kvsim: observed")
+    at.multiselect(key="w:cmp.others").set_value([chosen]).run()
+    assert not at.exception
+    assert "the server against kvsim" in _page_text(at)
+    table = next(d.value for d in at.dataframe if "within target" in d.value.columns)
+    observed = kvsim.io.load_result(folder).summary
+    assert table.set_index("metric").loc["TTFT p50", "observed"] == pytest.approx(observed["ttft_p50_s"])
+    assert _charts(at) == 3  # the CDFs, the TTFT scatter, the series
 
 
 def test_compare_page_shows_invalid_overrides() -> None:

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 import yaml
+from fake_openai import FakeServer, Reply
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -820,8 +821,9 @@ NOT_NUMBERS = {
 NOT_PATHS = {"", "x" * 100_000, "a\x00b", "r" * 300}
 
 
-def _cli_bases(tmp_path: Path, trace: str) -> dict[str, list[str]]:
-    """A cheap, valid command line of every command, into which one value at a time is put."""
+def _cli_bases(tmp_path: Path, trace: str, url: str) -> dict[str, list[str]]:
+    """A cheap, valid command line of every command, into which one value at a time is put
+    (``url``: a fake OpenAI server for ``observe``, observed once for ``compare``)."""
     scenario = tmp_path / "s.yaml"
     scenario.write_text("workload: {num_requests: 3}\nreplicas: [{engine: {num_gpu_blocks_override: 256}}]\n")
     (tmp_path / "sweep.yaml").write_text("base: s.yaml\ngrid: {seed: [1]}\n")
@@ -830,7 +832,27 @@ def _cli_bases(tmp_path: Path, trace: str) -> dict[str, list[str]]:
                       "1,decode,8,0,1024,0.008\n1,prefill,1,1024,0,0.05\n1,decode,1,0,512,0.006\n")  # fmt: skip
     (tmp_path / "nofixtures").mkdir(exist_ok=True)
     s = str(scenario)
+    # observe sends on the scenario's clock: 3 requests at once, 4 tokens each (0.3 s a call, not
+    # the 1.6 s of s.yaml's arrivals), to the fake server: never a real one, never a real vLLM.
+    quick = tmp_path / "o.yaml"
+    quick.write_text("workload: {num_requests: 3, arrival: {kind: constant, rate_per_s: 1000},\n"
+                     "  prompt_tokens: {kind: fixed, tokens: 16}, output_tokens: {kind: fixed, tokens: 4}}\n"
+                     "replicas: [{engine: {num_gpu_blocks_override: 256}}]\n")  # fmt: skip
+    observe = [
+        "observe",
+        str(quick),
+        "--url",
+        url,
+        "--out",
+        str(tmp_path / "obs"),
+        "--quiet",
+        "--scrape-interval-s",
+        "0.05",
+    ]
+    assert main(observe) == 0
     return {
+        "observe": observe,
+        "compare": ["compare", str(tmp_path / "obs")],
         "run": ["run", s, "--no-progress", "--quiet"],
         "validate": ["validate", s],
         "schema": ["schema"],
@@ -892,6 +914,7 @@ _EXCLUDES = {
     ("capacity", "--values"): "--range",
     ("calibrate", "--fit-roofline"): "--fit-measurements",
     ("calibrate", "--compare"): "--fit-measurements",
+    ("calibrate", "--from-observed"): "--fit-measurements",
     ("verify-vllm", "--record-fixtures"): "--fixtures",
 }
 
@@ -940,6 +963,7 @@ def test_fuzz_every_option_of_every_command(
     trace_paths: dict[str, str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
     """Every option and positional argument of every command, each given every `CLI_VALUES`
     value in an otherwise valid command line: an answer or a clean refusal (exit 0, 2 or 3,
@@ -954,7 +978,9 @@ def test_fuzz_every_option_of_every_command(
     fake_vllm.chmod(0o755)
     monkeypatch.setenv(VLLM_PYTHON_ENV, str(fake_vllm))
     stats = FuzzStats("command lines: every option x hostile value -> kvsim main()")
-    bases = _cli_bases(tmp_path, trace_paths["azure"])
+    server = FakeServer(lambda body, i: Reply(ttft_s=0.0, itl_s=0.0)).__enter__()
+    request.addfinalizer(lambda: server.__exit__(None, None, None))
+    bases = _cli_bases(tmp_path, trace_paths["azure"], server.url)
     surface = _cli_surface()
     assert {c for c, _, _ in surface} | {"schema", "profiles"} == set(bases)  # a new command needs a base
 

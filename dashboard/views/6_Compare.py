@@ -1,7 +1,11 @@
 """Compare runs: a baseline chosen explicitly, metric deltas beside the scenario diff, overlaid CDFs.
 
 Runs come from this browser session only (runs made here, variants run here), from result
-archives uploaded here, and from result folders in the allowed folders (`_paths`).
+archives uploaded here, and from result folders in the allowed folders (`_paths`). When the
+baseline is an observation of a live server (`kvsim observe`), every run compared with it is
+read as kvsim's prediction of it (`kvsim.observe.compare`): percentiles side by side with
+their errors, each request's TTFT, and the server's KV usage, running and waiting requests
+against the simulation's; a button simulates an observation's own scenario.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import streamlit as st
 import kvsim
 from kvsim import analysis, plots
 from kvsim.io import RESULT_FILES, load_result
+from kvsim.observe.compare import compare_results
+from kvsim.observe.record import is_observation
 from kvsim.scenario.loading import scenario_data
 
 METRICS = (
@@ -175,6 +181,73 @@ def delta_table(picked: dict[str, kvsim.Result], baseline: str) -> pd.DataFrame:
     return out.assign(meaning=[common.summary_meaning(str(m)) for m in out["metric"]])
 
 
+def prediction_table(cmp_metrics: pd.DataFrame) -> pd.DataFrame:
+    """The comparison's rows as shown: observed, kvsim, error (% or points), target, verdict."""
+    rows = []
+    for row in cmp_metrics.to_dict(orient="records"):
+        points = row["kind"] == "points"
+        target = row["target"]
+        rows.append(
+            {
+                "metric": row["label"],
+                "observed": row["observed"],
+                "kvsim": row["simulated"],
+                "error": row["error"] if points else 100.0 * row["error"],
+                "unit": "points" if points else "%",
+                "target (±)": None if target is None else (target if points else 100.0 * target),
+                "within target": row["within_target"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def simulate_buttons(runs: dict[str, common.Run]) -> None:
+    """One button per observation of this session: simulate its scenario (kvsim's prediction)."""
+    for key, run in runs.items():
+        if is_observation(run.result.summary):
+            name = run.result.scenario.name
+            if st.button(f"Simulate {run.label}'s scenario", key=f"simulate:{key}",
+                         help="kvsim on the observation's requests and deployment: its prediction"):  # fmt: skip
+                common.run_scenario(run.result.scenario, label=f"kvsim: {name}")
+                st.rerun()
+
+
+def observed_section(label: str, observed: kvsim.Result, predictions: dict[str, kvsim.Result]) -> None:
+    """The observation against each run compared with it (see the module docstring)."""
+    st.subheader(f"{label}: the server against kvsim")
+    st.caption(
+        f"Observed with kvsim observe at {observed.summary.get('observed_url', '?')} (model "
+        f"{observed.summary.get('observed_model', '?')}, server version "
+        f"{observed.summary.get('observed_server_version') or 'unknown'}); the runs compared with it are "
+        "read as kvsim's predictions of it. Errors: kvsim / observed - 1 (shares: difference in points)."
+    )
+    if not predictions:
+        st.info("Compare the observation with a simulation: simulate its scenario (the button under Saved "
+                "results), or load a result folder of kvsim run on the same scenario.")  # fmt: skip
+        return
+    for name, predicted in predictions.items():
+        cmp = compare_results(observed, predicted)
+        st.markdown(f"**{name}** as the prediction")
+        fmt = {"observed": st.column_config.NumberColumn(format="%.4g"),
+               "kvsim": st.column_config.NumberColumn(format="%.4g"),
+               "error": st.column_config.NumberColumn(format="%+.1f")}  # fmt: skip
+        common.show_table(prediction_table(cmp.metrics), f"prediction_{name}", column_config=fmt)
+        req = cmp.as_dict()["requests"]
+        series = cmp.series_errors
+        st.caption(
+            f"{req['num_paired']} requests finished on both sides; median |error| per request: TTFT "
+            f"{100 * req['ttft_median_abs_error']:.1f}%, TPOT {100 * req['tpot_median_abs_error']:.1f}%, E2E "
+            f"{100 * req['e2e_median_abs_error']:.1f}%. At the {len(cmp.series)} scrapes of the server's metrics, "
+            f"mean |difference|: KV usage {series['kv_usage_mean_abs_diff']:.2f} points, running "
+            f"{series['running_mean_abs_diff']:.2f}, waiting {series['waiting_mean_abs_diff']:.2f} requests."
+        )
+        cols = st.columns([2, 3])
+        with cols[0]:
+            common.show_figure(plots.observed_ttft_scatter_figure(cmp.requests), f"observed_ttft_{name}")
+        with cols[1]:
+            common.show_figure(plots.observed_series_figure(cmp.series), f"observed_series_{name}")
+
+
 def main() -> None:
     st.set_page_config(page_title="kvsim: compare", layout="wide")
     common.show_notices()
@@ -187,6 +260,7 @@ def main() -> None:
     with cols[1]:
         st.markdown("**Saved results**")
         add_saved()
+        simulate_buttons(common.all_runs())
     runs = common.all_runs()
     if len(runs) < 2:
         st.info(
@@ -244,6 +318,12 @@ def main() -> None:
     finished = {n: r.requests[r.requests["finished"].to_numpy(bool)] for n, r in picked.items()}
     fig = plots.latency_cdfs_figure(finished)
     common.show_figure(fig, "comparison_cdfs")
+    base = runs[base_key].result
+    if is_observation(base.summary):
+        predictions = {
+            labels[k]: runs[k].result for k in chosen if not is_observation(runs[k].result.summary)
+        }
+        observed_section(base_label, base, predictions)
     common.sync_url()
 
 

@@ -25,6 +25,7 @@ from kvsim.cli import (
     capacity_cmd,
     fit_cmd,
     kvsize_cmd,
+    observe_cmd,
     plan_cmd,
     run_cmd,
     sweep_cmd,
@@ -46,6 +47,7 @@ _COMMAND_MODULES = (
     analysis_cmd,
     calibrate_cmd,
     verify_cmd,
+    observe_cmd,
 )
 
 

@@ -11,6 +11,10 @@
     kvsim calibrate --fit-measurements CSV --model M --gpu G [--combine max|sum] --out FIT
         fit roofline parameters to end-to-end measurements of a serving engine (uniform
         prefill/decode batches, or whole steps of any composition: phase=step rows)
+    kvsim calibrate --from-observed DIR [--cost-model roofline|kernels] [--combine max|sum] --out FIT
+        fit the cost model's free terms to a live server observed by kvsim observe (its steps
+        read from the tokens' arrival times), then simulate the observation with the fit and
+        report the errors before and after (kvsim.observe.fit)
     kvsim calibrate --compare PROFILE [--gpu G] [--json]
         roofline vs calibrated vs measured over the profile's grid, with relative errors
     kvsim profiles [--json]
@@ -51,6 +55,7 @@ from kvsim.cost.table_layout import TABLE_SCHEMAS, check_name, check_tables_out,
 from kvsim.cost.tables import KERNEL_DATA_PACKAGE, package_tables_root, table_index
 from kvsim.errors import KvsimError, ProfileError
 from kvsim.hf_config import load_hf_config, looks_like_hf_config
+from kvsim.io import json_safe
 from kvsim.limits import MAX_STEP_TIME_S
 from kvsim.outputs import check_file_target
 from kvsim.paths import is_file, path_problem
@@ -92,6 +97,24 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     mode.add_argument(
         "--compare", metavar="PROFILE", type=path_arg, help="compare roofline, calibrated and measured times"
+    )
+    mode.add_argument(
+        "--from-observed",
+        metavar="DIR",
+        type=path_arg,
+        help="fit the cost model's free terms to a server observed by kvsim observe (its result folder)",
+    )
+    p.add_argument(
+        "--cost-model",
+        choices=("roofline", "kernels"),
+        default=None,
+        help="--from-observed: the cost model whose free terms are fitted (default: the observation "
+        "scenario's, roofline unless it is kernels)",
+    )
+    p.add_argument(
+        "--plain",
+        action="store_true",
+        help="--from-observed: least squares without total matching (default: --robust 0.05 --match-total)",
     )
     p.add_argument(
         "--model", type=text_arg(), help="model preset name or a YAML/JSON file holding a ModelSpec"
@@ -281,6 +304,10 @@ def _fit_command(args: argparse.Namespace) -> str:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    if args.from_observed:
+        return _from_observed(args)
+    if args.cost_model or args.plain:
+        raise KvsimError("--cost-model and --plain apply to --from-observed")
     if args.fit_roofline:
         return _fit_roofline(args)
     if args.fit_measurements:
@@ -608,6 +635,102 @@ def _fit_roofline(args: argparse.Namespace) -> int:
         write_profile(data, args.out)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
+
+
+def _from_observed_command(args: argparse.Namespace) -> str:
+    parts = ["kvsim", "calibrate", "--from-observed", args.from_observed]
+    for flag, value in (("--cost-model", args.cost_model), ("--combine", args.combine), ("--out", args.out)):
+        parts += [flag, value] if value else []
+    if args.per_layer_overhead_s is not None:
+        parts += ["--per-layer-overhead-s", repr(args.per_layer_overhead_s)]
+    if args.robust is not None:
+        parts += ["--robust", repr(args.robust)]
+    parts += ["--match-total"] if args.match_total else []
+    parts += ["--plain"] if args.plain else []
+    return shlex.join(parts)
+
+
+def _from_observed(args: argparse.Namespace) -> int:
+    """``kvsim calibrate --from-observed DIR``: fit to an observation, report the residuals."""
+    from kvsim.io import load_result
+    from kvsim.observe.fit import fit_observed, fit_profile, warnings_of
+    from kvsim.observe.record import is_observation
+
+    if not args.out:
+        raise KvsimError("--out is required: the profile to write (roofline-fit or kernels-fit)")
+    check_file_target(args.out, "--out", PROFILE_FORMAT)  # before reading and fitting
+    if args.plain and (args.robust is not None or args.match_total):
+        raise KvsimError("--plain excludes --robust and --match-total")
+    observed = load_result(args.from_observed)
+    if not is_observation(observed.summary):
+        print(
+            f"kvsim: warning: {args.from_observed}: not an observation (no 'observed' in its summary)",
+            file=sys.stderr,
+        )
+    robust = None if args.plain else (args.robust if args.robust is not None else 0.05)
+    result = fit_observed(
+        observed,
+        kind=args.cost_model,
+        combine=args.combine,
+        per_layer_overhead_s=args.per_layer_overhead_s,
+        robust_scale=robust,
+        match_total=not args.plain,
+        base_dir=Path(args.from_observed).resolve(),
+    )
+    data = fit_profile(result, command=_from_observed_command(args), source=str(args.from_observed))
+    write_profile(data, args.out)
+    if args.json:
+        print(
+            json.dumps(
+                json_safe({"kind": data["kind"], result.kind: data[result.kind], "fit": data["fit"]}),
+                indent=1,
+            )
+        )
+    else:
+        _print_observed_fit(result)
+    for warning in warnings_of(result):
+        print(f"kvsim: warning: {warning}", file=sys.stderr)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def _print_observed_fit(result: Any) -> None:
+    from kvsim.observe.compare import METRICS
+
+    print(f"fitted {result.kind} terms (4 significant digits; the profile keeps full precision):")
+    params = {
+        k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in result.config.model_dump().items()
+    }
+    print(yaml.safe_dump(params, sort_keys=False).rstrip())
+    print(
+        f"server steps read from the tokens: {result.num_points}; median |relative error| of the fitted "
+        f"step times: {_fmt(result.step_error)}"
+    )
+    print()
+    print("the observation simulated again (errors: simulated / observed - 1; shares in points):")
+    before = result.before.metrics.set_index("metric")
+    after = result.after.metrics.set_index("metric")
+    rows = []
+    for key, label, kind, target in METRICS:
+        judged = "" if target is None else (f"±{target:g} pt" if kind == "points" else f"±{100 * target:g}%")
+        rows.append(
+            {
+                "metric": label,
+                "before": _error_text(float(before.at[key, "error"]), kind),
+                "fitted": _error_text(float(after.at[key, "error"]), kind),
+                "target": judged,
+            }
+        )
+    _print_table(rows)
+    for name, cmp in (("before", result.before), ("fitted", result.after)):
+        series = cmp.series_errors.get("kv_usage_mean_abs_diff", float("nan"))
+        print(f"{name}: KV-usage series mean |difference| {_fmt(series)} points")
+
+
+def _error_text(error: float, kind: str) -> str:
+    if error != error:
+        return "-"
+    return f"{error:+.1f} pt" if kind == "points" else f"{100 * error:+.1f}%"
 
 
 def _print_fit(result: fit.FitResult) -> None:

@@ -44,8 +44,9 @@ class ProgressBar:
     """A one-line carriage-return progress bar, drawn only once ``delay_s`` have passed.
 
     Called as ``bar(sim_time_s, num_finished, num_requests)``, the signature of
-    `kvsim.run`'s ``progress`` hook. The line is cut to the terminal's width (``columns``,
-    default: measured). `close` wipes the line if anything was drawn.
+    `kvsim.run`'s ``progress`` hook (``time_label`` names the first number: simulated time by
+    default). The line is cut to the terminal's width (``columns``, default: measured).
+    `close` wipes the line if anything was drawn.
     """
 
     def __init__(
@@ -57,6 +58,7 @@ class ProgressBar:
         interval_s: float = PROGRESS_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
         columns: int | None = None,
+        time_label: str = "sim",
     ) -> None:
         self.stream = stream
         self.label = label
@@ -64,6 +66,7 @@ class ProgressBar:
         self.interval_s = interval_s
         self.clock = clock
         self.columns = columns
+        self.time_label = time_label
         self.start = clock()
         self.last_draw: float | None = None
         self.line_len = 0
@@ -75,7 +78,7 @@ class ProgressBar:
         bar = "#" * filled + "." * (_BAR_CELLS - filled)
         return (
             f"{self.label} [{bar}] {num_finished:,}/{num_requests:,} requests"
-            f"  sim {sim_time_s:,.1f} s  wall {elapsed_s:.1f} s"
+            f"  {self.time_label} {sim_time_s:,.1f} s  wall {elapsed_s:.1f} s"
         )
 
     def __call__(self, sim_time_s: float, num_finished: int, num_requests: int) -> None:

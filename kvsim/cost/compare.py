@@ -26,6 +26,7 @@ from kvsim.cost.factory import roofline_config_from_profile
 from kvsim.cost.fit import Point, point_time_s
 from kvsim.cost.profile import Profile, check_profile_matches
 from kvsim.cost.roofline import RooflineCostModel
+from kvsim.errors import ProfileError
 from kvsim.kv_sizing import kv_bytes_per_token
 from kvsim.specs import WEIGHT_DTYPE_BYTES, GpuSpec, ModelSpec
 
@@ -58,6 +59,10 @@ def compare_rows(
 ) -> list[dict[str, Any]]:
     """Comparison rows for a profile (see the module docstring)."""
     cfg = roofline or RooflineCostConfig()
+    if profile.kind == "kernels-fit":
+        raise ProfileError(
+            f"{profile.source}: a kernels-fit profile holds fitted overheads, no measured points to compare"
+        )
     if profile.kind == "roofline-fit":
         return _fit_rows(profile, model=model, gpu=gpu, kv_cache_dtype=kv_cache_dtype, default=cfg)
     data, tp = profile.data, profile.tps[0]

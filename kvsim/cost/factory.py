@@ -10,6 +10,7 @@ KV dtype, engine backend ...):
         roofline           -> RooflineCostModel
         profile (kernels)  -> CalibratedCostModel
         profile (roofline-fit) -> RooflineCostModel with the fitted parameters
+        profile (kernels-fit)  -> KernelCostModel with the fitted overheads
         kernels            -> KernelCostModel (measured kernel tables)
 
 A new cost model is a config class (a ``kind`` in `kvsim.cost.config.CostModelConfig`) and
@@ -58,6 +59,16 @@ def roofline_config_from_profile(
     return RooflineCostConfig(**params)
 
 
+def kernels_config_from_profile(
+    profile: Profile, per_iteration_overhead_s: float | None = None
+) -> KernelCostConfig:
+    """The fitted KernelCostConfig stored in a kernels-fit profile."""
+    params = dict(profile.data["kernels"])
+    if per_iteration_overhead_s is not None:
+        params["per_iteration_overhead_s"] = per_iteration_overhead_s
+    return KernelCostConfig(**params)
+
+
 @dataclass(frozen=True)
 class Replica:
     """What a cost model may know of the replica it prices."""
@@ -94,6 +105,8 @@ def _roofline(config: RooflineCostConfig, r: Replica) -> CostModel:
 def _profile(config: ProfileCostConfig, r: Replica) -> CostModel:
     profile = load_profile(config.profile, r.base_dir)
     check_profile_matches(profile, model=r.model, gpu=r.gpu, tp=r.tp, kv_cache_dtype=r.kv_cache_dtype)
+    if profile.kind == "kernels-fit":
+        return _kernel_model(kernels_config_from_profile(profile, config.per_iteration_overhead_s), r)
     if profile.kind == "roofline-fit":
         fitted = roofline_config_from_profile(profile, config.per_iteration_overhead_s)
         return RooflineCostModel(
@@ -116,6 +129,10 @@ def _profile(config: ProfileCostConfig, r: Replica) -> CostModel:
 
 @COST_MODELS.register("kernels")
 def _kernels(config: KernelCostConfig, r: Replica) -> CostModel:
+    return _kernel_model(config, r)
+
+
+def _kernel_model(config: KernelCostConfig, r: Replica) -> CostModel:
     if r.expert_parallel:
         raise ProfileError("cost_model kind kernels prices dense models; expert_parallel needs the roofline")
     return KernelCostModel(

@@ -416,9 +416,27 @@ class _Features:
         return times
 
 
-def _levenberg_marquardt(
-    residual: Any, theta0: np.ndarray, free: np.ndarray, *, max_iter: int = 200
+def levenberg_marquardt(
+    residual: Any,
+    theta0: np.ndarray,
+    free: np.ndarray,
+    *,
+    max_iter: int = 200,
+    step: float = 1e-6,
+    lower: np.ndarray | None = None,
+    upper: np.ndarray | None = None,
+    max_damping: float = 1e12,
 ) -> tuple[np.ndarray, float]:
+    """Minimise ``|residual(theta)|^2`` over the ``free`` entries of ``theta``, each kept within
+    [``lower``, ``upper``] (default: the bounds of the roofline's log-parameters): damped
+    Gauss-Newton with a central-difference Jacobian of half-width ``step``.
+
+    An iteration whose step does not lower the cost raises the damping fourfold and tries
+    again, up to ``max_damping``; then the search stops. Returns the best ``theta`` and its
+    cost. `kvsim.observe.fit` uses it with whole simulations as the residual (a wider
+    ``step``: a schedule is piecewise constant; a lower ``max_damping``: each try is a run)."""
+    lo = _LOWER if lower is None else lower
+    hi = _UPPER if upper is None else upper
     theta = theta0.copy()
     r = residual(theta)
     cost = float(r @ r)
@@ -427,17 +445,17 @@ def _levenberg_marquardt(
     for _ in range(max_iter):
         jac = np.empty((len(r), len(idx)))
         for k, j in enumerate(idx):
-            h = 1e-6
+            h = step
             tp_, tm_ = theta.copy(), theta.copy()
             tp_[j] += h
             tm_[j] -= h
             jac[:, k] = (residual(tp_) - residual(tm_)) / (2 * h)
         jtj, jtr = jac.T @ jac, jac.T @ r
         improved = False
-        while mu < 1e12:
-            step = np.linalg.solve(jtj + mu * np.diag(np.diag(jtj) + 1e-12), -jtr)
+        while mu < max_damping:
+            delta = np.linalg.solve(jtj + mu * np.diag(np.diag(jtj) + 1e-12), -jtr)
             cand = theta.copy()
-            cand[idx] = np.clip(theta[idx] + step, _LOWER[idx], _UPPER[idx])
+            cand[idx] = np.clip(theta[idx] + delta, lo[idx], hi[idx])
             rc = residual(cand)
             cand_cost = float(rc @ rc)
             if cand_cost < cost:
@@ -513,7 +531,7 @@ def fit_roofline(
         for me in (0.4, 0.7, 0.95):
             start = prior.copy()
             start[:3] = np.log([ce, me, me])
-            theta, cost = _levenberg_marquardt(residual, start, free)
+            theta, cost = levenberg_marquardt(residual, start, free)
             if best is None or cost < best[1]:
                 best = (theta, cost)
     assert best is not None
@@ -524,7 +542,7 @@ def fit_roofline(
         for _ in range(20):
             r = np.log(feats.predict(theta, combine)) - log_t
             sqrt_w[:] = (1.0 + (r / robust_scale) ** 2) ** -0.25
-            new_theta, _cost = _levenberg_marquardt(residual, theta, free)
+            new_theta, _cost = levenberg_marquardt(residual, theta, free)
             done = np.max(np.abs(new_theta - theta)) < 1e-6
             theta = new_theta
             if done:

@@ -5,6 +5,8 @@ A profile is one JSON object with a header and a body that depends on its ``kind
     format   "kvsim-profile"           version  1
     kind     "kernels"                 kernel times measured by calibration/ (harness)
              "roofline-fit"            roofline parameters fitted to measurements
+             "kernels-fit"             the kernels cost model's free terms fitted to an
+                                       observed server (kvsim calibrate --from-observed)
     model    {name, num_layers, hidden_size, num_attention_heads, num_kv_heads,
               head_dim, intermediate_size, vocab_size, dtype}
     dtype    weight/activation dtype ("bf16", "fp16"; "fp32" for CPU fits)
@@ -32,6 +34,13 @@ roofline-fit body:
                      context_tokens, time_s}; ``step`` points add prefill_chunks [[q, c]],
                      num_decode_seqs and decode_context_tokens (`kvsim.cost.fit.Point`)
 
+kernels-fit body:
+
+    tps[]            TP degrees of the observed server (the tables price any TP degree)
+    kernels          KernelCostConfig fields (system, backend, version, tables,
+                     per_iteration_overhead_s, per_layer_overhead_s, elementwise_*)
+    fit              what was fitted and how well (kvsim.observe.fit)
+
 `load_profile` resolves a shipped profile name or a path, checks everything above and
 raises `ProfileError` naming the file, the field and the rule; `check_profile_matches`
 refuses a profile measured for another model, dtype, KV dtype, TP degree or GPU.
@@ -46,7 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvsim.cost.config import RooflineCostConfig
+from kvsim.cost.config import KernelCostConfig, RooflineCostConfig
 from kvsim.errors import ProfileError
 from kvsim.inputs import FileTooLargeError, read_input
 from kvsim.limits import MAX_PROFILE_BYTES
@@ -59,7 +68,7 @@ PROFILES_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
 
 PROFILE_FORMAT = "kvsim-profile"
 PROFILE_VERSION = 1
-PROFILE_KINDS = ("kernels", "roofline-fit")
+PROFILE_KINDS = ("kernels", "roofline-fit", "kernels-fit")
 GEMM_OPS = ("qkv", "o", "gate_up", "down", "lm_head")
 MODEL_SHAPE_FIELDS = (
     "num_layers",
@@ -203,6 +212,8 @@ def validate_profile(data: Any, source: str = "<profile>") -> None:
         c.get(data, "gpu", "gpu", str)
     if kind == "kernels":
         _validate_kernels(c, data)
+    elif kind == "kernels-fit":
+        _validate_kernels_fit(c, data)
     else:
         _validate_roofline_fit(c, data)
     if c.problems:
@@ -271,9 +282,7 @@ def _status(c: _Checker, obj: dict[str, Any], path: str) -> str | None:
 
 
 def _validate_roofline_fit(c: _Checker, data: dict[str, Any]) -> None:
-    tps = c.get(data, "tps", "tps", list)
-    if tps is not None and (not tps or not all(isinstance(t, int) and t >= 1 for t in tps)):
-        c.fail("tps", "must be a non-empty list of integers >= 1")
+    _validate_tps(c, data)
     params = c.get(data, "roofline", "roofline", dict)
     if params is not None:
         try:
@@ -286,6 +295,22 @@ def _validate_roofline_fit(c: _Checker, data: dict[str, Any]) -> None:
             if not isinstance(p, dict) or p.get("phase") not in ("prefill", "decode", "step"):
                 c.fail(f"points.{i}", "must be an object with phase 'prefill', 'decode' or 'step'")
                 break
+
+
+def _validate_tps(c: _Checker, data: dict[str, Any]) -> None:
+    tps = c.get(data, "tps", "tps", list)
+    if tps is not None and (not tps or not all(isinstance(t, int) and t >= 1 for t in tps)):
+        c.fail("tps", "must be a non-empty list of integers >= 1")
+
+
+def _validate_kernels_fit(c: _Checker, data: dict[str, Any]) -> None:
+    _validate_tps(c, data)
+    params = c.get(data, "kernels", "kernels", dict)
+    if params is not None:
+        try:
+            KernelCostConfig(**params)
+        except (TypeError, ValueError) as exc:
+            c.fail("kernels", f"not valid kernels cost-model parameters: {exc}")
 
 
 def resolve_profile_path(name_or_path: str | Path, base_dir: Path | None = None) -> Path:
@@ -371,7 +396,8 @@ def check_profile_matches(
 
     Models match on their shapes (a profile of llama-3-8b serves llama-3.1-8b); ``gpu`` is
     checked when the profile names one. A roofline fit covers any TP degree when its
-    measurements included TP > 1 (the all-reduce terms were fitted), else only TP 1.
+    measurements included TP > 1 (the all-reduce terms were fitted), else only TP 1; a
+    kernels fit covers any (the tables price the all-reduces).
     """
     src = profile.source
     for f in MODEL_SHAPE_FIELDS:
@@ -399,5 +425,5 @@ def check_profile_matches(
                 f"{src}: profile has decode attention for KV dtypes {profile.kv_dtypes}, "
                 f"not kv_cache_dtype={kv_cache_dtype!r} ({kv})"
             )
-    elif tp > 1 and max(profile.tps) == 1:
+    elif profile.kind == "roofline-fit" and tp > 1 and max(profile.tps) == 1:
         raise ProfileError(f"{src}: roofline fit has no TP > 1 measurements, the scenario uses tp={tp}")

@@ -761,6 +761,7 @@ def plan_pareto_figure(
     fig.update_xaxes(title_text=f"deployment price ({price})", rangemode="tozero", row=rows, col=1)
     fig = _finish(fig, title or "Cost against the SLO metrics", 320 + 260 * rows)
     fig.update_layout(hovermode="closest")
+    return fig
 
 
 def observed_ttft_scatter_figure(paired: pd.DataFrame) -> go.Figure:

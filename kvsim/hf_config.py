@@ -28,10 +28,12 @@ vocabulary, ``E`` routed experts, ``S`` shared experts)::
 
 Gemma 3's SigLIP vision tower is added when the config has a ``vision_config`` (vLLM loads
 it with the ``-it`` checkpoints); Kimi-K2.5's vision tower is not counted. Multi-token
-prediction layers (DeepSeek ``num_nextn_predict_layers``, MiniMax MTP modules) are left out:
-engines load them only for speculative decoding. Active parameters of a mixture of experts
-are the total less the routed experts a token skips (Mixtral's convention). The counts
-agree with the presets' checkpoint counts within 0.5% (tests/test_hf_config.py).
+prediction layers (DeepSeek ``num_nextn_predict_layers``, MiniMax ``num_mtp_modules`` x
+``mtp_transformer_layers`` when ``use_mtp``) are recorded in ``num_mtp_layers`` and left out
+of the count: engines load them only for speculative decoding. Active parameters of a
+mixture of experts are the total less the routed experts a token skips (Mixtral's
+convention). The counts agree with the presets' checkpoint counts within 0.5%
+(tests/test_hf_config.py).
 
 Precision: ``quantization_config`` in config.json (fp8 with ``weight_block_size`` is
 fp8_block; awq/gptq 4-bit is int4; mxfp4; compressed-tensors and ModelOpt schemes) or a
@@ -305,6 +307,7 @@ def model_spec_from_hf_config(
             num_shared_experts=shape.num_shared if shape.is_moe else 0,
             num_dense_layers=shape.num_dense if shape.is_moe else 0,
             tie_word_embeddings=shape.tied,
+            num_mtp_layers=shape.num_mtp,
             source=text,
         )
     except ValueError as exc:  # pydantic: a field out of range, an inconsistent pair
@@ -330,6 +333,7 @@ class _Shape:
     moe_intermediate: int = 0
     num_shared: int = 0
     num_dense: int = 0
+    num_mtp: int = 0
     model_type: str = ""
     f: _Fields
 
@@ -386,6 +390,9 @@ class _Shape:
                 raise f.error("intermediate_size", "missing (the width of the first dense layers)")
         if not s.is_moe and not s.intermediate:
             raise f.error("intermediate_size", "missing (needed to size the model)")
+        s.num_mtp = f.integer("num_nextn_predict_layers", 0, minimum=0)  # DeepSeek, Kimi, GLM-5, MiMo
+        if model_type == "minimax_m2" and f.flag("use_mtp", False):  # modules of mtp_transformer_layers
+            s.num_mtp = f.integer("num_mtp_modules", 0, minimum=0) * f.integer("mtp_transformer_layers", 1)
         return s
 
     # -- parameter count ---------------------------------------------------------------

@@ -612,6 +612,229 @@ MODEL_PRESETS.update(
 )
 
 
+# -- Frontier mixture-of-experts models as deployed (issue 22) --------------------------------
+# Shapes from each checkpoint's config.json, which aiconfigurator-core 0.12.0 ships as
+# aiconfigurator_core/model_configs/<org>--<name>_config.json (the file named in each source).
+# Parameter counts: computed from the shapes by kvsim.hf_config's formula (every tensor the
+# checkpoint stores for inference, multi-token-prediction layers apart; tests/test_hf_config.py
+# checks the presets against those files), beside the model card's rounded figures. Active
+# counts include the embedding and the LM head (Mixtral's convention), which cards often leave
+# out. max_model_len is the config's max_position_embeddings, what vLLM and SGLang default to.
+_AIC_CONFIGS = "aiconfigurator-core 0.12.0 model_configs/"
+_PARAMS = "parameter count computed from the config's shapes (kvsim.hf_config)"
+_MTP_NOTE = (
+    "its multi-token-prediction layer(s) (num_mtp_layers) are a speculative-decoding draft, not in num_params"
+)
+_DEEPSEEK_V3_CONFIG = (
+    "(61 layers, hidden 7168, 128 heads; MLA: kv_lora_rank 512, qk_rope_head_dim 64, "
+    "qk_nope_head_dim 128, v_head_dim 128, q_lora_rank 1536; MoE: n_routed_experts 256 of "
+    "moe_intermediate_size 2048, num_experts_per_tok 8, n_shared_experts 1, "
+    "first_k_dense_replace 3 (dense MLP 18432 wide, counted in num_params), topk_method noaux_tc; "
+    "num_nextn_predict_layers 1; vocab 129280; max_position_embeddings 163840 (YaRN factor 40); "
+    "quantization_config fp8 with weight_block_size [128, 128])"
+)
+
+_DEEPSEEK_V3 = ModelSpec(
+    name="deepseek-v3",
+    num_layers=61,
+    hidden_size=7168,
+    num_attention_heads=128,
+    num_kv_heads=128,
+    head_dim=128,
+    intermediate_size=2048,
+    vocab_size=129280,
+    num_params=671_026_419_200,
+    num_active_params=37_552_297_472,
+    weight_dtype="fp8_block",
+    max_model_len=163840,
+    kv_lora_rank=512,
+    qk_rope_head_dim=64,
+    num_experts=256,
+    num_experts_per_token=8,
+    num_shared_experts=1,
+    num_dense_layers=3,
+    num_mtp_layers=1,
+    source=f"{_HF}/deepseek-ai/DeepSeek-V3/blob/main/config.json {_DEEPSEEK_V3_CONFIG}; "
+    f"{_AIC_CONFIGS}deepseek-ai--DeepSeek-V3_config.json; {_PARAMS}: 671.0B, 37.6B active "
+    "(model card: 671B main model + 14B MTP module = 685B, 37B activated per token, 128K "
+    f"context; DeepSeek-AI 2024, arXiv:2412.19437, section 2 and 4.2); {_MTP_NOTE}. "
+    "head_dim is the no-RoPE query/key and value head width.",
+)
+
+MODEL_PRESETS.update(
+    _models(
+        _DEEPSEEK_V3,
+        _DEEPSEEK_V3.model_copy(
+            update={
+                "name": "deepseek-r1",
+                "source": f"{_HF}/deepseek-ai/DeepSeek-R1/blob/main/config.json (DeepSeek-V3's "
+                f"architecture and config: {_DEEPSEEK_V3_CONFIG}); {_AIC_CONFIGS}"
+                f"deepseek-ai--DeepSeek-R1_config.json; {_PARAMS}: 671.0B, 37.6B active (model card: "
+                f"671B total, 37B activated, 128K context; DeepSeek-AI 2025, arXiv:2501.12948); "
+                f"{_MTP_NOTE}.",
+            }
+        ),
+        ModelSpec(
+            name="kimi-k2.5",
+            num_layers=61,
+            hidden_size=7168,
+            num_attention_heads=64,
+            num_kv_heads=64,
+            head_dim=128,
+            intermediate_size=2048,
+            vocab_size=163840,
+            num_params=1_026_408_232_448,
+            num_active_params=32_861_500_928,
+            weight_dtype="bf16",
+            expert_weight_dtype="int4",
+            max_model_len=262144,
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            num_experts=384,
+            num_experts_per_token=8,
+            num_shared_experts=1,
+            num_dense_layers=1,
+            source=f"{_HF}/moonshotai/Kimi-K2.5/blob/main/config.json, text_config (model_type kimi_k2: "
+            "61 layers, hidden 7168, 64 heads; MLA: kv_lora_rank 512, qk_rope_head_dim 64, "
+            "qk_nope_head_dim 128, v_head_dim 128, q_lora_rank 1536; MoE: 384 routed experts of "
+            "2048, top-8, 1 shared, first_k_dense_replace 1; num_nextn_predict_layers 0; vocab "
+            "163840; max_position_embeddings 262144; quantization_config compressed-tensors int4 "
+            "weights, group_size 32, symmetric, ignoring self_attn, shared experts and the dense "
+            f"MLP: the routed experts are int4, the rest bf16); {_AIC_CONFIGS}"
+            f"moonshotai--Kimi-K2.5_config.json; {_PARAMS}: 1,026B, 32.9B active (model card: 1T "
+            "total, 32B activated, 256K context, MoonViT vision encoder of 400M). Approximated: "
+            "the vision encoder is not counted; its int4 groups of 32 with a bf16 scale are 0.5625 "
+            "bytes per weight, kvsim's int4 (groups of 128 with zero points) 0.5195, so the experts' "
+            "bytes are 7.6% low.",
+        ),
+        ModelSpec(
+            name="qwen3-30b-a3b",
+            num_layers=48,
+            hidden_size=2048,
+            num_attention_heads=32,
+            num_kv_heads=4,
+            head_dim=128,
+            intermediate_size=768,
+            vocab_size=151936,
+            num_params=30_532_122_624,
+            num_active_params=3_353_032_704,
+            weight_dtype="bf16",
+            max_model_len=40960,
+            num_experts=128,
+            num_experts_per_token=8,
+            source=f"{_HF}/Qwen/Qwen3-30B-A3B/blob/main/config.json (model_type qwen3_moe: 48 layers, "
+            "hidden 2048, 32 heads, 4 KV heads, head_dim 128, num_experts 128 of "
+            "moe_intermediate_size 768, num_experts_per_tok 8, no shared experts, mlp_only_layers "
+            f"[], vocab 151936, max_position_embeddings 40960); {_AIC_CONFIGS}"
+            f"Qwen--Qwen3-30B-A3B_config.json; {_PARAMS}: 30.5B, 3.35B active (model card: 30.5B "
+            "total, 3.3B activated; arXiv:2505.09388, Table 2).",
+        ),
+        ModelSpec(
+            name="qwen3-235b-a22b",
+            num_layers=94,
+            hidden_size=4096,
+            num_attention_heads=64,
+            num_kv_heads=4,
+            head_dim=128,
+            intermediate_size=1536,
+            vocab_size=151936,
+            num_params=235_093_634_560,
+            num_active_params=22_190_763_520,
+            weight_dtype="bf16",
+            max_model_len=40960,
+            num_experts=128,
+            num_experts_per_token=8,
+            source=f"{_HF}/Qwen/Qwen3-235B-A22B/blob/main/config.json (model_type qwen3_moe: 94 layers, "
+            "hidden 4096, 64 heads, 4 KV heads, head_dim 128, num_experts 128 of "
+            "moe_intermediate_size 1536, num_experts_per_tok 8, no shared experts, mlp_only_layers "
+            f"[], vocab 151936, max_position_embeddings 40960); {_AIC_CONFIGS}"
+            f"Qwen--Qwen3-235B-A22B_config.json; {_PARAMS}: 235.1B, 22.2B active (model card: "
+            "235B total, 22B activated, 32,768 native context; arXiv:2505.09388, Table 2).",
+        ),
+        ModelSpec(
+            name="qwen3-coder-480b-a35b",
+            num_layers=62,
+            hidden_size=6144,
+            num_attention_heads=96,
+            num_kv_heads=8,
+            head_dim=128,
+            intermediate_size=2560,
+            vocab_size=151936,
+            num_params=480_154_875_392,
+            num_active_params=35_474_765_312,
+            weight_dtype="bf16",
+            max_model_len=262144,
+            num_experts=160,
+            num_experts_per_token=8,
+            source=f"{_HF}/Qwen/Qwen3-Coder-480B-A35B-Instruct/blob/main/config.json (model_type "
+            "qwen3_moe: 62 layers, hidden 6144, 96 heads, 8 KV heads, head_dim 128, num_experts 160 "
+            "of moe_intermediate_size 2560, num_experts_per_tok 8, vocab 151936, "
+            f"max_position_embeddings 262144); {_AIC_CONFIGS}"
+            f"Qwen--Qwen3-Coder-480B-A35B-Instruct_config.json; {_PARAMS}: 480.2B, 35.5B active "
+            "(model card: 480B total, 35B activated, 256K native context).",
+        ),
+        ModelSpec(
+            name="minimax-m2.5",
+            num_layers=62,
+            hidden_size=3072,
+            num_attention_heads=48,
+            num_kv_heads=8,
+            head_dim=128,
+            intermediate_size=1536,
+            vocab_size=200064,
+            num_params=228_689_764_864,
+            num_active_params=11_030_553_088,
+            weight_dtype="fp8_block",
+            max_model_len=196608,
+            num_experts=256,
+            num_experts_per_token=8,
+            num_mtp_layers=3,
+            source=f"{_HF}/MiniMaxAI/MiniMax-M2.5/blob/main/config.json (model_type minimax_m2: 62 "
+            "layers, hidden 3072, 48 heads, 8 KV heads, head_dim 128, full attention in every layer "
+            "(no sliding_window, no layer_types), per-layer q/k norms, num_local_experts 256 of "
+            "intermediate_size 1536, num_experts_per_tok 8, shared_intermediate_size 0, routing "
+            "bias; use_mtp with num_mtp_modules 3 of mtp_transformer_layers 1; vocab 200064; "
+            "max_position_embeddings 196608; quantization_config fp8, weight_block_size [128, 128], "
+            f"leaving only the router gate and lm_head unconverted); {_AIC_CONFIGS}"
+            f"MiniMaxAI--MiniMax-M2.5_config.json; {_PARAMS}: 228.7B, 11.0B active (MiniMax's "
+            f"MiniMax-M2 model card, whose architecture M2.5 keeps: 230B total, 10B active); {_MTP_NOTE}.",
+        ),
+        ModelSpec(
+            name="glm-5",
+            num_layers=78,
+            hidden_size=6144,
+            num_attention_heads=64,
+            num_kv_heads=64,
+            head_dim=256,
+            intermediate_size=2048,
+            vocab_size=154880,
+            num_params=743_911_218_432,
+            num_active_params=41_784_728_832,
+            weight_dtype="bf16",
+            max_model_len=202752,
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            num_experts=256,
+            num_experts_per_token=8,
+            num_shared_experts=1,
+            num_dense_layers=3,
+            num_mtp_layers=1,
+            source=f"{_HF}/zai-org/GLM-5/blob/main/config.json (model_type glm_moe_dsa: 78 layers, "
+            "hidden 6144, 64 heads; MLA: kv_lora_rank 512, qk_rope_head_dim 64, qk_nope_head_dim "
+            "192, v_head_dim 256, q_lora_rank 2048; DeepSeek sparse attention: an indexer of 32 "
+            "heads x 128, index_topk 2048; MoE: 256 routed experts of 2048, top-8, 1 shared, "
+            "first_k_dense_replace 3 (dense MLP 12288 wide); num_nextn_predict_layers 1; vocab "
+            f"154880; max_position_embeddings 202752; bfloat16); {_AIC_CONFIGS}zai-org--GLM-5_config.json; "
+            f"{_PARAMS} with the indexer's projections: 743.9B, 41.8B active (Z.ai's model card: "
+            f"744B total, 40B active); {_MTP_NOTE}. Approximated: the DSA indexer's cached keys (128 "
+            "fp8 values and an fp32 scale, 132 bytes per token per layer in vLLM's "
+            "DeepseekV32IndexerCache and SGLang's NSA pool) are not in the KV bytes (+11% on a bf16 "
+            "latent), and attention reads the whole context, not the indexer's top 2048 tokens.",
+        ),
+    )
+)
+
+
 def _gpus(*specs: GpuSpec) -> dict[str, GpuSpec]:
     return {spec.name: spec for spec in specs}
 
@@ -1035,8 +1258,10 @@ GPU_ALIASES: dict[str, str] = {
 }
 
 #: Hugging Face ids (lower case) of the model presets; an id may also name the precision its
-#: checkpoint is served in (the ``-FP8`` / ``-FP4`` / ``-AWQ`` repositories).
-MODEL_ALIASES: dict[str, tuple[str, WeightDtype | None]] = {
+#: checkpoint is served in (the ``-FP8`` / ``-FP4`` / ``-AWQ`` repositories), and for a mixture
+#: of experts whose routed experts alone are quantized, their precision as a third entry:
+#: (preset, weight_dtype, expert_weight_dtype).
+MODEL_ALIASES: dict[str, tuple[str, WeightDtype | None] | tuple[str, WeightDtype, WeightDtype]] = {
     "meta-llama/llama-2-7b-hf": ("llama-2-7b", None),
     "meta-llama/llama-2-13b-hf": ("llama-2-13b", None),
     "meta-llama/llama-2-70b-hf": ("llama-2-70b", None),
@@ -1091,6 +1316,47 @@ MODEL_ALIASES: dict[str, tuple[str, WeightDtype | None]] = {
     **{f"nvidia/qwen3-{size}-fp4": (f"qwen3-{size}", "nvfp4") for size in _QWEN3_SIZES},
     **{f"nvidia/qwen3-{size}-nvfp4": (f"qwen3-{size}", "nvfp4") for size in _QWEN3_SIZES},
     **{f"nvidia/qwen3-{size}-fp8": (f"qwen3-{size}", "fp8") for size in _QWEN3_SIZES},
+    # Frontier mixture-of-experts (issue 22). NVIDIA's ModelOpt NVFP4 exports of DeepSeek,
+    # Kimi, GLM-5 and MiniMax leave attention (and the dense layers, shared experts, router)
+    # in 16 bits: their hf_quant_config.json exclude_modules (aiconfigurator-core 0.12.0
+    # model_configs/nvidia--DeepSeek-V3.1-NVFP4_hf_quant_config.json, ...--GLM-5-NVFP4...,
+    # ...--MiniMax-M2.5-NVFP4..., nvidia--Kimi-K2.5-NVFP4_config.json's ignore list);
+    # nvidia/Qwen3-235B-A22B-NVFP4 quantizes attention too (only the router gates excluded).
+    # DeepSeek-V3-0324 and V3.1 keep V3's config shapes; R1-0528 keeps R1's.
+    "deepseek-ai/deepseek-v3": ("deepseek-v3", None),
+    "deepseek-ai/deepseek-v3-0324": ("deepseek-v3", None),
+    "deepseek-ai/deepseek-v3.1": ("deepseek-v3", None),
+    "nvidia/deepseek-v3-0324-fp4": ("deepseek-v3", "bf16", "nvfp4"),
+    "nvidia/deepseek-v3.1-nvfp4": ("deepseek-v3", "bf16", "nvfp4"),
+    "deepseek-ai/deepseek-r1": ("deepseek-r1", None),
+    "deepseek-ai/deepseek-r1-0528": ("deepseek-r1", None),
+    "nvidia/deepseek-r1-fp4": ("deepseek-r1", "bf16", "nvfp4"),
+    "nvidia/deepseek-r1-nvfp4": ("deepseek-r1", "bf16", "nvfp4"),
+    "nvidia/deepseek-r1-0528-fp4": ("deepseek-r1", "bf16", "nvfp4"),
+    "moonshotai/kimi-k2.5": ("kimi-k2.5", None),
+    "nvidia/kimi-k2.5-nvfp4": ("kimi-k2.5", "bf16", "nvfp4"),
+    **{
+        f"qwen/qwen3-{size}{variant}": (f"qwen3-{size}", None)
+        for size in ("30b-a3b", "235b-a22b")
+        for variant in ("", "-base", "-instruct-2507", "-thinking-2507")
+    },
+    **{
+        f"qwen/qwen3-{size}{variant}-fp8": (f"qwen3-{size}", "fp8_block")
+        for size in ("30b-a3b", "235b-a22b")
+        for variant in ("", "-instruct-2507", "-thinking-2507")
+    },
+    "nvidia/qwen3-235b-a22b-nvfp4": ("qwen3-235b-a22b", "nvfp4"),
+    "nvidia/qwen3-235b-a22b-fp4": ("qwen3-235b-a22b", "nvfp4"),
+    "nvidia/qwen3-30b-a3b-nvfp4": ("qwen3-30b-a3b", "nvfp4"),
+    "nvidia/qwen3-30b-a3b-fp4": ("qwen3-30b-a3b", "nvfp4"),
+    "qwen/qwen3-coder-480b-a35b-instruct": ("qwen3-coder-480b-a35b", None),
+    "qwen/qwen3-coder-480b-a35b-instruct-fp8": ("qwen3-coder-480b-a35b", "fp8_block"),
+    "minimaxai/minimax-m2.5": ("minimax-m2.5", None),
+    "nvidia/minimax-m2.5-nvfp4": ("minimax-m2.5", "bf16", "nvfp4"),
+    "zai-org/glm-5": ("glm-5", None),
+    "zhipuai/glm-5": ("glm-5", None),  # silicon_sample.csv's name for it
+    "zai-org/glm-5-fp8": ("glm-5", "fp8_block"),
+    "nvidia/glm-5-nvfp4": ("glm-5", "bf16", "nvfp4"),
 }
 
 
@@ -1100,11 +1366,13 @@ def normal_gpu_name(name: str) -> str:
     return text.removeprefix("nvidia-")
 
 
-def _quantized(name: str, dtype: WeightDtype | None) -> ModelSpec:
+def _quantized(name: str, dtype: WeightDtype | None, experts: WeightDtype | None = None) -> ModelSpec:
+    """The preset ``name`` with its weights in ``dtype`` (all of them, unless ``experts``
+    gives the routed experts' own precision); itself when that changes nothing."""
     spec = MODEL_PRESETS[name]
-    if dtype is None or dtype == spec.weight_dtype:
+    if dtype is None or (dtype, experts) == (spec.weight_dtype, spec.expert_weight_dtype):
         return spec
-    return spec.model_copy(update={"weight_dtype": dtype, "expert_weight_dtype": None})
+    return spec.model_copy(update={"weight_dtype": dtype, "expert_weight_dtype": experts})
 
 
 _ALIASED_MODELS: dict[str, ModelSpec] = {k: _quantized(*v) for k, v in MODEL_ALIASES.items()}

@@ -205,6 +205,14 @@ class ModelSpec(FrozenModel):
         default=False,
         description="Whether the LM head shares the embedding matrix (counted once in num_params).",
     )
+    num_mtp_layers: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_LAYERS,
+        description="Multi-token-prediction layers the checkpoint carries beside its decoder "
+        "(DeepSeek-V3's num_nextn_predict_layers, MiniMax's MTP modules): engines load them only "
+        "as a speculative-decoding draft, so they are not in num_params, num_layers or the KV cache.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:

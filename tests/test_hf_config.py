@@ -16,7 +16,7 @@ from kvsim.cli import main
 from kvsim.errors import ScenarioError
 from kvsim.hf_config import HfConfigError, load_hf_config, model_spec_from_hf_config
 from kvsim.limits import MAX_HF_CONFIG_BYTES
-from kvsim.presets import MODEL_PRESETS
+from kvsim.presets import MODEL_PRESETS, resolve_model
 from kvsim.scenario.loading import dump_scenario, load_scenario
 
 try:
@@ -47,6 +47,27 @@ SHIPPED_PRESETS = {
     "mistralai--Mixtral-8x7B-v0.1_config.json": "mixtral-8x7b",
     "openai--gpt-oss-20b_config.json": "gpt-oss-20b",
     "openai--gpt-oss-120b_config.json": "gpt-oss-120b",
+    # frontier mixture-of-experts (issue 22)
+    "deepseek-ai--DeepSeek-V3_config.json": "deepseek-v3",
+    "deepseek-ai--DeepSeek-R1_config.json": "deepseek-r1",
+    "moonshotai--Kimi-K2.5_config.json": "kimi-k2.5",
+    "Qwen--Qwen3-30B-A3B_config.json": "qwen3-30b-a3b",
+    "Qwen--Qwen3-235B-A22B_config.json": "qwen3-235b-a22b",
+    "Qwen--Qwen3-Coder-480B-A35B-Instruct_config.json": "qwen3-coder-480b-a35b",
+    "MiniMaxAI--MiniMax-M2.5_config.json": "minimax-m2.5",
+    "zai-org--GLM-5_config.json": "glm-5",
+}
+#: Shipped configs of quantized checkpoints and the Hugging Face id that names them: the alias
+#: gives the precisions the config (and its hf_quant_config.json) gives.
+SHIPPED_ALIASES = {
+    "Qwen--Qwen3-235B-A22B-FP8_config.json": "Qwen/Qwen3-235B-A22B-FP8",
+    "Qwen--Qwen3-30B-A3B-FP8_config.json": "Qwen/Qwen3-30B-A3B-FP8",
+    "nvidia--Qwen3-235B-A22B-NVFP4_config.json": "nvidia/Qwen3-235B-A22B-NVFP4",
+    "nvidia--DeepSeek-V3.1-NVFP4_config.json": "nvidia/DeepSeek-V3.1-NVFP4",
+    "nvidia--Kimi-K2.5-NVFP4_config.json": "nvidia/Kimi-K2.5-NVFP4",
+    "nvidia--MiniMax-M2.5-NVFP4_config.json": "nvidia/MiniMax-M2.5-NVFP4",
+    "nvidia--GLM-5-NVFP4_config.json": "nvidia/GLM-5-NVFP4",
+    "zai-org--GLM-5-FP8_config.json": "zai-org/GLM-5-FP8",
 }
 
 #: The config.json of preset checkpoints aiconfigurator does not ship (the fields kvsim reads,
@@ -210,6 +231,7 @@ SHAPE = (
     "num_experts_per_token",
     "num_shared_experts",
     "num_dense_layers",
+    "num_mtp_layers",
 )
 
 
@@ -245,7 +267,25 @@ def test_shipped_configs_of_presets(file: str) -> None:
     assert MODEL_CONFIGS is not None
     spec = load_hf_config(MODEL_CONFIGS / file)
     _check_against_preset(spec, SHIPPED_PRESETS[file])
-    assert spec.max_model_len == MODEL_PRESETS[SHIPPED_PRESETS[file]].max_model_len
+    preset = MODEL_PRESETS[SHIPPED_PRESETS[file]]
+    assert spec.max_model_len == preset.max_model_len
+    if "(kvsim.hf_config)" in preset.source:  # a count computed by this formula: exactly it
+        assert spec.num_params == preset.num_params
+        assert spec.num_active_params == preset.num_active_params
+    assert (spec.weight_dtype, spec.expert_weight_dtype) == (
+        preset.weight_dtype,
+        preset.expert_weight_dtype,
+    ), file
+
+
+@needs_aic
+@pytest.mark.parametrize("file", sorted(SHIPPED_ALIASES))
+def test_shipped_quantized_configs_match_their_aliases(file: str) -> None:
+    assert MODEL_CONFIGS is not None
+    spec = load_hf_config(MODEL_CONFIGS / file)
+    alias = resolve_model(SHIPPED_ALIASES[file])
+    _check_against_preset(spec, alias.name)
+    assert (spec.weight_dtype, spec.expert_weight_dtype) == (alias.weight_dtype, alias.expert_weight_dtype)
 
 
 @needs_aic
@@ -389,3 +429,30 @@ def test_the_cli_takes_a_config_json(tmp_path: Path, capsys: pytest.CaptureFixtu
     path.write_text(json.dumps({**CONFIGS["qwen3-14b"], "model_type": "qwen3_next"}))
     assert main(["fit", "--model", str(path), "--gpu", "h100-sxm"]) == 2
     assert "model_type 'qwen3_next'" in capsys.readouterr().err
+
+
+def test_mtp_layers_are_recorded_not_counted() -> None:
+    """DeepSeek's num_nextn_predict_layers and MiniMax's MTP modules (when use_mtp) are kept in
+    num_mtp_layers; the parameter count and the KV cache leave them out (issue 22)."""
+    lite = CONFIGS["deepseek-v2-lite"]
+    base = model_spec_from_hf_config(lite, source="lite", name="lite")
+    mtp = model_spec_from_hf_config({**lite, "num_nextn_predict_layers": 1}, source="lite", name="lite")
+    assert (base.num_mtp_layers, mtp.num_mtp_layers) == (0, 1)
+    assert mtp.num_params == base.num_params and mtp.num_layers == base.num_layers
+    minimax = {
+        "model_type": "minimax_m2",
+        "num_hidden_layers": 4,
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "intermediate_size": 128,
+        "vocab_size": 1000,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "max_position_embeddings": 4096,
+        "num_mtp_modules": 3,
+        "mtp_transformer_layers": 1,
+    }
+    assert model_spec_from_hf_config(minimax, source="m", name="m").num_mtp_layers == 0  # no use_mtp
+    assert model_spec_from_hf_config({**minimax, "use_mtp": True}, source="m", name="m").num_mtp_layers == 3

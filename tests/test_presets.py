@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from kvsim.errors import KvsimError, ScenarioError
-from kvsim.kv_sizing import GIB, kv_bytes_per_token
+from kvsim.kv_sizing import GIB, kv_bytes_for_context, kv_bytes_per_token
 from kvsim.presets import (
     GPU_PRESETS,
     MODEL_PRESETS,
@@ -50,6 +50,16 @@ REQUIRED_MODELS = {
     "qwen3-8b",
     "qwen3-14b",
     "qwen3-32b",
+    # frontier mixture-of-experts as deployed: silicon_sample.csv's MoE / MLA rows (issue 22)
+    "deepseek-v3",
+    "deepseek-r1",
+    "kimi-k2.5",
+    "qwen3-30b-a3b",
+    "qwen3-235b-a22b",
+    "qwen3-coder-480b-a35b",
+    "gpt-oss-120b",
+    "minimax-m2.5",
+    "glm-5",
 }
 REQUIRED_GPUS = {
     "a100-40gb",
@@ -84,6 +94,14 @@ WIDE_ATTENTION = {
     "qwen3-0.6b",  # 16 heads x 128 = 2,048 against a hidden size of 1,024
     "qwen3-4b",
     "qwen3-32b",
+    "deepseek-v3",  # MLA: 128 heads x 128 against 7,168
+    "deepseek-r1",
+    "kimi-k2.5",
+    "qwen3-30b-a3b",
+    "qwen3-235b-a22b",
+    "qwen3-coder-480b-a35b",
+    "minimax-m2.5",
+    "glm-5",
 }
 
 
@@ -158,8 +176,8 @@ def test_unknown_names_suggest_close_matches_and_list_all() -> None:
     assert isinstance(err.value, KvsimError) and isinstance(err.value, LookupError)
     with pytest.raises(UnknownPresetError, match="did you mean 'llama-2-7b'"):
         resolve_model("llama2-7b")
-    with pytest.raises(UnknownPresetError, match=r"unknown model preset 'gpt-5'; available: deepseek"):
-        resolve_model("gpt-5")
+    with pytest.raises(UnknownPresetError, match=r"unknown model preset 'bloom-176b'; available: deepseek"):
+        resolve_model("bloom-176b")
 
 
 def test_tp_rules() -> None:
@@ -378,3 +396,132 @@ def test_new_gpu_presets_figures() -> None:
         )
         if spec.fp4_flops is not None:
             assert spec.sm_version in (100, 103, 120)
+
+
+# -- frontier mixture-of-experts (issue 22) ---------------------------------------------------
+# Every figure below is read off the checkpoint's config.json as aiconfigurator-core 0.12.0
+# ships it (aiconfigurator_core/model_configs/<file>) and its Hugging Face model card.
+
+
+def test_frontier_presets_kv_bytes_per_token_by_hand() -> None:
+    """MLA: layers x (kv_lora_rank + qk_rope_head_dim) x bytes; GQA: 2 x layers x KV heads x
+    head_dim x bytes; one latent per token whatever the TP degree (MLA), heads split by TP (GQA)."""
+    mla = {
+        # deepseek-ai--DeepSeek-V3_config.json / --DeepSeek-R1_config.json: 61 layers, kv_lora_rank
+        # 512, qk_rope_head_dim 64 (DeepSeek-V3 card; arXiv:2412.19437 section 2.1.1)
+        "deepseek-v3": 61 * (512 + 64),  # 35,136 elements
+        "deepseek-r1": 61 * (512 + 64),
+        # moonshotai--Kimi-K2.5_config.json, text_config: 61 layers, 512 + 64
+        "kimi-k2.5": 61 * (512 + 64),
+        # zai-org--GLM-5_config.json: 78 layers, 512 + 64 (the DSA indexer's keys not counted)
+        "glm-5": 78 * (512 + 64),  # 44,928 elements
+    }
+    for name, elements in mla.items():
+        spec = MODEL_PRESETS[name]
+        assert spec.attention_kind == "mla", name
+        assert kv_bytes_per_token(spec) == elements * 2, name  # bf16 latent ("auto" for fp8 weights)
+        assert kv_bytes_per_token(spec, "fp8", tp=8) == elements, name
+    assert kv_bytes_per_token(MODEL_PRESETS["deepseek-v3"]) == 70_272
+    assert kv_bytes_per_token(MODEL_PRESETS["glm-5"]) == 89_856
+    gqa = {
+        # Qwen--Qwen3-30B-A3B_config.json: 48 layers, 4 KV heads, head_dim 128
+        "qwen3-30b-a3b": (48, 4, 128),
+        # Qwen--Qwen3-235B-A22B_config.json: 94 layers, 4 KV heads, head_dim 128
+        "qwen3-235b-a22b": (94, 4, 128),
+        # Qwen--Qwen3-Coder-480B-A35B-Instruct_config.json: 62 layers, 8 KV heads, head_dim 128
+        "qwen3-coder-480b-a35b": (62, 8, 128),
+        # MiniMaxAI--MiniMax-M2.5_config.json: 62 layers, 8 KV heads, head_dim 128, all full attention
+        "minimax-m2.5": (62, 8, 128),
+    }
+    for name, (layers, kv_heads, head_dim) in gqa.items():
+        spec = MODEL_PRESETS[name]
+        assert spec.attention_kind == "gqa" and spec.sliding_window is None, name
+        assert kv_bytes_per_token(spec) == 2 * layers * kv_heads * head_dim * 2, name
+        assert kv_bytes_per_token(spec, tp=2) == 2 * layers * (kv_heads // 2) * head_dim * 2, name
+    assert kv_bytes_per_token(MODEL_PRESETS["qwen3-235b-a22b"]) == 192_512
+    # openai--gpt-oss-120b_config.json: 36 layers, layer_types 18 sliding_attention (window 128)
+    # + 18 full_attention, 8 KV heads x 64: per attention kind, 18 x 2 x 8 x 64 x 2 = 36,864 bytes
+    # per token held; a 10,000-token context holds all of it in the full layers, 128 in the others.
+    oss = MODEL_PRESETS["gpt-oss-120b"]
+    assert (oss.num_full_layers, oss.num_window_layers, oss.sliding_window) == (18, 18, 128)
+    per_kind = 18 * 2 * 8 * 64 * 2
+    assert kv_bytes_per_token(oss) == 2 * per_kind == 73_728
+    assert kv_bytes_for_context(oss, 10_000) == per_kind * 10_000 + per_kind * 128
+
+
+def test_frontier_presets_architecture() -> None:
+    """Routed and shared experts, top-k, dense first layers, MTP layers, from the configs."""
+    expect = {
+        # name: (routed experts, top-k, shared, dense first layers, MTP layers, expert width)
+        "deepseek-v3": (256, 8, 1, 3, 1, 2048),  # n_routed_experts, ..., first_k_dense_replace 3
+        "deepseek-r1": (256, 8, 1, 3, 1, 2048),
+        "kimi-k2.5": (384, 8, 1, 1, 0, 2048),  # num_nextn_predict_layers 0
+        "glm-5": (256, 8, 1, 3, 1, 2048),
+        "qwen3-30b-a3b": (128, 8, 0, 0, 0, 768),
+        "qwen3-235b-a22b": (128, 8, 0, 0, 0, 1536),
+        "qwen3-coder-480b-a35b": (160, 8, 0, 0, 0, 2560),
+        "minimax-m2.5": (256, 8, 0, 0, 3, 1536),  # use_mtp, num_mtp_modules 3
+        "gpt-oss-120b": (128, 4, 0, 0, 0, 2880),
+    }
+    for name, (experts, top_k, shared, dense, mtp, width) in expect.items():
+        spec = MODEL_PRESETS[name]
+        got = (
+            spec.num_experts,
+            spec.num_experts_per_token,
+            spec.num_shared_experts,
+            spec.num_dense_layers,
+            spec.num_mtp_layers,
+            spec.intermediate_size,
+        )
+        assert got == (experts, top_k, shared, dense, mtp, width), name
+    # The model cards' rounded totals (billions) and active counts (embeddings counted as active
+    # here, so a little above the cards' figures where they leave them out).
+    card = {
+        "deepseek-v3": (671, 37),
+        "deepseek-r1": (671, 37),
+        "kimi-k2.5": (1000, 32),  # card: "1T" total, 32B activated
+        "glm-5": (744, 40),
+        "qwen3-30b-a3b": (30.5, 3.3),
+        "qwen3-235b-a22b": (235, 22),
+        "qwen3-coder-480b-a35b": (480, 35),
+        "minimax-m2.5": (230, 10),
+    }
+    for name, (total_b, active_b) in card.items():
+        spec = MODEL_PRESETS[name]
+        rel = 0.03 if name == "kimi-k2.5" else 0.006  # "1T" is rounded harder
+        assert spec.num_params / 1e9 == pytest.approx(total_b, rel=rel), name
+        assert active_b <= spec.active_params / 1e9 <= active_b * 1.11, name
+    assert MODEL_PRESETS["deepseek-v3"].weight_dtype == "fp8_block"  # the checkpoint's block-scaled fp8
+    kimi = MODEL_PRESETS["kimi-k2.5"]
+    assert (kimi.weight_dtype, kimi.expert_weight_dtype) == ("bf16", "int4")  # native int4 experts
+    assert MODEL_PRESETS["minimax-m2.5"].weight_dtype == "fp8_block"
+    assert MODEL_PRESETS["deepseek-r1"].model_copy(update={"name": "deepseek-v3", "source": ""}) == (
+        MODEL_PRESETS["deepseek-v3"].model_copy(update={"source": ""})
+    )
+
+
+def test_frontier_hugging_face_ids_resolve_with_their_precision() -> None:
+    cases = {
+        # id as silicon_sample.csv or Hugging Face spells it: (preset, weights, routed experts)
+        "deepseek-ai/DeepSeek-V3": ("deepseek-v3", "fp8_block", None),
+        "deepseek-ai/DeepSeek-R1": ("deepseek-r1", "fp8_block", None),
+        "nvidia/DeepSeek-R1-NVFP4": ("deepseek-r1", "bf16", "nvfp4"),
+        "nvidia/DeepSeek-V3.1-NVFP4": ("deepseek-v3", "bf16", "nvfp4"),
+        "moonshotai/Kimi-K2.5": ("kimi-k2.5", "bf16", "int4"),
+        "nvidia/Kimi-K2.5-NVFP4": ("kimi-k2.5", "bf16", "nvfp4"),
+        "Qwen/Qwen3-235B-A22B": ("qwen3-235b-a22b", "bf16", None),
+        "Qwen/Qwen3-235B-A22B-FP8": ("qwen3-235b-a22b", "fp8_block", None),
+        "nvidia/Qwen3-235B-A22B-NVFP4": ("qwen3-235b-a22b", "nvfp4", None),
+        "Qwen/Qwen3-30B-A3B-Instruct-2507": ("qwen3-30b-a3b", "bf16", None),
+        "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8": ("qwen3-coder-480b-a35b", "fp8_block", None),
+        "openai/gpt-oss-120b": ("gpt-oss-120b", "bf16", "mxfp4"),
+        "MiniMaxAI/MiniMax-M2.5": ("minimax-m2.5", "fp8_block", None),
+        "nvidia/MiniMax-M2.5-NVFP4": ("minimax-m2.5", "bf16", "nvfp4"),
+        "zhipuai/GLM-5": ("glm-5", "bf16", None),
+        "zai-org/GLM-5-FP8": ("glm-5", "fp8_block", None),
+        "nvidia/GLM-5-NVFP4": ("glm-5", "bf16", "nvfp4"),
+    }
+    for alias, (name, weights, experts) in cases.items():
+        spec = resolve_model(alias)
+        assert (spec.name, spec.weight_dtype, spec.expert_weight_dtype) == (name, weights, experts), alias
+        assert spec.num_params == MODEL_PRESETS[name].num_params

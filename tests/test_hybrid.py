@@ -177,3 +177,53 @@ def test_preempting_a_request_with_private_blocks_publishes_them_in_every_group(
     assert a.private_from_token == NEVER_PRIVATE
     for _, view in kv.groups(a):
         assert [b.block_hash for b in view.blocks[:2]] == view.block_hashes[:2]
+
+
+@pytest.mark.parametrize(
+    ("blocks", "caching", "sinks"),
+    [(700, True, 0), (3000, True, 0), (700, False, 0), (700, True, 20)],
+)
+def test_the_decode_hot_path_equals_the_allocator_path_for_hybrid_models(
+    monkeypatch: pytest.MonkeyPatch, blocks: int, caching: bool, sinks: int
+) -> None:
+    """Issue 22: a hybrid decode that needs no block, fills none and lets none leave the
+    window skips the allocator (`HybridKvManager.decode_slot_ready`); forced through
+    remove_skipped_blocks / fit_chunk / allocate_slots every step, the run is the same, bit
+    for bit, under preemption (700 blocks), with and without caching and with sinks."""
+    model = resolve_model("gemma-3-1b").model_dump() | {"num_sink_tokens": sinks}
+    scenario = _gemma(num_gpu_blocks_override=blocks, enable_prefix_caching=caching) | {"model": model}
+    fast = kvsim.run(scenario)
+    monkeypatch.setattr(HybridKvManager, "decode_slot_ready", lambda self, req, nc: False)
+    slow = kvsim.run(scenario)
+    assert fast.summary["num_finished"] == 40
+    if blocks == 700:
+        assert fast.iterations.num_waiting.max() > 0 and fast.summary["kv_usage_peak"] > 0.9
+    for attr in ("requests", "iterations", "events"):
+        assert_frame_equal(getattr(fast, attr), getattr(slow, attr), check_exact=True)
+    assert fast.summary == slow.summary or str(fast.summary) == str(slow.summary)
+
+
+def test_decode_slot_ready_stops_at_every_block_event() -> None:
+    """The hot path's condition, token by token: false exactly where the allocator has work
+    (a new block, a block filled with caching on, a block leaving a window group)."""
+    _pool, kv, s = tiny()
+    r = Request(spec(0, 30, 40))
+    s.add_request(r)
+    bs, window = kv.block_size, kv.window.sliding_window
+    seen = 0
+    for t in range(60):
+        nc = r.num_computed_tokens
+        if r.num_output_tokens and r.status is Status.RUNNING:
+            ready = kv.decode_slot_ready(r, nc)
+            views = [r, *(r.group_views or [])]
+            needs_block = any(len(v.blocks) * bs <= nc for v in views)
+            fills = (nc + 1) % bs == 0
+            leaves = any(
+                min(max(0, nc - window + 1) // bs, len(v.blocks)) > v.num_skipped_blocks
+                for m, v in kv.groups(r)
+                if m is kv.window
+            )
+            assert ready == (not (needs_block or fills or leaves)), nc
+            seen += ready
+        step(s, float(t))
+    assert seen > 10

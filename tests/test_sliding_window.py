@@ -134,3 +134,28 @@ def test_fast_forward_equals_stepping_with_sinks_and_the_cut_chunks() -> None:
         overrides={"workload.num_requests": 4, "model": model},
     )
     assert sinks.summary["num_finished"] == 4
+
+
+def test_the_decode_hot_path_equals_the_allocator_path_with_a_window(monkeypatch) -> None:
+    """Issue 22: a sliding-window decode that needs no block, fills none and lets none leave
+    the window skips the allocator (`SlidingWindowManager.decode_slot_ready`); forced
+    through remove_skipped_blocks / fit_chunk / allocate_slots every step, the run is the
+    same, bit for bit: a pool that preempts, sinks, caching on and off."""
+    from pandas.testing import assert_frame_equal
+
+    model = kvsim.presets.resolve_model("mistral-7b").model_dump() | {"num_sink_tokens": 4}
+    path = ROOT / "scenarios" / "sliding_window_mistral.yaml"
+    for caching in (True, False):
+        ov = {
+            "workload.num_requests": 8,
+            "replicas.0.engine.num_gpu_blocks_override": 600,
+            "replicas.0.engine.enable_prefix_caching": caching,
+            "model": model,
+        }
+        fast = kvsim.run(path, overrides=ov)
+        with monkeypatch.context() as m:
+            m.setattr(SlidingWindowManager, "decode_slot_ready", lambda self, req, nc: False)
+            slow = kvsim.run(path, overrides=ov)
+        assert fast.summary["num_finished"] == 8
+        for attr in ("requests", "iterations", "events"):
+            assert_frame_equal(getattr(fast, attr), getattr(slow, attr), check_exact=True)

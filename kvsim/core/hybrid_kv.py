@@ -117,7 +117,11 @@ class HybridKvManager(FullAttentionManager):
     def attended_tokens(self, num_tokens: int) -> int:
         """Tokens of every layer's KV the next token reads, in whole-model tokens (rounded)."""
         full, window = self.num_full_layers, self.num_window_layers
-        read = full * num_tokens + window * self.window.attended_tokens(num_tokens)
+        w = self.window
+        span = w.sliding_window + w.num_sink_tokens
+        if num_tokens >= span:  # the window and the sinks, whole: w.attended_tokens inline
+            return round((full * num_tokens + window * span) / (full + window))
+        read = full * num_tokens + window * w.attended_tokens(num_tokens)
         return round(read / (full + window))
 
     def max_blocks_needed(self, num_tokens: int) -> int:
@@ -133,6 +137,21 @@ class HybridKvManager(FullAttentionManager):
         for manager, view in self.groups(req):
             if manager is self.window:
                 manager.remove_skipped_blocks(view)
+
+    def decode_slot_ready(self, req: Request, nc: int) -> bool:
+        """`FullAttentionManager.decode_slot_ready` in every group (a window group's
+        blocks leave the window at the same tokens in all of them)."""
+        views = req.group_views
+        bs = self.block_size
+        if views is None or len(req.blocks) * bs <= nc or (self.enable_caching and (nc + 1) % bs == 0):
+            return False
+        n_full = self.num_full_groups - 1  # group 0 is the request itself
+        n_skip = max(0, nc - self.window.sliding_window + 1) // bs  # window._first_attended_block
+        for g, view in enumerate(views):
+            n = len(view.blocks)
+            if n * bs <= nc or (g >= n_full and min(n_skip, n) > view.num_skipped_blocks):
+                return False
+        return True
 
     def fit_chunk(self, req: Request, num_new_tokens: int, num_hit_blocks: int = 0) -> int:
         """The longest chunk whose blocks, in every group, fit the pool together."""

@@ -54,6 +54,14 @@ class FullAttentionManager:
     def remove_skipped_blocks(self, req: Request) -> None:
         """Free blocks no future token attends to (none under full attention)."""
 
+    def decode_slot_ready(self, req: Request, nc: int) -> bool:
+        """Whether a decode of ``req`` (``nc`` tokens computed, one more now) would change
+        nothing here: its slot is allocated, it fills no block (with caching) and, with a
+        window, no block leaves it. Then `remove_skipped_blocks`, `fit_chunk` and
+        `allocate_slots` are no-ops for it and the scheduler may skip them."""
+        bs = self.block_size
+        return len(req.blocks) * bs > nc and (not self.enable_caching or (nc + 1) % bs != 0)
+
     def fit_chunk(self, req: Request, num_new_tokens: int, num_hit_blocks: int = 0) -> int:
         """``num_new_tokens`` capped so that computing them, alone, fits the pool.
 
@@ -370,6 +378,14 @@ class SlidingWindowManager(FullAttentionManager):
         while n < len(blocks) and blocks[n] is None:
             n += 1
         return n if n > self.num_sink_blocks else 0
+
+    def decode_slot_ready(self, req: Request, nc: int) -> bool:
+        bs = self.block_size
+        return (
+            len(req.blocks) * bs > nc
+            and (not self.enable_caching or (nc + 1) % bs != 0)
+            and min(self._first_attended_block(nc), len(req.blocks)) <= req.num_skipped_blocks
+        )
 
     def remove_skipped_blocks(self, req: Request) -> None:
         n_skip = min(self._first_attended_block(req.num_computed_tokens), len(req.blocks))

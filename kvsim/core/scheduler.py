@@ -69,12 +69,20 @@ class _Step:
     loaded_blocks: int = 0
 
 
-def _take_back(victim: Request, scheduled: dict[Request, int]) -> tuple[int, int]:
+def _take_back(victim: Request, scheduled: dict[Request, int], kv: FullAttentionManager) -> tuple[int, int]:
     """Unschedule ``victim`` (scheduled earlier in this iteration, now preempted): the tokens
     it gives back to the budget, and its context if it was a hot-path decode (marked 0),
     else 0."""
     n = scheduled.pop(victim)
-    return (1, victim.num_computed_tokens + 1) if n == 0 else (n, 0)
+    return (1, kv.attended_tokens(victim.num_computed_tokens + 1)) if n == 0 else (n, 0)
+
+
+def _drop_skipped(kv: FullAttentionManager, req: Request) -> bool:
+    """`remove_skipped_blocks` for ``req``, then True: what the general path does first
+    for a decode (so a decode whose only event is a block leaving the window is then
+    ready for the hot path, and one that still needs the allocator finds it done)."""
+    kv.remove_skipped_blocks(req)
+    return True
 
 
 class Scheduler:
@@ -263,6 +271,15 @@ class Scheduler:
         bs = kv.block_size
         caching = kv.enable_caching
         hot_path_ok = kv.supports_decode_fast_path and self.kv_cache_enabled and self.speculator is None
+        # Sliding-window and hybrid managers: a decode that neither needs a block, fills one
+        # nor lets one leave the window skips the allocator too (`decode_slot_ready`); the
+        # others take the general path below, exactly as before.
+        slot_ready = (
+            kv.decode_slot_ready
+            if not hot_path_ok and self.kv_cache_enabled and self.speculator is None
+            else None
+        )
+        attended = kv.attended_tokens
         running = self.running
         scheduled = step.scheduled
         budget = step.budget
@@ -286,6 +303,18 @@ class Scheduler:
                 budget -= 1
                 i += 1
                 continue
+            if (
+                slot_ready is not None
+                and req.num_tokens - nc == 1
+                and req.num_output_tokens
+                and (slot_ready(req, nc) or (_drop_skipped(kv, req) and slot_ready(req, nc)))
+            ):
+                scheduled[req] = 0
+                num_fast += 1
+                fast_ctx += attended(nc + 1)
+                budget -= 1
+                i += 1
+                continue
             step.budget = budget
             # The next token, or a prefill chunk; speculating, the drafts after it too.
             num_new = self._chunk(req.num_tokens - nc + req.num_spec_tokens, step)
@@ -295,7 +324,7 @@ class Scheduler:
             while not kv.allocate_slots(req, num_new):
                 victim = running.pop(self.queue.victim_index(running))
                 if victim in scheduled:  # already scheduled this iteration: give its budget back
-                    n_victim, ctx = _take_back(victim, scheduled)
+                    n_victim, ctx = _take_back(victim, scheduled, kv)
                     budget += n_victim
                     if ctx:
                         num_fast -= 1
@@ -405,7 +434,7 @@ class Scheduler:
             if victim in co.members:
                 self._undo_lazy_decode(victim, step, decoded=victim.run_seq < req.run_seq)
             elif victim in step.scheduled:
-                n_victim, ctx = _take_back(victim, step.scheduled)
+                n_victim, ctx = _take_back(victim, step.scheduled, self.kv)
                 step.budget += n_victim
                 if ctx:
                     step.num_fast_decodes -= 1

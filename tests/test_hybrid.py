@@ -187,13 +187,17 @@ def test_the_decode_hot_path_equals_the_allocator_path_for_hybrid_models(
     monkeypatch: pytest.MonkeyPatch, blocks: int, caching: bool, sinks: int
 ) -> None:
     """Issue 22: a hybrid decode that needs no block, fills none and lets none leave the
-    window skips the allocator (`HybridKvManager.decode_slot_ready`); forced through
-    remove_skipped_blocks / fit_chunk / allocate_slots every step, the run is the same, bit
-    for bit, under preemption (700 blocks), with and without caching and with sinks."""
+    window skips the allocator (`HybridKvManager.decode_slot_ready`), and allocate_slots
+    without hits skips the hit lists (`_allocate_no_hits`); forced through
+    remove_skipped_blocks / fit_chunk / the general allocate_slots every step, the run is
+    the same, bit for bit, under preemption (700 blocks), with and without caching and with sinks."""
     model = resolve_model("gemma-3-1b").model_dump() | {"num_sink_tokens": sinks}
     scenario = _gemma(num_gpu_blocks_override=blocks, enable_prefix_caching=caching) | {"model": model}
     fast = kvsim.run(scenario)
     monkeypatch.setattr(HybridKvManager, "decode_slot_ready", lambda self, req, nc: False)
+    monkeypatch.setattr(  # and allocate_slots' general path for requests without hits too
+        HybridKvManager, "_allocate_no_hits", lambda self, req, n: self._allocate_with_hits(req, n, ())
+    )
     slow = kvsim.run(scenario)
     assert fast.summary["num_finished"] == 40
     if blocks == 700:

@@ -212,6 +212,14 @@ class HybridKvManager(FullAttentionManager):
     ) -> bool:
         """Room for ``num_new_tokens`` more tokens in every group, or nothing (returns False)."""
         assert num_loaded == 0, "no offload tier for hybrid models"
+        if not new_computed and req.request_id not in self._pending:
+            return self._allocate_no_hits(req, num_new_tokens)
+        return self._allocate_with_hits(req, num_new_tokens, new_computed)
+
+    def _allocate_with_hits(
+        self, req: Request, num_new_tokens: int, new_computed: Sequence[KVBlock | None]
+    ) -> bool:
+        """`allocate_slots` in general: every group's hits (from `get_computed_blocks`) attached."""
         bs, pool = self.block_size, self.pool
         groups = self.groups(req)
         others = self._pending.pop(req.request_id, []) or [[] for _ in groups[1:]]
@@ -229,6 +237,31 @@ class HybridKvManager(FullAttentionManager):
             return False
         for (manager, view), h in zip(groups, hits, strict=True):
             self._extend(manager, view, h, required, min(num_computed + num_new_tokens, req.num_tokens))
+        return True
+
+    def _allocate_no_hits(self, req: Request, num_new_tokens: int) -> bool:
+        """`allocate_slots` without prefix hits (every decode and later chunk): the same
+        blocks taken, group by group, and the same blocks registered, minus the hit lists."""
+        bs, pool = self.block_size, self.pool
+        if req.group_views is None:
+            self.groups(req)
+        assert req.group_views is not None
+        views = (req, *req.group_views)
+        end = req.num_computed_tokens + num_new_tokens
+        required = -(-end // bs)
+        need = 0
+        for view in views:
+            if required > len(view.blocks):
+                need += required - len(view.blocks)
+        if need > pool.num_free_blocks:
+            return False
+        num_full = min(end, req.num_tokens) // bs
+        caching, n_full = self.enable_caching, self.num_full_groups
+        for g, view in enumerate(views):
+            if required > len(view.blocks):
+                view.blocks.extend(pool.get_new_blocks(required - len(view.blocks)))
+            if caching and num_full > view.num_cached_blocks:
+                FullAttentionManager.cache_full_blocks(self if g < n_full else self.window, view, num_full)
         return True
 
     def _extend(

@@ -134,9 +134,13 @@ class HybridKvManager(FullAttentionManager):
         return len(self.all_blocks(req))
 
     def remove_skipped_blocks(self, req: Request) -> None:
-        for manager, view in self.groups(req):
-            if manager is self.window:
-                manager.remove_skipped_blocks(view)
+        if req.group_views is None:
+            self.groups(req)
+        assert req.group_views is not None
+        window = self.window
+        # The window groups, in group order (group 0, the request itself, is full attention).
+        for view in req.group_views[self.num_full_groups - 1 :]:
+            window.remove_skipped_blocks(view)
 
     def decode_slot_ready(self, req: Request, nc: int) -> bool:
         """`FullAttentionManager.decode_slot_ready` in every group (a window group's

@@ -78,7 +78,8 @@ def test_a_window_group_missing_its_window_shortens_the_hit() -> None:
     # there; a hit of 3 blocks needs positions 1..2 of the windows: 6, 7 and 11, 12.
     block = pool.blocks[13]
     pool.free_queue.remove(block)
-    pool._evict(block)
+    pool._evict([block])  # taken for new data: its hash is gone
+    block.ref_cnt = 0
     pool.free_queue.append(block)
     b = Request(spec(1, [(1, 16), (3, 4)], output=2))
     s.add_request(b)

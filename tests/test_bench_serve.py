@@ -314,14 +314,11 @@ def test_same_seed_same_requests_and_times():
     assert c.requests["prompt_tokens"].tolist() != a.requests["prompt_tokens"].tolist()
 
 
-def test_the_decode_cohort_equals_walking_every_request_with_the_closed_loop(monkeypatch):
-    import kvsim.engine.replica as replica_module
-
+def test_the_decode_cohort_equals_walking_every_request_with_the_closed_loop():
     scenario = bench(None, {"num_gpu_blocks_override": 400}, num_prompts=150, max_concurrency=20, num_warmups=10,
                      random_input_len=500, random_output_len=120, random_range_ratio=0.8)  # fmt: skip
     lazy = kvsim.run(scenario)
-    monkeypatch.setattr(replica_module, "LAZY_DECODES", False)
-    eager = kvsim.run(scenario)
+    eager = kvsim.run(scenario, lazy_decodes=False)
     assert lazy.summary["num_preemptions"] > 0
     assert_frame_equal(lazy.requests, eager.requests, check_exact=True)
     assert_frame_equal(lazy.iterations, eager.iterations, check_exact=True)

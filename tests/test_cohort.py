@@ -1,6 +1,6 @@
 """The decode cohort (`kvsim.core.cohort`): hand-computed bookkeeping on tiny cases, and
 every table equal, bit for bit, to the engine that walks every running request each
-iteration (``LAZY_DECODES = False``), on the fast-forward cases of the engine and the
+iteration (``kvsim.run(..., lazy_decodes=False)``), on the fast-forward cases of the engine and the
 cluster, on random small scenarios and on random clusters."""
 
 from __future__ import annotations
@@ -28,15 +28,6 @@ from kvsim.core.scheduler import Scheduler
 from kvsim.engine import replica as replica_module
 
 CHAT = ROOT / "scenarios" / "chat_sessions.yaml"
-
-
-def _eager(fn: Any) -> kvsim.Result:
-    saved = replica_module.LAZY_DECODES
-    replica_module.LAZY_DECODES = False
-    try:
-        return fn()
-    finally:
-        replica_module.LAZY_DECODES = saved
 
 
 def assert_identical(a: kvsim.Result, b: kvsim.Result) -> None:
@@ -166,7 +157,7 @@ def test_a_decode_run_stops_before_the_allocation_the_free_blocks_cannot_serve()
 def test_the_cohort_changes_nothing_on_the_engine_cases(case: str) -> None:
     ov = ["workload.num_requests=250", *ENGINE_CASES[case]]
     lazy = kvsim.run(None, overrides=ov)
-    eager = _eager(lambda: kvsim.run(None, overrides=[*ov, "sim.fast_forward=false"]))
+    eager = kvsim.run(None, overrides=[*ov, "sim.fast_forward=false"], lazy_decodes=False)
     assert_identical(lazy, eager)
 
 
@@ -175,7 +166,7 @@ def test_the_cohort_changes_nothing_on_the_engine_cases(case: str) -> None:
 def test_the_cohort_changes_nothing_on_the_cluster_cases(case: str) -> None:
     ov = [*ROUTED, "workload.num_requests=200", *CLUSTER_CASES[case]]
     lazy = kvsim.run(CHAT, overrides=ov)
-    eager = _eager(lambda: kvsim.run(CHAT, overrides=[*ov, "sim.fast_forward=false"]))
+    eager = kvsim.run(CHAT, overrides=[*ov, "sim.fast_forward=false"], lazy_decodes=False)
     assert_identical(lazy, eager)
 
 
@@ -193,13 +184,15 @@ def test_the_cohort_changes_nothing_on_the_cluster_cases(case: str) -> None:
 def test_the_cohort_changes_nothing_on_catalogue_scenarios(path: str) -> None:
     ov = ["workload.num_requests=150"]
     lazy = kvsim.run(ROOT / "scenarios" / path, overrides=ov)
-    eager = _eager(lambda: kvsim.run(ROOT / "scenarios" / path, overrides=ov))
+    eager = kvsim.run(ROOT / "scenarios" / path, overrides=ov, lazy_decodes=False)
     assert_identical(lazy, eager)
 
 
 def test_the_cohort_changes_nothing_on_the_retention_tiers_scenario() -> None:
     path = ROOT / "scenarios" / "retention_tiers.yaml"
-    assert_identical(kvsim.run(path), _eager(lambda: kvsim.run(path, overrides=["sim.fast_forward=false"])))
+    assert_identical(
+        kvsim.run(path), kvsim.run(path, overrides=["sim.fast_forward=false"], lazy_decodes=False)
+    )
 
 
 @pytest.mark.parametrize("policy", ["lru", "retention"])
@@ -207,7 +200,7 @@ def test_the_cohort_changes_nothing_under_retention_priorities(policy: str) -> N
     scenario = retention_scenario(policy)
     lazy = kvsim.run(scenario)
     assert lazy.summary["num_evicted_blocks"] > 1000
-    assert_identical(lazy, _eager(lambda: kvsim.run(scenario | {"sim": {"fast_forward": False}})))
+    assert_identical(lazy, kvsim.run(scenario | {"sim": {"fast_forward": False}}, lazy_decodes=False))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -216,13 +209,13 @@ def test_the_cohort_changes_nothing_on_random_small_scenarios(case: Any) -> None
     scenario, reqs = case
     for fast_forward in (True, False):
         run = scenario | {"sim": {"fast_forward": fast_forward}}
-        assert_identical(kvsim.run(run, requests=reqs), _eager(lambda run=run: kvsim.run(run, requests=reqs)))
+        assert_identical(kvsim.run(run, requests=reqs), kvsim.run(run, requests=reqs, lazy_decodes=False))
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clusters())
 def test_the_cohort_changes_nothing_on_random_clusters(data: dict[str, Any]) -> None:
-    assert_identical(kvsim.run(data), _eager(lambda: kvsim.run(data)))
+    assert_identical(kvsim.run(data), kvsim.run(data, lazy_decodes=False))
 
 
 # --------------------------------------------------------------------------- preemption inside the cohort
@@ -272,7 +265,7 @@ def test_a_member_preempted_after_its_token_was_scheduled_keeps_the_block_it_fil
     lazy = kvsim.run(scenario, requests=reqs)
     assert (0, True) in seen
     assert lazy.summary["num_preemptions"] >= 1
-    assert_identical(lazy, _eager(lambda: kvsim.run(scenario, requests=reqs)))
+    assert_identical(lazy, kvsim.run(scenario, requests=reqs, lazy_decodes=False))
 
 
 def test_members_after_a_request_that_preempts_itself_do_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -282,7 +275,7 @@ def test_members_after_a_request_that_preempts_itself_do_not_run(monkeypatch: py
     scenario, reqs = _priority_decoders(6, 58)
     lazy = kvsim.run(scenario, requests=reqs)
     assert (2, False) in seen
-    assert_identical(lazy, _eager(lambda: kvsim.run(scenario, requests=reqs)))
+    assert_identical(lazy, kvsim.run(scenario, requests=reqs, lazy_decodes=False))
 
 
 @st.composite
@@ -319,11 +312,13 @@ def _pressured_runs(draw: Any) -> tuple[dict[str, Any], list[Any]]:
 @given(_pressured_runs())
 def test_the_cohort_changes_nothing_under_memory_pressure(case: Any) -> None:
     scenario, reqs = case
-    assert_identical(kvsim.run(scenario, requests=reqs), _eager(lambda: kvsim.run(scenario, requests=reqs)))
+    assert_identical(
+        kvsim.run(scenario, requests=reqs), kvsim.run(scenario, requests=reqs, lazy_decodes=False)
+    )
 
 
-def test_the_cohort_carries_most_decodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Not a no-op: on a loaded replica most decodes are advanced by the cohort."""
+def _count_decodes(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Decodes of every iteration applied from now on: all of them, and the cohort's."""
     counted = {"lazy": 0, "all": 0}
     real_update = replica_module.Scheduler.update
 
@@ -333,5 +328,18 @@ def test_the_cohort_carries_most_decodes(monkeypatch: pytest.MonkeyPatch) -> Non
         return real_update(self, out, t_end)
 
     monkeypatch.setattr(replica_module.Scheduler, "update", counting_update)
+    return counted
+
+
+def test_the_cohort_carries_most_decodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a no-op: on a loaded replica most decodes are advanced by the cohort."""
+    counted = _count_decodes(monkeypatch)
     kvsim.run(None, overrides=["workload.num_requests=250", "sim.fast_forward=false"])
     assert counted["lazy"] > 0.8 * counted["all"]
+
+
+def test_without_lazy_decodes_every_decode_is_walked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference the comparisons above run against is really the eager engine."""
+    counted = _count_decodes(monkeypatch)
+    kvsim.run(None, overrides=["workload.num_requests=250", "sim.fast_forward=false"], lazy_decodes=False)
+    assert counted["lazy"] == 0 and counted["all"] > 1000

@@ -158,12 +158,16 @@ class Cluster:
         progress: ProgressFn | None = None,
         source: RequestSource | None = None,
         watch: RunWatch | None = None,
+        lazy_decodes: bool = True,
     ) -> None:
         """``source`` decides when each of ``specs`` is sent (None: at its arrival time, a
         follow-up turn think time after its parent finishes; `ConversationSource`);
-        ``watch`` may end the run early (`RunWatch`, raising `RunStopped` out of `run`)."""
+        ``watch`` may end the run early (`RunWatch`, raising `RunStopped` out of `run`);
+        ``lazy_decodes`` False runs every engine step by step over every running request
+        (the reference the lazy decode cohort is compared with, `Replica.attach`)."""
         scenario = plan.scenario
         self.plan = plan
+        self.lazy_decodes = lazy_decodes
         self.env = simpy.Environment()
         self.max_time_s = scenario.sim.max_time_s
         self.progress = progress
@@ -373,6 +377,7 @@ class Cluster:
             kv_events=replica.kv_sink is not None,
             stamped=replica.kv_sink is not None and delay > 0,
             fast_forward=ff,
+            lazy_decodes=self.lazy_decodes,
         )
 
     def _tier_stack_plans(self, group: GroupPlan) -> tuple[TierPlan, ...]:

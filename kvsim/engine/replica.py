@@ -43,11 +43,6 @@ from kvsim.plan import KvGeometry, TierPlan
 #: Longest decode run priced in one piece (bounds the arrays it needs).
 MAX_RUN_STEPS = 4096
 
-#: Whether engines advance plain decoders lazily (`kvsim.core.cohort`) where they can. The
-#: results are the same bit for bit either way (tests compare both); off, every iteration
-#: walks every running request.
-LAZY_DECODES = True
-
 Process = Generator[simpy.Event, Any, None]
 #: kv_sink(stamp_s, events): KV events of this replica's pool at ``stamp_s``.
 KvSink = Callable[[float, list[tuple[bool, int]]], None]
@@ -138,8 +133,14 @@ class Replica:
         kv_events: bool,
         stamped: bool,
         fast_forward: bool,
+        lazy_decodes: bool,
     ) -> None:
-        """Wire the pool's KV event log and offload tiers (again after a cold restart)."""
+        """Wire the pool's KV event log and offload tiers (again after a cold restart).
+
+        ``lazy_decodes``: advance plain decoders lazily (`kvsim.core.cohort`) where the
+        scheduler can; the results are the same bit for bit either way (tests compare
+        both), off every iteration walks every running request.
+        """
         self.tiers = tiers
         self.tier_plans = tier_plans
         pool = self.scheduler.pool
@@ -148,7 +149,7 @@ class Replica:
         pool.kv_events_private = writes_through
         self._per_step = stamped or tiers is not None
         self.fast_forward = fast_forward
-        if LAZY_DECODES:
+        if lazy_decodes:
             self.scheduler.enable_cohort()
         self._admissions.clear()
         self._admitted_in_window = 0

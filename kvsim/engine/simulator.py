@@ -53,6 +53,7 @@ def run(
     cost_model: CostModelSource | None = None,
     force: bool = False,
     watch: RunWatch | None = None,
+    lazy_decodes: bool = True,
 ) -> Result:
     """Simulate a scenario and return its `Result`.
 
@@ -66,7 +67,10 @@ def run(
     estimated size exceeds ``sim.max_requests`` or ``sim.max_memory_gib`` is refused
     (`kvsim.estimate`) before anything is built. ``watch`` looks at the run as it goes and
     may end it early: then `kvsim.engine.cluster.RunStopped` is raised instead of a Result
-    (`kvsim.overload.DivergenceWatch`, used by `kvsim.planner`).
+    (`kvsim.overload.DivergenceWatch`, used by `kvsim.planner`). ``lazy_decodes`` False
+    walks every running request in every iteration instead of advancing plain decoders
+    lazily (`kvsim.core.cohort`): slower, the same Result bit for bit (the reference tests
+    compare the default with).
     """
     source = _source_name(scenario)
     if isinstance(scenario, str | Path) and base_dir is None:
@@ -99,6 +103,7 @@ def run(
             progress=progress,
             source=sender,
             watch=watch,
+            lazy_decodes=lazy_decodes,
         )
         if isinstance(sender, BenchClientSource):
             cluster.ledger.mark_warmup(sender.client.unmeasured)

@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from kvsim.core.block import PRIVATE, KVBlock
-from kvsim.core.eviction import FreeQueue, bulk_ops
+from kvsim.core.eviction import FreeQueue, LruFreeQueue, bulk_ops
 from kvsim.kv.tiers import OffloadTier
 from kvsim.registry import EVICTION_POLICIES
 
@@ -276,14 +276,53 @@ class BlockPool:
 
     def cache_block(self, block: KVBlock, block_hash: int) -> None:
         """Register a full, in-use block under its hash so later prefixes can hit it."""
-        assert block.block_hash is None and block.ref_cnt > 0
-        block.block_hash = block_hash
-        if block_hash in self.cached:
-            self._dupes.setdefault(block_hash, []).append(block)
-        else:
-            self.cached[block_hash] = block
-            if self.kv_events is not None:
-                self.kv_events.append((True, block_hash))
+        self.cache_blocks((block,), (block_hash,), 0, 1)
+
+    def cache_blocks(
+        self, blocks: Sequence[KVBlock | None], hashes: Sequence[int], start: int, stop: int
+    ) -> None:
+        """`cache_block` for ``blocks[start:stop]`` under ``hashes[start:stop]`` (None: a hole
+        of a sliding window, skipped). A hash already indexed under another block (the same
+        content computed twice at once) keeps that block; this one is kept as a duplicate."""
+        cached, log = self.cached, self.kv_events
+        for j in range(start, stop):
+            block = blocks[j]
+            if block is None:
+                continue
+            assert block.block_hash is None and block.ref_cnt > 0
+            h = hashes[j]
+            block.block_hash = h
+            if h in cached:
+                self._dupes.setdefault(h, []).append(block)
+            else:
+                cached[h] = block
+                if log is not None:
+                    log.append((True, h))
+
+    def cache_private(self, blocks: Iterable[KVBlock | None]) -> None:
+        """Cache full, in-use blocks that only their own request could hit: `PRIVATE`, not
+        indexed (None: a hole, skipped). Logged only for a write-through tier that needs
+        to know they take room (``kv_events_private``)."""
+        log = self.kv_events if self.kv_events_private else None
+        for block in blocks:
+            if block is not None:
+                assert block.block_hash is None and block.ref_cnt > 0
+                block.block_hash = PRIVATE
+                if log is not None:
+                    log.append((True, PRIVATE))
+
+    def publish(self, block: KVBlock, block_hash: int) -> None:
+        """A `PRIVATE` block gets its real hash (its request may now hit it again)."""
+        assert block.block_hash == PRIVATE
+        block.block_hash = None
+        self.cache_block(block, block_hash)
+
+    @property
+    def hashes_unobserved(self) -> bool:
+        """Whether forgetting a hash (`retire_hash`) changes nothing outside the pool: an LRU
+        free queue (whose order never reads a block's history), no KV event log and no
+        offload tier (which store evicted hashes)."""
+        return type(self.free_queue) is LruFreeQueue and self.kv_events is None and self.offload is None
 
     def check_invariants(self) -> None:
         """Assert the pool's bookkeeping is consistent (used by tests)."""

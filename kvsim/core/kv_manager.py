@@ -20,7 +20,6 @@ from collections.abc import Sequence
 
 from kvsim.core.block import PRIVATE, KVBlock
 from kvsim.core.block_pool import BlockPool
-from kvsim.core.eviction import LruFreeQueue
 from kvsim.core.request_state import NEVER_PRIVATE, Request
 from kvsim.request import DEFAULT_RETENTION_PRIORITY
 
@@ -136,38 +135,16 @@ class FullAttentionManager:
         hashed): no other request can hit them.
         """
         start = req.num_cached_blocks
-        blocks = req.blocks
         first_private = req.private_from_token // self.block_size
-        log = self.pool.kv_events
         if first_private < num_full:
-            log_private = log is not None and self.pool.kv_events_private
-            for block in blocks[max(start, first_private) : num_full]:
-                if block is not None:
-                    assert block.block_hash is None and block.ref_cnt > 0
-                    block.block_hash = PRIVATE
-                    if log_private:
-                        assert log is not None
-                        log.append((True, PRIVATE))
+            self.pool.cache_private(req.blocks[max(start, first_private) : num_full])
             num_hashed = max(first_private, start)
         else:
             num_hashed = num_full
         if num_hashed > start:
-            hashes = req.ensure_hashes(num_hashed, self.block_size)
-            cached = self.pool.cached
-            cache = self.pool.cache_block
-            for j in range(start, num_hashed):
-                block = blocks[j]
-                if block is None:
-                    continue
-                h = hashes[j]
-                if h in cached:
-                    cache(block, h)  # a duplicate: the pool keeps both
-                else:
-                    assert block.block_hash is None and block.ref_cnt > 0
-                    block.block_hash = h
-                    cached[h] = block
-                    if log is not None:
-                        log.append((True, h))
+            self.pool.cache_blocks(
+                req.blocks, req.ensure_hashes(num_hashed, self.block_size), start, num_hashed
+            )
         req.num_cached_blocks = num_full
 
     def publish_private_blocks(self, req: Request) -> None:
@@ -194,12 +171,7 @@ class FullAttentionManager:
         pool = self.pool
         first = req.published_from // self.block_size
         n = req.num_cached_blocks
-        if (
-            first >= n
-            or type(pool.free_queue) is not LruFreeQueue
-            or pool.kv_events is not None
-            or pool.offload is not None
-        ):
+        if first >= n or not pool.hashes_unobserved:
             return
         for h in req.ensure_hashes(n, self.block_size)[first:n]:
             pool.retire_hash(h)
@@ -210,12 +182,11 @@ class FullAttentionManager:
         if first_private >= n:
             return
         hashes = req.ensure_hashes(n, self.block_size)
-        cache = self.pool.cache_block
+        publish = self.pool.publish
         for j in range(first_private, n):
             block = req.blocks[j]
             if block is not None and block.block_hash == PRIVATE:
-                block.block_hash = None
-                cache(block, hashes[j])
+                publish(block, hashes[j])
 
     def rollback(self, req: Request) -> None:
         """Speculative decoding: free the blocks past the request's computed tokens, which hold

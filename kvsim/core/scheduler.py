@@ -30,7 +30,7 @@ from operator import attrgetter
 
 from kvsim.core.allocators import PagedAllocator, make_allocator
 from kvsim.core.beam_search import BeamGroups
-from kvsim.core.block import PRIVATE, KVBlock
+from kvsim.core.block import KVBlock
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.cohort import DecodeCohort
 from kvsim.core.kv_manager import FullAttentionManager, make_kv_manager
@@ -550,12 +550,8 @@ class Scheduler:
         full = (nc + 1) // bs
         start = req.num_cached_blocks
         if full == start + 1 and req.private_from_token <= start * bs:
-            # One private block: cache_full_blocks' private case, inline.
-            block = req.blocks[start]
-            if block is not None:
-                block.block_hash = PRIVATE
-                if pool.kv_events is not None and pool.kv_events_private:
-                    pool.kv_events.append((True, PRIVATE))
+            # One private block: cache_full_blocks' private case, without its arithmetic.
+            pool.cache_private((req.blocks[start],))
             req.num_cached_blocks = full
         elif full > start:
             kv.cache_full_blocks(req, full)

@@ -115,7 +115,11 @@ class BlockPool:
     def get_one_block(self) -> KVBlock:
         """`get_new_blocks` for one block (a decode's next block: the hot path of decoding)."""
         block = self.free_queue.popleft()
-        self._evict((block,))
+        if block.block_hash is None:  # nothing to evict: only its first reference
+            assert block.ref_cnt == 0
+            block.ref_cnt = 1
+        else:
+            self._evict((block,))
         return block
 
     def get_contiguous_blocks(self, n: int, *, align: int = 1) -> list[KVBlock] | None:
@@ -256,7 +260,6 @@ class BlockPool:
         caching = self.enable_caching
         cached: list[KVBlock] = []
         first: list[KVBlock] = []
-        keep, drop = cached.append, first.append  # hot path: every request's end frees its blocks
         for block in ordered_blocks:
             rc = block.ref_cnt - 1
             block.ref_cnt = rc
@@ -265,9 +268,9 @@ class BlockPool:
                     raise AssertionError(f"block {block.block_id} freed more often than taken")
                 continue
             if caching and block.block_hash is not None:
-                keep(block)
+                cached.append(block)  # (method form: 3.11 specialises list.append calls)
             else:
-                drop(block)
+                first.append(block)
         if cached:
             self._append_n(cached)
             self.num_cached_free += len(cached)
@@ -310,6 +313,13 @@ class BlockPool:
                 block.block_hash = PRIVATE
                 if log is not None:
                     log.append((True, PRIVATE))
+
+    def mark_private(self, block: KVBlock) -> None:
+        """`cache_private` for one block (a decode filling its block: the hot path)."""
+        assert block.block_hash is None and block.ref_cnt > 0
+        block.block_hash = PRIVATE
+        if self.kv_events_private and self.kv_events is not None:
+            self.kv_events.append((True, PRIVATE))
 
     def publish(self, block: KVBlock, block_hash: int) -> None:
         """A `PRIVATE` block gets its real hash (its request may now hit it again)."""

@@ -155,12 +155,11 @@ class LruFreeQueue:
     def popleft_n(self, n: int) -> list[KVBlock]:
         """Unlink the first ``n`` blocks at once (the caller has checked that there are ``n``)."""
         out: list[KVBlock] = []
-        append = out.append
         head = self.head
         node = head.next
         for _ in range(n):
             assert node is not None and node is not self.tail, "fewer free blocks than asked for"
-            append(node)
+            out.append(node)
             nxt = node.next
             node.prev = node.next = None
             node = nxt

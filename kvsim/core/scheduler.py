@@ -551,7 +551,9 @@ class Scheduler:
         start = req.num_cached_blocks
         if full == start + 1 and req.private_from_token <= start * bs:
             # One private block: cache_full_blocks' private case, without its arithmetic.
-            pool.cache_private((req.blocks[start],))
+            block = req.blocks[start]
+            if block is not None:
+                pool.mark_private(block)
             req.num_cached_blocks = full
         elif full > start:
             kv.cache_full_blocks(req, full)

@@ -278,15 +278,23 @@ class BlockPool:
             self._appendleft_n(first)
 
     def cache_block(self, block: KVBlock, block_hash: int) -> None:
-        """Register a full, in-use block under its hash so later prefixes can hit it."""
-        self.cache_blocks((block,), (block_hash,), 0, 1)
+        """Register a full, in-use block under its hash so later prefixes can hit it (a hash
+        already indexed under another block keeps that block; this one is a duplicate)."""
+        assert block.block_hash is None and block.ref_cnt > 0
+        block.block_hash = block_hash
+        if block_hash in self.cached:
+            self._dupes.setdefault(block_hash, []).append(block)
+        else:
+            self.cached[block_hash] = block
+            if self.kv_events is not None:
+                self.kv_events.append((True, block_hash))
 
     def cache_blocks(
         self, blocks: Sequence[KVBlock | None], hashes: Sequence[int], start: int, stop: int
     ) -> None:
         """`cache_block` for ``blocks[start:stop]`` under ``hashes[start:stop]`` (None: a hole
-        of a sliding window, skipped). A hash already indexed under another block (the same
-        content computed twice at once) keeps that block; this one is kept as a duplicate."""
+        of a sliding window, skipped); its loop body is `cache_block`'s, inline (a prefill
+        registers its blocks at once)."""
         cached, log = self.cached, self.kv_events
         for j in range(start, stop):
             block = blocks[j]

@@ -154,11 +154,12 @@ class LruFreeQueue:
     # Hot paths (every allocation and every free of the simulator): one splice per run.
     def popleft_n(self, n: int) -> list[KVBlock]:
         """Unlink the first ``n`` blocks at once (the caller has checked that there are ``n``)."""
+        assert n <= self.num_free_blocks, "fewer free blocks than asked for"
         out: list[KVBlock] = []
         head = self.head
         node = head.next
         for _ in range(n):
-            assert node is not None and node is not self.tail, "fewer free blocks than asked for"
+            assert node is not None
             out.append(node)
             nxt = node.next
             node.prev = node.next = None

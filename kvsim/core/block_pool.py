@@ -277,6 +277,53 @@ class BlockPool:
         if first:
             self._appendleft_n(first)
 
+    def free_blocks_reversed(self, blocks: list[KVBlock]) -> None:
+        """`free_blocks(reversed(blocks))` for a request's whole block list (no holes), the hot
+        case: when the blocks it releases that hold a hash form one run of ``blocks`` (the
+        usual finished request: uncached partial tail, cached run, prefix still shared), that
+        run goes to the free queue as one slice, without a list built block by block."""
+        caching = self.enable_caching
+        first: list[KVBlock] = []
+        cached: list[KVBlock] | None = None  # the run broke: the list, as `free_blocks` keeps
+        run = ended = False  # in the run / past its end (a block not in it followed it)
+        held = pos = 0  # blocks still held; blocks seen before the run (reversed order)
+        end: KVBlock | None = None  # the first block after the run (reversed order)
+        for block in reversed(blocks):
+            rc = block.ref_cnt - 1
+            block.ref_cnt = rc
+            if rc:  # still held by another request
+                if rc < 0:
+                    raise AssertionError(f"block {block.block_id} freed more often than taken")
+                if run:
+                    run, ended, end = False, True, block
+                held += 1
+                continue
+            if caching and block.block_hash is not None:
+                if run:
+                    continue
+                if cached is not None:
+                    cached.append(block)
+                elif ended:  # a second run: back to the list
+                    assert end is not None
+                    cached = blocks[blocks.index(end) + 1 : len(blocks) - pos]
+                    cached.reverse()
+                    cached.append(block)
+                else:
+                    run, pos = True, len(first) + held
+                continue
+            if run:
+                run, ended, end = False, True, block
+            first.append(block)
+        if cached is None and (run or ended):
+            lo = 0 if end is None else blocks.index(end) + 1
+            cached = blocks[lo : len(blocks) - pos]
+            cached.reverse()
+        if cached:
+            self._append_n(cached)
+            self.num_cached_free += len(cached)
+        if first:
+            self._appendleft_n(first)
+
     def cache_block(self, block: KVBlock, block_hash: int) -> None:
         """Register a full, in-use block under its hash so later prefixes can hit it (a hash
         already indexed under another block keeps that block; this one is a duplicate)."""

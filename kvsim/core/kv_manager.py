@@ -255,7 +255,7 @@ class FullAttentionManager:
 
     def free(self, req: Request) -> None:
         """Release all of the request's blocks, tail first (the tail is evicted first)."""
-        self.pool.free_blocks(reversed(req.blocks))  # type: ignore[arg-type]  # no holes here
+        self.pool.free_blocks_reversed(req.blocks)  # type: ignore[arg-type]  # no holes here
         req.blocks = []
         req.num_cached_blocks = 0
 

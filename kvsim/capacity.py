@@ -404,6 +404,23 @@ def base_data(base: Scenario | Mapping[str, Any] | str | Path | None) -> tuple[d
     return scenario_data(validate(data, str(path), path.resolve().parent)), str(path)
 
 
+def base_scenario(
+    base: Scenario | Mapping[str, Any] | str | Path | None,
+    overrides: Iterable[str] | Mapping[str, Any],
+    slo: Sequence[SloBound] | None,
+) -> tuple[dict[str, Any], str, Scenario, list[SloBound]]:
+    """A search's base: the scenario's data with ``overrides`` applied, where it came from,
+    the validated scenario, and the SLO bounds (the scenario's own when ``slo`` is empty),
+    their keys checked."""
+    data, source = base_data(base)
+    if overrides:
+        data = scenario_data(validate(apply_overrides(data, overrides), source))
+    scenario = validate(data, source)
+    bounds = list(slo) if slo else default_slo(scenario)
+    check_slo_keys(bounds)
+    return data, source, scenario, bounds
+
+
 def find_capacity(
     base: Scenario | Mapping[str, Any] | str | Path | None,
     knob: str,
@@ -438,12 +455,7 @@ def find_capacity(
         raise CapacityError(f"--min-served must be between 0 and 1, got {min_served}")
     if len({repr(v) for v in values}) != len(values):
         raise CapacityError(f"candidate values repeat: {list(values)}")
-    data, source = base_data(base)
-    if overrides:
-        data = scenario_data(validate(apply_overrides(data, overrides), source))
-    scenario = validate(data, source)
-    bounds = list(slo) if slo else default_slo(scenario)
-    check_slo_keys(bounds)
+    data, source, _, bounds = base_scenario(base, overrides, slo)
     goal = goal or default_goal(knob)
     order = _order(values, goal)
     points: list[Point] = []

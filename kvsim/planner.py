@@ -70,9 +70,7 @@ from kvsim.capacity import (
     CapacityPoint,
     SloBound,
     _probes,
-    base_data,
-    check_slo_keys,
-    default_slo,
+    base_scenario,
     trace_share_kept,
 )
 from kvsim.engine.cluster import RunStopped
@@ -91,7 +89,7 @@ from kvsim.overload import DivergenceWatch, LatencyBound
 from kvsim.presets import UnknownPresetError, resolve_gpu, resolve_model
 from kvsim.pricing import Cost, PriceTable, Usage, default_prices, price_usage, usage_of
 from kvsim.registry import ROUTERS
-from kvsim.scenario.loading import apply_overrides, load_scenario, scenario_data, validate
+from kvsim.scenario.loading import apply_overrides, load_scenario
 from kvsim.scenario.schema import Scenario
 from kvsim.specs import KV_DTYPE_BYTES
 from kvsim.sweep import (
@@ -757,12 +755,7 @@ def plan_deployment(
     prices = prices or default_prices()
     for gpu in {c.gpu for c in configs}:
         prices.price(gpu)  # a GPU without a price: PriceError (bad input) before anything runs
-    data, source = base_data(base)
-    if overrides:
-        data = scenario_data(validate(apply_overrides(data, overrides), source))
-    scenario = validate(data, source)
-    bounds = list(slo) if slo else default_slo(scenario)
-    check_slo_keys(bounds)
+    data, source, scenario, bounds = base_scenario(base, overrides, slo)
     facts = workload_facts(scenario)
     if runner is None:
         watched = tuple((b.key, b.limit) for b in bounds if b.upper) if early_stop else ()

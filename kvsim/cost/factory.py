@@ -46,6 +46,7 @@ from kvsim.registry import COST_MODELS
 from kvsim.specs import GpuSpec, ModelSpec
 
 if TYPE_CHECKING:
+    from kvsim.plan import GroupPlan, Plan
     from kvsim.scenario.schema import SpeculativeConfig
 
 
@@ -184,3 +185,23 @@ def build_cost_model(
         cfg = base.model_copy(update={"per_iteration_overhead_s": 0.0})
         draft = RooflineCostModel(draft_spec, gpu, cfg, tp=tp, kv_cache_dtype=kv_cache_dtype)
     return SpeculativeCostModel(target, draft, speculative.num_speculative_tokens)
+
+
+def group_cost_model(
+    config: CostModelConfig, plan: Plan, group: GroupPlan, base_dir: Path | None
+) -> CostModel:
+    """The cost model ``config`` makes for one replica of ``group`` (as the engine builds it:
+    the group's model, GPU, TP, KV dtype, engine and speculative decoding)."""
+    return build_cost_model(
+        config,
+        model=plan.model_of(group),
+        gpu=group.gpu,
+        tp=group.tp,
+        kv_cache_dtype=group.engine.kv_cache_dtype,
+        base_dir=base_dir,
+        expert_parallel=group.config.expert_parallel,
+        speculative=group.engine.speculative_config,
+        draft_model=group.draft_model,
+        backend=group.engine.backend,
+        max_num_seqs=group.engine.max_num_seqs,
+    )

@@ -35,7 +35,7 @@ from kvsim.core.outcome import CacheStats, EventKind, SpecDecodeStats
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler import Scheduler
 from kvsim.cost.base import CostModel
-from kvsim.cost.factory import build_cost_model
+from kvsim.cost.factory import group_cost_model
 from kvsim.engine.autoscale import ThresholdPolicy
 from kvsim.engine.clock import EarlyTimeout
 from kvsim.engine.index import KvEventIndex
@@ -241,19 +241,7 @@ class Cluster:
         self, group: GroupPlan, given: CostModelSource | None, base_dir: Path | None
     ) -> CostModel:
         if given is None:
-            return build_cost_model(
-                group.config.cost_model,
-                model=self.plan.model_of(group),
-                gpu=group.gpu,
-                tp=group.tp,
-                kv_cache_dtype=group.engine.kv_cache_dtype,
-                base_dir=base_dir,
-                expert_parallel=group.config.expert_parallel,
-                speculative=group.engine.speculative_config,
-                draft_model=group.draft_model,
-                backend=group.engine.backend,
-                max_num_seqs=group.engine.max_num_seqs,
-            )
+            return group_cost_model(group.config.cost_model, self.plan, group, base_dir)
         if isinstance(given, CostModel):
             return given
         return given(group)

@@ -37,7 +37,7 @@ from bisect import bisect_right
 from collections.abc import Iterable
 
 from kvsim.core.block_pool import BlockPool
-from kvsim.core.request_state import Request
+from kvsim.core.request_state import Request, advance_decoder
 
 
 class DecodeCohort:
@@ -149,13 +149,8 @@ class DecodeCohort:
         """Bring a member's counters and timings up to the iterations ended so far."""
         d = self.step - req.lazy_step
         if d:
-            req.num_computed_tokens += d
-            req.num_tokens += d
-            req.num_output_tokens += d
-            req.last_token_s = self.last_end
             gap = self._gap_val[bisect_right(self._gap_idx, req.lazy_step)]
-            if not gap <= req.max_itl_s:  # also replaces the initial NaN, as stepping does
-                req.max_itl_s = gap
+            advance_decoder(req, req.num_computed_tokens + d, self.last_end, gap)
             req.lazy_step = self.step
 
     def leave(self, req: Request) -> None:

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvsim.core.outcome import SchedulerOutput, StepOutcome
-from kvsim.core.request_state import Request
-from kvsim.core.scheduler import _NO_LIMIT, Scheduler
+from kvsim.core.request_state import Request, advance_decoder
+from kvsim.core.scheduler import NO_LIMIT, Scheduler
 
 
 @dataclass(slots=True)
@@ -98,7 +98,7 @@ class DecodeRun:
         # can differ from the durations in the last bit: take them the same way.
         rest_max = float(np.diff(ends[:num_steps]).max()) if num_steps > 1 else -1.0
         t_first = float(ends[0])
-        limit = sched.max_model_len or _NO_LIMIT
+        limit = sched.max_model_len or NO_LIMIT
         outcome = StepOutcome()
         sched.pool.set_time(t_last)
         sched.num_tokens_stored += len(self.reqs) * num_steps
@@ -110,12 +110,7 @@ class DecodeRun:
             gap = t_first - req.last_token_s
             if rest_max > gap:
                 gap = rest_max
-            if not gap <= req.max_itl_s:
-                req.max_itl_s = gap
-            req.num_computed_tokens += num_steps
-            req.num_output_tokens += num_steps
-            req.num_tokens += num_steps
-            req.last_token_s = t_last
+            advance_decoder(req, req.num_computed_tokens + num_steps, t_last, gap)
             if req.num_output_tokens == req.target_output_tokens or req.num_tokens >= limit:
                 sched.finish(req, t_last)
                 outcome.finished.append(req)
@@ -134,7 +129,7 @@ def plan_decode_run(sched: Scheduler, out: SchedulerOutput, max_steps: int) -> D
         return None
     reqs = sched.running
     # Steps each request has left: its remaining output, or up to max_model_len (vLLM's cap).
-    limit = sched.max_model_len or _NO_LIMIT
+    limit = sched.max_model_len or NO_LIMIT
     k = min(
         min(min(r.target_output_tokens - r.num_output_tokens, limit - r.num_tokens) for r in reqs), max_steps
     )

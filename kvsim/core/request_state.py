@@ -249,3 +249,32 @@ class Request:
             need -= 1
         self._cursor_seg, self._cursor_off = seg, off
         return hashes
+
+
+def decode_in_place(req: Request, nc: int, block_size: int, caching: bool) -> bool:
+    """The block-boundary rule: whether a decode of token ``nc`` (its computed tokens) is
+    plain: its slot lies in a block it already holds, and (with prefix caching) the token
+    does not fill that block, which would then be registered. Every other decode is at a
+    block boundary: it needs a new block, or its full block registered. The scheduler's
+    phases, the decode cohort's filing (`kvsim.core.cohort.DecodeCohort.refile`, the same
+    rule solved for the step) and a decode run's allocations all follow it."""
+    return len(req.blocks) * block_size > nc and (not caching or (nc + 1) % block_size != 0)
+
+
+def advance_decoder(req: Request, num_computed: int, t_last: float, gap: float) -> int:
+    """The one way a request's tokens advance when it samples: its computed tokens become
+    ``num_computed`` (the sampled tokens' KV is computed by the next iteration), the tokens
+    sampled join its output, its last one at ``t_last``; ``gap`` is the longest time
+    between two of its tokens among those just sampled (NaN for its first token, which
+    leaves ``max_itl_s`` NaN). Returns its output tokens.
+
+    Stepping calls it once per iteration and request; the decode cohort and a decode run
+    call it once for many iterations, with the longest of their gaps."""
+    num_output = req.num_output_tokens + num_computed + 1 - req.num_tokens
+    req.num_computed_tokens = num_computed
+    req.num_output_tokens = num_output
+    req.num_tokens = num_computed + 1
+    if not gap <= req.max_itl_s:  # also replaces the initial NaN
+        req.max_itl_s = gap
+    req.last_token_s = t_last
+    return num_output

@@ -288,7 +288,7 @@ class DivergenceWatch:
                 due = r.arrival_s + limit
                 if not due < now_s:  # not yet due (or not yet sent: arrival_s is NaN)
                     break
-                met = (r.first_token_s if bound.metric == "ttft" else r.finish_s) <= due
+                met = (r.metrics.first_token_s if bound.metric == "ttft" else r.metrics.finish_s) <= due
                 if not met and r.status is not Status.REJECTED:
                     late += 1
                 i += 1

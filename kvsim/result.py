@@ -26,7 +26,7 @@ from kvsim.scenario.schema import Scenario
 if TYPE_CHECKING:
     from kvsim.core.beam_search import BeamStats
     from kvsim.core.outcome import CacheStats, SpecDecodeStats
-    from kvsim.engine.cluster import ClusterStats
+    from kvsim.engine.fleet import ClusterStats
 
 #: Why a request was rejected (``reject_reason``; the summary counts each as num_rejected_REASON).
 REJECT_REASONS: dict[str, str] = {

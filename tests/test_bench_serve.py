@@ -138,7 +138,7 @@ def test_inputs_are_checked_with_vllms_rules():
 
 def _finish(specs: dict[int, RequestSpec], rid: int, t: float) -> Request:
     req = Request(specs[rid])
-    req.status, req.finish_s = Status.FINISHED, t
+    req.status, req.metrics.finish_s = Status.FINISHED, t
     return req
 
 
@@ -170,7 +170,7 @@ def test_conversation_source_releases_follow_ups_and_drops_them_after_a_rejectio
     src = ConversationSource([child, parent])
     assert [r.spec.request_id for r in src.start()] == [0]
     done = Request(parent)
-    done.status, done.finish_s = Status.FINISHED, 2.5
+    done.status, done.metrics.finish_s = Status.FINISHED, 2.5
     assert src.on_done(done, 2.5) == [Release(child, 5.5)]
     src = ConversationSource([child, parent])
     refused = Request(parent)

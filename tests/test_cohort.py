@@ -25,7 +25,6 @@ from kvsim.core.block_pool import BlockPool
 from kvsim.core.cohort import DecodeCohort
 from kvsim.core.request_state import Request
 from kvsim.core.scheduler import Scheduler
-from kvsim.engine import replica as replica_module
 
 CHAT = ROOT / "scenarios" / "chat_sessions.yaml"
 
@@ -71,7 +70,7 @@ def test_a_member_is_due_at_the_step_its_token_fills_its_block_then_at_each_allo
     assert co.due == {13: [req]}
     co.leave(req)
     assert (req.num_computed_tokens, req.num_tokens, req.num_output_tokens) == (7, 8, 3)
-    assert req.last_token_s == 2.25 and req.max_itl_s == 0.75
+    assert req.last_token_s == 2.25 and req.metrics.max_itl_s == 0.75
     assert len(co) == 0 and co.phase_count == [0, 0, 0, 0]
 
 
@@ -130,7 +129,7 @@ def test_the_longest_gap_is_the_largest_gap_since_joining():
         co.end_iteration(t)
     co.materialize(early)
     co.materialize(late)
-    assert early.max_itl_s == 4.0 and late.max_itl_s == 2.0
+    assert early.metrics.max_itl_s == 4.0 and late.metrics.max_itl_s == 2.0
     assert early.num_output_tokens == 8 and late.num_output_tokens == 5
     assert early.last_token_s == late.last_token_s == t
 
@@ -320,14 +319,14 @@ def test_the_cohort_changes_nothing_under_memory_pressure(case: Any) -> None:
 def _count_decodes(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Decodes of every iteration applied from now on: all of them, and the cohort's."""
     counted = {"lazy": 0, "all": 0}
-    real_update = replica_module.Scheduler.update
+    real_update = Scheduler.update
 
     def counting_update(self: Any, out: Any, t_end: float) -> Any:
         counted["lazy"] += out.num_lazy_decodes
         counted["all"] += out.decode_tokens
         return real_update(self, out, t_end)
 
-    monkeypatch.setattr(replica_module.Scheduler, "update", counting_update)
+    monkeypatch.setattr(Scheduler, "update", counting_update)
     return counted
 
 

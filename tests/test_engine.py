@@ -299,7 +299,7 @@ def test_a_finished_request_leaves_no_published_hash_behind():
     cluster.run()
     published = [r for r in cluster.requests.values() if r.published_from != NEVER_PRIVATE]
     assert len(published) > 20
-    pool = cluster.replicas[0].scheduler.pool
+    pool = cluster.replicas[0].engine.scheduler.pool
     assert pool.evicted_hashes == set()
     assert len(pool.cached) == scenario.workload.shared_prefix_tokens // 16  # the shared prefix
     pool.check_invariants()

@@ -60,7 +60,7 @@ def test_a_hit_needs_the_full_groups_prefix_and_the_window_groups_window() -> No
     step(s, 0)
     b = Request(spec(1, [(1, 16), (3, 4)], output=2))
     s.add_request(b)
-    assert step(s, 1) == [(1, 4)] and b.prefix_cache_hits_tokens == 16
+    assert step(s, 1) == [(1, 4)] and b.metrics.prefix_cache_hits_tokens == 16
     # The window groups took only the window's blocks before token 16 (2, 3); the new block
     # of every group came from the head of the free queue.
     assert tables(kv, b) == [[0, 1, 2, 3, 14], [None, None, 7, 8, 9], [None, None, 12, 13, 4]]
@@ -84,7 +84,7 @@ def test_a_window_group_missing_its_window_shortens_the_hit() -> None:
     b = Request(spec(1, [(1, 16), (3, 4)], output=2))
     s.add_request(b)
     step(s, 1)
-    assert b.prefix_cache_hits_tokens == 12
+    assert b.metrics.prefix_cache_hits_tokens == 12
     assert tables(kv, b)[1][:3] == [None, 6, 7] and tables(kv, b)[2][:3] == [None, 11, 12]
 
 

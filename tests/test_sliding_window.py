@@ -94,7 +94,7 @@ def test_window_hits_take_no_block_the_window_has_passed() -> None:
     s.add_request(b)
     out = s.schedule(1.0)
     # 16 tokens hit; the next token attends 9..16, so blocks 0 and 1 are holes, not taken.
-    assert out.scheduled == [(b, 4)] and b.prefix_cache_hits_tokens == 16
+    assert out.scheduled == [(b, 4)] and b.metrics.prefix_cache_hits_tokens == 16
     assert ids(b)[:4] == [None, None, 2, 3] and b.num_skipped_blocks == 2
     assert pool.blocks[0].ref_cnt == 0 and pool.blocks[2].ref_cnt == 1
 

@@ -91,6 +91,22 @@ class BlockPool:
         self.kv_events: list[tuple[bool, int]] | None = None
         self.kv_events_private = False
 
+    # -- the KV event log ---------------------------------------------------------------
+    def log_kv_events(self, on: bool, *, private: bool = False) -> None:
+        """Start (a fresh log) or stop logging KV events; ``private``: log private blocks'
+        arrivals too (``(True, PRIVATE)``), for a write-through tier that needs to know they
+        take room."""
+        self.kv_events = [] if on else None
+        self.kv_events_private = private
+
+    def take_kv_events(self) -> list[tuple[bool, int]]:
+        """The KV events logged since the last take (empty if none or not logging)."""
+        log = self.kv_events
+        if not log:
+            return []
+        self.kv_events = []
+        return log
+
     # -- queries -------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:

@@ -245,7 +245,7 @@ class HybridKvManager(FullAttentionManager):
             FullAttentionManager.rollback(manager, view)
 
     def drop_own_cache(self, req: Request) -> None:
-        keep = req.prefix_cache_hits_tokens // self.block_size
+        keep = req.metrics.prefix_cache_hits_tokens // self.block_size
         for _, view in self.groups(req):
             for block in view.blocks[keep:]:
                 if block is not None and block.ref_cnt == 1 and block.block_hash is not None:

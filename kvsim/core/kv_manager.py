@@ -248,7 +248,7 @@ class FullAttentionManager:
 
     def drop_own_cache(self, req: Request) -> None:
         """Uncache the blocks ``req`` computed (past its first-admission hits) that only it holds."""
-        keep = req.prefix_cache_hits_tokens // self.block_size
+        keep = req.metrics.prefix_cache_hits_tokens // self.block_size
         for block in req.blocks[keep:]:
             if block is not None and block.ref_cnt == 1 and block.block_hash is not None:
                 self.pool.uncache(block)

@@ -53,8 +53,41 @@ class Status(Enum):
     TRANSFERRING = "transferring"  # prefilled; its KV is on the way to a decode replica
 
 
+class RequestMetrics:
+    """What the request table reports about a request (`kvsim.result.REQUEST_COLUMNS`),
+    written by the engine when it happens. Apart from the request's state: nothing the
+    engine decides reads it, except a re-admission, which counts as a recompute once the
+    request was preempted (``num_preemptions``), and a sliding window's own-cache rule (the
+    prompt tokens it hit)."""
+
+    __slots__ = (
+        "evicted_miss_tokens",
+        "finish_s",
+        "first_scheduled_s",
+        "first_token_s",
+        "max_itl_s",
+        "num_preemptions",
+        "num_swaps",
+        "offload_hits_tokens",
+        "prefix_cache_hits_tokens",
+        "recompute_hits_tokens",
+    )
+
+    def __init__(self) -> None:
+        self.first_scheduled_s = math.nan
+        self.first_token_s = math.nan
+        self.finish_s = math.nan
+        self.max_itl_s = math.nan  # longest time between two of its tokens (NaN: fewer than two)
+        self.prefix_cache_hits_tokens = 0
+        self.recompute_hits_tokens = 0
+        self.offload_hits_tokens = 0
+        self.evicted_miss_tokens = 0  # prompt tokens whose cached block was evicted before a lookup
+        self.num_preemptions = 0
+        self.num_swaps = 0
+
+
 class Request:
-    """Mutable per-engine state of one request."""
+    """Mutable per-engine state of one request; what the tables report is in ``metrics``."""
 
     __slots__ = (
         "_cursor_off",
@@ -62,10 +95,6 @@ class Request:
         "arrival_s",
         "block_hashes",
         "blocks",
-        "evicted_miss_tokens",
-        "finish_s",
-        "first_scheduled_s",
-        "first_token_s",
         "group_views",
         "kv_transferred",
         "last_token_s",
@@ -73,23 +102,18 @@ class Request:
         "lazy_finish",
         "lazy_phase",
         "lazy_step",
-        "max_itl_s",
+        "metrics",
         "num_cached_blocks",
         "num_computed_tokens",
         "num_output_tokens",
-        "num_preemptions",
         "num_skipped_blocks",
         "num_spec_tokens",
-        "num_swaps",
         "num_tokens",
-        "offload_hits_tokens",
         "prefill_replica",
-        "prefix_cache_hits_tokens",
         "priority",
         "private_from_token",
         "prompt_tokens",
         "published_from",
-        "recompute_hits_tokens",
         "replica",
         "request_id",
         "run_seq",
@@ -150,17 +174,8 @@ class Request:
         self.replica = -1
         self.prefill_replica = -1  # disaggregated serving: where the prompt was prefilled
         self.kv_transferred = False  # its computed tokens' KV arrived from a prefill replica
-        self.first_scheduled_s = math.nan
-        self.first_token_s = math.nan
-        self.last_token_s = math.nan
-        self.finish_s = math.nan
-        self.max_itl_s = math.nan
-        self.prefix_cache_hits_tokens = 0
-        self.recompute_hits_tokens = 0
-        self.offload_hits_tokens = 0
-        self.evicted_miss_tokens = 0  # prompt tokens whose cached block was evicted before a lookup
-        self.num_preemptions = 0
-        self.num_swaps = 0
+        self.last_token_s = math.nan  # when its last token was sampled (the next gap starts there)
+        self.metrics = RequestMetrics()
         self.swapped_blocks = 0
         # Order among the running requests (set when it starts running) and the decode
         # cohort's marks (`kvsim.core.cohort`): meaningful only while it is a member.
@@ -266,7 +281,7 @@ def advance_decoder(req: Request, num_computed: int, t_last: float, gap: float) 
     ``num_computed`` (the sampled tokens' KV is computed by the next iteration), the tokens
     sampled join its output, its last one at ``t_last``; ``gap`` is the longest time
     between two of its tokens among those just sampled (NaN for its first token, which
-    leaves ``max_itl_s`` NaN). Returns its output tokens.
+    leaves ``metrics.max_itl_s`` NaN). Returns its output tokens.
 
     Stepping calls it once per iteration and request; the decode cohort and a decode run
     call it once for many iterations, with the longest of their gaps."""
@@ -274,7 +289,8 @@ def advance_decoder(req: Request, num_computed: int, t_last: float, gap: float) 
     req.num_computed_tokens = num_computed
     req.num_output_tokens = num_output
     req.num_tokens = num_computed + 1
-    if not gap <= req.max_itl_s:  # also replaces the initial NaN
-        req.max_itl_s = gap
+    metrics = req.metrics
+    if not gap <= metrics.max_itl_s:  # also replaces the initial NaN
+        metrics.max_itl_s = gap
     req.last_token_s = t_last
     return num_output

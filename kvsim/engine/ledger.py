@@ -40,7 +40,7 @@ class RequestLedger:
         i = self.position[request_id]
         for kind in kinds:
             self.tier_hits_tokens[kind][i] += block_size
-        if not self.requests[request_id].num_preemptions:
+        if not self.requests[request_id].metrics.num_preemptions:
             self.first_admission_tier_hits_tokens += block_size * len(kinds)
 
     def reject(self, request_id: int, reason: str) -> None:

@@ -17,10 +17,11 @@ import numpy as np
 import pandas as pd
 
 from kvsim.core.request_state import Request, Status
-from kvsim.engine.cluster import Cluster, CostModelSource, ProgressFn, RunStopped, RunWatch, cyclic_gc_paused
+from kvsim.engine.cluster import Cluster, ProgressFn, RunStopped, RunWatch, cyclic_gc_paused
 from kvsim.engine.ledger import RequestLedger
 from kvsim.engine.routers import Router
-from kvsim.engine.sources import BenchClientSource, RequestSource
+from kvsim.engine.sources import BenchClientSource
+from kvsim.engine.wiring import CostModelSource
 from kvsim.estimate import check_work, estimate_work
 from kvsim.plan import resolve_plan
 from kvsim.request import RequestSpec
@@ -85,15 +86,7 @@ def run(
         )
         check_work(estimate, plan, source)
     with cyclic_gc_paused():  # from the first request built to the last table row
-        sender: RequestSource | None = None
-        if requests is None:
-            workload = scenario_workload(scenario, base_dir=base_dir)
-            specs, workload_summary = workload.requests, workload.info.summary()
-            if workload.client is not None:  # a benchmark client sends them, closed loop
-                sender = BenchClientSource(specs, workload.client)
-        else:
-            specs = list(requests)
-            workload_summary = {"workload_kind": "custom", "workload_num_requests": len(specs)}
+        specs, workload_summary, sender = _requests(scenario, requests, base_dir)
         cluster = Cluster(
             plan,
             specs,
@@ -105,10 +98,24 @@ def run(
             watch=watch,
             lazy_decodes=lazy_decodes,
         )
-        if isinstance(sender, BenchClientSource):
+        if sender is not None:
             cluster.ledger.mark_warmup(sender.client.unmeasured)
         cluster.run()
         return _result(cluster, workload_summary, specs, release_requests=True)
+
+
+def _requests(
+    scenario: Scenario, requests: Sequence[RequestSpec] | None, base_dir: Path | None
+) -> tuple[list[RequestSpec], dict[str, Any], BenchClientSource | None]:
+    """The run's requests (the workload's, or ``requests``), the workload's summary, and
+    the benchmark client that sends them closed-loop, if the workload has one."""
+    if requests is not None:
+        specs = list(requests)
+        return specs, {"workload_kind": "custom", "workload_num_requests": len(specs)}, None
+    workload = scenario_workload(scenario, base_dir=base_dir)
+    specs = list(workload.requests)
+    sender = BenchClientSource(specs, workload.client) if workload.client is not None else None
+    return specs, dict(workload.info.summary()), sender
 
 
 def _source_name(scenario: Scenario | str | Path | Mapping[str, Any] | None) -> str:
@@ -175,54 +182,64 @@ def requests_frame(
     def col(attr: str, dtype: Any) -> np.ndarray:
         return np.asarray([getattr(r, attr) for r in reqs], dtype=dtype)
 
+    metrics = [r.metrics for r in reqs]
+
+    def metric(attr: str, dtype: Any) -> np.ndarray:
+        return np.asarray([getattr(m, attr) for m in metrics], dtype=dtype)
+
     arrival = col("arrival_s", np.float64)
-    first_sched = col("first_scheduled_s", np.float64)
-    first_tok = col("first_token_s", np.float64)
-    finish = col("finish_s", np.float64)
+    first_sched = metric("first_scheduled_s", np.float64)
+    first_tok = metric("first_token_s", np.float64)
+    finish = metric("finish_s", np.float64)
     out_tokens = col("num_output_tokens", np.int64)
     finished = np.asarray([r.status is Status.FINISHED for r in reqs], dtype=bool)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out_tokens > 1, (finish - first_tok) / np.maximum(out_tokens - 1, 1), math.nan)
     tpot = np.where(finished, tpot, math.nan)
     replica_names = np.asarray([*names, ""], dtype=object)
-    df = pd.DataFrame(
-        {
-            "request_id": col("request_id", np.int64),
-            "replica_id": replica_names[col("replica", np.int64)],
-            "prefill_replica_id": replica_names[col("prefill_replica", np.int64)],
-            "tenant": pd.Series([r.spec.tenant for r in reqs], dtype=object),
-            "priority": col("priority", np.int64),
-            "arrival_s": arrival,
-            "first_scheduled_s": first_sched,
-            "first_token_s": first_tok,
-            "finish_s": finish,
-            "queueing_s": first_sched - arrival,
-            "ttft_s": first_tok - arrival,
-            "tpot_s": tpot,
-            "max_itl_s": col("max_itl_s", np.float64),
-            "e2e_s": np.where(finished, finish - arrival, math.nan),
-            "prompt_tokens": col("prompt_tokens", np.int64),
-            "output_tokens": out_tokens,
-            "prefix_cache_hits_tokens": col("prefix_cache_hits_tokens", np.int64),
-            "recompute_hits_tokens": col("recompute_hits_tokens", np.int64),
-            "offload_hits_tokens": col("offload_hits_tokens", np.int64),
-            "evicted_miss_tokens": col("evicted_miss_tokens", np.int64),
-            "num_preemptions": col("num_preemptions", np.int64),
-            "num_swaps": col("num_swaps", np.int64),
-            "finished": finished,
-            "rejected": np.asarray([r.status is Status.REJECTED for r in reqs], dtype=bool),
-            "reject_reason": pd.Series(ledger.reject_reason, dtype=object),
-            "router_expected_hits_tokens": ledger.expected_hits_tokens,
-            "dram_hits_tokens": ledger.tier_hits_tokens["dram"],
-            "nvme_hits_tokens": ledger.tier_hits_tokens["nvme"],
-            "shared_pool_hits_tokens": ledger.tier_hits_tokens["shared_pool"],
-            "kv_transfer_s": ledger.kv_transfer_s,
-            "kv_transfer_queueing_s": ledger.kv_transfer_queueing_s,
-            "warmup": ledger.warmup,
-            "client_queue_s": ledger.client_queue_s,
-        }
-    )
+    engine_columns = {
+        "request_id": col("request_id", np.int64),
+        "replica_id": replica_names[col("replica", np.int64)],
+        "prefill_replica_id": replica_names[col("prefill_replica", np.int64)],
+        "tenant": pd.Series([r.spec.tenant for r in reqs], dtype=object),
+        "priority": col("priority", np.int64),
+        "arrival_s": arrival,
+        "first_scheduled_s": first_sched,
+        "first_token_s": first_tok,
+        "finish_s": finish,
+        "queueing_s": first_sched - arrival,
+        "ttft_s": first_tok - arrival,
+        "tpot_s": tpot,
+        "max_itl_s": metric("max_itl_s", np.float64),
+        "e2e_s": np.where(finished, finish - arrival, math.nan),
+        "prompt_tokens": col("prompt_tokens", np.int64),
+        "output_tokens": out_tokens,
+        "prefix_cache_hits_tokens": metric("prefix_cache_hits_tokens", np.int64),
+        "recompute_hits_tokens": metric("recompute_hits_tokens", np.int64),
+        "offload_hits_tokens": metric("offload_hits_tokens", np.int64),
+        "evicted_miss_tokens": metric("evicted_miss_tokens", np.int64),
+        "num_preemptions": metric("num_preemptions", np.int64),
+        "num_swaps": metric("num_swaps", np.int64),
+        "finished": finished,
+        "rejected": np.asarray([r.status is Status.REJECTED for r in reqs], dtype=bool),
+    }
+    df = pd.DataFrame({**engine_columns, **_ledger_columns(ledger)})
     if not df["request_id"].is_monotonic_increasing:
         df = df.sort_values("request_id", kind="stable", ignore_index=True)
     assert list(df.columns) == list(REQUEST_COLUMNS)
     return df
+
+
+def _ledger_columns(ledger: RequestLedger) -> dict[str, Any]:
+    """The request table's columns the cluster layer keeps (`kvsim.engine.ledger`)."""
+    return {
+        "reject_reason": pd.Series(ledger.reject_reason, dtype=object),
+        "router_expected_hits_tokens": ledger.expected_hits_tokens,
+        "dram_hits_tokens": ledger.tier_hits_tokens["dram"],
+        "nvme_hits_tokens": ledger.tier_hits_tokens["nvme"],
+        "shared_pool_hits_tokens": ledger.tier_hits_tokens["shared_pool"],
+        "kv_transfer_s": ledger.kv_transfer_s,
+        "kv_transfer_queueing_s": ledger.kv_transfer_queueing_s,
+        "warmup": ledger.warmup,
+        "client_queue_s": ledger.client_queue_s,
+    }

@@ -241,7 +241,7 @@ class _Run:
         req = Request(spec)
         rec = self.collected.records.get(spec.request_id)
         req.status = Status.REJECTED if failed else Status.FINISHED
-        req.finish_s = rec.finish_s if rec is not None and not failed else self.clock()
+        req.metrics.finish_s = rec.finish_s if rec is not None and not failed else self.clock()
         self.release(self.source.on_done(req, self.clock()))
 
     async def _run_one(self, rel: Release) -> None:

@@ -87,29 +87,29 @@ class AdmissionPhase(SchedulerBase):
     def _count_admission(
         self, req: Request, num_hit_tokens: int, num_loaded: int, step: Step, now: float
     ) -> None:
-        stats = self.stats
+        stats, metrics = self.stats, req.metrics
         if not self.kv.enable_caching:
-            if not req.num_preemptions:
-                req.first_scheduled_s = now
+            if not metrics.num_preemptions:
+                metrics.first_scheduled_s = now
             return  # no lookup, nothing counted (vLLM records no prefix-cache stats then)
         if num_loaded:
             loaded_tokens = num_loaded * self.kv.block_size
             step.loaded_blocks += num_loaded
             stats.offload_hits_tokens += loaded_tokens
-            req.offload_hits_tokens += loaded_tokens
+            metrics.offload_hits_tokens += loaded_tokens
             step.events.append(KvEvent(EventKind.OFFLOAD_LOAD, req.request_id, num_loaded))
         missed = self.kv.evicted_misses(req, num_hit_tokens // self.kv.block_size + num_loaded)
         if missed:
-            req.evicted_miss_tokens += missed * self.kv.block_size
-        if req.num_preemptions:
+            metrics.evicted_miss_tokens += missed * self.kv.block_size
+        if metrics.num_preemptions:
             stats.recompute_queries_tokens += req.num_tokens
             stats.recompute_hits_tokens += num_hit_tokens
-            req.recompute_hits_tokens += num_hit_tokens
+            metrics.recompute_hits_tokens += num_hit_tokens
         else:
             stats.prefix_cache_queries_tokens += req.num_tokens
             stats.prefix_cache_hits_tokens += num_hit_tokens
-            req.prefix_cache_hits_tokens = num_hit_tokens
-            req.first_scheduled_s = now
+            metrics.prefix_cache_hits_tokens = num_hit_tokens
+            metrics.first_scheduled_s = now
 
     def _start(self, req: Request, num_new: int, step: Step) -> None:
         """The one admission epilogue: ``req`` runs, computing ``num_new`` tokens now."""

@@ -114,7 +114,7 @@ class SchedulerBase:
         """Take ``victim``'s blocks: to the swap space if it fits there, else recompute."""
         kv = self.kv
         self.explicit.pop(victim, None)
-        victim.num_preemptions += 1
+        victim.metrics.num_preemptions += 1
         victim.num_spec_tokens = 0  # drafted for a step it will not get
         step.num_preempted += 1
         if self.swap_mode:
@@ -123,7 +123,7 @@ class SchedulerBase:
                 self.num_tokens_stored -= victim.num_computed_tokens
                 kv.free(victim)
                 victim.swapped_blocks = need
-                victim.num_swaps += 1
+                victim.metrics.num_swaps += 1
                 victim.status = Status.SWAPPED
                 self.swapped.append(victim)
                 step.swap_out_blocks += need
@@ -180,7 +180,7 @@ class SchedulerBase:
         self.num_tokens_stored -= req.num_computed_tokens
         self.explicit.pop(req, None)
         req.status = Status.FINISHED
-        req.finish_s = t_end
+        req.metrics.finish_s = t_end
         if req.published_from != NEVER_PRIVATE:
             self.kv.retire_published_hashes(req)
         self.kv.free_finished(req, t_end)

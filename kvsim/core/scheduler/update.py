@@ -45,7 +45,7 @@ class UpdatePhase(SchedulerBase):
             if beams is not None and req.spec.beam_group is not None:
                 forked.append(req.spec.beam_group)
             if n_out == 1:
-                req.first_token_s = t_end
+                req.metrics.first_token_s = t_end
                 if n_out == req.target_output_tokens or nc + 1 >= limit:
                     self.finish(req, t_end)
                     outcome.finished.append(req)

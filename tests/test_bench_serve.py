@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from oracle import run_eager
 from pandas.testing import assert_frame_equal
 
 import kvsim
@@ -318,7 +319,7 @@ def test_the_decode_cohort_equals_walking_every_request_with_the_closed_loop():
     scenario = bench(None, {"num_gpu_blocks_override": 400}, num_prompts=150, max_concurrency=20, num_warmups=10,
                      random_input_len=500, random_output_len=120, random_range_ratio=0.8)  # fmt: skip
     lazy = kvsim.run(scenario)
-    eager = kvsim.run(scenario, lazy_decodes=False)
+    eager = run_eager(scenario)
     assert lazy.summary["num_preemptions"] > 0
     assert_frame_equal(lazy.requests, eager.requests, check_exact=True)
     assert_frame_equal(lazy.iterations, eager.iterations, check_exact=True)

@@ -127,6 +127,12 @@ FF_CASES = {
         "replicas.0.engine.kv_allocation=reserve_pow2",
         "replicas.0.engine.enable_prefix_caching=false",
     ],
+    "orca-oracle-swap": [
+        "replicas.0.engine.num_gpu_blocks_override=900",
+        "replicas.0.engine.kv_allocation=reserve_oracle",
+        "replicas.0.engine.enable_prefix_caching=false",
+        "replicas.0.engine.preemption_mode=swap",
+    ],
 }
 
 
@@ -154,7 +160,10 @@ def _small_engine_runs(draw):
         "preemption_mode": draw(st.sampled_from(["recompute", "swap"])),
         "scheduling_policy": draw(st.sampled_from(["fcfs", "fcfs", "priority"])),
         "enable_prefix_caching": draw(st.booleans()),
+        "kv_allocation": draw(st.sampled_from(["paged", "paged", "paged", "reserve_pow2", "reserve_oracle"])),
     }
+    if engine["kv_allocation"] != "paged":  # a contiguous reservation is private memory: no prefix cache
+        engine["enable_prefix_caching"] = False
     scenario = {"model": "llama-3-8b", "replicas": [{"gpu": "h100-sxm", "engine": engine}]}
     n = draw(st.integers(1, 40))
     t = 0.0

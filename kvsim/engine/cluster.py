@@ -35,7 +35,7 @@ from kvsim.engine.clock import EarlyTimeout
 from kvsim.engine.fleet import ClusterStats, Fleet
 from kvsim.engine.ledger import RequestLedger
 from kvsim.engine.replica import Replica
-from kvsim.engine.replica_engine import EngineCounters
+from kvsim.engine.replica_engine import EngineCounters, ReplicaEngine
 from kvsim.engine.routers import LeastLoadedRouter, Router, make_router, reads_prefix_cache
 from kvsim.engine.sources import ConversationSource, Release, RequestSource
 from kvsim.engine.wiring import ClusterWiring, CostModelSource
@@ -125,16 +125,16 @@ class Cluster(ClusterWiring):
         progress: ProgressFn | None = None,
         source: RequestSource | None = None,
         watch: RunWatch | None = None,
-        lazy_decodes: bool = True,
+        engine: type[ReplicaEngine] = ReplicaEngine,
     ) -> None:
         """``source`` decides when each of ``specs`` is sent (None: at its arrival time, a
         follow-up turn think time after its parent finishes; `ConversationSource`);
         ``watch`` may end the run early (`RunWatch`, raising `RunStopped` out of `run`);
-        ``lazy_decodes`` False runs every engine step by step over every running request
-        (the reference the lazy decode cohort is compared with, `Replica.attach`)."""
+        ``engine``: the class every replica's engine is built from (tests run their
+        step-by-step oracle through it, ``tests/oracle.py``)."""
         scenario = plan.scenario
         self.plan = plan
-        self.lazy_decodes = lazy_decodes
+        self.engine_class = engine
         self.env = simpy.Environment()
         self.max_time_s = scenario.sim.max_time_s
         self.progress = progress

@@ -30,7 +30,7 @@ import simpy
 from kvsim.core.outcome import SchedulerOutput, StepOutcome
 from kvsim.core.request_state import Request
 from kvsim.engine.clock import LateTimeout
-from kvsim.engine.replica_engine import DecodeStretch, ReplicaEngine
+from kvsim.engine.replica_engine import ReplicaEngine, RunPlan
 from kvsim.engine.transfers import TransferService
 from kvsim.plan import TierPlan
 
@@ -241,7 +241,7 @@ class Replica:
         self.clock = t_end
         self._dispatch(engine.end_step(out, t_end))
 
-    def _decode_run(self, now: float, run: DecodeStretch) -> Process:
+    def _decode_run(self, now: float, run: RunPlan) -> Process:
         """A fast-forwarded stretch of decode iterations, cut short by an arrival that the
         next schedule might admit (others ride along: they only raise the waiting count)."""
         engine, env = self.engine, self.env

@@ -14,10 +14,12 @@ and routes; everything an iteration does happens here, behind a small boundary:
                                               looks into the pool mid-run)
     commit_run(m, arrivals, now) -> outcome   the run's first ``m`` steps happened
 
-Speed is a strategy behind it: with ``lazy_decodes`` plain decoders are advanced by the
-decode cohort (`kvsim.core.cohort`), and with ``fast_forward`` runs of identical decode
-iterations are priced and waited for as one (`kvsim.core.decode_run`); the results are the
-same bit for bit either way (tests compare them).
+Speed is a strategy behind it (`use_speed_strategies`): where it applies, plain decoders are
+advanced by the decode cohort (`kvsim.core.cohort`), and, unless the scenario says
+``sim.fast_forward: false``, runs of identical decode iterations are priced and waited for
+as one (`kvsim.core.decode_run`). The results are the same bit for bit as stepping every
+iteration over every running request: the tests' oracle (``tests/oracle.py``) is this
+engine with both strategies off, and the comparisons run against it.
 
 Reads (``num_running``, ``kv_usage``, ``cached_prefix_tokens``...) never move the engine:
 whoever reads mid-run calls `advance_to` first (`kvsim.engine.replica.Replica.sync`).
@@ -32,7 +34,7 @@ import numpy as np
 
 from kvsim.core.beam_search import BeamStats
 from kvsim.core.block import PRIVATE
-from kvsim.core.decode_run import CohortRun, DecodeRun, plan_cohort_run, plan_decode_run
+from kvsim.core.decode_run import CohortRun, plan_cohort_run
 from kvsim.core.outcome import CacheStats, EventKind, KvEvent, SchedulerOutput, SpecDecodeStats, StepOutcome
 from kvsim.core.request_state import Request
 from kvsim.core.scheduler import Scheduler
@@ -49,10 +51,10 @@ MAX_RUN_STEPS = 4096
 KvSink = Callable[[float, list[tuple[bool, int]]], None]
 #: write_sink(num_blocks, tier plan): a tier write to put on shared links (nobody waits).
 WriteSink = Callable[[int, TierPlan], None]
+#: A fast-forwarded decode run, as the SimPy layer waits for it.
+RunPlan = CohortRun
 #: The counters an engine keeps over its life (summed over cold restarts by the cluster).
 EngineCounters = tuple[CacheStats, BeamStats, SpecDecodeStats]
-
-DecodeStretch = DecodeRun | CohortRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +73,7 @@ class PricedStep:
 class _RunState:
     """The decode run being waited for: its plan, start, step ends and figures at step 0."""
 
-    run: DecodeStretch
+    run: CohortRun
     start: float
     ends: np.ndarray
     durations: np.ndarray
@@ -124,11 +126,10 @@ class ReplicaEngine:
         kv_events: bool,
         stamped: bool,
         fast_forward: bool,
-        lazy_decodes: bool,
     ) -> None:
         """Take ``scheduler`` (a fresh one after a cold restart; None: keep this one), its
-        tiers, KV event log and execution strategy (``lazy_decodes``, ``fast_forward``: the
-        same results either way)."""
+        tiers, KV event log and speed strategies (``fast_forward``: the scenario allows
+        fast-forwarded decode runs)."""
         if scheduler is None:
             scheduler = self.scheduler
         self.scheduler = scheduler
@@ -137,9 +138,13 @@ class ReplicaEngine:
         writes_through = tiers is not None and any(tiers.write_through)
         scheduler.pool.log_kv_events(kv_events or writes_through, private=writes_through)
         self._per_step = stamped or tiers is not None
+        self.use_speed_strategies(scheduler, fast_forward)
+
+    def use_speed_strategies(self, scheduler: Scheduler, fast_forward: bool) -> None:
+        """How this engine executes, not what it computes: the decode cohort where it
+        applies, and fast-forwarded decode runs of the cohort if ``fast_forward``."""
         self.fast_forward = fast_forward
-        if lazy_decodes:
-            scheduler.enable_cohort()
+        scheduler.enable_cohort()
 
     # -- reads (they never move the engine) ------------------------------------------
     @property
@@ -206,14 +211,12 @@ class ReplicaEngine:
             self._count_tier_hits(out.events)
         return out
 
-    def plan_run(self, out: SchedulerOutput) -> DecodeStretch | None:
+    def plan_run(self, out: SchedulerOutput) -> CohortRun | None:
         """The decode run ``out`` starts, if fast-forwarding and it starts one."""
-        if not self.fast_forward:
-            return None
         sched = self.scheduler
-        if sched.cohort is not None:
-            return plan_cohort_run(sched, out, MAX_RUN_STEPS)
-        return plan_decode_run(sched, out, MAX_RUN_STEPS)
+        if not self.fast_forward or sched.cohort is None:
+            return None
+        return plan_cohort_run(sched, out, MAX_RUN_STEPS)
 
     def price_step(self, out: SchedulerOutput) -> PricedStep:
         """The iteration's compute time, plus its transfers unless they share links."""
@@ -261,7 +264,7 @@ class ReplicaEngine:
         return dt
 
     # -- decode runs -----------------------------------------------------------------
-    def start_run(self, now: float, run: DecodeStretch) -> tuple[np.ndarray, int]:
+    def start_run(self, now: float, run: CohortRun) -> tuple[np.ndarray, int]:
         """Price ``run`` starting at ``now``: the end of each step, and how many steps start
         before ``max_time_s``. The pool and queues as scheduled are kept for its record
         (arrivals and early allocations during the run must not leak into step 0's)."""
@@ -270,8 +273,7 @@ class ReplicaEngine:
         dts = self.cost.decode_steps_s(run.num_seqs, run.context_tokens())
         ends = np.cumsum(np.concatenate(([now], dts)))[1:]
         run.step_starts = np.concatenate(([now], ends[:-1]))
-        if isinstance(run, CohortRun):
-            run.ends = ends
+        run.ends = ends
         k = run.num_steps
         if self.max_time_s is not None and ends[k - 2] >= self.max_time_s:
             # Iterations starting at or after max_time never start.
@@ -326,20 +328,14 @@ class ReplicaEngine:
         run, start, ends, dts = state.run, state.start, state.ends, state.durations
         self._advance_run(state, m, now)
         self._run = None
-        pre = None
-        if isinstance(run, DecodeRun) and self._stamps():
-            pre = [(r.num_cached_blocks, r.num_computed_tokens) for r in run.reqs]
         waiting: int | np.ndarray = state.num_waiting
         if arrivals:  # iteration j >= 1 starts at ends[j - 1] and sees arrivals up to then
             waiting = state.num_waiting + np.concatenate(
                 ([0], np.searchsorted(np.asarray(arrivals), ends[: m - 1], side="right"))
             )
         new_blocks, evicted, outcome = run.commit(m, ends, dts)
-        clock = float(ends[m - 1])
-        if isinstance(run, DecodeRun):
-            self._publish_run_registrations(run, pre, start, ends, m, clock)
-        elif self.scheduler.pool.kv_events:  # a cohort run registers blocks as it goes
-            self._drain(clock)
+        if self.scheduler.pool.kv_events:  # the last step's registrations
+            self._drain(float(ends[m - 1]))
         self.recorder.add_decode_run(
             self.index,
             start,
@@ -358,52 +354,6 @@ class ReplicaEngine:
             self.recorder.add_event(stamp, self.index, EventKind.TIER_WRITE, -1, n, num_bytes)
         self._run_writes.clear()
         return outcome
-
-    def _stamps(self) -> bool:
-        """Whether KV events need their exact step times (a delayed index is listening)."""
-        return self._per_step and self.kv_sink is not None and self.scheduler.pool.kv_events is not None
-
-    def _publish_run_registrations(
-        self,
-        run: DecodeRun,
-        pre: list[tuple[int, int]] | None,
-        start: float,
-        ends: np.ndarray,
-        m: int,
-        clock: float,
-    ) -> None:
-        """A committed run's cache registrations, each stamped with the start of the step
-        that filled its block (as stepping would have published it)."""
-        if not self.scheduler.pool.kv_events:
-            return
-        if pre is None:
-            self._drain(clock)
-            return
-        log = self.scheduler.pool.take_kv_events()
-        bs = self.geometry.block_size
-        stamped: list[tuple[float, tuple[bool, int]]] = []
-        p = 0
-        for req, (old_cached, computed) in zip(run.reqs, pre, strict=True):
-            while p < len(log) and log[p][1] == PRIVATE:
-                p += 1  # private blocks come first and are not indexed
-            hashes = req.block_hashes
-            num_full = (computed + m) // bs  # what commit registered up to (finished or not)
-            for b in range(old_cached, min(req.private_from_token // bs, num_full)):
-                if p < len(log) and log[p][1] == hashes[b]:
-                    j = (b + 1) * bs - 1 - computed  # the run step whose token filled block b
-                    stamped.append((start if j <= 0 else float(ends[j - 1]), log[p]))
-                    p += 1
-        assert p == len(log) or all(h == PRIVATE for _, h in log[p:])
-        stamped.sort(key=lambda e: e[0])
-        sink = self.kv_sink
-        assert sink is not None
-        i = 0
-        while i < len(stamped):
-            t, k = stamped[i][0], i
-            while k < len(stamped) and stamped[k][0] == t:
-                k += 1
-            sink(t, [e for _, e in stamped[i:k]])
-            i = k
 
     # -- KV events and tiers ---------------------------------------------------------
     def _drain(self, stamp: float) -> list[int]:

@@ -19,6 +19,7 @@ import pandas as pd
 from kvsim.core.request_state import Request, Status
 from kvsim.engine.cluster import Cluster, ProgressFn, RunStopped, RunWatch, cyclic_gc_paused
 from kvsim.engine.ledger import RequestLedger
+from kvsim.engine.replica_engine import ReplicaEngine
 from kvsim.engine.routers import Router
 from kvsim.engine.sources import BenchClientSource
 from kvsim.engine.wiring import CostModelSource
@@ -54,7 +55,7 @@ def run(
     cost_model: CostModelSource | None = None,
     force: bool = False,
     watch: RunWatch | None = None,
-    lazy_decodes: bool = True,
+    engine: type[ReplicaEngine] = ReplicaEngine,
 ) -> Result:
     """Simulate a scenario and return its `Result`.
 
@@ -68,10 +69,9 @@ def run(
     estimated size exceeds ``sim.max_requests`` or ``sim.max_memory_gib`` is refused
     (`kvsim.estimate`) before anything is built. ``watch`` looks at the run as it goes and
     may end it early: then `kvsim.engine.cluster.RunStopped` is raised instead of a Result
-    (`kvsim.overload.DivergenceWatch`, used by `kvsim.planner`). ``lazy_decodes`` False
-    walks every running request in every iteration instead of advancing plain decoders
-    lazily (`kvsim.core.cohort`): slower, the same Result bit for bit (the reference tests
-    compare the default with).
+    (`kvsim.overload.DivergenceWatch`, used by `kvsim.planner`). ``engine`` is the
+    class each replica's engine is built from (`kvsim.engine.replica_engine.ReplicaEngine`,
+    or a subclass: the tests' step-by-step oracle is one).
     """
     source = _source_name(scenario)
     if isinstance(scenario, str | Path) and base_dir is None:
@@ -96,7 +96,7 @@ def run(
             progress=progress,
             source=sender,
             watch=watch,
-            lazy_decodes=lazy_decodes,
+            engine=engine,
         )
         if sender is not None:
             cluster.ledger.mark_warmup(sender.client.unmeasured)

@@ -35,7 +35,7 @@ class ClusterWiring:
     plan: Plan
     env: simpy.Environment
     max_time_s: float | None
-    lazy_decodes: bool
+    engine_class: type[ReplicaEngine]
     groups: list[GroupPlan]
     replicas: list[Replica]
     entry_replicas: list[Replica]
@@ -110,7 +110,9 @@ class ClusterWiring:
 
     def _build_replica(self, index: int, name: str, group: GroupPlan, cost: CostModel) -> Replica:
         scheduler = build_scheduler(self.plan, group, self._tier_stack(group))
-        engine = ReplicaEngine(index, scheduler, cost, self.recorder, group.kv, max_time_s=self.max_time_s)
+        engine = self.engine_class(
+            index, scheduler, cost, self.recorder, group.kv, max_time_s=self.max_time_s
+        )
         return Replica(
             self.env,
             engine,
@@ -198,7 +200,6 @@ class ClusterWiring:
             kv_events=engine.kv_sink is not None,
             stamped=engine.kv_sink is not None and delay > 0,
             fast_forward=ff,
-            lazy_decodes=self.lazy_decodes,
         )
         replica.attached()
 

@@ -88,14 +88,20 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
 
     def enable_cohort(self) -> bool:
         """Advance plain decoders lazily from now on, where this engine's decode hot path
-        applies (full attention, paged blocks, no speculation); returns whether it does.
+        applies (full attention, a KV cache, no speculation); returns whether it does.
 
         With the cohort, iterations cost what changes in them, and running requests'
         counters are exact only after `materialize` (the engine calls it when it stops);
         `SchedulerOutput.tokens` then lists the requests outside the cohort.
         """
-        if self.can_fork and not self.running and self.cohort is None:
-            self.cohort = DecodeCohort(self.pool, self.kv.block_size, self.max_model_len or NO_LIMIT)
+        applies = type(self.kv) is FullAttentionManager and self.kv_cache_enabled and self.speculator is None
+        if applies and not self.running and self.cohort is None:
+            self.cohort = DecodeCohort(
+                self.pool,
+                self.kv.block_size,
+                self.max_model_len or NO_LIMIT,
+                paged=type(self.allocator) is PagedAllocator,
+            )
         return self.cohort is not None
 
     @property

@@ -25,6 +25,8 @@ registration names the pydantic config class that reads them (``config=``), and
 
     @WORKLOAD_KINDS.register("pairs", config=PairsWorkload)
     def generate_pairs(cfg, rng, *, base_dir=None): ...
+
+docs/engine.md ("Extending kvsim") has a complete example of each kind, tested as written.
 """
 
 from __future__ import annotations

@@ -134,9 +134,12 @@ class RegisteredKinds:
         self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
     ) -> dict[str, Any]:
         kinds = [n for n in self.registry if n not in self.builtin and self.registry.config_class(n)]
+        what = f"A {self.registry.what} registered in kvsim.registry with its own config class"
+        if not kinds:  # an empty enum is not valid JSON Schema everywhere; "not {}" matches nothing
+            return {"not": {}, "description": f"{what} (none registered)."}
         return {
             "type": "object",
-            "description": f"A {self.registry.what} registered in kvsim.registry with its own config class.",
+            "description": f"{what}.",
             "properties": {"kind": {"enum": kinds, "description": "Selects the registered kind."}},
             "required": ["kind"],
         }

@@ -9,7 +9,10 @@ that the extension was really used, then unregisters it.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import shlex
+import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -388,3 +391,25 @@ def test_the_docs_examples_run_as_written(
     assert len(new) == 1 and new <= used  # one extension, and the scenario ran with it
     assert res.summary["num_finished"] == res.summary["num_requests"] > 0
     assert (set(GPU_PRESETS), GPU_ALIASES) == (gpus, aliases)
+
+
+def test_the_docs_command_lines_run_an_extension(tmp_path: Path) -> None:
+    """The section's two command lines, with the router example and its scenario beside them."""
+    section = (ROOT / "docs/engine.md").read_text().split("\n## Extending kvsim\n", 1)[1]
+    commands = re.search(r"```text\n(.*?)```", section, re.S)
+    assert commands is not None
+    _, code, scenario = DOC_EXAMPLES[0]
+    (tmp_path / "shortest_queue.py").write_text(code)
+    (tmp_path / "scenario.yaml").write_text(scenario)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    outputs = []
+    for line in commands.group(1).splitlines():
+        argv = shlex.split(line)
+        assert argv[0] == "python"
+        done = subprocess.run(
+            [sys.executable, *argv[1:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout)
+    assert outputs[0] == "20\n"  # every request of the scenario finished
+    assert re.search(r"^  finished +20$", outputs[1], re.M)  # kvsim run's report

@@ -115,9 +115,7 @@ def _count_trace_rows(cfg: TraceWorkload, base_dir: Path | None) -> int:
     return min(rows, cfg.max_requests) if cfg.max_requests is not None else rows
 
 
-def _requests_and_output(
-    workload: SyntheticWorkload | TraceWorkload | MixtureWorkload | BenchServeWorkload, base_dir: Path | None
-) -> tuple[int, float]:
+def _requests_and_output(workload: object, base_dir: Path | None) -> tuple[int, float]:
     """Requests a workload sends and their mean output length (a mixture: its components')."""
     if isinstance(workload, BenchServeWorkload):
         low, high = workload.output_range
@@ -127,9 +125,13 @@ def _requests_and_output(
         return n, mean_tokens(workload.output_tokens)
     if isinstance(workload, TraceWorkload):
         return _count_trace_rows(workload, base_dir), float(DEFAULT_MEAN_TOKENS)
-    parts = [_requests_and_output(c, base_dir) for c in workload.components]
-    total = sum(n for n, _ in parts)
-    return total, (sum(n * m for n, m in parts) / total if total else float(DEFAULT_MEAN_TOKENS))
+    if isinstance(workload, MixtureWorkload):
+        parts = [_requests_and_output(c, base_dir) for c in workload.components]
+        total = sum(n for n, _ in parts)
+        return total, (sum(n * m for n, m in parts) / total if total else float(DEFAULT_MEAN_TOKENS))
+    # A kind registered in kvsim.registry.WORKLOAD_KINDS: its config's num_requests, if it says.
+    num_requests = getattr(workload, "num_requests", 0)
+    return (num_requests if isinstance(num_requests, int) else 0), float(DEFAULT_MEAN_TOKENS)
 
 
 def estimate_work(

@@ -2,6 +2,7 @@
 
     resolve_model("Llama-2-70B")    # case-insensitive; unknown names suggest close ones
     resolve_gpu("h100-sxm")
+    register_gpu(GpuSpec(name="my-gpu", ...), aliases=["My GPU 96GB"])   # a preset of your own
 
 Every preset cites where its figures come from in ``source``: the model's Hugging Face
 ``config.json`` (layers, widths, heads, vocabulary, context) and model card or paper
@@ -1137,6 +1138,34 @@ def resolve_gpu(gpu: str | GpuSpec) -> GpuSpec:
     if found is None:
         raise UnknownPresetError(unknown_name_message("GPU", gpu, GPU_PRESETS))
     return found
+
+
+def register_gpu(spec: GpuSpec, *, aliases: Iterable[str] = ()) -> GpuSpec:
+    """Make ``spec`` a GPU preset: a scenario's ``replicas[].gpu``, `resolve_gpu` and the
+    command line's ``--gpu`` then find it by its name or an alias, as the built-in ones.
+
+    The name must be in normal form (`normal_gpu_name`: lower case, hyphens, no "nvidia-")
+    and not taken; registering the same spec again does nothing. Returns ``spec``.
+    """
+    name = spec.name
+    if normal_gpu_name(name) != name:
+        raise ValueError(f"GPU preset name {name!r} must be in normal form ({normal_gpu_name(name)!r})")
+    if name in GPU_PRESETS and GPU_PRESETS[name] != spec:
+        raise ValueError(f"GPU preset {name!r} is already registered")
+    keys = {normal_gpu_name(alias): alias for alias in aliases}
+    for key, alias in keys.items():
+        if key in GPU_PRESETS or GPU_ALIASES.get(key, name) != name:
+            raise ValueError(f"GPU alias {alias!r} already names a GPU preset")
+    GPU_PRESETS[name] = spec
+    GPU_ALIASES.update(dict.fromkeys(keys, name))
+    return spec
+
+
+def unregister_gpu(name: str) -> None:
+    """Remove a GPU preset and its aliases (tests that register one clean up with this)."""
+    del GPU_PRESETS[name]
+    for alias in [a for a, target in GPU_ALIASES.items() if target == name]:
+        del GPU_ALIASES[alias]
 
 
 def tp_problem(model: ModelSpec, tp: int) -> str | None:

@@ -13,8 +13,9 @@ KV dtype, engine backend ...):
         profile (kernels-fit)  -> KernelCostModel with the fitted overheads
         kernels            -> KernelCostModel (measured kernel tables)
 
-A new cost model is a config class (a ``kind`` in `kvsim.cost.config.CostModelConfig`) and
-one builder registered here under that kind (docs/engine.md, "Extending kvsim").
+A new cost model is a config class and a builder, registered together in its own file:
+``@COST_MODELS.register(kind, config=ConfigClass)`` on the builder (docs/engine.md,
+"Extending kvsim"); the scenario's ``cost_model`` then accepts that kind.
 
 A profile that is missing, malformed, or made for another model, dtype, KV dtype, TP
 degree or GPU raises `ProfileError`; it is never silently used (the scenario checks,

@@ -49,7 +49,7 @@ import kvsim.errors
 from kvsim.cost.profile import load_profile
 from kvsim.errors import ProfileError, TraceError
 from kvsim.io import DATA_FILES, RESULT_FILES
-from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
+from kvsim.model.presets import GPU_PRESETS, MODEL_PRESETS
 from kvsim.scenario.loading import apply_overrides, parse_yaml, scenario_data, validate
 from kvsim.scenario.schema import Scenario
 from kvsim.yaml_safe import load_yaml_text, read_capped

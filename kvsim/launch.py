@@ -30,7 +30,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from kvsim.presets import resolve_model
+from kvsim.model.presets import resolve_model
 from kvsim.scenario.schema import ReplicaGroup, Scenario
 
 _HF_ID = re.compile(r"huggingface\.co/([\w.\-]+/[\w.\-]+)")

@@ -15,8 +15,8 @@ scenario's whole workload (trace or synthetic), with its seed.
 
 **Pruned before any run**: configurations the scenario's checks refuse (TP not dividing
 the heads, weights or one request of ``max_model_len`` not fitting: the backend's memory
-rule, `kvsim.kv_sizing`), those where the workload's longest request does not fit one
-replica's KV pool (`kvsim.memory_fit.check_fit`), those whose one unit exceeds
+rule, `kvsim.model.kv_sizing`), those where the workload's longest request does not fit one
+replica's KV pool (`kvsim.model.memory_fit.check_fit`), those whose one unit exceeds
 ``--max-gpus`` or ``--budget``, and GPUs without a price.
 
 **The search.** A point is *feasible* as in `kvsim.capacity`: every SLO bound holds, the
@@ -84,14 +84,14 @@ from kvsim.limits import (
     MAX_PLAN_RUNS,
     MAX_PLAN_VALUES,
 )
-from kvsim.memory_fit import check_fit, served_model
+from kvsim.model.memory_fit import check_fit, served_model
+from kvsim.model.presets import UnknownPresetError, resolve_gpu, resolve_model
+from kvsim.model.specs import KV_DTYPE_BYTES
 from kvsim.overload import DivergenceWatch, LatencyBound
-from kvsim.presets import UnknownPresetError, resolve_gpu, resolve_model
 from kvsim.pricing import Cost, PriceTable, Usage, default_prices, price_usage, usage_of
 from kvsim.registry import ROUTERS
 from kvsim.scenario.loading import apply_overrides, load_scenario
 from kvsim.scenario.schema import Scenario
-from kvsim.specs import KV_DTYPE_BYTES
 from kvsim.sweep import (
     DEFAULT_RAY_CONNECT_TIMEOUT_S,
     Executor,

@@ -24,9 +24,9 @@ from kvsim.backends import (
     table_version,
 )
 from kvsim.errors import ScenarioError
-from kvsim.kv_sizing import GIB, weight_bytes
+from kvsim.model.kv_sizing import GIB, weight_bytes
+from kvsim.model.presets import resolve_gpu, resolve_model
 from kvsim.plan import resolve_plan
-from kvsim.presets import resolve_gpu, resolve_model
 from kvsim.scenario.loading import dump_scenario, load_scenario, scenario_data
 from kvsim.scenario.schema import EngineConfig
 

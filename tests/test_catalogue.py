@@ -12,8 +12,8 @@ import pytest
 
 import kvsim
 from kvsim.cache_curve import cache_curve
-from kvsim.kv_sizing import kv_bytes_for_context, kv_bytes_per_token
-from kvsim.presets import resolve_model
+from kvsim.model.kv_sizing import kv_bytes_for_context, kv_bytes_per_token
+from kvsim.model.presets import resolve_model
 from kvsim.scenario.loading import read_yaml
 from kvsim.sweep import load_sweep
 from kvsim.workload import generate_requests, resolve_workload_paths

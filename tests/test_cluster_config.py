@@ -6,7 +6,7 @@ import pytest
 
 import kvsim
 from kvsim.errors import ScenarioError
-from kvsim.kv_sizing import GIB
+from kvsim.model.kv_sizing import GIB
 from kvsim.plan import resolve_plan
 
 

@@ -310,7 +310,7 @@ def test_without_a_kv_cache_each_decode_recomputes_the_sequence():
     # prefills all P + i tokens again, so the total grows quadratically with the output.
     from kvsim.cost.base import Batch
     from kvsim.cost.roofline import RooflineCostModel
-    from kvsim.presets import resolve_gpu, resolve_model
+    from kvsim.model.presets import resolve_gpu, resolve_model
 
     cost = RooflineCostModel(resolve_model("llama-3-8b"), resolve_gpu("h100-sxm"))
     prompt, out = 16, 1024

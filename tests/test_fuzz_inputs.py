@@ -35,7 +35,7 @@ import kvsim
 from kvsim.cli import main
 from kvsim.cli.verify_cmd import VLLM_PYTHON_ENV
 from kvsim.errors import KvsimError
-from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
+from kvsim.model.presets import GPU_PRESETS, MODEL_PRESETS
 from kvsim.workload.config import TraceWorkload
 from kvsim.workload.traces import replay_trace
 

@@ -343,8 +343,8 @@ def test_bounds_of_the_schema_models_appear_in_the_json_schema() -> None:
     from pydantic import BaseModel
 
     from kvsim.cost import config as cost_config
+    from kvsim.model.specs import GpuSpec, ModelSpec
     from kvsim.scenario import schema as scenario_schema
-    from kvsim.specs import GpuSpec, ModelSpec
     from kvsim.workload import config as workload_config
 
     models: list[type[BaseModel]] = [ModelSpec, GpuSpec]

@@ -36,8 +36,8 @@ from kvsim.cli.run_cmd import ProgressBar
 from kvsim.cli.types import count, path_arg, text_arg
 from kvsim.errors import KvsimError, ScenarioError
 from kvsim.io import json_safe
+from kvsim.model.specs import KV_DTYPE_BYTES
 from kvsim.scenario.loading import apply_overrides, load_scenario, validate
-from kvsim.specs import KV_DTYPE_BYTES
 from kvsim.workload.config import BenchServeWorkload
 
 #: Engines the deployment may name (``engine.backend``) and weight precisions (``engine.quantization``).

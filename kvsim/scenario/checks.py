@@ -21,11 +21,11 @@ from kvsim.backends import KNOB_NAMES
 from kvsim.cost.config import ProfileCostConfig
 from kvsim.cost.profile import check_profile_matches, load_profile
 from kvsim.errors import KvsimError
-from kvsim.kv_sizing import GIB, KvCapacity, engine_kv_capacity, weight_bytes
-from kvsim.memory_fit import max_model_len_problem, served_model
-from kvsim.presets import UnknownPresetError, resolve_gpu, resolve_model, tp_problem
+from kvsim.model.kv_sizing import GIB, KvCapacity, engine_kv_capacity, weight_bytes
+from kvsim.model.memory_fit import max_model_len_problem, served_model
+from kvsim.model.presets import UnknownPresetError, resolve_gpu, resolve_model, tp_problem
+from kvsim.model.specs import GpuSpec, ModelSpec
 from kvsim.scenario.schema import ReplicaGroup, Scenario
-from kvsim.specs import GpuSpec, ModelSpec
 
 Problems = list[tuple[str, str]]
 

@@ -21,8 +21,8 @@ from pydantic import ValidationError
 
 from kvsim.backends import DEFAULTED_KNOBS
 from kvsim.errors import ScenarioError, YamlError
-from kvsim.hf_config import resolve_model_paths
 from kvsim.limits import MAX_YAML_INT_DIGITS
+from kvsim.model.hf_config import resolve_model_paths
 from kvsim.paths import path_problem, printable
 from kvsim.scenario.checks import check_scenario
 from kvsim.scenario.schema import Scenario

@@ -31,7 +31,6 @@ from kvsim.backends import DEFAULTED_KNOBS, Backend, resolve_engine
 from kvsim.cost.config import CostModelConfig, RooflineCostConfig, _CostHolder
 from kvsim.errors import KvsimError
 from kvsim.frozen import FrozenModel, Name
-from kvsim.hf_config import read_model_ref
 from kvsim.limits import (
     MAX_BANDWIDTH_BYTES_PER_S,
     MAX_GPU_MEMORY_BYTES,
@@ -43,18 +42,19 @@ from kvsim.limits import (
     MIN_BANDWIDTH_BYTES_PER_S,
     MIN_PERIOD_S,
 )
-from kvsim.memory_fit import served_model
-from kvsim.presets import resolve_gpu, resolve_model
+from kvsim.model.hf_config import read_model_ref
+from kvsim.model.memory_fit import served_model
+from kvsim.model.presets import resolve_gpu, resolve_model
+from kvsim.model.specs import GpuSpec, KvDtype, ModelSpec, WeightDtype
 from kvsim.registry import EVICTION_POLICIES, ROUTERS, SCHEDULING_POLICIES
-from kvsim.specs import GpuSpec, KvDtype, ModelSpec, WeightDtype
 from kvsim.workload.config import SyntheticWorkload, WorkloadConfig
 
 #: A model named by preset or Hugging Face id, given inline, or read from a config.json:
 #: ``{hf_config: PATH, name: ..., weight_dtype: ...}`` becomes a ModelSpec when validated.
 ModelRef = Annotated[str | ModelSpec, BeforeValidator(read_model_ref)]
 _MODEL_REF_HELP = (
-    "a preset name or Hugging Face id (kvsim.presets; e.g. llama-3.1-8b, Qwen/Qwen3-32B-FP8), an "
-    "inline model spec, or {hf_config: PATH} to read a Hugging Face config.json (kvsim.hf_config)"
+    "a preset name or Hugging Face id (kvsim.model.presets; e.g. llama-3.1-8b, Qwen/Qwen3-32B-FP8), an "
+    "inline model spec, or {hf_config: PATH} to read a Hugging Face config.json (kvsim.model.hf_config)"
 )
 
 #: Largest block size, tokens; most KV blocks of one pool; most host memory for swap or

@@ -1,7 +1,7 @@
 """Analyses over a run's tables: rolling percentiles, latency spikes and their causes, KV timelines.
 
-Pure pandas/numpy over the tables of `kvsim.result.Result`; nothing here runs the engine
-or draws anything (the figures are in `kvsim.plots`).
+Pure pandas/numpy over the tables of `kvsim.results.result.Result`; nothing here runs the engine
+or draws anything (the figures are in `kvsim.results.plots`).
 
 - `rolling_quantiles`           percentiles of samples in a sliding time window
 - `ttft_samples`, `itl_samples`, `preemption_gap_samples`  latency samples of the spike view
@@ -27,8 +27,8 @@ import pandas as pd
 
 from kvsim.errors import WorkLimitError
 from kvsim.limits import MAX_WINDOWS
-from kvsim.overload import backlog
 from kvsim.request import RequestSpec
+from kvsim.results.overload import backlog
 from kvsim.units import format_seconds
 
 #: Event kinds that explain latency spikes, in the order their causes are listed.
@@ -69,7 +69,7 @@ def rolling_quantiles(
 
     (The first window is closed on the left, so that a sample at ``start_s`` counts.)
     The grid runs until it covers the last sample. Without weights the quantiles
-    interpolate linearly (numpy's default, like `kvsim.result.summarize`); with weights
+    interpolate linearly (numpy's default, like `kvsim.results.result.summarize`); with weights
     (e.g. decode tokens per iteration) they are the inverted CDF of the weighted samples.
     Returns columns ``time_s``, ``count`` (samples in the window) and one ``pNN`` per
     quantile (NaN for an empty window).

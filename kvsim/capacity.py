@@ -4,7 +4,7 @@
                   parse_slo("ttft_p99_s=2,tpot_p99_s=0.1"))
 
 A point is *feasible* when its run finished, every SLO bound holds on its summary, it is
-not overloaded (`kvsim.overload`: a short run of an overloaded system can meet a latency
+not overloaded (`kvsim.results.overload`: a short run of an overloaded system can meet a latency
 target only because it ends before the queue has grown), and it served at least
 ``min_served`` of its requests (default 99%: a KV pool too small for most prompts rejects
 them, and the few it serves can be fast). The search assumes
@@ -40,7 +40,7 @@ import pandas as pd
 from kvsim.core.outcome import CacheStats
 from kvsim.errors import KvsimError, ScenarioError
 from kvsim.limits import MAX_CANDIDATES
-from kvsim.result import EVENT_COLUMNS, ITERATION_COLUMNS, REQUEST_COLUMNS, summarize
+from kvsim.results.result import EVENT_COLUMNS, ITERATION_COLUMNS, REQUEST_COLUMNS, summarize
 from kvsim.scenario.loading import (
     apply_overrides,
     load_scenario,

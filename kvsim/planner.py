@@ -41,7 +41,7 @@ depend on ``jobs``, only which extra points are run does.
 ``search="front"`` finds every configuration's least feasible ``k``, for the Pareto front
 of cost against the SLO metrics.
 
-**Early stop.** Each run carries a `kvsim.overload.DivergenceWatch` for the SLO's TTFT and
+**Early stop.** Each run carries a `kvsim.results.overload.DivergenceWatch` for the SLO's TTFT and
 E2E percentile bounds: a run certain to miss one while its backlog diverges is stopped
 and reported as overloaded, never with latency figures. It never stops a run that could
 still meet every bound, so it changes no answer, only how long the search takes.
@@ -87,9 +87,9 @@ from kvsim.limits import (
 from kvsim.model.memory_fit import check_fit, served_model
 from kvsim.model.presets import UnknownPresetError, resolve_gpu, resolve_model
 from kvsim.model.specs import KV_DTYPE_BYTES
-from kvsim.overload import DivergenceWatch, LatencyBound
 from kvsim.pricing import Cost, PriceTable, Usage, default_prices, price_usage, usage_of
 from kvsim.registry import ROUTERS
+from kvsim.results.overload import DivergenceWatch, LatencyBound
 from kvsim.scenario.loading import apply_overrides, load_scenario
 from kvsim.scenario.schema import Scenario
 from kvsim.sweep import (

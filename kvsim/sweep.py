@@ -56,9 +56,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 import kvsim
 from kvsim.errors import KvsimError, YamlError
 from kvsim.inputs import read_input
-from kvsim.io import DATA_FILES, json_safe, save_result
 from kvsim.limits import JOBS_PER_CPU, MAX_JOBS, MAX_SUMMARY_BYTES, MAX_SWEEP_POINTS
 from kvsim.outputs import claim_folder, replace_file
+from kvsim.results.io import DATA_FILES, json_safe, save_result
 from kvsim.scenario.loading import apply_overrides, read_yaml, resolve_file_paths, scenario_data, validate
 from kvsim.scenario.schema import Scenario
 from kvsim.yaml_safe import load_yaml_file

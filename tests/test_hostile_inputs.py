@@ -21,9 +21,9 @@ import pytest
 import kvsim
 from kvsim.cli import main
 from kvsim.errors import KvsimError, ScenarioError, TraceError
-from kvsim.io import RESULT_FILES, clean_stale, load_result, save_result
 from kvsim.limits import MAX_TRACE_LINE_CHARS, MAX_YAML_BYTES
 from kvsim.outputs import write_marker
+from kvsim.results.io import RESULT_FILES, clean_stale, load_result, save_result
 from kvsim.scenario.loading import parse_yaml
 from kvsim.sweep import SweepError, load_sweep
 from kvsim.workload.config import TraceWorkload

@@ -18,7 +18,6 @@ import streamlit as st
 from pydantic import ValidationError
 
 import kvsim
-from kvsim import plots
 from kvsim.capacity import (
     CapacityError,
     CapacityPoint,
@@ -29,6 +28,7 @@ from kvsim.capacity import (
     parse_values,
 )
 from kvsim.planner import PlanError, PlanPoint, PlanReport, PlanSpace, plan_deployment
+from kvsim.results import plots
 from kvsim.scenario.loading import apply_overrides, scenario_data
 from kvsim.scenario.schema import Scenario
 from kvsim.units import format_seconds

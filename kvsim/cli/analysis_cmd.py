@@ -25,8 +25,8 @@ from kvsim import analysis, sharing
 from kvsim.cli.types import count, number, path_arg, text_arg
 from kvsim.engine.simulator import scenario_workload
 from kvsim.errors import WorkLimitError
-from kvsim.io import json_safe
 from kvsim.limits import MAX_SAMPLES, MAX_TIME_S, MAX_WIDTHS, MAX_WINDOWS
+from kvsim.results.io import json_safe
 from kvsim.units import format_seconds
 
 

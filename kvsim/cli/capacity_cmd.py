@@ -30,8 +30,8 @@ from kvsim.capacity import (
     parse_values,
 )
 from kvsim.cli.types import count, number, path_arg, text_arg
-from kvsim.io import json_safe
 from kvsim.limits import JOBS_PER_CPU, MAX_JOBS
+from kvsim.results.io import json_safe
 from kvsim.units import MISSING, format_rate, format_seconds, rate_unit
 
 #: Exit code when the search ran but no candidate meets the SLO.

@@ -23,11 +23,11 @@ from typing import Any
 import kvsim
 from kvsim.capacity import DEFAULT_MIN_SERVED, parse_slo
 from kvsim.cli.types import count, number, path_arg, text_arg
-from kvsim.io import json_safe
 from kvsim.limits import DEFAULT_PLAN_RUNS, JOBS_PER_CPU, MAX_JOBS, MAX_PLAN_GPUS, MAX_PLAN_RUNS
 from kvsim.outputs import MARKER_FILE, claim_folder, replace_file
 from kvsim.planner import Mode, PlanError, PlanPoint, PlanReport, PlanSpace, gpus_text, plan_deployment
 from kvsim.pricing import load_prices
+from kvsim.results.io import json_safe
 from kvsim.sweep import DEFAULT_RAY_CONNECT_TIMEOUT_S, MAX_CONNECT_TIMEOUT_S
 from kvsim.units import MISSING, format_seconds, sig
 
@@ -232,7 +232,7 @@ def _progress(point: PlanPoint) -> None:
 
 def write_plan(report: PlanReport, out: str | Path) -> Path:
     """Write the plan folder (a new, empty or kvsim-marked folder; files replaced atomically)."""
-    from kvsim import plots  # plotly: only when a figure is written
+    from kvsim.results import plots  # plotly: only when a figure is written
 
     folder = claim_folder(out, PLAN_KIND, "--out", PlanError)
     files: dict[str, bytes] = {

@@ -39,8 +39,6 @@ from kvsim.cost.factory import group_cost_model
 from kvsim.engine.autoscale import ThresholdPolicy
 from kvsim.engine.clock import EarlyTimeout
 from kvsim.engine.index import KvEventIndex
-from kvsim.engine.ledger import RequestLedger
-from kvsim.engine.recorder import Recorder
 from kvsim.engine.replica import Replica, ReplicaLinks
 from kvsim.engine.routers import LeastLoadedRouter, Router, make_router, reads_prefix_cache
 from kvsim.engine.sources import ConversationSource, Release, RequestSource
@@ -51,6 +49,8 @@ from kvsim.kv.links import DedicatedLink, FairShareNetwork, KvLink
 from kvsim.kv.tiers import BlockTier, TierStack
 from kvsim.plan import GroupPlan, Plan, TierPlan
 from kvsim.request import RequestSpec
+from kvsim.results.ledger import RequestLedger
+from kvsim.results.recorder import Recorder
 
 #: progress(sim_time_s, num_done, num_requests): done = finished or rejected.
 ProgressFn = Callable[[float, int, int], None]
@@ -59,7 +59,7 @@ WATCH_EVERY = 16
 
 
 class RunWatch(Protocol):
-    """Looks at a run from the inside and may end it early (`kvsim.overload.DivergenceWatch`).
+    """Looks at a run from the inside and may end it early (`kvsim.results.overload.DivergenceWatch`).
 
     It only reads: ``start`` gets every request of the run before the first is sent (their
     ``arrival_s``, ``first_token_s``, ``finish_s`` and ``status`` fill in as the run goes);

@@ -34,11 +34,11 @@ from kvsim.core.request_state import Request
 from kvsim.core.scheduler import Scheduler
 from kvsim.cost.base import CostModel
 from kvsim.engine.clock import LateTimeout
-from kvsim.engine.ledger import RequestLedger
-from kvsim.engine.recorder import Recorder
 from kvsim.engine.transfers import TransferService
 from kvsim.kv.tiers import TierStack
 from kvsim.plan import KvGeometry, TierPlan
+from kvsim.results.ledger import RequestLedger
+from kvsim.results.recorder import Recorder
 
 #: Longest decode run priced in one piece (bounds the arrays it needs).
 MAX_RUN_STEPS = 4096
@@ -251,7 +251,7 @@ class Replica:
                 self.process.interrupt()
 
     def _rejected(self, req: Request, reason: str) -> None:
-        """The engine refused ``req``: it can never run here (`kvsim.result.REJECT_REASONS`)."""
+        """The engine refused ``req``: it can never run here (`kvsim.results.result.REJECT_REASONS`)."""
         if self.on_reject is not None:
             self.on_reject(req, reason)
         else:

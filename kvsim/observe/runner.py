@@ -49,7 +49,7 @@ from kvsim.observe.prompts import PromptBuilder
 from kvsim.observe.record import Collected, build_result
 from kvsim.paths import printable
 from kvsim.request import RequestSpec
-from kvsim.result import Result
+from kvsim.results.result import Result
 from kvsim.scenario.schema import Scenario
 
 #: Longest URL accepted, characters.

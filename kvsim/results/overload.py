@@ -214,7 +214,7 @@ class LatencyBound:
 def allowed_violations(num_values: int, quantile: float) -> int:
     """The most values over a limit that do not yet prove the ``quantile``-th percentile
     (0-100) of up to ``num_values`` values over it: one more does (numpy's linear
-    interpolation, as `kvsim.result.summarize` takes percentiles).
+    interpolation, as `kvsim.results.result.summarize` takes percentiles).
 
     Sorted ascending, the percentile lies between values ``i = floor(q (n - 1))`` and
     ``i + 1``; it is over the limit for sure when value ``i`` is, i.e. when at least

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import kvsim
-from kvsim.cache_curve import cache_curve
+from kvsim.analysis.cache_curve import cache_curve
 from kvsim.model.kv_sizing import kv_bytes_for_context, kv_bytes_per_token
 from kvsim.model.presets import resolve_model
 from kvsim.scenario.loading import read_yaml

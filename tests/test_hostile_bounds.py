@@ -31,7 +31,7 @@ import pytest
 
 import kvsim
 from kvsim import analysis, limits
-from kvsim.cache_curve import cache_curve, parse_capacities
+from kvsim.analysis.cache_curve import cache_curve, parse_capacities
 from kvsim.capacity import CapacityError, find_capacity, parse_values
 from kvsim.cli import main
 from kvsim.errors import KvsimError, TraceError, WorkLimitError
@@ -531,7 +531,7 @@ def test_cache_curve_counts_capacities_and_blocks_before_building_keys(
 
 
 def test_cache_curve_bounds_capacities_times_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kvsim.cache_curve as cc
+    import kvsim.analysis.cache_curve as cc
 
     requests = [RequestSpec(i, float(i), (Segment(1, 64),), 1) for i in range(10)]  # 10 x 4 blocks
     monkeypatch.setattr(cc, "MAX_CACHE_CURVE_LOOKUPS", 80)
@@ -565,7 +565,7 @@ def test_capacity_values_are_counted_before_they_are_parsed(capsys: pytest.Captu
 def test_sharing_widths_are_counted_before_anything_runs(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kvsim import sharing
+    from kvsim.analysis import sharing
 
     def no_run(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("ran although the widths were refused")

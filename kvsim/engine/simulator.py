@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kvsim.analysis.side_channel import side_channel_summary
 from kvsim.core.request_state import Request, Status
 from kvsim.engine.cluster import Cluster, CostModelSource, ProgressFn, RunStopped, RunWatch, cyclic_gc_paused
 from kvsim.engine.routers import Router
@@ -27,7 +28,6 @@ from kvsim.results.ledger import RequestLedger
 from kvsim.results.result import REQUEST_COLUMNS, Result, summarize
 from kvsim.scenario.loading import load_scenario
 from kvsim.scenario.schema import Scenario
-from kvsim.side_channel import side_channel_summary
 from kvsim.workload import Workload, generate_workload
 
 __all__ = ["ProgressFn", "RunStopped", "RunWatch", "run", "scenario_workload"]

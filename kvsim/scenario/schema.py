@@ -667,7 +667,7 @@ class SimConfig(FrozenModel):
 
 
 class SideChannelAnalysis(FrozenModel):
-    """Measure the prefix-cache timing side channel as an attacker tenant would (kvsim.side_channel)."""
+    """Measure the prefix-cache timing side channel as an attacker tenant would (kvsim.analysis.side_channel)."""
 
     attacker: str = Field(default="attacker", min_length=1, description="Tenant that probes prefixes.")
     victim: str = Field(

@@ -22,9 +22,9 @@ from google.protobuf import text_format
 
 import kvsim
 import kvsim.results.io
-from kvsim.capacity import find_capacity, parse_slo, parse_values
 from kvsim.cost.profile import shipped_profiles
-from kvsim.planner import PlanSpace, plan_deployment
+from kvsim.planning.capacity import find_capacity, parse_slo, parse_values
+from kvsim.planning.planner import PlanSpace, plan_deployment
 
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
@@ -428,7 +428,7 @@ def test_every_summary_key_a_page_shows_says_what_it_means() -> None:
     sys.path.insert(0, str(DASHBOARD / "views"))
     at = _ran()
     (run,) = at.session_state["runs"].values()
-    from kvsim.capacity import TABLE_KEYS
+    from kvsim.planning.capacity import TABLE_KEYS
 
     keys = [*run.result.summary, *TABLE_KEYS]
     assert {k: common.summary_meaning(k) for k in keys if not common.summary_meaning(k)} == {}

@@ -7,7 +7,7 @@ Prints one row per configuration (what the search concluded, its cheapest feasib
 deployment with cost and SLO metrics), the cheapest with its margins, cost per million
 tokens and energy, and the engine's launch command; ``--out DIR`` writes the plan folder
 (plan.json, configurations.csv, runs.csv, pareto.html, cheapest.yaml, launch.sh). Exit 3
-when no configuration meets the SLO. The search is `kvsim.planner.plan_deployment`.
+when no configuration meets the SLO. The search is `kvsim.planning.planner.plan_deployment`.
 """
 
 from __future__ import annotations
@@ -21,14 +21,22 @@ from pathlib import Path
 from typing import Any
 
 import kvsim
-from kvsim.capacity import DEFAULT_MIN_SERVED, parse_slo
 from kvsim.cli.types import count, number, path_arg, text_arg
 from kvsim.limits import DEFAULT_PLAN_RUNS, JOBS_PER_CPU, MAX_JOBS, MAX_PLAN_GPUS, MAX_PLAN_RUNS
 from kvsim.outputs import MARKER_FILE, claim_folder, replace_file
-from kvsim.planner import Mode, PlanError, PlanPoint, PlanReport, PlanSpace, gpus_text, plan_deployment
-from kvsim.pricing import load_prices
+from kvsim.planning.capacity import DEFAULT_MIN_SERVED, parse_slo
+from kvsim.planning.planner import (
+    Mode,
+    PlanError,
+    PlanPoint,
+    PlanReport,
+    PlanSpace,
+    gpus_text,
+    plan_deployment,
+)
+from kvsim.planning.pricing import load_prices
+from kvsim.planning.sweep import DEFAULT_RAY_CONNECT_TIMEOUT_S, MAX_CONNECT_TIMEOUT_S
 from kvsim.results.io import json_safe
-from kvsim.sweep import DEFAULT_RAY_CONNECT_TIMEOUT_S, MAX_CONNECT_TIMEOUT_S
 from kvsim.units import MISSING, format_seconds, sig
 
 #: Exit code when the search ran but no configuration meets the SLO.

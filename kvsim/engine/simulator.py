@@ -21,8 +21,8 @@ from kvsim.core.request_state import Request, Status
 from kvsim.engine.cluster import Cluster, CostModelSource, ProgressFn, RunStopped, RunWatch, cyclic_gc_paused
 from kvsim.engine.routers import Router
 from kvsim.engine.sources import BenchClientSource, RequestSource
-from kvsim.estimate import check_work, estimate_work
 from kvsim.plan import resolve_plan
+from kvsim.planning.estimate import check_work, estimate_work
 from kvsim.request import RequestSpec
 from kvsim.results.ledger import RequestLedger
 from kvsim.results.result import REQUEST_COLUMNS, Result, summarize
@@ -65,9 +65,9 @@ def run(
     replaces every replica's cost model with an instance, or with a function of the
     replica group's `kvsim.plan.GroupPlan` returning one. Unless ``force``, a run whose
     estimated size exceeds ``sim.max_requests`` or ``sim.max_memory_gib`` is refused
-    (`kvsim.estimate`) before anything is built. ``watch`` looks at the run as it goes and
+    (`kvsim.planning.estimate`) before anything is built. ``watch`` looks at the run as it goes and
     may end it early: then `kvsim.engine.cluster.RunStopped` is raised instead of a Result
-    (`kvsim.results.overload.DivergenceWatch`, used by `kvsim.planner`). ``lazy_decodes`` False
+    (`kvsim.results.overload.DivergenceWatch`, used by `kvsim.planning.planner`). ``lazy_decodes`` False
     walks every running request in every iteration instead of advancing plain decoders
     lazily (`kvsim.core.cohort`): slower, the same Result bit for bit (the reference tests
     compare the default with).

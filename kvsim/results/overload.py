@@ -34,7 +34,7 @@ the run (cut off by ``sim.max_time_s``). An overload that so far only slows deco
 first tokens; it shows in ``backlog_growth_requests_per_s``.
 
 `DivergenceWatch` applies the same backlog test while a run goes, to stop it early once it
-is certain to miss a latency bound and its queue is diverging (`kvsim.planner` uses it).
+is certain to miss a latency bound and its queue is diverging (`kvsim.planning.planner` uses it).
 """
 
 from __future__ import annotations
@@ -229,7 +229,7 @@ def allowed_violations(num_values: int, quantile: float) -> int:
 
 
 class DivergenceWatch:
-    """The early stop of `kvsim.planner`: a `kvsim.engine.cluster.RunWatch` that ends a run
+    """The early stop of `kvsim.planning.planner`: a `kvsim.engine.cluster.RunWatch` that ends a run
     as soon as it is certain to fail a latency bound *and* its queue is diverging.
 
     Both must hold at a check (every 16 requests sent and 16 done):

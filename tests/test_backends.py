@@ -26,8 +26,8 @@ from kvsim.backends import (
 from kvsim.errors import ScenarioError
 from kvsim.model.kv_sizing import GIB, weight_bytes
 from kvsim.model.presets import resolve_gpu, resolve_model
-from kvsim.plan import resolve_plan
 from kvsim.scenario.loading import dump_scenario, load_scenario, scenario_data
+from kvsim.scenario.resolved import resolve_plan
 from kvsim.scenario.schema import EngineConfig
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import pytest
 import kvsim
 from kvsim.errors import ScenarioError
 from kvsim.model.kv_sizing import GIB
-from kvsim.plan import resolve_plan
+from kvsim.scenario.resolved import resolve_plan
 
 
 def problems(data: dict) -> dict[str, str]:

@@ -290,7 +290,7 @@ def test_a_finished_request_leaves_no_published_hash_behind():
     from kvsim.core.request_state import NEVER_PRIVATE
     from kvsim.engine.cluster import Cluster
     from kvsim.engine.simulator import scenario_workload
-    from kvsim.plan import resolve_plan
+    from kvsim.scenario.resolved import resolve_plan
 
     scenario = kvsim.load_scenario(
         None, ["workload.num_requests=250", "replicas.0.engine.num_gpu_blocks_override=450"]

@@ -17,8 +17,8 @@ from kvsim.model.hf_config import HfConfigError, load_hf_config
 from kvsim.model.kv_sizing import weight_bytes
 from kvsim.model.presets import UnknownPresetError, resolve_gpu, resolve_model
 from kvsim.model.specs import ModelSpec
-from kvsim.plan import resolve_plan
 from kvsim.scenario.loading import load_scenario
+from kvsim.scenario.resolved import resolve_plan
 
 try:
     import aiconfigurator_core

@@ -11,7 +11,7 @@ from kvsim.cost.roofline import RooflineCostModel
 from kvsim.model.kv_sizing import GIB, kv_dtype_bytes, weight_bytes
 from kvsim.model.presets import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model
 from kvsim.model.specs import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, compute_dtype
-from kvsim.plan import resolve_plan
+from kvsim.scenario.resolved import resolve_plan
 
 
 def test_bytes_per_weight_include_the_scales() -> None:

@@ -46,7 +46,7 @@ from kvsim.model.specs import GpuSpec, ModelSpec
 from kvsim.registry import COST_MODELS
 
 if TYPE_CHECKING:
-    from kvsim.plan import GroupPlan, Plan
+    from kvsim.scenario.resolved import GroupPlan, Plan
     from kvsim.scenario.schema import SpeculativeConfig
 
 

@@ -47,10 +47,10 @@ from kvsim.engine.view import LiveClusterView
 from kvsim.errors import KvsimError
 from kvsim.kv.links import DedicatedLink, FairShareNetwork, KvLink
 from kvsim.kv.tiers import BlockTier, TierStack
-from kvsim.plan import GroupPlan, Plan, TierPlan
 from kvsim.request import RequestSpec
 from kvsim.results.ledger import RequestLedger
 from kvsim.results.recorder import Recorder
+from kvsim.scenario.resolved import GroupPlan, Plan, TierPlan
 
 #: progress(sim_time_s, num_done, num_requests): done = finished or rejected.
 ProgressFn = Callable[[float, int, int], None]

@@ -36,9 +36,9 @@ from kvsim.cost.base import CostModel
 from kvsim.engine.clock import LateTimeout
 from kvsim.engine.transfers import TransferService
 from kvsim.kv.tiers import TierStack
-from kvsim.plan import KvGeometry, TierPlan
 from kvsim.results.ledger import RequestLedger
 from kvsim.results.recorder import Recorder
+from kvsim.scenario.resolved import KvGeometry, TierPlan
 
 #: Longest decode run priced in one piece (bounds the arrays it needs).
 MAX_RUN_STEPS = 4096

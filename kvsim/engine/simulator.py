@@ -21,12 +21,12 @@ from kvsim.core.request_state import Request, Status
 from kvsim.engine.cluster import Cluster, CostModelSource, ProgressFn, RunStopped, RunWatch, cyclic_gc_paused
 from kvsim.engine.routers import Router
 from kvsim.engine.sources import BenchClientSource, RequestSource
-from kvsim.plan import resolve_plan
 from kvsim.planning.estimate import check_work, estimate_work
 from kvsim.request import RequestSpec
 from kvsim.results.ledger import RequestLedger
 from kvsim.results.result import REQUEST_COLUMNS, Result, summarize
 from kvsim.scenario.loading import load_scenario
+from kvsim.scenario.resolved import resolve_plan
 from kvsim.scenario.schema import Scenario
 from kvsim.workload import Workload, generate_workload
 
@@ -63,7 +63,7 @@ def run(
     the scenario file's folder. ``router`` replaces the scenario's router with your own
     (any object with ``route(req, view)``, see `kvsim.engine.routers`); ``cost_model``
     replaces every replica's cost model with an instance, or with a function of the
-    replica group's `kvsim.plan.GroupPlan` returning one. Unless ``force``, a run whose
+    replica group's `kvsim.scenario.resolved.GroupPlan` returning one. Unless ``force``, a run whose
     estimated size exceeds ``sim.max_requests`` or ``sim.max_memory_gib`` is refused
     (`kvsim.planning.estimate`) before anything is built. ``watch`` looks at the run as it goes and
     may end it early: then `kvsim.engine.cluster.RunStopped` is raised instead of a Result

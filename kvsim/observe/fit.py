@@ -69,9 +69,9 @@ from kvsim.cost.profile import PROFILE_FORMAT, PROFILE_VERSION, load_profile, mo
 from kvsim.errors import KvsimError
 from kvsim.limits import MAX_STEP_TIME_S
 from kvsim.observe.compare import Comparison, compare_results, measured
-from kvsim.plan import GroupPlan, Plan, resolve_plan
 from kvsim.results.io import json_safe
 from kvsim.results.result import Result
+from kvsim.scenario.resolved import GroupPlan, Plan, resolve_plan
 from kvsim.scenario.schema import EngineConfig, Scenario
 
 #: The free terms of each kind.

@@ -349,7 +349,7 @@ class _Run:
 
 def scenario_vocab(scenario: Scenario) -> int:
     """The vocabulary of the scenario's model (token ids are drawn below it)."""
-    from kvsim.plan import resolve_plan
+    from kvsim.scenario.resolved import resolve_plan
 
     plan = resolve_plan(scenario)
     return int(plan.model.vocab_size)

@@ -333,7 +333,7 @@ def _group_fits(model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, where: str)
             )
         )
     elif engine.num_gpu_blocks_override is None and engine.backend == "vllm":
-        # vLLM refuses to start; SGLang and TensorRT-LLM cap the length (kvsim.plan.served_max_model_len)
+        # vLLM refuses to start; SGLang and TensorRT-LLM cap the length (kvsim.scenario.resolved.served_max_model_len)
         problems += _max_model_len_fits(model, gpu, group, cap, where)
     return problems
 

@@ -23,8 +23,8 @@ from kvsim.core.kv_manager import FullAttentionManager
 from kvsim.core.outcome import EventKind
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler import Scheduler
-from kvsim.plan import NULL_BLOCKS
 from kvsim.request import RequestSpec, Segment
+from kvsim.scenario.resolved import NULL_BLOCKS
 from kvsim.scenario.schema import EngineConfig
 from kvsim.validation import fixtures as fx
 from kvsim.validation.workload import DiffRequest, DiffWorkload, Knobs

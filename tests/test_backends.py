@@ -1,4 +1,4 @@
-"""Per-backend engine defaults (kvsim.backends): each knob, each backend, by version and GPU;
+"""Per-backend engine defaults (kvsim.backends.defaults): each knob, each backend, by version and GPU;
 explicit knobs win; the resolved values are what the scenario shows and reloads with."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import kvsim
-from kvsim.backends import (
+from kvsim.backends.defaults import (
     BACKENDS,
     DEFAULTED_KNOBS,
     DEFAULTS_TABLE,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kvsim.backends import BackendVersionError, table_version
+from kvsim.backends.defaults import BackendVersionError, table_version
 from kvsim.errors import ScenarioError
 from kvsim.model.hf_config import HfConfigError, load_hf_config
 from kvsim.model.kv_sizing import weight_bytes

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from kvsim.backends import BACKENDS, resolve_engine
+from kvsim.backends.defaults import BACKENDS, resolve_engine
 from kvsim.cli.types import count, number, text_arg
 from kvsim.errors import KvsimError
 from kvsim.limits import MAX_GPU_MEMORY_BYTES, MAX_TOKENS

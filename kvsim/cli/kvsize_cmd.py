@@ -16,7 +16,7 @@ import argparse
 import json
 from typing import Any
 
-from kvsim.backends import KNOB_NAMES
+from kvsim.backends.defaults import KNOB_NAMES
 from kvsim.cli.fit_cmd import (
     EXIT_DOES_NOT_FIT,
     add_engine_args,

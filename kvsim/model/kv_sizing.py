@@ -265,7 +265,7 @@ class KvCapacity:
     #: Block tables per request (`KvLayerGroups`): 1 unless sliding-window and full layers mix,
     #: in which case a block holds one group's layers and a token takes a block per group.
     num_kv_groups: int = 1
-    #: Whose memory rule sized the pool (`kvsim.backends`): "trtllm" takes
+    #: Whose memory rule sized the pool (`kvsim.backends.defaults`): "trtllm" takes
     #: gpu_memory_utilization of what weights and activations leave, the others of the memory.
     backend: str = "vllm"
 

@@ -65,10 +65,10 @@ import numpy as np
 import pandas as pd
 
 import kvsim
+from kvsim.backends.launch import GroupLaunch, launch_commands
 from kvsim.engine.cluster import RunStopped
 from kvsim.engine.simulator import scenario_workload
 from kvsim.errors import KvsimError, ScenarioError
-from kvsim.launch import GroupLaunch, launch_commands
 from kvsim.limits import (
     DEFAULT_PLAN_RUNS,
     MAX_PLAN_CONFIGS,

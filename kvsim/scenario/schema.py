@@ -27,7 +27,7 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from kvsim.backends import DEFAULTED_KNOBS, Backend, resolve_engine
+from kvsim.backends.defaults import DEFAULTED_KNOBS, Backend, resolve_engine
 from kvsim.cost.config import CostModelConfig, RooflineCostConfig, _CostHolder
 from kvsim.errors import KvsimError
 from kvsim.frozen import FrozenModel, Name
@@ -144,7 +144,7 @@ class EngineConfig(FrozenModel):
     """Serving-engine knobs of one replica, with vLLM's names.
 
     A knob left unset takes the default of ``backend`` at ``backend_version`` on the group's
-    GPU and TP degree (`kvsim.backends`); a knob set always wins. The field defaults below are
+    GPU and TP degree (`kvsim.backends.defaults`); a knob set always wins. The field defaults below are
     kvsim's own, which vLLM without a backend_version keeps.
     """
 
@@ -732,7 +732,7 @@ class Scenario(FrozenModel):
     @model_validator(mode="after")
     def _resolve_engines(self) -> Scenario:
         """Every group's unset engine knobs at its backend's defaults for its GPU, TP degree and
-        (quantized) model (`kvsim.backends.resolve_engine`). Names that do not resolve are left
+        (quantized) model (`kvsim.backends.defaults.resolve_engine`). Names that do not resolve are left
         for `kvsim.scenario.checks` to report."""
         try:
             model: ModelSpec | None = resolve_model(self.model)

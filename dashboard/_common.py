@@ -14,7 +14,7 @@ State lives in ``st.session_state`` and survives switching pages:
 
 Every file path that comes from the page goes through `_paths` (allowed folders only), and
 errors about files name the file and the line, never its content. Figures come from
-`kvsim.results.plots`; this module puts them on the page with an HTML download (and PNG when
+`kvsim.analysis.plots`; this module puts them on the page with an HTML download (and PNG when
 kaleido is installed), and every table with a CSV download.
 """
 

@@ -67,7 +67,7 @@ def test_the_simulator_never_imports_torch_streamlit_or_vllm():
     # Nor the observe extra's httpx and prometheus_client: reading, comparing and fitting an
     # observation need neither (kvsim.observe imports them when an observation runs).
     code = (
-        "import sys, kvsim, kvsim.cli, kvsim.planning.sweep, kvsim.analysis, kvsim.results.plots, kvsim.observe, "
+        "import sys, kvsim, kvsim.cli, kvsim.planning.sweep, kvsim.analysis, kvsim.analysis.plots, kvsim.observe, "
         "kvsim.observe.compare, kvsim.observe.fit; "
         "kvsim.run(None, overrides=['workload.num_requests=5']); "
         "print(sorted(m for m in ('torch', 'streamlit', 'vllm', 'httpx', 'prometheus_client') if m in sys.modules))"

@@ -13,7 +13,7 @@ from conftest import ROOT
 
 import kvsim
 from kvsim.errors import ScenarioError
-from kvsim.planning.estimate import estimate_work
+from kvsim.scenario.estimate import estimate_work
 from kvsim.scenario.resolved import resolve_plan
 
 

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import pytest
 
 from kvsim import analysis
-from kvsim.results import plots
+from kvsim.analysis import plots
 
 
 def _requests() -> pd.DataFrame:

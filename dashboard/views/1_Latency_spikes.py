@@ -6,7 +6,7 @@ import _common as common
 import streamlit as st
 
 from kvsim import analysis
-from kvsim.results import plots
+from kvsim.analysis import plots
 
 SPIKE_COLUMNS = [
     "explanation",

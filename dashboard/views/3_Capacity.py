@@ -18,6 +18,7 @@ import streamlit as st
 from pydantic import ValidationError
 
 import kvsim
+from kvsim.analysis import plots
 from kvsim.planning.capacity import (
     CapacityError,
     CapacityPoint,
@@ -28,7 +29,6 @@ from kvsim.planning.capacity import (
     parse_values,
 )
 from kvsim.planning.planner import PlanError, PlanPoint, PlanReport, PlanSpace, plan_deployment
-from kvsim.results import plots
 from kvsim.scenario.loading import apply_overrides, scenario_data
 from kvsim.scenario.schema import Scenario
 from kvsim.units import format_seconds

@@ -9,9 +9,9 @@ import streamlit as st
 
 import kvsim
 from kvsim import analysis
+from kvsim.analysis import plots
 from kvsim.analysis.cache_curve import cache_curve
 from kvsim.engine.simulator import scenario_workload
-from kvsim.results import plots
 from kvsim.scenario.loading import parse_yaml, scenario_data
 
 #: The summary's prefix hit rate, under its new name or its old one.

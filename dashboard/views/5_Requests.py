@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from kvsim import analysis
-from kvsim.results import plots
+from kvsim.analysis import plots
 from kvsim.units import format_seconds
 
 

@@ -1,4 +1,4 @@
-"""Analyses over a run's tables (or a workload's prompts): pure pandas/numpy, no engine, no figures.
+"""Analyses over a run's tables (or a workload's prompts), and the figures drawn from them.
 
 spikes.py        rolling percentiles, latency spikes and the engine events that explain them
 timelines.py     KV blocks, prefix hit rate and replica queues over time; one request's Gantt timeline
@@ -6,10 +6,13 @@ runs.py          several runs side by side: SLO met, a sweep's knee, summaries c
 side_channel.py  the prefix-cache timing side channel: an attacker's probes, cross-tenant first uses
 cache_curve.py   a workload's prefix reuse against a block cache of each size (no timing)
 sharing.py       memory saved by sharing KV blocks (the vLLM paper's Figure 15)
+plots.py         Plotly figure builders over those tables (know nothing of Streamlit)
+
+The numbers are pure pandas/numpy over `kvsim.results` tables; sharing.py alone runs the simulator.
 
 The public functions of spikes, timelines, runs and the side channel's exposure table are
 re-exported here (``kvsim.analysis.attribute_spikes``), which the dashboard pages and the CLI
-use; sharing and cache_curve are imported by their own path (sharing runs the simulator).
+use; sharing, cache_curve and plots (plotly) are imported by their own path.
 """
 
 from kvsim.analysis.runs import compare_summaries, find_knee, meets_slo

@@ -1,7 +1,7 @@
 """Rolling percentiles and latency spikes with their causes, over a run's tables.
 
 Pure pandas/numpy over the tables of `kvsim.results.result.Result`; nothing here runs the engine
-or draws anything (the figures are in `kvsim.results.plots`).
+or draws anything (the figures are in `kvsim.analysis.plots`).
 
 - `rolling_quantiles`           percentiles of samples in a sliding time window (`nice_window` picks one)
 - `ttft_samples`, `itl_samples`, `preemption_gap_samples`  latency samples of the spike view

@@ -240,7 +240,7 @@ def _progress(point: PlanPoint) -> None:
 
 def write_plan(report: PlanReport, out: str | Path) -> Path:
     """Write the plan folder (a new, empty or kvsim-marked folder; files replaced atomically)."""
-    from kvsim.results import plots  # plotly: only when a figure is written
+    from kvsim.analysis import plots  # plotly: only when a figure is written
 
     folder = claim_folder(out, PLAN_KIND, "--out", PlanError)
     files: dict[str, bytes] = {

@@ -26,9 +26,9 @@ from typing import Any, TextIO
 import kvsim
 from kvsim.cli.types import path_arg
 from kvsim.errors import KvsimError, ScenarioError
-from kvsim.planning.estimate import check_work, estimate_work
 from kvsim.results.io import DATA_FILES, check_out_dir, clean_stale, json_safe, save_result, summary_to_json
 from kvsim.results.report import format_summary
+from kvsim.scenario.estimate import check_work, estimate_work
 from kvsim.scenario.loading import DEFAULT_SCENARIO, load_scenario, scenario_json_schema
 from kvsim.scenario.resolved import resolve_plan
 from kvsim.workload import workload_file_problems

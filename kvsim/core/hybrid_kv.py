@@ -2,7 +2,7 @@
 
 vLLM's hybrid KV cache manager (vLLM 0.32 ``kv_cache_coordinator.HybridKVCacheCoordinator``)
 splits the layers into groups of one attention kind and equal size
-(`kvsim.model.kv_sizing.kv_layer_groups`); every group has its own block table per request, all
+(`kvsim.kv_sizing.kv_layer_groups`); every group has its own block table per request, all
 drawn from the one block pool, so one pool block holds a block of tokens of one group:
 
     Gemma-3-1B: 4 full + 22 sliding-window (512) layers -> groups of 4 layers

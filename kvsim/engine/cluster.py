@@ -59,7 +59,7 @@ WATCH_EVERY = 16
 
 
 class RunWatch(Protocol):
-    """Looks at a run from the inside and may end it early (`kvsim.results.overload.DivergenceWatch`).
+    """Looks at a run from the inside and may end it early (`kvsim.overload.DivergenceWatch`).
 
     It only reads: ``start`` gets every request of the run before the first is sent (their
     ``arrival_s``, ``first_token_s``, ``finish_s`` and ``status`` fill in as the run goes);

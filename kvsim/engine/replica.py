@@ -251,7 +251,7 @@ class Replica:
                 self.process.interrupt()
 
     def _rejected(self, req: Request, reason: str) -> None:
-        """The engine refused ``req``: it can never run here (`kvsim.results.result.REJECT_REASONS`)."""
+        """The engine refused ``req``: it can never run here (`kvsim.result.REJECT_REASONS`)."""
         if self.on_reject is not None:
             self.on_reject(req, reason)
         else:

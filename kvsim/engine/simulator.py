@@ -21,10 +21,10 @@ from kvsim.core.request_state import Request, Status
 from kvsim.engine.cluster import Cluster, CostModelSource, ProgressFn, RunStopped, RunWatch, cyclic_gc_paused
 from kvsim.engine.routers import Router
 from kvsim.engine.sources import BenchClientSource, RequestSource
-from kvsim.planning.estimate import check_work, estimate_work
 from kvsim.request import RequestSpec
 from kvsim.results.ledger import RequestLedger
 from kvsim.results.result import REQUEST_COLUMNS, Result, summarize
+from kvsim.scenario.estimate import check_work, estimate_work
 from kvsim.scenario.loading import load_scenario
 from kvsim.scenario.resolved import resolve_plan
 from kvsim.scenario.schema import Scenario
@@ -63,11 +63,11 @@ def run(
     the scenario file's folder. ``router`` replaces the scenario's router with your own
     (any object with ``route(req, view)``, see `kvsim.engine.routers`); ``cost_model``
     replaces every replica's cost model with an instance, or with a function of the
-    replica group's `kvsim.scenario.resolved.GroupPlan` returning one. Unless ``force``, a run whose
+    replica group's `kvsim.plan.GroupPlan` returning one. Unless ``force``, a run whose
     estimated size exceeds ``sim.max_requests`` or ``sim.max_memory_gib`` is refused
-    (`kvsim.planning.estimate`) before anything is built. ``watch`` looks at the run as it goes and
+    (`kvsim.estimate`) before anything is built. ``watch`` looks at the run as it goes and
     may end it early: then `kvsim.engine.cluster.RunStopped` is raised instead of a Result
-    (`kvsim.results.overload.DivergenceWatch`, used by `kvsim.planning.planner`). ``lazy_decodes`` False
+    (`kvsim.overload.DivergenceWatch`, used by `kvsim.planner`). ``lazy_decodes`` False
     walks every running request in every iteration instead of advancing plain decoders
     lazily (`kvsim.core.cohort`): slower, the same Result bit for bit (the reference tests
     compare the default with).
@@ -164,7 +164,7 @@ def _result(
 def requests_frame(
     reqs: list[Request], names: list[str], ledger: RequestLedger | None = None
 ) -> pd.DataFrame:
-    """The request table (`kvsim.results.result.REQUEST_COLUMNS`), ordered by request id.
+    """The request table (`kvsim.result.REQUEST_COLUMNS`), ordered by request id.
 
     ``ledger`` holds the cluster layer's columns for ``reqs`` in the same order (None: a
     table without rejections, router expectations, tiers or transfers).

@@ -1,6 +1,5 @@
 """Many runs towards a decision: sweeps, capacity searches, the planner, and what a deployment costs.
 
-estimate.py   what one run will cost to simulate, from the scenario alone, before anything is built
 sweep.py      one base scenario, many override sets, one tidy table (local processes or Ray)
 capacity.py   the least of a knob (or the most load) that meets an SLO, by bisection (``kvsim capacity``)
 planner.py    the cheapest GPU type, TP degree, replica count and knobs that meet every SLO (``kvsim plan``)

@@ -662,7 +662,7 @@ class SimConfig(FrozenModel):
         gt=0,
         le=MAX_HOST_GIB,
         description="Refuse to start a run whose estimated memory (about 10 KiB per request and 128 "
-        "bytes per KV block, kvsim.planning.estimate) exceeds this, GiB; kvsim run --force skips the check.",
+        "bytes per KV block, kvsim.scenario.estimate) exceeds this, GiB; kvsim run --force skips the check.",
     )
 
 

@@ -6,7 +6,7 @@
     COST_MODELS          replicas[].cost_model     kvsim.cost.factory (builders by config kind)
     WORKLOAD_KINDS       workload.kind             kvsim.workload (generators by config kind)
 
-GPU presets are not a registry of factories but of specs: `kvsim.presets.register_gpu`.
+GPU presets are not a registry of factories but of specs: `kvsim.model.presets.register_gpu`.
 
 Each built-in registers itself beside its class; a user adds one the same way, before
 loading the scenario that names it:

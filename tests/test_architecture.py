@@ -1,6 +1,8 @@
-"""The layout's rules, checked: short functions and modules in the engine and its scheduler,
-routers behind the view, the engine's internals reached only by the SimPy-free replica
-engine (the SimPy layer waits, interrupts and routes), no torch in the simulator."""
+"""The layout's rules, checked: a top level of packages by concern plus a few infrastructure
+modules, dependencies pointing one way between those packages, short functions and modules in
+the engine and its scheduler, routers behind the view, the engine's internals reached only by
+the SimPy-free replica engine (the SimPy layer waits, interrupts and routes), no torch in the
+simulator."""
 
 from __future__ import annotations
 
@@ -31,17 +33,100 @@ ENGINE_CORE = {"replica_engine.py", "build.py"}
 CORE_DATA = {"kvsim.core.outcome", "kvsim.core.request_state", "kvsim.core.beam_search"}
 #: The engine and its scheduler, held to short functions and modules.
 ENGINE_FOLDERS = ("core", "core/scheduler", "engine", "kv")
+#: kvsim's packages, one concern each (README.md, "Project layout"). A new one needs a decision here.
+PACKAGES = {
+    "scenario",  # the schema, checks, loading, the resolved plan, the work estimate
+    "model",  # model and GPU descriptions, presets, KV sizing, memory fit, MoE arithmetic
+    "backends",  # what vLLM, SGLang and TensorRT-LLM default to, and their launch commands
+    "workload",  # requests from a workload section: synthetic, traces, benchmark clients
+    "core",  # one replica's engine, plain objects
+    "kv",  # KV movement: offload tiers, swap, links
+    "cost",  # how long an iteration takes
+    "engine",  # SimPy: the cluster, replicas, routers
+    "results",  # what a run returns: recorder, ledger, Result, saving, the printed report
+    "analysis",  # numbers and figures over a run's tables
+    "planning",  # many runs towards a decision: sweeps, capacity, the planner, prices
+    "observe",  # a live server measured
+    "validation",  # the differential harness against a real vLLM
+    "cli",  # one module per command group
+    "data",  # the embedded default scenario, prices and cost profiles
+}
+#: The only modules at the top level: infrastructure every package may use, and the public API.
+TOP_LEVEL_MODULES = {
+    "__init__.py",  # the public API: kvsim.run, load_scenario, Result, errors
+    "__main__.py",
+    "errors.py",
+    "frozen.py",
+    "inputs.py",
+    "outputs.py",
+    "limits.py",
+    "paths.py",
+    "units.py",
+    "yaml_safe.py",
+    "registry.py",
+    "request.py",
+}
 
 
-def imported_modules(path: Path) -> set[str]:
+def imported_modules(path: Path, *, runtime_only: bool = False) -> set[str]:
+    """Modules ``path`` imports (``from kvsim import x`` counts as ``kvsim.x``); with
+    ``runtime_only``, not those under ``if TYPE_CHECKING:``."""
     tree = ast.parse(path.read_text())
+    skip: set[int] = set()
+    if runtime_only:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                skip |= {id(n) for n in ast.walk(node)}
     out: set[str] = set()
     for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             out.add(node.module)
+            if node.module == "kvsim":
+                out |= {f"kvsim.{a.name}" for a in node.names}
     return out
+
+
+def package_imports(package: str) -> dict[str, set[str]]:
+    """Each module of ``kvsim/<package>/`` with the other kvsim packages it imports at run time."""
+    out = {}
+    for path in sorted((KVSIM / package).glob("*.py")):
+        names = {m.split(".")[1] for m in imported_modules(path, runtime_only=True) if m.startswith("kvsim.")}
+        if others := {n for n in names if n in PACKAGES and n != package}:
+            out[path.name] = others
+    return out
+
+
+def test_the_top_level_holds_only_the_packages_and_the_infrastructure():
+    # A new flat module needs a decision: which package it belongs to, or why it is infrastructure.
+    modules = {p.name for p in KVSIM.glob("*.py")}
+    packages = {p.name for p in KVSIM.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert (modules, packages) == (TOP_LEVEL_MODULES, PACKAGES)
+
+
+def test_the_model_package_builds_on_the_infrastructure_alone():
+    assert package_imports("model") == {}
+
+
+def test_results_never_reach_up_to_the_analyses_or_the_planning():
+    # The engine writes through results.recorder and results.ledger; analyses and figures read
+    # the tables (analysis imports results, never the reverse). `Result` names the engine's
+    # cluster statistics only as a type.
+    up = {"analysis", "planning", "engine", "observe", "validation", "cli"}
+    assert {m: p & up for m, p in package_imports("results").items() if p & up} == {}
+
+
+def test_only_the_cli_reaches_the_planning():
+    # planning runs the engine many times; nothing it runs may depend on it.
+    users = {
+        pkg
+        for pkg in PACKAGES - {"planning", "cli"}
+        if any("planning" in p for p in package_imports(pkg).values())
+    }
+    assert users == set()
 
 
 def _engine_modules() -> list[Path]:
@@ -106,7 +191,7 @@ def test_the_simulator_never_imports_torch_streamlit_or_vllm():
     # Nor the observe extra's httpx and prometheus_client: reading, comparing and fitting an
     # observation need neither (kvsim.observe imports them when an observation runs).
     code = (
-        "import sys, kvsim, kvsim.cli, kvsim.sweep, kvsim.analysis, kvsim.plots, kvsim.observe, "
+        "import sys, kvsim, kvsim.cli, kvsim.planning.sweep, kvsim.analysis, kvsim.analysis.plots, kvsim.observe, "
         "kvsim.observe.compare, kvsim.observe.fit; "
         "kvsim.run(None, overrides=['workload.num_requests=5']); "
         "print(sorted(m for m in ('torch', 'streamlit', 'vllm', 'httpx', 'prometheus_client') if m in sys.modules))"

@@ -13,13 +13,13 @@ from conftest import spec
 from pandas.testing import assert_frame_equal
 
 import kvsim
+from kvsim.analysis.sharing import memory_saving, sample_groups
 from kvsim.cli import main
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler import Scheduler
 from kvsim.scenario.loading import load_scenario
 from kvsim.scenario.schema import EngineConfig
-from kvsim.sharing import memory_saving, sample_groups
 from kvsim.workload import generate_requests
 from kvsim.workload.beams import beam_forks
 from kvsim.workload.config import SyntheticWorkload

@@ -14,7 +14,7 @@ from kvsim.core.request_state import Status
 from kvsim.engine.cluster import Cluster
 from kvsim.engine.simulator import _result, scenario_workload
 from kvsim.kv.tiers import TierStack
-from kvsim.plan import resolve_plan
+from kvsim.scenario.resolved import resolve_plan
 
 ROUTERS = [
     "round_robin",

@@ -299,7 +299,7 @@ def test_a_finished_request_leaves_no_published_hash_behind():
     from kvsim.core.request_state import NEVER_PRIVATE
     from kvsim.engine.cluster import Cluster
     from kvsim.engine.simulator import scenario_workload
-    from kvsim.plan import resolve_plan
+    from kvsim.scenario.resolved import resolve_plan
 
     scenario = kvsim.load_scenario(
         None, ["workload.num_requests=250", "replicas.0.engine.num_gpu_blocks_override=450"]
@@ -319,7 +319,7 @@ def test_without_a_kv_cache_each_decode_recomputes_the_sequence():
     # prefills all P + i tokens again, so the total grows quadratically with the output.
     from kvsim.cost.base import Batch
     from kvsim.cost.roofline import RooflineCostModel
-    from kvsim.presets import resolve_gpu, resolve_model
+    from kvsim.model.presets import resolve_gpu, resolve_model
 
     cost = RooflineCostModel(resolve_model("llama-3-8b"), resolve_gpu("h100-sxm"))
     prompt, out = 16, 1024

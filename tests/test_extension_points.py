@@ -25,7 +25,7 @@ from conftest import ROOT
 import kvsim
 from kvsim.engine.simulator import scenario_workload
 from kvsim.errors import ScenarioError
-from kvsim.presets import GPU_ALIASES, GPU_PRESETS, register_gpu, resolve_gpu, unregister_gpu
+from kvsim.model.presets import GPU_ALIASES, GPU_PRESETS, register_gpu, resolve_gpu, unregister_gpu
 from kvsim.registry import (
     COST_MODELS,
     EVICTION_POLICIES,
@@ -268,8 +268,8 @@ def test_a_workload_kind_in_its_own_file(load_module) -> None:
 
 
 GPU = """
-    from kvsim.presets import register_gpu, resolve_gpu
-    from kvsim.specs import GpuSpec
+    from kvsim.model.presets import register_gpu, resolve_gpu
+    from kvsim.model.specs import GpuSpec
 
     H100 = resolve_gpu("h100-sxm")
     register_gpu(

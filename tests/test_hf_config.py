@@ -1,4 +1,4 @@
-"""ModelSpecs from Hugging Face config.json files (kvsim.hf_config): every config
+"""ModelSpecs from Hugging Face config.json files (kvsim.model.hf_config): every config
 aiconfigurator-core ships is read or refused with a clear error, the parameter count agrees
 with the presets' checkpoint counts, and scenarios and the CLI take a config.json."""
 
@@ -14,9 +14,9 @@ import yaml
 import kvsim
 from kvsim.cli import main
 from kvsim.errors import ScenarioError
-from kvsim.hf_config import HfConfigError, load_hf_config, model_spec_from_hf_config
 from kvsim.limits import MAX_HF_CONFIG_BYTES
-from kvsim.presets import MODEL_PRESETS
+from kvsim.model.hf_config import HfConfigError, load_hf_config, model_spec_from_hf_config
+from kvsim.model.presets import MODEL_PRESETS
 from kvsim.scenario.loading import dump_scenario, load_scenario
 
 try:

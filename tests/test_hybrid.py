@@ -14,7 +14,7 @@ from kvsim.core.hybrid_kv import GroupView, HybridKvManager, make_model_kv_manag
 from kvsim.core.kv_manager import SlidingWindowManager
 from kvsim.core.request_state import NEVER_PRIVATE, Request, Status
 from kvsim.core.scheduler import Scheduler
-from kvsim.presets import resolve_model
+from kvsim.model.presets import resolve_model
 from kvsim.scenario.schema import EngineConfig
 
 

@@ -118,7 +118,7 @@ def test_sink_blocks_stay_while_the_window_slides() -> None:
 def test_fast_forward_equals_stepping_with_sinks_and_the_cut_chunks() -> None:
     from pandas.testing import assert_frame_equal
 
-    model = kvsim.presets.resolve_model("mistral-7b").model_dump() | {"num_sink_tokens": 4}
+    model = kvsim.model.presets.resolve_model("mistral-7b").model_dump() | {"num_sink_tokens": 4}
     ov = ["workload.num_requests=8", "replicas.0.engine.num_gpu_blocks_override=600"]
     runs = [
         kvsim.run(

@@ -54,7 +54,7 @@ class Status(Enum):
 
 
 class RequestMetrics:
-    """What the request table reports about a request (`kvsim.result.REQUEST_COLUMNS`),
+    """What the request table reports about a request (`kvsim.results.result.REQUEST_COLUMNS`),
     written by the engine when it happens. Apart from the request's state: nothing the
     engine decides reads it, except a re-admission, which counts as a recompute once the
     request was preempted (``num_preemptions``), and a sliding window's own-cache rule (the

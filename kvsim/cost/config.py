@@ -101,7 +101,7 @@ class RooflineCostConfig(FrozenModel):
         description=(
             "Mixture of experts: skew of the router's expert popularity, p_i proportional to "
             "(i + 1)^-s; 0 routes uniformly. Sets how many distinct experts a batch activates, "
-            "hence the expert weights a step reads (kvsim.moe)."
+            "hence the expert weights a step reads (kvsim.model.moe)."
         ),
     )
 

@@ -43,11 +43,11 @@ from kvsim.cost.profile import Profile, check_profile_matches, load_profile
 from kvsim.cost.roofline import RooflineCostModel
 from kvsim.cost.speculative import SpeculativeCostModel, eagle_head
 from kvsim.errors import ProfileError
+from kvsim.model.specs import GpuSpec, ModelSpec
 from kvsim.registry import COST_MODELS
-from kvsim.specs import GpuSpec, ModelSpec
 
 if TYPE_CHECKING:
-    from kvsim.plan import GroupPlan, Plan
+    from kvsim.scenario.resolved import GroupPlan, Plan
     from kvsim.scenario.schema import SpeculativeConfig
 
 

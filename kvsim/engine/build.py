@@ -9,7 +9,7 @@ from kvsim.core.block_pool import BlockPool
 from kvsim.core.hybrid_kv import make_model_kv_manager
 from kvsim.core.scheduler import Scheduler
 from kvsim.kv.tiers import TierStack
-from kvsim.plan import GroupPlan, Plan
+from kvsim.scenario.resolved import GroupPlan, Plan
 
 
 def build_scheduler(plan: Plan, group: GroupPlan, tiers: TierStack | None) -> Scheduler:

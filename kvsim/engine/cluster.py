@@ -33,7 +33,6 @@ from kvsim.core.outcome import CacheStats, EventKind, SpecDecodeStats
 from kvsim.core.request_state import Request, Status
 from kvsim.engine.clock import EarlyTimeout
 from kvsim.engine.fleet import ClusterStats, Fleet
-from kvsim.engine.ledger import RequestLedger
 from kvsim.engine.replica import Replica
 from kvsim.engine.replica_engine import EngineCounters, ReplicaEngine
 from kvsim.engine.routers import LeastLoadedRouter, Router, make_router, reads_prefix_cache
@@ -41,8 +40,9 @@ from kvsim.engine.sources import ConversationSource, Release, RequestSource
 from kvsim.engine.wiring import ClusterWiring, CostModelSource
 from kvsim.errors import KvsimError
 from kvsim.kv.links import DedicatedLink, KvLink
-from kvsim.plan import Plan
 from kvsim.request import RequestSpec
+from kvsim.results.ledger import RequestLedger
+from kvsim.scenario.resolved import Plan
 
 #: progress(sim_time_s, num_done, num_requests): done = finished or rejected.
 ProgressFn = Callable[[float, int, int], None]
@@ -51,7 +51,7 @@ WATCH_EVERY = 16
 
 
 class RunWatch(Protocol):
-    """Looks at a run from the inside and may end it early (`kvsim.overload.DivergenceWatch`).
+    """Looks at a run from the inside and may end it early (`kvsim.results.overload.DivergenceWatch`).
 
     It only reads: ``start`` gets every request of the run before the first is sent (their
     ``arrival_s``, ``first_token_s``, ``finish_s`` and ``status`` fill in as the run goes);

@@ -32,7 +32,7 @@ from kvsim.core.request_state import Request
 from kvsim.engine.clock import LateTimeout
 from kvsim.engine.replica_engine import ReplicaEngine, RunPlan
 from kvsim.engine.transfers import TransferService
-from kvsim.plan import TierPlan
+from kvsim.scenario.resolved import TierPlan
 
 Process = Generator[simpy.Event, Any, None]
 
@@ -165,7 +165,7 @@ class Replica:
                 self.process.interrupt()
 
     def _rejected(self, req: Request, reason: str) -> None:
-        """The engine refused ``req``: it can never run here (`kvsim.result.REJECT_REASONS`)."""
+        """The engine refused ``req``: it can never run here (`kvsim.results.result.REJECT_REASONS`)."""
         if self.on_reject is not None:
             self.on_reject(req, reason)
         else:

@@ -39,10 +39,10 @@ from kvsim.core.outcome import CacheStats, EventKind, KvEvent, SchedulerOutput, 
 from kvsim.core.request_state import Request
 from kvsim.core.scheduler import Scheduler
 from kvsim.cost.base import CostModel
-from kvsim.engine.ledger import RequestLedger
-from kvsim.engine.recorder import Recorder
 from kvsim.kv.tiers import TierStack
-from kvsim.plan import KvGeometry, TierPlan
+from kvsim.results.ledger import RequestLedger
+from kvsim.results.recorder import Recorder
+from kvsim.scenario.resolved import KvGeometry, TierPlan
 
 #: Longest decode run priced in one piece (bounds the arrays it needs).
 MAX_RUN_STEPS = 4096

@@ -8,28 +8,25 @@ from the scenario's seed, so the same scenario gives the same Result bit for bit
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from kvsim.core.request_state import Request, Status
+from kvsim.analysis.side_channel import side_channel_summary
 from kvsim.engine.cluster import Cluster, ProgressFn, RunStopped, RunWatch, cyclic_gc_paused
-from kvsim.engine.ledger import RequestLedger
 from kvsim.engine.replica_engine import ReplicaEngine
 from kvsim.engine.routers import Router
 from kvsim.engine.sources import BenchClientSource
 from kvsim.engine.wiring import CostModelSource
-from kvsim.estimate import check_work, estimate_work
-from kvsim.plan import resolve_plan
 from kvsim.request import RequestSpec
-from kvsim.result import REQUEST_COLUMNS, Result, summarize
+from kvsim.results.requests import requests_frame
+from kvsim.results.result import Result, summarize
+from kvsim.scenario.estimate import check_work, estimate_work
 from kvsim.scenario.loading import load_scenario
+from kvsim.scenario.resolved import resolve_plan
 from kvsim.scenario.schema import Scenario
-from kvsim.side_channel import side_channel_summary
 from kvsim.workload import Workload, generate_workload
 
 __all__ = ["ProgressFn", "RunStopped", "RunWatch", "run", "scenario_workload"]
@@ -65,11 +62,11 @@ def run(
     the scenario file's folder. ``router`` replaces the scenario's router with your own
     (any object with ``route(req, view)``, see `kvsim.engine.routers`); ``cost_model``
     replaces every replica's cost model with an instance, or with a function of the
-    replica group's `kvsim.plan.GroupPlan` returning one. Unless ``force``, a run whose
+    replica group's `kvsim.scenario.resolved.GroupPlan` returning one. Unless ``force``, a run whose
     estimated size exceeds ``sim.max_requests`` or ``sim.max_memory_gib`` is refused
-    (`kvsim.estimate`) before anything is built. ``watch`` looks at the run as it goes and
+    (`kvsim.scenario.estimate`) before anything is built. ``watch`` looks at the run as it goes and
     may end it early: then `kvsim.engine.cluster.RunStopped` is raised instead of a Result
-    (`kvsim.overload.DivergenceWatch`, used by `kvsim.planner`). ``engine`` is the
+    (`kvsim.results.overload.DivergenceWatch`, used by `kvsim.planning.planner`). ``engine`` is the
     class each replica's engine is built from (`kvsim.engine.replica_engine.ReplicaEngine`,
     or a subclass: the tests' step-by-step oracle is one).
     """
@@ -166,80 +163,3 @@ def _result(
             side_channel_summary(req_df, specs, attacker=side_channel.attacker, victim=side_channel.victim)
         )
     return Result(scenario=scenario, requests=req_df, iterations=it_df, events=ev_df, summary=summary)
-
-
-def requests_frame(
-    reqs: list[Request], names: list[str], ledger: RequestLedger | None = None
-) -> pd.DataFrame:
-    """The request table (`kvsim.result.REQUEST_COLUMNS`), ordered by request id.
-
-    ``ledger`` holds the cluster layer's columns for ``reqs`` in the same order (None: a
-    table without rejections, router expectations, tiers or transfers).
-    """
-    if ledger is None:
-        ledger = RequestLedger({r.request_id: r for r in reqs})
-
-    def col(attr: str, dtype: Any) -> np.ndarray:
-        return np.asarray([getattr(r, attr) for r in reqs], dtype=dtype)
-
-    metrics = [r.metrics for r in reqs]
-
-    def metric(attr: str, dtype: Any) -> np.ndarray:
-        return np.asarray([getattr(m, attr) for m in metrics], dtype=dtype)
-
-    arrival = col("arrival_s", np.float64)
-    first_sched = metric("first_scheduled_s", np.float64)
-    first_tok = metric("first_token_s", np.float64)
-    finish = metric("finish_s", np.float64)
-    out_tokens = col("num_output_tokens", np.int64)
-    finished = np.asarray([r.status is Status.FINISHED for r in reqs], dtype=bool)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(out_tokens > 1, (finish - first_tok) / np.maximum(out_tokens - 1, 1), math.nan)
-    tpot = np.where(finished, tpot, math.nan)
-    replica_names = np.asarray([*names, ""], dtype=object)
-    engine_columns = {
-        "request_id": col("request_id", np.int64),
-        "replica_id": replica_names[col("replica", np.int64)],
-        "prefill_replica_id": replica_names[col("prefill_replica", np.int64)],
-        "tenant": pd.Series([r.spec.tenant for r in reqs], dtype=object),
-        "priority": col("priority", np.int64),
-        "arrival_s": arrival,
-        "first_scheduled_s": first_sched,
-        "first_token_s": first_tok,
-        "finish_s": finish,
-        "queueing_s": first_sched - arrival,
-        "ttft_s": first_tok - arrival,
-        "tpot_s": tpot,
-        "max_itl_s": metric("max_itl_s", np.float64),
-        "e2e_s": np.where(finished, finish - arrival, math.nan),
-        "prompt_tokens": col("prompt_tokens", np.int64),
-        "output_tokens": out_tokens,
-        "prefix_cache_hits_tokens": metric("prefix_cache_hits_tokens", np.int64),
-        "recompute_hits_tokens": metric("recompute_hits_tokens", np.int64),
-        "offload_hits_tokens": metric("offload_hits_tokens", np.int64),
-        "evicted_miss_tokens": metric("evicted_miss_tokens", np.int64),
-        "num_preemptions": metric("num_preemptions", np.int64),
-        "num_swaps": metric("num_swaps", np.int64),
-        "finished": finished,
-        "rejected": np.asarray([r.status is Status.REJECTED for r in reqs], dtype=bool),
-    }
-    df = pd.DataFrame({**engine_columns, **_ledger_columns(ledger)})
-    if not df["request_id"].is_monotonic_increasing:
-        df = df.sort_values("request_id", kind="stable", ignore_index=True)
-    assert list(df.columns) == list(REQUEST_COLUMNS)
-    return df
-
-
-def _ledger_columns(ledger: RequestLedger) -> dict[str, Any]:
-    """The request table's columns the cluster layer keeps (`kvsim.engine.ledger`)."""
-    return {
-        "reject_reason": pd.Series(ledger.reject_reason, dtype=object),
-        "router_expected_hits_tokens": ledger.expected_hits_tokens,
-        "dram_hits_tokens": ledger.tier_hits_tokens["dram"],
-        "nvme_hits_tokens": ledger.tier_hits_tokens["nvme"],
-        "shared_pool_hits_tokens": ledger.tier_hits_tokens["shared_pool"],
-        "kv_transfer_s": ledger.kv_transfer_s,
-        "kv_transfer_queueing_s": ledger.kv_transfer_queueing_s,
-        "warmup": ledger.warmup,
-        "client_queue_s": ledger.client_queue_s,
-    }

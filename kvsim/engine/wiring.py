@@ -15,15 +15,15 @@ from kvsim.cost.factory import group_cost_model
 from kvsim.engine.build import build_scheduler
 from kvsim.engine.fleet import Fleet
 from kvsim.engine.index import KvEventIndex
-from kvsim.engine.ledger import RequestLedger
-from kvsim.engine.recorder import Recorder
 from kvsim.engine.replica import Replica, ReplicaLinks
 from kvsim.engine.replica_engine import ReplicaEngine
 from kvsim.engine.transfers import TransferService
 from kvsim.engine.view import LiveClusterView
 from kvsim.kv.links import FairShareNetwork
 from kvsim.kv.tiers import BlockTier, TierStack
-from kvsim.plan import GroupPlan, Plan, TierPlan
+from kvsim.results.ledger import RequestLedger
+from kvsim.results.recorder import Recorder
+from kvsim.scenario.resolved import GroupPlan, Plan, TierPlan
 
 #: A cost model for every replica, or one per replica group (given the group's plan).
 CostModelSource = CostModel | Callable[[GroupPlan], CostModel]

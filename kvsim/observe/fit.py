@@ -67,11 +67,11 @@ from kvsim.cost.factory import group_cost_model, kernels_config_from_profile, ro
 from kvsim.cost.fit import Point, fit_roofline, levenberg_marquardt
 from kvsim.cost.profile import PROFILE_FORMAT, PROFILE_VERSION, load_profile, model_shape
 from kvsim.errors import KvsimError
-from kvsim.io import json_safe
 from kvsim.limits import MAX_STEP_TIME_S
 from kvsim.observe.compare import Comparison, compare_results, measured
-from kvsim.plan import GroupPlan, Plan, resolve_plan
-from kvsim.result import Result
+from kvsim.results.io import json_safe
+from kvsim.results.result import Result
+from kvsim.scenario.resolved import GroupPlan, Plan, resolve_plan
 from kvsim.scenario.schema import EngineConfig, Scenario
 
 #: The free terms of each kind.

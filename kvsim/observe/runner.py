@@ -49,7 +49,7 @@ from kvsim.observe.prompts import PromptBuilder
 from kvsim.observe.record import Collected, build_result
 from kvsim.paths import printable
 from kvsim.request import RequestSpec
-from kvsim.result import Result
+from kvsim.results.result import Result
 from kvsim.scenario.schema import Scenario
 
 #: Longest URL accepted, characters.
@@ -349,7 +349,7 @@ class _Run:
 
 def scenario_vocab(scenario: Scenario) -> int:
     """The vocabulary of the scenario's model (token ids are drawn below it)."""
-    from kvsim.plan import resolve_plan
+    from kvsim.scenario.resolved import resolve_plan
 
     plan = resolve_plan(scenario)
     return int(plan.model.vocab_size)

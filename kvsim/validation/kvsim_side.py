@@ -27,10 +27,10 @@ from kvsim.core.outcome import EventKind, SchedulerOutput
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler import Scheduler
 from kvsim.cost.base import ConstantCostModel
-from kvsim.engine.recorder import Recorder
 from kvsim.engine.replica_engine import ReplicaEngine
-from kvsim.plan import NULL_BLOCKS, KvGeometry
 from kvsim.request import RequestSpec, Segment
+from kvsim.results.recorder import Recorder
+from kvsim.scenario.resolved import NULL_BLOCKS, KvGeometry
 from kvsim.scenario.schema import EngineConfig
 from kvsim.validation import fixtures as fx
 from kvsim.validation.workload import DiffRequest, DiffWorkload, Knobs

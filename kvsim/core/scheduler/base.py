@@ -98,7 +98,7 @@ class SchedulerBase:
 
     @staticmethod
     def _reject(req: Request, num_blocks: int, reason: str) -> KvEvent:
-        """Mark ``req`` rejected; ``reason`` is one of kvsim.result.REJECT_REASONS."""
+        """Mark ``req`` rejected; ``reason`` is one of kvsim.results.result.REJECT_REASONS."""
         req.status = Status.REJECTED
         return KvEvent(EventKind.REJECT, req.request_id, num_blocks, reason)
 

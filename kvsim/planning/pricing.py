@@ -46,8 +46,8 @@ from pydantic import Field, ValidationError, field_validator
 from kvsim.errors import KvsimError, YamlError
 from kvsim.frozen import FrozenModel, Name
 from kvsim.limits import MAX_YAML_SCALAR_CHARS
-from kvsim.presets import UnknownPresetError, resolve_gpu
-from kvsim.result import Result
+from kvsim.model.presets import UnknownPresetError, resolve_gpu
+from kvsim.results.result import Result
 from kvsim.yaml_safe import load_yaml_file, load_yaml_text
 
 #: Largest price per GPU-hour accepted (far above any list price).

@@ -34,7 +34,7 @@ the run (cut off by ``sim.max_time_s``). An overload that so far only slows deco
 first tokens; it shows in ``backlog_growth_requests_per_s``.
 
 `DivergenceWatch` applies the same backlog test while a run goes, to stop it early once it
-is certain to miss a latency bound and its queue is diverging (`kvsim.planner` uses it).
+is certain to miss a latency bound and its queue is diverging (`kvsim.planning.planner` uses it).
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ class LatencyBound:
 def allowed_violations(num_values: int, quantile: float) -> int:
     """The most values over a limit that do not yet prove the ``quantile``-th percentile
     (0-100) of up to ``num_values`` values over it: one more does (numpy's linear
-    interpolation, as `kvsim.result.summarize` takes percentiles).
+    interpolation, as `kvsim.results.result.summarize` takes percentiles).
 
     Sorted ascending, the percentile lies between values ``i = floor(q (n - 1))`` and
     ``i + 1``; it is over the limit for sure when value ``i`` is, i.e. when at least
@@ -229,7 +229,7 @@ def allowed_violations(num_values: int, quantile: float) -> int:
 
 
 class DivergenceWatch:
-    """The early stop of `kvsim.planner`: a `kvsim.engine.cluster.RunWatch` that ends a run
+    """The early stop of `kvsim.planning.planner`: a `kvsim.engine.cluster.RunWatch` that ends a run
     as soon as it is certain to fail a latency bound *and* its queue is diverging.
 
     Both must hold at a check (every 16 requests sent and 16 done):

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kvsim.result import Result
+from kvsim.results.result import Result
 from kvsim.workload.config import BenchServeWorkload
 
 #: Metrics ``--percentile-metrics`` may name, in the order vLLM reports them.

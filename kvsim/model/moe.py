@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvsim.specs import ModelSpec
+from kvsim.model.specs import ModelSpec
 
 
 def expert_params_per_layer(model: ModelSpec) -> float:

@@ -22,8 +22,8 @@ import difflib
 from collections.abc import Iterable
 
 from kvsim.errors import KvsimError
-from kvsim.kv_sizing import GIB
-from kvsim.specs import GpuSpec, ModelSpec, WeightDtype
+from kvsim.model.kv_sizing import GIB
+from kvsim.model.specs import GpuSpec, ModelSpec, WeightDtype
 
 _HF = "https://huggingface.co"
 

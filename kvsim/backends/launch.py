@@ -3,7 +3,7 @@
     launch_commands(scenario) -> [GroupLaunch(role "both", replicas 3, command "vllm serve Qwen/...")]
 
 One command per replica group, to run once per replica (``replicas`` times), with the
-engine knobs the scenario resolved (`kvsim.backends`: every knob the planner or the file
+engine knobs the scenario resolved (`kvsim.backends.defaults`: every knob the planner or the file
 set, and the backend's defaults for the rest) written as that engine's flags:
 
     kvsim knob               vllm serve                 sglang.launch_server        trtllm-serve
@@ -30,7 +30,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from kvsim.presets import resolve_model
+from kvsim.model.presets import resolve_model
 from kvsim.scenario.schema import ReplicaGroup, Scenario
 
 _HF_ID = re.compile(r"huggingface\.co/([\w.\-]+/[\w.\-]+)")

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.core.outcome import EventKind
-from kvsim.overload import load_summary
+from kvsim.results.overload import load_summary
 from kvsim.scenario.schema import Scenario
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ REQUEST_COLUMNS: dict[str, str] = {
     "num_swaps": "Times the request was swapped out to the swap space.",
     "finished": "Whether the request produced all its output tokens.",
     "rejected": "Whether the request was rejected (never served; see reject_reason).",
-    "reject_reason": "Why it was rejected (kvsim.result.REJECT_REASONS), '' if it was not.",
+    "reject_reason": "Why it was rejected (kvsim.results.result.REJECT_REASONS), '' if it was not.",
     "router_expected_hits_tokens": "Prompt tokens the router's view said the chosen replica had cached "
     "(-1: the router does not read cached prefixes); compare with prefix_cache_hits_tokens.",
     "dram_hits_tokens": "Of offload_hits_tokens: loaded from the replica's host-DRAM tier.",
@@ -120,7 +120,7 @@ EVENT_COLUMNS: dict[str, str] = {
 #: Old summary keys kept for one release (0.2) beside their new names; removed in 0.3.
 SUMMARY_ALIASES: dict[str, str] = {"prefix_hit_rate": "prefix_cache_hit_rate"}
 
-#: Request columns renamed in 0.2 (old -> new); `kvsim.io.load_result` reads old folders.
+#: Request columns renamed in 0.2 (old -> new); `kvsim.results.io.load_result` reads old folders.
 RENAMED_REQUEST_COLUMNS: dict[str, str] = {
     "prefix_hit_tokens": "prefix_cache_hits_tokens",
     "recompute_hit_tokens": "recompute_hits_tokens",
@@ -244,7 +244,7 @@ def summarize(
     out["beam_num_forks"] = beams.num_forks if beams is not None else 0
     out["beam_num_forks_skipped"] = beams.num_forks_skipped if beams is not None else 0
     out.update(_cluster_summary(requests, out, cluster))
-    # Offered vs achieved load and the overload flag (kvsim.overload).
+    # Offered vs achieved load and the overload flag (kvsim.results.overload).
     out.update(load_summary(requests, events))
     for old, new in SUMMARY_ALIASES.items():
         out[old] = out[new]

@@ -18,6 +18,9 @@ identical distributions; 1: a threshold separates them perfectly) and its asympt
 A probe whose victim-sent prefix was evicted before it arrived counts as an attacker error:
 that is what the attacker would see. Isolation (``cache_isolation: tenant``) must bring the
 balanced accuracy to 0.5 within noise and the KS statistic below its 5% critical value.
+
+`cross_tenant_exposure` is the passive view of the same channel, from any run's tables: the
+requests that send a prefix their tenant never sent before, and whether they hit.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kvsim.analysis.spikes import PREFIX_HIT_TOKENS, column
 from kvsim.request import RequestSpec
 
 
@@ -174,3 +178,41 @@ def side_channel_summary(
 ) -> dict[str, Any]:
     """The ``side_channel_*`` summary keys of a run (see docs/results.md)."""
     return attacker_report(probes(requests, specs, attacker=attacker, victim=victim)).summary()
+
+
+def cross_tenant_exposure(requests: pd.DataFrame, specs: Sequence[RequestSpec]) -> pd.DataFrame:
+    """Requests that send a prompt prefix their tenant never sent before, and whether they hit.
+
+    Such a request can only hit the prefix cache on blocks another tenant put there, and a
+    hit shows in its TTFT: the timing side channel of a cache shared between tenants. The
+    prefix is the prompt's first segment (a system prompt, a document, a session's start).
+    With ``cache_isolation: tenant`` none of these requests hits. Columns: request_id,
+    tenant, arrival_s, hit, ttft_s; only first uses that were admitted.
+    """
+    first = {s.request_id: s.prompt[0].content_id for s in specs}
+    df = (
+        requests[["request_id", "tenant", "arrival_s", "ttft_s"]]
+        .assign(hit_tokens=column(requests, PREFIX_HIT_TOKENS))
+        .dropna(subset=["ttft_s"])
+    )
+    df = df.sort_values(["arrival_s", "request_id"], kind="stable")
+    seen: set[tuple[str, int]] = set()
+    keep = []
+    for rid, tenant in zip(df["request_id"], df["tenant"], strict=True):
+        key = (tenant, first[int(rid)])
+        keep.append(key not in seen)
+        seen.add(key)
+    out = df[np.asarray(keep, dtype=bool)].copy()
+    out["hit"] = out["hit_tokens"] > 0
+    return out[["request_id", "tenant", "arrival_s", "hit", "ttft_s"]].reset_index(drop=True)
+
+
+def exposure_summary(exposure: pd.DataFrame) -> dict[str, Any]:
+    """How often first uses hit, and how far apart hit and miss TTFTs lie (medians, seconds)."""
+    hits, misses = exposure[exposure["hit"]], exposure[~exposure["hit"]]
+    return {
+        "first_uses": len(exposure),
+        "first_use_hit_rate": float(exposure["hit"].mean()) if len(exposure) else float("nan"),
+        "ttft_p50_hit_s": float(hits["ttft_s"].median()) if len(hits) else float("nan"),
+        "ttft_p50_miss_s": float(misses["ttft_s"].median()) if len(misses) else float("nan"),
+    }

@@ -51,7 +51,7 @@ from typing import Any
 
 from kvsim.errors import KvsimError
 from kvsim.limits import MAX_HF_CONFIG_BYTES
-from kvsim.specs import WEIGHT_DTYPE_BYTES, ModelSpec, WeightDtype
+from kvsim.model.specs import WEIGHT_DTYPE_BYTES, ModelSpec, WeightDtype
 
 #: model_type values whose shapes kvsim reads (see the module docstring).
 SUPPORTED_MODEL_TYPES = (
@@ -279,7 +279,7 @@ def model_spec_from_hf_config(
     window, num_window = _sliding_window(f, model_type, shape.num_layers, layer_types)
     text = (
         f"hf_config {source} (model_type {model_type}); parameter count computed from the shapes "
-        "(kvsim.hf_config)"
+        "(kvsim.model.hf_config)"
     )
     try:
         return ModelSpec(

@@ -22,7 +22,7 @@ Memory: vLLM budgets ``memory x gpu_memory_utilization`` for weights, activation
 SGLang's ``mem_fraction_static`` is the same kind of fraction (weights + KV, activations
 and CUDA graphs live in the rest), so its default is written into gpu_memory_utilization
 and the activation reserve is 0; TensorRT-LLM gives the KV cache ``free_gpu_memory_fraction``
-of what weights and activations leave (`kvsim.kv_sizing.kv_capacity`, ``backend="trtllm"``).
+of what weights and activations leave (`kvsim.model.kv_sizing.kv_capacity`, ``backend="trtllm"``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from kvsim.specs import GpuSpec, ModelSpec
+from kvsim.model.specs import GpuSpec, ModelSpec
 
 if TYPE_CHECKING:
     from kvsim.scenario.schema import EngineConfig
@@ -569,7 +569,7 @@ def resolve_engine(
 
 
 def _sglang_pool_default(engine: EngineConfig, gpu: GpuSpec, tp: int, model: ModelSpec) -> int | None:
-    from kvsim.kv_sizing import engine_kv_capacity
+    from kvsim.model.kv_sizing import engine_kv_capacity
 
     try:
         cap = engine_kv_capacity(model, gpu, tp, engine, use_override=False)

@@ -55,7 +55,7 @@ from kvsim.outputs import (
     stale_siblings,
 )
 from kvsim.paths import exists, path_problem, printable
-from kvsim.result import RENAMED_REQUEST_COLUMNS, SUMMARY_ALIASES, Result
+from kvsim.results.result import RENAMED_REQUEST_COLUMNS, SUMMARY_ALIASES, Result
 from kvsim.scenario.loading import dump_scenario, load_scenario
 
 SUMMARY_FILE = "summary.json"

@@ -685,7 +685,7 @@ def replica_panels_figure(series: pd.DataFrame) -> go.Figure:
 def plan_pareto_figure(
     runs: pd.DataFrame, slo: Sequence[tuple[str, float, bool]], *, currency: str = "USD", title: str = ""
 ) -> go.Figure:
-    """Cost against each SLO metric of a plan's runs (`kvsim.planner.PlanReport.runs_table`).
+    """Cost against each SLO metric of a plan's runs (`kvsim.planning.planner.PlanReport.runs_table`).
 
     One row per SLO bound ``(summary key, limit, upper)``: every run that finished at its
     deployment's price per hour, feasible ones (every bound met, not overloaded) apart from

@@ -1,6 +1,6 @@
 """The summary table that ``kvsim run`` prints: a pure function from summary to text.
 
-`format_summary` groups the flat summary of `kvsim.result.summarize` into sections
+`format_summary` groups the flat summary of `kvsim.results.result.summarize` into sections
 (requests, latency percentiles in milliseconds, throughput, cache, KV, and the cluster's
 routing, transfers and fleet when the summary has them) with aligned columns and units. A key that is missing or NaN shows as ``-``, so summaries written
 by older versions, or runs in which nothing finished, still format.

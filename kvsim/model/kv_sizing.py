@@ -32,8 +32,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from kvsim.moe import routed_expert_params
-from kvsim.specs import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, GpuSpec, ModelSpec
+from kvsim.model.moe import routed_expert_params
+from kvsim.model.specs import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, GpuSpec, ModelSpec
 
 if TYPE_CHECKING:
     from kvsim.scenario.schema import EngineConfig
@@ -200,7 +200,7 @@ def bytes_per_block_per_shard(model: ModelSpec, kv_cache_dtype: str, tp: int, bl
 
 def weight_bytes(model: ModelSpec) -> float:
     """Bytes of all weights at the model's weight dtype, quantization scales included
-    (`kvsim.specs.WEIGHT_DTYPE_BYTES`).
+    (`kvsim.model.specs.WEIGHT_DTYPE_BYTES`).
 
     A mixture of experts whose routed experts have their own dtype (``expert_weight_dtype``,
     gpt-oss's MXFP4) counts them at that dtype and the rest at ``weight_dtype``.
@@ -265,7 +265,7 @@ class KvCapacity:
     #: Block tables per request (`KvLayerGroups`): 1 unless sliding-window and full layers mix,
     #: in which case a block holds one group's layers and a token takes a block per group.
     num_kv_groups: int = 1
-    #: Whose memory rule sized the pool (`kvsim.backends`): "trtllm" takes
+    #: Whose memory rule sized the pool (`kvsim.backends.defaults`): "trtllm" takes
     #: gpu_memory_utilization of what weights and activations leave, the others of the memory.
     backend: str = "vllm"
 

@@ -24,7 +24,7 @@ from kvsim.engine.simulator import run, scenario_workload
 from kvsim.errors import WorkLimitError
 from kvsim.limits import MAX_WIDTHS
 from kvsim.request import RequestSpec
-from kvsim.result import Result
+from kvsim.results.result import Result
 from kvsim.scenario.loading import load_scenario
 from kvsim.scenario.schema import Scenario
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from kvsim.errors import ScenarioError
 from kvsim.inputs import open_input
 from kvsim.limits import MAX_TRACE_BYTES, MAX_TRACE_LINES
-from kvsim.plan import Plan
+from kvsim.scenario.resolved import Plan
 from kvsim.workload.config import (
     BenchServeWorkload,
     EmpiricalLength,

@@ -4,7 +4,7 @@
                   parse_slo("ttft_p99_s=2,tpot_p99_s=0.1"))
 
 A point is *feasible* when its run finished, every SLO bound holds on its summary, it is
-not overloaded (`kvsim.overload`: a short run of an overloaded system can meet a latency
+not overloaded (`kvsim.results.overload`: a short run of an overloaded system can meet a latency
 target only because it ends before the queue has grown), and it served at least
 ``min_served`` of its requests (default 99%: a KV pool too small for most prompts rejects
 them, and the few it serves can be fast). The search assumes
@@ -17,7 +17,7 @@ feasibility is monotone along the candidate list:
 
 and finds the boundary by bisection: with one worker, the middle candidate of the
 interval still open; with ``jobs`` workers, ``jobs`` candidates splitting it evenly, run
-at once by the sweep's parallel runner (`kvsim.sweep.run_points`). A list of n
+at once by the sweep's parallel runner (`kvsim.planning.sweep.run_points`). A list of n
 candidates takes at most ceil(log2(n + 1)) runs with one worker. Each point is a full run of the
 whole workload: nothing is shortened. A result that contradicts monotonicity (a
 feasible point below an infeasible one) is kept and reported.
@@ -40,7 +40,8 @@ import pandas as pd
 from kvsim.core.outcome import CacheStats
 from kvsim.errors import KvsimError, ScenarioError
 from kvsim.limits import MAX_CANDIDATES
-from kvsim.result import EVENT_COLUMNS, ITERATION_COLUMNS, REQUEST_COLUMNS, summarize
+from kvsim.planning.sweep import Executor, Point, Runner, check_jobs, point_id, run_points, summary_only
+from kvsim.results.result import EVENT_COLUMNS, ITERATION_COLUMNS, REQUEST_COLUMNS, summarize
 from kvsim.scenario.loading import (
     apply_overrides,
     load_scenario,
@@ -51,7 +52,6 @@ from kvsim.scenario.loading import (
     validate,
 )
 from kvsim.scenario.schema import Scenario
-from kvsim.sweep import Executor, Point, Runner, check_jobs, point_id, run_points, summary_only
 from kvsim.workload import WorkloadInfo
 from kvsim.workload.traces import TraceReport
 
@@ -391,7 +391,7 @@ def trace_share_kept(summary: Mapping[str, Any]) -> float | None:
 
 def base_data(base: Scenario | Mapping[str, Any] | str | Path | None) -> tuple[dict[str, Any], str]:
     """A base scenario's data (every default left out, trace paths absolute) and how errors
-    name it: what points of a search (`find_capacity`, `kvsim.planner`) override."""
+    name it: what points of a search (`find_capacity`, `kvsim.planning.planner`) override."""
     if isinstance(base, Scenario):
         return scenario_data(base), f"<scenario {base.name}>"
     if isinstance(base, Mapping):
@@ -444,7 +444,7 @@ def find_capacity(
     a point must finish (rejected or cut-off requests count against it). Every candidate is validated before anything
     runs (`ScenarioError` names the bad value). ``progress(point, num_candidates)`` is
     called after each run. ``runner`` turns a scenario into ``(summary, files)`` as in
-    `kvsim.sweep` (the tests pass a fake one).
+    `kvsim.planning.sweep` (the tests pass a fake one).
     """
     if not values:
         raise CapacityError("no candidate values to search")

@@ -15,18 +15,18 @@ scenario's whole workload (trace or synthetic), with its seed.
 
 **Pruned before any run**: configurations the scenario's checks refuse (TP not dividing
 the heads, weights or one request of ``max_model_len`` not fitting: the backend's memory
-rule, `kvsim.kv_sizing`), those where the workload's longest request does not fit one
-replica's KV pool (`kvsim.memory_fit.check_fit`), those whose one unit exceeds
+rule, `kvsim.model.kv_sizing`), those where the workload's longest request does not fit one
+replica's KV pool (`kvsim.model.memory_fit.check_fit`), those whose one unit exceeds
 ``--max-gpus`` or ``--budget``, and GPUs without a price.
 
-**The search.** A point is *feasible* as in `kvsim.capacity`: every SLO bound holds, the
+**The search.** A point is *feasible* as in `kvsim.planning.capacity`: every SLO bound holds, the
 run is not overloaded and it served ``min_served`` of its requests; feasibility is assumed
 monotone in ``k``. Each configuration keeps the interval ``[lo, hi)`` where its least
 feasible ``k`` may lie. The next point is chosen, whenever a worker is free, from the
 configuration that could still be cheapest (least ``cost(lo)``), at
 
 - once a feasible ``k`` is known, ``hi - 1`` while the estimate below says the boundary is
-  there, else the middle of ``[lo, hi)`` (bisection, `kvsim.capacity`);
+  there, else the middle of ``[lo, hi)`` (bisection, `kvsim.planning.capacity`);
 - else ``k = ceil(units x offered rate / achieved rate)`` of the last overloaded run (what
   the units it ran served of the load scaled up to all of it);
 - else ``lo`` the first time, then twice the last infeasible ``k``.
@@ -41,12 +41,12 @@ depend on ``jobs``, only which extra points are run does.
 ``search="front"`` finds every configuration's least feasible ``k``, for the Pareto front
 of cost against the SLO metrics.
 
-**Early stop.** Each run carries a `kvsim.overload.DivergenceWatch` for the SLO's TTFT and
+**Early stop.** Each run carries a `kvsim.results.overload.DivergenceWatch` for the SLO's TTFT and
 E2E percentile bounds: a run certain to miss one while its backlog diverges is stopped
 and reported as overloaded, never with latency figures. It never stops a run that could
 still meet every bound, so it changes no answer, only how long the search takes.
 
-**Cost** is `kvsim.pricing`'s: the deployment's price per hour ranks configurations;
+**Cost** is `kvsim.planning.pricing`'s: the deployment's price per hour ranks configurations;
 $ per million input / cached-input / output tokens and energy per token are reported.
 """
 
@@ -65,18 +65,10 @@ import numpy as np
 import pandas as pd
 
 import kvsim
-from kvsim.capacity import (
-    DEFAULT_MIN_SERVED,
-    CapacityPoint,
-    SloBound,
-    _probes,
-    base_scenario,
-    trace_share_kept,
-)
+from kvsim.backends.launch import GroupLaunch, launch_commands
 from kvsim.engine.cluster import RunStopped
 from kvsim.engine.simulator import scenario_workload
 from kvsim.errors import KvsimError, ScenarioError
-from kvsim.launch import GroupLaunch, launch_commands
 from kvsim.limits import (
     DEFAULT_PLAN_RUNS,
     MAX_PLAN_CONFIGS,
@@ -84,15 +76,19 @@ from kvsim.limits import (
     MAX_PLAN_RUNS,
     MAX_PLAN_VALUES,
 )
-from kvsim.memory_fit import check_fit, served_model
-from kvsim.overload import DivergenceWatch, LatencyBound
-from kvsim.presets import UnknownPresetError, resolve_gpu, resolve_model
-from kvsim.pricing import Cost, PriceTable, Usage, default_prices, price_usage, usage_of
-from kvsim.registry import ROUTERS
-from kvsim.scenario.loading import apply_overrides, load_scenario
-from kvsim.scenario.schema import Scenario
-from kvsim.specs import KV_DTYPE_BYTES
-from kvsim.sweep import (
+from kvsim.model.memory_fit import check_fit, served_model
+from kvsim.model.presets import UnknownPresetError, resolve_gpu, resolve_model
+from kvsim.model.specs import KV_DTYPE_BYTES
+from kvsim.planning.capacity import (
+    DEFAULT_MIN_SERVED,
+    CapacityPoint,
+    SloBound,
+    _probes,
+    base_scenario,
+    trace_share_kept,
+)
+from kvsim.planning.pricing import Cost, PriceTable, Usage, default_prices, price_usage, usage_of
+from kvsim.planning.sweep import (
     DEFAULT_RAY_CONNECT_TIMEOUT_S,
     Executor,
     Point,
@@ -104,11 +100,15 @@ from kvsim.sweep import (
     check_jobs,
     point_id,
 )
+from kvsim.registry import ROUTERS
+from kvsim.results.overload import DivergenceWatch, LatencyBound
+from kvsim.scenario.loading import apply_overrides, load_scenario
+from kvsim.scenario.schema import Scenario
 
 Search = Literal["cheapest", "front"]
 #: A mode: "agg" (aggregated), or (P, D) prefill and decode replicas per unit.
 Mode = Literal["agg"] | tuple[int, int]
-#: The summary key under which a planner run returns its price-free usage (`kvsim.pricing.Usage`).
+#: The summary key under which a planner run returns its price-free usage (`kvsim.planning.pricing.Usage`).
 USAGE_KEY = "plan_usage"
 
 
@@ -330,7 +330,7 @@ def deployment_data(
 def plan_runner(
     scenario: Scenario, *, bounds: tuple[tuple[str, float], ...] = ()
 ) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The planner's runner (a `kvsim.sweep.Runner`): one full run with the early stop for
+    """The planner's runner (a `kvsim.planning.sweep.Runner`): one full run with the early stop for
     ``bounds`` (summary key, limit), its summary and price-free usage; a stopped run's
     summary says so (``stopped``, ``overloaded``, the watch's figures) and holds no latency."""
     latency = [b for b in (LatencyBound.from_key(k, v) for k, v in bounds) if b is not None]

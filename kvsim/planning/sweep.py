@@ -56,9 +56,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 import kvsim
 from kvsim.errors import KvsimError, YamlError
 from kvsim.inputs import read_input
-from kvsim.io import DATA_FILES, json_safe, save_result
 from kvsim.limits import JOBS_PER_CPU, MAX_JOBS, MAX_SUMMARY_BYTES, MAX_SWEEP_POINTS
 from kvsim.outputs import claim_folder, replace_file
+from kvsim.results.io import DATA_FILES, json_safe, save_result
 from kvsim.scenario.loading import apply_overrides, read_yaml, resolve_file_paths, scenario_data, validate
 from kvsim.scenario.schema import Scenario
 from kvsim.yaml_safe import load_yaml_file
@@ -192,7 +192,7 @@ def simulate(scenario: Scenario) -> tuple[dict[str, Any], dict[str, bytes]]:
 
 
 def summary_only(scenario: Scenario) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """A runner that keeps only the summary (``kvsim.capacity`` needs no tables)."""
+    """A runner that keeps only the summary (``kvsim.planning.capacity`` needs no tables)."""
     return dict(kvsim.run(scenario).summary), {}
 
 
@@ -448,7 +448,7 @@ def _run_ray(
 
 class PointPool:
     """Points handed in one at a time, their outcomes taken as they finish: the runner of
-    `kvsim.planner`, which chooses each next point from the outcomes so far.
+    `kvsim.planning.planner`, which chooses each next point from the outcomes so far.
 
         with PointPool(runner, jobs=2) as pool:
             pool.submit(point)
@@ -557,7 +557,7 @@ def run_points(
     """Run points in ``jobs`` worker processes (or Ray tasks), yielding each as it finishes.
 
     The parallel runner behind `run_sweep`, for callers that choose their points as they
-    go (`kvsim.capacity` runs one round of a search at a time). Nothing is written.
+    go (`kvsim.planning.capacity` runs one round of a search at a time). Nothing is written.
     """
     check_jobs(jobs, executor, address)
     check_connect_timeout(connect_timeout_s)

@@ -1,7 +1,7 @@
 """Hardware and model descriptions: what a model is and what a GPU can do.
 
 `ModelSpec` and `GpuSpec` are plain, frozen pydantic models. Presets live in
-`kvsim.presets`; a scenario may name a preset or define its own spec inline.
+`kvsim.model.presets`; a scenario may name a preset or define its own spec inline.
 KV element sizes for each `kv_cache_dtype` are in `KV_DTYPE_BYTES`, bytes per weight
 (scales included) for each `WeightDtype` in `WEIGHT_DTYPE_BYTES`, and which tensor-core
 rate a weight precision computes at on a GPU in `compute_dtype`.
@@ -136,7 +136,7 @@ class ModelSpec(FrozenModel):
         default="bf16",
         description="Precision of the weights as served: fp32, fp16, bf16, fp8 (per-tensor "
         "scales), fp8_block (128 x 128 block scales), int8 (W8A8), int4 (AWQ/GPTQ, weight-only), "
-        "nvfp4, mxfp4 (bytes per weight with scales: kvsim.specs.WEIGHT_DTYPE_BYTES).",
+        "nvfp4, mxfp4 (bytes per weight with scales: kvsim.model.specs.WEIGHT_DTYPE_BYTES).",
     )
     max_model_len: int = Field(gt=0, le=MAX_TOKENS, description="Maximum context length (positions).")
     sliding_window: int | None = Field(

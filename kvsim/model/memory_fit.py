@@ -3,7 +3,7 @@
     budget = GPU memory x gpu_memory_utilization
     fits   = weights / tp + activation reserve + batch x KV of one sequence at the context <= budget
 
-in vLLM's block arithmetic (`kvsim.kv_sizing`): the KV pool is what is left after weights
+in vLLM's block arithmetic (`kvsim.model.kv_sizing`): the KV pool is what is left after weights
 and the activation reserve, cut into blocks, and a sequence of n tokens holds
 `blocks_per_sequence(model, n)` of them (sliding windows and layer groups applied).
 Besides yes or no, `check_fit` says what dominates memory and the two limits a user
@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kvsim.kv_sizing import GIB, KvCapacity, blocks_per_sequence, kv_capacity
-from kvsim.specs import GpuSpec, ModelSpec, WeightDtype
+from kvsim.model.kv_sizing import GIB, KvCapacity, blocks_per_sequence, kv_capacity
+from kvsim.model.specs import GpuSpec, ModelSpec, WeightDtype
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ def check_fit(
     backend: str = "vllm",
 ) -> FitCheck:
     """Whether ``batch_size`` sequences of ``context_tokens`` tokens fit, and the limits
-    (``backend``: whose memory rule, `kvsim.kv_sizing.kv_capacity`)."""
+    (``backend``: whose memory rule, `kvsim.model.kv_sizing.kv_capacity`)."""
     if context_tokens < 1 or batch_size < 1:
         raise ValueError("context_tokens and batch_size must be >= 1")
     cap = kv_capacity(

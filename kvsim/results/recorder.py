@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.core.outcome import EventKind, SchedulerOutput
-from kvsim.result import EVENT_COLUMNS, ITERATION_COLUMNS
+from kvsim.results.result import EVENT_COLUMNS, ITERATION_COLUMNS
 
 _ITER_FIELDS = (
     "replica",

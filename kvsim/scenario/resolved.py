@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvsim.kv_sizing import GIB, KvCapacity, engine_kv_capacity
-from kvsim.memory_fit import max_context_tokens, served_model
-from kvsim.presets import resolve_gpu, resolve_model
+from kvsim.model.kv_sizing import GIB, KvCapacity, engine_kv_capacity
+from kvsim.model.memory_fit import max_context_tokens, served_model
+from kvsim.model.presets import resolve_gpu, resolve_model
+from kvsim.model.specs import GpuSpec, ModelSpec
 from kvsim.scenario.schema import EngineConfig, ReplicaGroup, Scenario, SharedPoolConfig, TierConfig
-from kvsim.specs import GpuSpec, ModelSpec
 
 #: Blocks of the memory-sized (or overridden) pool that never hold KV: vLLM keeps block 0
 #: as a null block, out of the free queue (vLLM 0.32 `BlockPool.__init__`), so a pool of N
@@ -86,7 +86,7 @@ class GroupPlan:
     draft_model: ModelSpec | None = None  # speculative decoding's draft model (method draft_model)
     tiers: tuple[TierPlan, ...] = ()  # local offload tiers, lookup order (the shared pool apart)
     #: The model as this group serves it: the scenario's, with engine.quantization applied
-    #: (`kvsim.memory_fit.served_model`); None only for plans built by hand without one.
+    #: (`kvsim.model.memory_fit.served_model`); None only for plans built by hand without one.
     served: ModelSpec | None = None
 
     @property

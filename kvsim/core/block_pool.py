@@ -132,7 +132,6 @@ class BlockPool:
         """`get_new_blocks` for one block (a decode's next block: the hot path of decoding)."""
         block = self.free_queue.popleft()
         if block.block_hash is None:  # nothing to evict: only its first reference
-            assert block.ref_cnt == 0
             block.ref_cnt = 1
         else:
             self._evict((block,))
@@ -230,8 +229,7 @@ class BlockPool:
         offload, dupes = self.offload, self._dupes
         cached, evicted_hashes, log = self.cached, self.evicted_hashes, self.kv_events
         n = 0
-        for block in taken:
-            assert block.ref_cnt == 0
+        for block in taken:  # free blocks, ref_cnt 0 (`check_invariants`)
             block.ref_cnt = 1
             h = block.block_hash
             if h is None:
@@ -378,16 +376,14 @@ class BlockPool:
         indexed (None: a hole, skipped). Logged only for a write-through tier that needs
         to know they take room (``kv_events_private``)."""
         log = self.kv_events if self.kv_events_private else None
-        for block in blocks:
+        for block in blocks:  # in use, not cached yet
             if block is not None:
-                assert block.block_hash is None and block.ref_cnt > 0
                 block.block_hash = PRIVATE
                 if log is not None:
                     log.append((True, PRIVATE))
 
     def mark_private(self, block: KVBlock) -> None:
         """`cache_private` for one block (a decode filling its block: the hot path)."""
-        assert block.block_hash is None and block.ref_cnt > 0
         block.block_hash = PRIVATE
         if self.kv_events_private and self.kv_events is not None:
             self.kv_events.append((True, PRIVATE))

@@ -157,14 +157,12 @@ class LruFreeQueue:
         assert n <= self.num_free_blocks, "fewer free blocks than asked for"
         out: list[KVBlock] = []
         head = self.head
-        node = head.next
+        node: KVBlock = head.next  # type: ignore[assignment]  # a sentinel ends the list
         for _ in range(n):
-            assert node is not None
             out.append(node)
             nxt = node.next
             node.prev = node.next = None
-            node = nxt
-        assert node is not None
+            node = nxt  # type: ignore[assignment]
         head.next = node
         node.prev = head
         self.num_free_blocks -= n

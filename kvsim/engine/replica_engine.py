@@ -39,6 +39,7 @@ from kvsim.core.outcome import CacheStats, EventKind, KvEvent, SchedulerOutput, 
 from kvsim.core.request_state import Request
 from kvsim.core.scheduler import Scheduler
 from kvsim.cost.base import CostModel
+from kvsim.kv.links import transfer_time_s
 from kvsim.kv.tiers import TierStack
 from kvsim.results.ledger import RequestLedger
 from kvsim.results.recorder import Recorder
@@ -260,7 +261,7 @@ class ReplicaEngine:
         for n, p in zip(loads, plans, strict=False):
             if n and p.bandwidth_bytes_per_s is not None:
                 per_block = geo.bytes_per_block_per_shard if p.per_shard else geo.bytes_per_block
-                dt += p.latency_s + n * per_block / p.bandwidth_bytes_per_s
+                dt += transfer_time_s(n * per_block, p.bandwidth_bytes_per_s, p.latency_s)
         return dt
 
     # -- decode runs -----------------------------------------------------------------

@@ -305,8 +305,10 @@ class Cluster(ClusterWiring):
             return "queue_full"
         if adm.max_estimated_wait_s is not None and replica.estimated_wait_s() > adm.max_estimated_wait_s:
             return "estimated_wait"
-        if adm.max_kv_usage is not None and replica.kv_usage >= adm.max_kv_usage:
-            return "kv_usage"
+        if adm.max_kv_usage is not None:
+            replica.sync()  # the pool as stepping would have left it by now
+            if replica.kv_usage >= adm.max_kv_usage:
+                return "kv_usage"
         return ""
 
     def _reject(self, req: Request, reason: str, replica_index: int) -> None:

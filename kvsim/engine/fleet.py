@@ -109,6 +109,8 @@ class Fleet:
         if kind == "queue_length":
             values = [float(replicas[i].num_waiting) for i in taking]
         elif kind == "kv_usage":
+            for i in taking:
+                replicas[i].sync()  # pools mid-run as stepping would have left them by now
             values = [replicas[i].kv_usage for i in taking]
         else:
             values = [float(replicas[i].num_outstanding) for i in taking]

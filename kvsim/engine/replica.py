@@ -113,12 +113,12 @@ class Replica:
 
     @property
     def kv_usage(self) -> float:
-        self.sync()  # mid-run pools first catch up with the iterations already started
+        """The pool's usage as it stands (mid-run: call `sync` first)."""
         return self.engine.kv_usage
 
     def cached_prefix_tokens(self, req: Request) -> int:
-        """Prompt tokens this replica would hit for ``req`` now (whole blocks)."""
-        self.sync()
+        """Prompt tokens this replica's pool would hit for ``req`` as it stands (whole
+        blocks; mid-run: call `sync` first)."""
         return self.engine.cached_prefix_tokens(req)
 
     def estimated_wait_s(self) -> float:

@@ -191,23 +191,21 @@ class Replica:
         self.clock = self.env.now
 
     def _loop(self) -> Process:
-        max_time = self.engine.max_time_s
+        engine = self.engine  # the same engine for good (a cold restart gives it a new scheduler)
+        max_time = engine.max_time_s
         while True:
-            engine = self.engine  # a cold restart may have replaced its scheduler while asleep
             if not engine.has_work():
                 yield from self._sleep()
             now = self.clock
             if max_time is not None and now >= max_time:
                 return
-            running_before = engine.num_running
+            running_before = engine.num_running if self.admission_window_s is not None else 0
             out = engine.schedule(now)
             self._after_schedule(now, out, running_before)
             for req in out.rejected:  # nothing could ever schedule them
                 self._add_outstanding(-1)
                 self._rejected(req, "unschedulable")
-            if (
-                not out.tokens and not out.num_lazy_decodes
-            ):  # cannot happen with an empty pool, but never spin
+            if not out.tokens and not out.num_lazy_decodes:  # not with an empty pool, but never spin
                 yield from self._sleep()
                 continue
             run = engine.plan_run(out)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -58,8 +59,7 @@ RunPlan = CohortRun
 EngineCounters = tuple[CacheStats, BeamStats, SpecDecodeStats]
 
 
-@dataclass(frozen=True, slots=True)
-class PricedStep:
+class PricedStep(NamedTuple):
     """A stepped iteration priced: its duration so far (compute, and transfers on dedicated
     links) and the KV figures its row records (those once it is scheduled)."""
 
@@ -360,9 +360,10 @@ class ReplicaEngine:
     def _drain(self, stamp: float) -> list[int]:
         """Publish the pool's KV events and the tiers' writes at ``stamp``; return the
         blocks loaded per tier since the last drain."""
-        log = self.scheduler.pool.take_kv_events()
+        pool = self.scheduler.pool
         tiers = self.tiers
-        if log:
+        if pool.kv_events:  # logged since the last drain (None: nobody listens)
+            log = pool.take_kv_events()
             if tiers is not None and any(tiers.write_through):
                 for stored, h in log:
                     if stored:

@@ -265,21 +265,25 @@ class _EverythingShared:
         return True
 
 
-@pytest.mark.parametrize("mode", ["recompute", "swap", "offload"])
+@pytest.mark.parametrize("mode", ["recompute", "swap", "offload", "beams"])
 def test_private_blocks_change_nothing_but_speed(monkeypatch, mode):
     # Unique prompt text is cached without hashing; preempted requests publish the real
     # hashes. Turning that off (every id treated as shared) must give identical tables.
     ov = [
-        "workload.num_requests=250",
+        f"workload.num_requests={60 if mode == 'beams' else 250}",
         "replicas.0.engine.num_gpu_blocks_override=450",
         f"replicas.0.engine.preemption_mode={'swap' if mode == 'swap' else 'recompute'}",
     ]
-    if mode == "offload":  # private blocks take host capacity under placeholders
+    if mode in ("offload", "beams"):  # private blocks take host capacity under placeholders
         ov.append("replicas.0.engine.cpu_offload_gib=0.05")  # small: capacity pressure matters
+    if mode == "beams":  # forks share blocks between beams, whose outputs no other request holds
+        ov.append("workload.beam_width=4")
     fast = kvsim.run(None, overrides=ov)
     assert fast.summary["num_preemptions"] > 20
     if mode == "recompute":
         assert fast.summary["recompute_hits_tokens"] > 0
+    elif mode == "beams":
+        assert fast.summary["beam_num_forks"] > 100 and fast.summary["offload_hits_tokens"] > 0
     elif mode == "swap":
         assert fast.summary["num_swaps"] > 20
     else:

@@ -19,6 +19,12 @@ than one request. From the first segment whose id is not among them, the request
 blocks are *private*: no other request's chain can ever equal theirs. They are cached
 without being hashed (see `kvsim.core.block_pool.PRIVATE`), which saves most of the
 hashing of a workload of unique prompts without changing any result.
+
+A beam's blocks are never private, whatever the content ids: a fork puts the parent's
+blocks into the child's table, so a beam can hold blocks another request computed (its
+preemption would publish them under its own hashes), and the blocks the child drops at
+the fork are its own content, which it may look up again after a preemption (in the GPU
+cache or an offload tier). vLLM hashes every full block; so do beams here.
 """
 
 from __future__ import annotations
@@ -150,7 +156,7 @@ class Request:
         # Where the private content began when a preemption published its blocks' hashes
         # (`FullAttentionManager.publish_private_blocks`); NEVER_PRIVATE: never published.
         self.published_from = NEVER_PRIVATE
-        if shared_content_ids is not None:
+        if shared_content_ids is not None and spec.beam_group is None:  # beams: see above
             start = 0
             for seg in (*spec.prompt, spec.output_segment):
                 if seg.content_id not in shared_content_ids:

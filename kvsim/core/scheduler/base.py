@@ -120,6 +120,8 @@ class SchedulerBase:
         if self.swap_mode:
             need = min(-(-victim.num_computed_tokens // kv.block_size), kv.num_held_blocks(victim))
             if self.swap.try_store(need):
+                if self.pool.offload is not None:  # a tier holds its blocks and their swapped-in
+                    kv.publish_private_blocks(victim)  # copies once, by hash, not twice
                 self.num_tokens_stored -= victim.num_computed_tokens
                 kv.free(victim)
                 victim.swapped_blocks = need

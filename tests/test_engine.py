@@ -265,6 +265,34 @@ class _EverythingShared:
         return True
 
 
+@pytest.mark.parametrize("case", ["write_through", "write_on_evict", "disaggregated"])
+def test_no_private_marks_where_a_tier_would_see_them(monkeypatch, case):
+    """A write-through tier or a shared pool would store a private block under a placeholder
+    (again when its hash is published; once per replica in a shared pool): there every block
+    is hashed, and the run equals the all-hashed one (before, write-through and the
+    disaggregated case differed: shared-pool hits, tier writes, latencies)."""
+    pool = {
+        "capacity_gib": 0.3,
+        "write_policy": "write_on_evict" if case == "write_on_evict" else "write_through",
+    }
+    workload = {
+        "num_requests": 200,
+        "arrival": {"kind": "poisson", "rate_per_s": 10.0},
+        "shared_prefix_tokens": 512,
+    }
+    if case == "disaggregated":
+        scenario = _disaggregated(num_gpu_blocks_override=600)
+    else:
+        scenario = {"replicas": [{"count": 2, "engine": {"num_gpu_blocks_override": 400}}]}
+    scenario |= {"workload": workload, "shared_kv_pool": pool}
+    fast = kvsim.run(scenario)
+    assert fast.summary["shared_pool_hits_tokens"] > 0
+    monkeypatch.setattr("kvsim.engine.cluster.shared_content_ids", lambda specs: _EverythingShared())
+    plain = kvsim.run(scenario)
+    assert_frame_equal(fast.requests, plain.requests)
+    assert_frame_equal(fast.events, plain.events)
+
+
 @pytest.mark.parametrize("mode", ["recompute", "swap", "offload", "beams"])
 def test_private_blocks_change_nothing_but_speed(monkeypatch, mode):
     # Unique prompt text is cached without hashing; preempted requests publish the real

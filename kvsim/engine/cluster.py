@@ -166,7 +166,16 @@ class Cluster(ClusterWiring):
 
     # -- building --------------------------------------------------------------------
     def _add_requests(self, specs: Sequence[RequestSpec]) -> None:
-        shared_ids = shared_content_ids(specs)
+        # Private marks (content no other request holds, cached without a hash) may change
+        # nothing but speed. A write-through tier would write a private block when cached
+        # and again when its request's preemption publishes its hash, and a shared pool
+        # would hold one placeholder per replica for content it stores once by hash: with
+        # either, every block is hashed.
+        plan = self.plan
+        tiers_see_them = plan.shared_pool is not None or any(
+            t.write_through for g in plan.groups for t in g.tiers
+        )
+        shared_ids = None if tiers_see_them else shared_content_ids(specs)
         salt_by_tenant = self.plan.salt_by_tenant
         for spec in specs:
             if spec.request_id in self.requests:

@@ -198,3 +198,26 @@ def test_the_simulator_never_imports_torch_streamlit_or_vllm():
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]"
+
+
+def test_only_the_pool_and_its_free_queue_write_a_blocks_fields():
+    # A block's reference count, hash and hit count are the pool's (block_pool.py); its
+    # links are the free queue's (eviction.py). Everyone else asks the pool.
+    owners = {"ref_cnt": {"block_pool.py"}, "block_hash": {"block_pool.py"}, "num_hits": {"block_pool.py"}}
+    owners |= {"prev": {"eviction.py"}, "next": {"eviction.py"}}
+    writes = []
+    for path in sorted(KVSIM.rglob("*.py")):
+        if path.name == "block.py" or "validation" in path.parts:  # KVBlock itself; vLLM's own blocks
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AugAssign)
+                else []
+            )
+            for t in targets:
+                if isinstance(t, ast.Attribute) and t.attr in owners and path.name not in owners[t.attr]:
+                    writes.append(f"{path.relative_to(ROOT)}:{node.lineno} .{t.attr}")
+    assert writes == []

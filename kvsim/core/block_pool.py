@@ -253,6 +253,12 @@ class BlockPool:
         self.num_cached_free -= n
         self.num_evicted += n
 
+    def share(self, blocks: Iterable[KVBlock]) -> None:
+        """Another reference on blocks in use (a beam fork shares its parent's full blocks)."""
+        for block in blocks:
+            assert block.ref_cnt > 0, "only a block in use is shared"
+            block.ref_cnt += 1
+
     def touch(self, blocks: Iterable[KVBlock]) -> None:
         """Take a reference on prefix-hit blocks, pulling free ones out of the queue."""
         for block in blocks:

@@ -217,9 +217,9 @@ class FullAttentionManager:
         freed = sum(1 for b in child.blocks if b is not None and b.ref_cnt == 1 and id(b) not in keep)
         if partial and self.pool.num_free_blocks + freed < 1:
             return False
-        for block in shared:
-            assert block is not None and block.ref_cnt > 0, "a running parent holds its blocks"
-            block.ref_cnt += 1
+        held = [b for b in shared if b is not None]
+        assert len(held) == len(shared), "a running parent holds its blocks"
+        self.pool.share(held)
         self.pool.free_blocks(b for b in reversed(child.blocks) if b is not None)
         child.blocks = [*shared, *(self.pool.get_new_blocks(1) if partial else ())]
         child.num_cached_blocks = min(parent.num_cached_blocks, num_full)

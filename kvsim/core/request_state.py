@@ -29,6 +29,7 @@ cache or an offload tier). vLLM hashes every full block; so do beams here.
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from collections.abc import Callable, Set
@@ -45,8 +46,10 @@ _ALIAS_OF_MINUS_ONE = -(2**60) - 1
 NEVER_PRIVATE = 1 << 62  # private_from_token of a request whose content may all be shared
 
 
+@functools.lru_cache(maxsize=4096)
 def tenant_salt(tenant: str) -> int:
-    """Stable integer salt of a tenant name (the same in every process)."""
+    """Stable integer salt of a tenant name (the same in every process). Cached: a tenant's
+    requests share one int object instead of 32 bytes each."""
     return zlib.crc32(tenant.encode("utf-8"))
 
 
@@ -116,7 +119,6 @@ class Request:
         "num_spec_tokens",
         "num_tokens",
         "prefill_replica",
-        "priority",
         "private_from_token",
         "prompt_tokens",
         "published_from",
@@ -142,7 +144,6 @@ class Request:
         self.spec = spec
         self.request_id = spec.request_id
         self.arrival_s = spec.arrival_s if arrival_s is None else arrival_s
-        self.priority = spec.priority
         # CPython hashes -1 like -2; give content id -1 another identity so that it
         # cannot collide with -2 inside a block hash.
         self.segments: tuple[Segment, ...] = tuple(

@@ -49,7 +49,7 @@ def requests_frame(
         "replica_id": replica_names[col("replica", np.int64)],
         "prefill_replica_id": replica_names[col("prefill_replica", np.int64)],
         "tenant": pd.Series([r.spec.tenant for r in reqs], dtype=object),
-        "priority": col("priority", np.int64),
+        "priority": np.asarray([r.spec.priority for r in reqs], dtype=np.int64),
         "arrival_s": arrival,
         "first_scheduled_s": first_sched,
         "first_token_s": first_tok,

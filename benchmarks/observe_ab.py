@@ -36,13 +36,13 @@ from typing import Any
 import numpy as np
 
 from kvsim.cli import main as kvsim_main
-from kvsim.io import load_result
 from kvsim.observe.compare import METRICS, compare_results
 from kvsim.observe.fit import steps_priced
 from kvsim.observe.vllm_server import ServerKnobs, VllmServer, write_model_folder
 from kvsim.outputs import claim_folder, claim_folder_beside, replace_file
-from kvsim.plan import resolve_plan
+from kvsim.results.io import load_result
 from kvsim.scenario.loading import load_scenario
+from kvsim.scenario.resolved import resolve_plan
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

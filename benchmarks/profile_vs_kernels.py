@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kvsim.cost.base import Batch
 from kvsim.cost.calibrated import CalibratedCostModel
 from kvsim.cost.profile import load_profile
-from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
+from kvsim.model.presets import GPU_PRESETS, MODEL_PRESETS
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = ROOT / "kvsim" / "data" / "profiles" / "h200-llama-3-8b-bf16-tp1.json"

@@ -144,7 +144,7 @@ def scenario_for(
 ) -> dict[str, Any]:
     """The kvsim scenario of one silicon row; ValueError("unsupported: ...") when kvsim cannot
     represent the deployment."""
-    from kvsim.presets import resolve_gpu, resolve_model
+    from kvsim.model.presets import resolve_gpu, resolve_model
 
     if row.get("mode") != "agg":
         raise ValueError("unsupported: disaggregated serving (issue 22)")

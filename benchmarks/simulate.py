@@ -21,8 +21,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 import kvsim  # noqa: E402
-from kvsim.io import save_result  # noqa: E402
 from kvsim.request import RequestSpec, Segment  # noqa: E402
+from kvsim.results.io import save_result  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 TRACE = HERE.parent.parent / "shared" / "traces" / "azure" / "AzureLLMInferenceTrace_conv.csv"

@@ -1,7 +1,7 @@
 """Layer shapes of a dense decoder-only transformer, as one tensor-parallel shard sees them.
 
 Plain dataclass (no pydantic) so that the harness runs on machines that only have torch
-and numpy. The CLI builds it from a `kvsim.specs.ModelSpec`.
+and numpy. The CLI builds it from a `kvsim.model.specs.ModelSpec`.
 
 Sharding follows Megatron-style tensor parallelism as vLLM applies it: QKV and MLP
 gate/up are column-parallel (output features split over TP), the output projection and

@@ -14,7 +14,7 @@ State lives in ``st.session_state`` and survives switching pages:
 
 Every file path that comes from the page goes through `_paths` (allowed folders only), and
 errors about files name the file and the line, never its content. Figures come from
-`kvsim.plots`; this module puts them on the page with an HTML download (and PNG when
+`kvsim.analysis.plots`; this module puts them on the page with an HTML download (and PNG when
 kaleido is installed), and every table with a CSV download.
 """
 
@@ -48,8 +48,8 @@ import kvsim
 import kvsim.errors
 from kvsim.cost.profile import load_profile
 from kvsim.errors import ProfileError, TraceError
-from kvsim.io import DATA_FILES, RESULT_FILES
-from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
+from kvsim.model.presets import GPU_PRESETS, MODEL_PRESETS
+from kvsim.results.io import DATA_FILES, RESULT_FILES
 from kvsim.scenario.loading import apply_overrides, parse_yaml, scenario_data, validate
 from kvsim.scenario.schema import Scenario
 from kvsim.yaml_safe import load_yaml_text, read_capped

@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 
 from kvsim.engine.simulator import run
 from kvsim.errors import KvsimError, ProfileError, ResultDirError, ScenarioError, TraceError
-from kvsim.result import Result
+from kvsim.results.result import Result
 from kvsim.scenario import Scenario, dump_scenario, load_scenario
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Per-backend engine defaults (kvsim.backends): each knob, each backend, by version and GPU;
+"""Per-backend engine defaults (kvsim.backends.defaults): each knob, each backend, by version and GPU;
 explicit knobs win; the resolved values are what the scenario shows and reloads with."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import kvsim
-from kvsim.backends import (
+from kvsim.backends.defaults import (
     BACKENDS,
     DEFAULTED_KNOBS,
     DEFAULTS_TABLE,
@@ -24,10 +24,10 @@ from kvsim.backends import (
     table_version,
 )
 from kvsim.errors import ScenarioError
-from kvsim.kv_sizing import GIB, weight_bytes
-from kvsim.plan import resolve_plan
-from kvsim.presets import resolve_gpu, resolve_model
+from kvsim.model.kv_sizing import GIB, weight_bytes
+from kvsim.model.presets import resolve_gpu, resolve_model
 from kvsim.scenario.loading import dump_scenario, load_scenario, scenario_data
+from kvsim.scenario.resolved import resolve_plan
 from kvsim.scenario.schema import EngineConfig
 
 ROOT = Path(__file__).resolve().parents[1]

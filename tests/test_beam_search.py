@@ -13,13 +13,15 @@ from conftest import spec
 from pandas.testing import assert_frame_equal
 
 import kvsim
+from kvsim.analysis.sharing import memory_saving, sample_groups
 from kvsim.cli import main
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler import Scheduler
+from kvsim.engine.cluster import shared_content_ids
+from kvsim.kv.tiers import CpuOffloadTier
 from kvsim.scenario.loading import load_scenario
 from kvsim.scenario.schema import EngineConfig
-from kvsim.sharing import memory_saving, sample_groups
 from kvsim.workload import generate_requests
 from kvsim.workload.beams import beam_forks
 from kvsim.workload.config import SyntheticWorkload
@@ -135,6 +137,48 @@ def test_no_fork_without_a_free_block_for_the_copy() -> None:
     s.pool.get_new_blocks(s.pool.num_free_blocks)
     assert not s.kv.fork(beams[1], beams[0])
     assert ids(beams) == [[0, 1], [0, 3]]
+
+
+@pytest.mark.parametrize("offload_blocks", [0, 4])
+def test_private_marks_change_nothing_for_a_pruned_beam_recomputed(offload_blocks: int) -> None:
+    """Beam 1 is pruned after its 2nd token: it drops its own full block (4 tokens: 3 of the
+    prompt, its 1st token) and shares beam 0's. The beams' outputs are content no other
+    request contains (`shared_content_ids`), yet a fork puts one beam's blocks in another's
+    table and beam 1, preempted for recompute, looks its own dropped block up again. Marking
+    them private (cached unhashed) must change nothing: the run equals one with every block
+    hashed, as in vLLM."""
+    specs = [
+        spec(i, [(1, 3)], output=12, beam_group=0, beam_index=i, beam_forks=((2, 1, 0),) if i == 0 else ())
+        for i in range(2)
+    ]
+
+    def run(shared: set[int] | None) -> list[tuple]:
+        cfg = EngineConfig(block_size=4, enable_prefix_caching=True, preemption_mode="recompute")
+        tier = CpuOffloadTier(offload_blocks) if offload_blocks else None
+        s = Scheduler(cfg, BlockPool(5, offload=tier))
+        beams = [Request(x, shared_content_ids=shared) for x in specs]
+        for r in beams:
+            s.add_request(r)
+        log = []
+        for t in range(14):
+            out = s.schedule(t)
+            scheduled = [(r.request_id, n) for r, n in out.scheduled]
+            log.append((scheduled, [(e.kind.value, e.request_id) for e in out.events], ids(beams)))
+            s.update(out, t + 1.0)
+        return log
+
+    hashed = run(None)
+    assert run(shared_content_ids(specs)) == hashed
+    # After the fork beam 1 holds beam 0's block 0 and a copy (3) of its partial block 2;
+    # its own block 1 went to the free queue, cached, and is evicted at step 6 (to the tier).
+    assert hashed[2][2] == [[0, 2], [0, 3]] and hashed[6][2] == [[0, 2, 4], [0, 3, 1]]
+    assert hashed[10][:2] == ([(0, 1)], [("preempt_recompute", 1)])
+    # Re-admitted, beam 1 misses beam 0's block 0 (other content) on the GPU: it loads its
+    # own first block from the tier, or recomputes it without one.
+    if offload_blocks:
+        assert hashed[12] == ([(1, 9)], [("offload_load", 1)], [[], [1, 3, 4, 2]])
+    else:
+        assert hashed[12][:2] == ([(1, 13)], [])
 
 
 def test_the_genealogy_is_drawn_per_group_and_only_for_beams() -> None:

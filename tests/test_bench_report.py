@@ -1,4 +1,4 @@
-"""``kvsim bench-serve`` and `kvsim.bench_report`: vLLM 0.32.0's result block, its JSON keys
+"""``kvsim bench-serve`` and `kvsim.results.bench_report`: vLLM 0.32.0's result block, its JSON keys
 and its metric definitions, computed from a kvsim run."""
 
 from __future__ import annotations
@@ -11,8 +11,14 @@ import numpy as np
 import pytest
 
 import kvsim
-from kvsim.bench_report import _stats, bench_metrics, bench_result_json, format_bench_block, token_steps
 from kvsim.cli import main
+from kvsim.results.bench_report import (
+    _stats,
+    bench_metrics,
+    bench_result_json,
+    format_bench_block,
+    token_steps,
+)
 from kvsim.scenario.schema import EngineConfig
 
 

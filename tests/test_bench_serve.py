@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from oracle import run_eager
 from pandas.testing import assert_frame_equal
 
 import kvsim
@@ -138,7 +139,7 @@ def test_inputs_are_checked_with_vllms_rules():
 
 def _finish(specs: dict[int, RequestSpec], rid: int, t: float) -> Request:
     req = Request(specs[rid])
-    req.status, req.finish_s = Status.FINISHED, t
+    req.status, req.metrics.finish_s = Status.FINISHED, t
     return req
 
 
@@ -170,7 +171,7 @@ def test_conversation_source_releases_follow_ups_and_drops_them_after_a_rejectio
     src = ConversationSource([child, parent])
     assert [r.spec.request_id for r in src.start()] == [0]
     done = Request(parent)
-    done.status, done.finish_s = Status.FINISHED, 2.5
+    done.status, done.metrics.finish_s = Status.FINISHED, 2.5
     assert src.on_done(done, 2.5) == [Release(child, 5.5)]
     src = ConversationSource([child, parent])
     refused = Request(parent)
@@ -314,14 +315,11 @@ def test_same_seed_same_requests_and_times():
     assert c.requests["prompt_tokens"].tolist() != a.requests["prompt_tokens"].tolist()
 
 
-def test_the_decode_cohort_equals_walking_every_request_with_the_closed_loop(monkeypatch):
-    import kvsim.engine.replica as replica_module
-
+def test_the_decode_cohort_equals_walking_every_request_with_the_closed_loop():
     scenario = bench(None, {"num_gpu_blocks_override": 400}, num_prompts=150, max_concurrency=20, num_warmups=10,
                      random_input_len=500, random_output_len=120, random_range_ratio=0.8)  # fmt: skip
     lazy = kvsim.run(scenario)
-    monkeypatch.setattr(replica_module, "LAZY_DECODES", False)
-    eager = kvsim.run(scenario)
+    eager = run_eager(scenario)
     assert lazy.summary["num_preemptions"] > 0
     assert_frame_equal(lazy.requests, eager.requests, check_exact=True)
     assert_frame_equal(lazy.iterations, eager.iterations, check_exact=True)

@@ -89,7 +89,7 @@ def _artifacts() -> Path:
 @pytest.fixture(scope="module")
 def allowed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder the server allows (``KVSIM_DASHBOARD_ALLOW``), holding a small sweep, ``sweep/``."""
-    from kvsim.sweep import run_sweep, summary_only
+    from kvsim.planning.sweep import run_sweep, summary_only
 
     folder = tmp_path_factory.mktemp("allowed")
     spec = folder / "sweep.yaml"

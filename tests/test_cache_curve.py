@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvsim.cache_curve import cache_curve, parse_capacities
+from kvsim.analysis.cache_curve import cache_curve, parse_capacities
 from kvsim.cli import main
 from kvsim.request import RequestSpec, Segment
 from kvsim.workload.config import TraceWorkload

@@ -20,7 +20,7 @@ from kvsim.cost.fit import point_time_s, read_points
 from kvsim.cost.profile import load_profile, model_shape, validate_profile
 from kvsim.cost.roofline import RooflineCostModel
 from kvsim.errors import ProfileError
-from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
+from kvsim.model.presets import GPU_PRESETS, MODEL_PRESETS
 from kvsim.scenario.checks import check_cost_references
 from kvsim.scenario.schema import Scenario
 

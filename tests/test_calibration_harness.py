@@ -17,8 +17,8 @@ from kvsim.cli import main
 from kvsim.cost.base import Batch
 from kvsim.cost.calibrated import CalibratedCostModel
 from kvsim.cost.profile import load_profile, validate_profile, write_profile
-from kvsim.presets import GPU_PRESETS
-from kvsim.specs import ModelSpec
+from kvsim.model.presets import GPU_PRESETS
+from kvsim.model.specs import ModelSpec
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch

@@ -16,7 +16,7 @@ from calibration.table_grids import CPU, FULL, FULL_GEMM_M, SMALL, TableGrids, f
 from kvsim.cli import main
 from kvsim.cost.profile import model_shape
 from kvsim.cost.table_layout import META_FILE, TABLE_SCHEMAS, version_dir
-from kvsim.presets import MODEL_PRESETS
+from kvsim.model.presets import MODEL_PRESETS
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch

@@ -1,4 +1,4 @@
-"""`kvsim.capacity` and `kvsim capacity`: bisection for the smallest knob value meeting an SLO.
+"""`kvsim.planning.capacity` and `kvsim capacity`: bisection for the smallest knob value meeting an SLO.
 
 The search is checked on hand-built monotone cases, with a fake runner whose summary is a
 known function of the knob, so the answer and the number of runs are exact; then once on
@@ -14,7 +14,8 @@ import time
 import pytest
 
 import kvsim
-from kvsim.capacity import (
+from kvsim.cli import main
+from kvsim.planning.capacity import (
     CapacityError,
     SloBound,
     _probes,
@@ -23,7 +24,6 @@ from kvsim.capacity import (
     parse_slo,
     parse_values,
 )
-from kvsim.cli import main
 
 
 def replicas_runner(scenario: kvsim.Scenario) -> tuple[dict, dict]:

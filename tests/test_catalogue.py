@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import kvsim
-from kvsim.cache_curve import cache_curve
-from kvsim.kv_sizing import kv_bytes_for_context, kv_bytes_per_token
-from kvsim.presets import resolve_model
+from kvsim.analysis.cache_curve import cache_curve
+from kvsim.model.kv_sizing import kv_bytes_for_context, kv_bytes_per_token
+from kvsim.model.presets import resolve_model
+from kvsim.planning.sweep import load_sweep
 from kvsim.scenario.loading import read_yaml
-from kvsim.sweep import load_sweep
 from kvsim.workload import generate_requests, resolve_workload_paths
 from kvsim.workload.config import TraceWorkload
 from kvsim.workload.traces import replay_trace

@@ -22,8 +22,8 @@ import kvsim
 from kvsim.cli import main
 from kvsim.cli.run_cmd import ProgressBar
 from kvsim.core.outcome import CacheStats
-from kvsim.io import RESULT_FILES, load_result
-from kvsim.result import EVENT_COLUMNS, ITERATION_COLUMNS, Result, summarize
+from kvsim.results.io import RESULT_FILES, load_result
+from kvsim.results.result import EVENT_COLUMNS, ITERATION_COLUMNS, Result, summarize
 
 
 def fake_run(scenario: kvsim.Scenario, *, progress: Any = None) -> Result:
@@ -265,7 +265,7 @@ def test_failed_save_keeps_the_previous_result(
     def broken(*args: object, **kwargs: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("kvsim.io.write_parquet", broken)
+    monkeypatch.setattr("kvsim.results.io.write_parquet", broken)
     assert main(["run", str(path), "--out", str(out), "--set", "workload.num_requests=9"]) == 1
     assert f"kvsim: error: {out}: cannot write results: disk full" in capsys.readouterr().err
     assert (out / "summary.json").read_text() == before

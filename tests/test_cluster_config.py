@@ -6,8 +6,8 @@ import pytest
 
 import kvsim
 from kvsim.errors import ScenarioError
-from kvsim.kv_sizing import GIB
-from kvsim.plan import resolve_plan
+from kvsim.model.kv_sizing import GIB
+from kvsim.scenario.resolved import resolve_plan
 
 
 def problems(data: dict) -> dict[str, str]:

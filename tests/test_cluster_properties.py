@@ -14,7 +14,7 @@ from kvsim.core.request_state import Status
 from kvsim.engine.cluster import Cluster
 from kvsim.engine.simulator import _result, scenario_workload
 from kvsim.kv.tiers import TierStack
-from kvsim.plan import resolve_plan
+from kvsim.scenario.resolved import resolve_plan
 
 ROUTERS = [
     "round_robin",
@@ -156,7 +156,7 @@ def test_no_request_is_lost_or_duplicated_and_blocks_are_conserved(data: dict[st
     # Nothing left anywhere, and every block accounted for.
     assert cluster.total_outstanding == 0 and cluster.entry_waiting == 0
     for replica in cluster.replicas:
-        sched, pool = replica.scheduler, replica.scheduler.pool
+        sched, pool = replica.engine.scheduler, replica.engine.scheduler.pool
         assert not sched.has_work() and replica.num_outstanding == 0
         pool.check_invariants()
         assert pool.num_free_blocks == pool.num_blocks

@@ -1,6 +1,6 @@
 """The decode cohort (`kvsim.core.cohort`): hand-computed bookkeeping on tiny cases, and
 every table equal, bit for bit, to the engine that walks every running request each
-iteration (``LAZY_DECODES = False``), on the fast-forward cases of the engine and the
+iteration (the oracle, ``tests/oracle.py``), on the fast-forward cases of the engine and the
 cluster, on random small scenarios and on random clusters."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT, spec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from oracle import run_eager
 from pandas.testing import assert_frame_equal
 from test_cluster import FF_CASES as CLUSTER_CASES
 from test_cluster import ROUTED
@@ -25,18 +26,8 @@ from kvsim.core.block_pool import BlockPool
 from kvsim.core.cohort import DecodeCohort
 from kvsim.core.request_state import Request
 from kvsim.core.scheduler import Scheduler
-from kvsim.engine import replica as replica_module
 
 CHAT = ROOT / "scenarios" / "chat_sessions.yaml"
-
-
-def _eager(fn: Any) -> kvsim.Result:
-    saved = replica_module.LAZY_DECODES
-    replica_module.LAZY_DECODES = False
-    try:
-        return fn()
-    finally:
-        replica_module.LAZY_DECODES = saved
 
 
 def assert_identical(a: kvsim.Result, b: kvsim.Result) -> None:
@@ -80,7 +71,7 @@ def test_a_member_is_due_at_the_step_its_token_fills_its_block_then_at_each_allo
     assert co.due == {13: [req]}
     co.leave(req)
     assert (req.num_computed_tokens, req.num_tokens, req.num_output_tokens) == (7, 8, 3)
-    assert req.last_token_s == 2.25 and req.max_itl_s == 0.75
+    assert req.last_token_s == 2.25 and req.metrics.max_itl_s == 0.75
     assert len(co) == 0 and co.phase_count == [0, 0, 0, 0]
 
 
@@ -139,9 +130,25 @@ def test_the_longest_gap_is_the_largest_gap_since_joining():
         co.end_iteration(t)
     co.materialize(early)
     co.materialize(late)
-    assert early.max_itl_s == 4.0 and late.max_itl_s == 2.0
+    assert early.metrics.max_itl_s == 4.0 and late.metrics.max_itl_s == 2.0
     assert early.num_output_tokens == 8 and late.num_output_tokens == 5
     assert early.last_token_s == late.last_token_s == t
+
+
+def test_a_contiguous_reservation_is_due_only_when_it_finishes():
+    """A reserve_* allocator's request holds all its blocks from admission: it never
+    allocates, so it needs the scheduler only at the step that samples its last token."""
+    pool = BlockPool(40, enable_caching=False)
+    co = DecodeCohort(pool, block_size=4, limit=1 << 62, paged=False)
+    co.step = 3
+    co.last_end = 0.5
+    req = _decoder(0, prompt=5, output=10, pool=pool, bs=4)
+    req.blocks = [*req.blocks, *pool.get_new_blocks(2)]  # the reservation: 4 blocks, 16 slots
+    co.join(req)
+    # Tokens 5.. are computed at iterations 3..; its 10th output token is sampled at 3 + 8.
+    assert (req.lazy_phase, req.lazy_finish, req.lazy_due) == (-1, 11, 11)
+    assert co.phase_count == [0, 0, 0, 0]
+    assert co.steps_until_blocks_run_out(4, 20, free_blocks=0) == 20  # it needs no block
 
 
 def test_a_decode_run_stops_before_the_allocation_the_free_blocks_cannot_serve():
@@ -166,7 +173,7 @@ def test_a_decode_run_stops_before_the_allocation_the_free_blocks_cannot_serve()
 def test_the_cohort_changes_nothing_on_the_engine_cases(case: str) -> None:
     ov = ["workload.num_requests=250", *ENGINE_CASES[case]]
     lazy = kvsim.run(None, overrides=ov)
-    eager = _eager(lambda: kvsim.run(None, overrides=[*ov, "sim.fast_forward=false"]))
+    eager = run_eager(None, overrides=ov)
     assert_identical(lazy, eager)
 
 
@@ -175,7 +182,7 @@ def test_the_cohort_changes_nothing_on_the_engine_cases(case: str) -> None:
 def test_the_cohort_changes_nothing_on_the_cluster_cases(case: str) -> None:
     ov = [*ROUTED, "workload.num_requests=200", *CLUSTER_CASES[case]]
     lazy = kvsim.run(CHAT, overrides=ov)
-    eager = _eager(lambda: kvsim.run(CHAT, overrides=[*ov, "sim.fast_forward=false"]))
+    eager = run_eager(CHAT, overrides=ov)
     assert_identical(lazy, eager)
 
 
@@ -193,13 +200,13 @@ def test_the_cohort_changes_nothing_on_the_cluster_cases(case: str) -> None:
 def test_the_cohort_changes_nothing_on_catalogue_scenarios(path: str) -> None:
     ov = ["workload.num_requests=150"]
     lazy = kvsim.run(ROOT / "scenarios" / path, overrides=ov)
-    eager = _eager(lambda: kvsim.run(ROOT / "scenarios" / path, overrides=ov))
+    eager = run_eager(ROOT / "scenarios" / path, overrides=ov)
     assert_identical(lazy, eager)
 
 
 def test_the_cohort_changes_nothing_on_the_retention_tiers_scenario() -> None:
     path = ROOT / "scenarios" / "retention_tiers.yaml"
-    assert_identical(kvsim.run(path), _eager(lambda: kvsim.run(path, overrides=["sim.fast_forward=false"])))
+    assert_identical(kvsim.run(path), run_eager(path))
 
 
 @pytest.mark.parametrize("policy", ["lru", "retention"])
@@ -207,7 +214,7 @@ def test_the_cohort_changes_nothing_under_retention_priorities(policy: str) -> N
     scenario = retention_scenario(policy)
     lazy = kvsim.run(scenario)
     assert lazy.summary["num_evicted_blocks"] > 1000
-    assert_identical(lazy, _eager(lambda: kvsim.run(scenario | {"sim": {"fast_forward": False}})))
+    assert_identical(lazy, run_eager(scenario))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -216,13 +223,13 @@ def test_the_cohort_changes_nothing_on_random_small_scenarios(case: Any) -> None
     scenario, reqs = case
     for fast_forward in (True, False):
         run = scenario | {"sim": {"fast_forward": fast_forward}}
-        assert_identical(kvsim.run(run, requests=reqs), _eager(lambda run=run: kvsim.run(run, requests=reqs)))
+        assert_identical(kvsim.run(run, requests=reqs), run_eager(run, requests=reqs))
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clusters())
 def test_the_cohort_changes_nothing_on_random_clusters(data: dict[str, Any]) -> None:
-    assert_identical(kvsim.run(data), _eager(lambda: kvsim.run(data)))
+    assert_identical(kvsim.run(data), run_eager(data))
 
 
 # --------------------------------------------------------------------------- preemption inside the cohort
@@ -272,7 +279,7 @@ def test_a_member_preempted_after_its_token_was_scheduled_keeps_the_block_it_fil
     lazy = kvsim.run(scenario, requests=reqs)
     assert (0, True) in seen
     assert lazy.summary["num_preemptions"] >= 1
-    assert_identical(lazy, _eager(lambda: kvsim.run(scenario, requests=reqs)))
+    assert_identical(lazy, run_eager(scenario, requests=reqs))
 
 
 def test_members_after_a_request_that_preempts_itself_do_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -282,7 +289,7 @@ def test_members_after_a_request_that_preempts_itself_do_not_run(monkeypatch: py
     scenario, reqs = _priority_decoders(6, 58)
     lazy = kvsim.run(scenario, requests=reqs)
     assert (2, False) in seen
-    assert_identical(lazy, _eager(lambda: kvsim.run(scenario, requests=reqs)))
+    assert_identical(lazy, run_eager(scenario, requests=reqs))
 
 
 @st.composite
@@ -319,19 +326,32 @@ def _pressured_runs(draw: Any) -> tuple[dict[str, Any], list[Any]]:
 @given(_pressured_runs())
 def test_the_cohort_changes_nothing_under_memory_pressure(case: Any) -> None:
     scenario, reqs = case
-    assert_identical(kvsim.run(scenario, requests=reqs), _eager(lambda: kvsim.run(scenario, requests=reqs)))
+    assert_identical(kvsim.run(scenario, requests=reqs), run_eager(scenario, requests=reqs))
 
 
-def test_the_cohort_carries_most_decodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Not a no-op: on a loaded replica most decodes are advanced by the cohort."""
+def _count_decodes(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Decodes of every iteration applied from now on: all of them, and the cohort's."""
     counted = {"lazy": 0, "all": 0}
-    real_update = replica_module.Scheduler.update
+    real_update = Scheduler.update
 
     def counting_update(self: Any, out: Any, t_end: float) -> Any:
         counted["lazy"] += out.num_lazy_decodes
         counted["all"] += out.decode_tokens
         return real_update(self, out, t_end)
 
-    monkeypatch.setattr(replica_module.Scheduler, "update", counting_update)
+    monkeypatch.setattr(Scheduler, "update", counting_update)
+    return counted
+
+
+def test_the_cohort_carries_most_decodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a no-op: on a loaded replica most decodes are advanced by the cohort."""
+    counted = _count_decodes(monkeypatch)
     kvsim.run(None, overrides=["workload.num_requests=250", "sim.fast_forward=false"])
     assert counted["lazy"] > 0.8 * counted["all"]
+
+
+def test_the_oracle_walks_every_decode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference the comparisons above run against is really the eager engine."""
+    counted = _count_decodes(monkeypatch)
+    run_eager(None, overrides=["workload.num_requests=250"])
+    assert counted["lazy"] == 0 and counted["all"] > 1000

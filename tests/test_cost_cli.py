@@ -13,7 +13,7 @@ from kvsim.cost.base import Batch
 from kvsim.cost.config import RooflineCostConfig
 from kvsim.cost.fit import Point, point_time_s, write_points
 from kvsim.cost.roofline import RooflineCostModel
-from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
+from kvsim.model.presets import GPU_PRESETS, MODEL_PRESETS
 
 LLAMA3, H100 = MODEL_PRESETS["llama-3-8b"], GPU_PRESETS["h100-sxm"]
 # NVIDIA H200 SXM datasheet figures, as a spec file (the CLI accepts one in place of a preset).

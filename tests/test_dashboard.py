@@ -21,10 +21,10 @@ import pytest
 from google.protobuf import text_format
 
 import kvsim
-import kvsim.io
-from kvsim.capacity import find_capacity, parse_slo, parse_values
+import kvsim.results.io
 from kvsim.cost.profile import shipped_profiles
-from kvsim.planner import PlanSpace, plan_deployment
+from kvsim.planning.capacity import find_capacity, parse_slo, parse_values
+from kvsim.planning.planner import PlanSpace, plan_deployment
 
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
@@ -428,7 +428,7 @@ def test_every_summary_key_a_page_shows_says_what_it_means() -> None:
     sys.path.insert(0, str(DASHBOARD / "views"))
     at = _ran()
     (run,) = at.session_state["runs"].values()
-    from kvsim.capacity import TABLE_KEYS
+    from kvsim.planning.capacity import TABLE_KEYS
 
     keys = [*run.result.summary, *TABLE_KEYS]
     assert {k: common.summary_meaning(k) for k in keys if not common.summary_meaning(k)} == {}
@@ -604,8 +604,8 @@ def test_compare_loads_result_folders_from_allowed_folders_and_archives(
     monkeypatch.setenv(_paths.UPLOADS_ENV, str(tmp_path / "uploads"))
     at = _ran()
     (run,) = at.session_state["runs"].values()
-    saved = kvsim.io.save_result(run.result, tmp_path / "allowed" / "saved")
-    outside = kvsim.io.save_result(run.result, tmp_path / "outside")
+    saved = kvsim.results.io.save_result(run.result, tmp_path / "allowed" / "saved")
+    outside = kvsim.results.io.save_result(run.result, tmp_path / "outside")
     at = _page(at, "6_Compare")
     assert str(saved) in [str(o) for o in at.selectbox[0].options]  # listed from the allowed folder
     at.text_input[0].set_value(str(saved)).run()
@@ -622,7 +622,7 @@ def test_compare_loads_result_folders_from_allowed_folders_and_archives(
         for f in sorted(saved.iterdir()):
             z.write(f, f"saved/{f.name}")
     folder = common.unpack_result_archive(blob.getvalue(), "saved.zip", "session")
-    assert sorted(p.name for p in folder.iterdir()) == sorted(kvsim.io.RESULT_FILES)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(kvsim.results.io.RESULT_FILES)
     assert folder.is_relative_to(tmp_path / "uploads")
     bad = io.BytesIO()
     with zipfile.ZipFile(bad, "w") as z:
@@ -666,7 +666,7 @@ def test_compare_puts_an_observation_beside_kvsims_prediction(
     assert not at.exception
     assert "the server against kvsim" in _page_text(at)
     table = next(d.value for d in at.dataframe if "within target" in d.value.columns)
-    observed = kvsim.io.load_result(folder).summary
+    observed = kvsim.results.io.load_result(folder).summary
     assert table.set_index("metric").loc["TTFT p50", "observed"] == pytest.approx(observed["ttft_p50_s"])
     assert _charts(at) == 3  # the CDFs, the TTFT scatter, the series
 
@@ -802,7 +802,7 @@ def test_no_byte_of_etc_passwd_reaches_the_page_through_any_path_input(
     data["workload"] = {"kind": "trace", "format": "azure", "path": "/etc/passwd"}
     forged = kvsim.Result(kvsim.load_scenario(data), run.result.requests, run.result.iterations,
                           run.result.events, run.result.summary)  # fmt: skip
-    kvsim.io.save_result(forged, tmp_path / "forged")
+    kvsim.results.io.save_result(forged, tmp_path / "forged")
     at = _page(at, "6_Compare")
     at.text_input[0].set_value(str(tmp_path / "forged")).run()
     next(b for b in at.button if b.label == "Load folder").click().run()
@@ -864,9 +864,9 @@ def test_no_byte_of_etc_passwd_reaches_the_page_through_any_path_input(
     assert "/etc/passwd" not in _page_text(at).replace(f"/etc/passwd: {_paths.REFUSED}", "")
     # 8. Result and sweep folders in an allowed folder whose files are links out of it.
     outside = tmp_path.parent / f"{tmp_path.name}-outside"
-    saved = kvsim.io.save_result(forged, outside / "run")
+    saved = kvsim.results.io.save_result(forged, outside / "run")
     (tmp_path / "linked").mkdir()
-    for name in kvsim.io.RESULT_FILES:
+    for name in kvsim.results.io.RESULT_FILES:
         (tmp_path / "linked" / name).symlink_to(saved / name)
     (outside / "sweep").mkdir()
     pd.DataFrame({"index": [0], "seed": [1], "status": ["ok"], "error": [""]}).to_parquet(

@@ -127,6 +127,12 @@ FF_CASES = {
         "replicas.0.engine.kv_allocation=reserve_pow2",
         "replicas.0.engine.enable_prefix_caching=false",
     ],
+    "orca-oracle-swap": [
+        "replicas.0.engine.num_gpu_blocks_override=900",
+        "replicas.0.engine.kv_allocation=reserve_oracle",
+        "replicas.0.engine.enable_prefix_caching=false",
+        "replicas.0.engine.preemption_mode=swap",
+    ],
 }
 
 
@@ -154,7 +160,10 @@ def _small_engine_runs(draw):
         "preemption_mode": draw(st.sampled_from(["recompute", "swap"])),
         "scheduling_policy": draw(st.sampled_from(["fcfs", "fcfs", "priority"])),
         "enable_prefix_caching": draw(st.booleans()),
+        "kv_allocation": draw(st.sampled_from(["paged", "paged", "paged", "reserve_pow2", "reserve_oracle"])),
     }
+    if engine["kv_allocation"] != "paged":  # a contiguous reservation is private memory: no prefix cache
+        engine["enable_prefix_caching"] = False
     scenario = {"model": "llama-3-8b", "replicas": [{"gpu": "h100-sxm", "engine": engine}]}
     n = draw(st.integers(1, 40))
     t = 0.0
@@ -256,21 +265,53 @@ class _EverythingShared:
         return True
 
 
-@pytest.mark.parametrize("mode", ["recompute", "swap", "offload"])
+@pytest.mark.parametrize("case", ["write_through", "write_on_evict", "disaggregated"])
+def test_no_private_marks_where_a_tier_would_see_them(monkeypatch, case):
+    """A write-through tier or a shared pool would store a private block under a placeholder
+    (again when its hash is published; once per replica in a shared pool): there every block
+    is hashed, and the run equals the all-hashed one (before, write-through and the
+    disaggregated case differed: shared-pool hits, tier writes, latencies)."""
+    pool = {
+        "capacity_gib": 0.3,
+        "write_policy": "write_on_evict" if case == "write_on_evict" else "write_through",
+    }
+    workload = {
+        "num_requests": 200,
+        "arrival": {"kind": "poisson", "rate_per_s": 10.0},
+        "shared_prefix_tokens": 512,
+    }
+    if case == "disaggregated":
+        scenario = _disaggregated(num_gpu_blocks_override=600)
+    else:
+        scenario = {"replicas": [{"count": 2, "engine": {"num_gpu_blocks_override": 400}}]}
+    scenario |= {"workload": workload, "shared_kv_pool": pool}
+    fast = kvsim.run(scenario)
+    assert fast.summary["shared_pool_hits_tokens"] > 0
+    monkeypatch.setattr("kvsim.engine.cluster.shared_content_ids", lambda specs: _EverythingShared())
+    plain = kvsim.run(scenario)
+    assert_frame_equal(fast.requests, plain.requests)
+    assert_frame_equal(fast.events, plain.events)
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap", "offload", "beams"])
 def test_private_blocks_change_nothing_but_speed(monkeypatch, mode):
     # Unique prompt text is cached without hashing; preempted requests publish the real
     # hashes. Turning that off (every id treated as shared) must give identical tables.
     ov = [
-        "workload.num_requests=250",
+        f"workload.num_requests={60 if mode == 'beams' else 250}",
         "replicas.0.engine.num_gpu_blocks_override=450",
         f"replicas.0.engine.preemption_mode={'swap' if mode == 'swap' else 'recompute'}",
     ]
-    if mode == "offload":  # private blocks take host capacity under placeholders
+    if mode in ("offload", "beams"):  # private blocks take host capacity under placeholders
         ov.append("replicas.0.engine.cpu_offload_gib=0.05")  # small: capacity pressure matters
+    if mode == "beams":  # forks share blocks between beams, whose outputs no other request holds
+        ov.append("workload.beam_width=4")
     fast = kvsim.run(None, overrides=ov)
     assert fast.summary["num_preemptions"] > 20
     if mode == "recompute":
         assert fast.summary["recompute_hits_tokens"] > 0
+    elif mode == "beams":
+        assert fast.summary["beam_num_forks"] > 100 and fast.summary["offload_hits_tokens"] > 0
     elif mode == "swap":
         assert fast.summary["num_swaps"] > 20
     else:
@@ -290,7 +331,7 @@ def test_a_finished_request_leaves_no_published_hash_behind():
     from kvsim.core.request_state import NEVER_PRIVATE
     from kvsim.engine.cluster import Cluster
     from kvsim.engine.simulator import scenario_workload
-    from kvsim.plan import resolve_plan
+    from kvsim.scenario.resolved import resolve_plan
 
     scenario = kvsim.load_scenario(
         None, ["workload.num_requests=250", "replicas.0.engine.num_gpu_blocks_override=450"]
@@ -299,7 +340,7 @@ def test_a_finished_request_leaves_no_published_hash_behind():
     cluster.run()
     published = [r for r in cluster.requests.values() if r.published_from != NEVER_PRIVATE]
     assert len(published) > 20
-    pool = cluster.replicas[0].scheduler.pool
+    pool = cluster.replicas[0].engine.scheduler.pool
     assert pool.evicted_hashes == set()
     assert len(pool.cached) == scenario.workload.shared_prefix_tokens // 16  # the shared prefix
     pool.check_invariants()
@@ -310,7 +351,7 @@ def test_without_a_kv_cache_each_decode_recomputes_the_sequence():
     # prefills all P + i tokens again, so the total grows quadratically with the output.
     from kvsim.cost.base import Batch
     from kvsim.cost.roofline import RooflineCostModel
-    from kvsim.presets import resolve_gpu, resolve_model
+    from kvsim.model.presets import resolve_gpu, resolve_model
 
     cost = RooflineCostModel(resolve_model("llama-3-8b"), resolve_gpu("h100-sxm"))
     prompt, out = 16, 1024

@@ -13,8 +13,8 @@ from conftest import ROOT
 
 import kvsim
 from kvsim.errors import ScenarioError
-from kvsim.estimate import estimate_work
-from kvsim.plan import resolve_plan
+from kvsim.scenario.estimate import estimate_work
+from kvsim.scenario.resolved import resolve_plan
 
 
 def refused(overrides: list[str]) -> dict[str, str]:

@@ -13,8 +13,8 @@ from kvsim.cost.config import RooflineCostConfig
 from kvsim.cost.fit import Point, fit_roofline, point_time_s, read_points, write_points
 from kvsim.cost.roofline import RooflineCostModel
 from kvsim.errors import KvsimError
-from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
-from kvsim.specs import GpuSpec, ModelSpec
+from kvsim.model.presets import GPU_PRESETS, MODEL_PRESETS
+from kvsim.model.specs import GpuSpec, ModelSpec
 
 LLAMA2_70B = MODEL_PRESETS["llama-2-70b"]
 A100 = GPU_PRESETS["a100-80gb"]

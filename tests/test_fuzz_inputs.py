@@ -35,7 +35,7 @@ import kvsim
 from kvsim.cli import main
 from kvsim.cli.verify_cmd import VLLM_PYTHON_ENV
 from kvsim.errors import KvsimError
-from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
+from kvsim.model.presets import GPU_PRESETS, MODEL_PRESETS
 from kvsim.workload.config import TraceWorkload
 from kvsim.workload.traces import replay_trace
 
@@ -754,7 +754,7 @@ def test_fuzz_sweep_grid_sizes(record_property: Callable[[str, Any], None], tmp_
     """Grids of any shape: loaded when within MAX_SWEEP_POINTS, refused by count (before they
     are expanded) otherwise, always within the time bound."""
     from kvsim.limits import MAX_SWEEP_POINTS
-    from kvsim.sweep import load_sweep
+    from kvsim.planning.sweep import load_sweep
 
     stats = FuzzStats("sweep grids (1-4 keys, 1-3,000 values) -> load_sweep")
     (tmp_path / "b.yaml").write_text("seed: 1\n")

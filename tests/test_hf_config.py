@@ -1,4 +1,4 @@
-"""ModelSpecs from Hugging Face config.json files (kvsim.hf_config): every config
+"""ModelSpecs from Hugging Face config.json files (kvsim.model.hf_config): every config
 aiconfigurator-core ships is read or refused with a clear error, the parameter count agrees
 with the presets' checkpoint counts, and scenarios and the CLI take a config.json."""
 
@@ -14,9 +14,9 @@ import yaml
 import kvsim
 from kvsim.cli import main
 from kvsim.errors import ScenarioError
-from kvsim.hf_config import HfConfigError, load_hf_config, model_spec_from_hf_config
 from kvsim.limits import MAX_HF_CONFIG_BYTES
-from kvsim.presets import MODEL_PRESETS, resolve_model
+from kvsim.model.hf_config import HfConfigError, load_hf_config, model_spec_from_hf_config
+from kvsim.model.presets import MODEL_PRESETS, resolve_model
 from kvsim.scenario.loading import dump_scenario, load_scenario
 
 try:
@@ -269,7 +269,7 @@ def test_shipped_configs_of_presets(file: str) -> None:
     _check_against_preset(spec, SHIPPED_PRESETS[file])
     preset = MODEL_PRESETS[SHIPPED_PRESETS[file]]
     assert spec.max_model_len == preset.max_model_len
-    if "(kvsim.hf_config)" in preset.source:  # a count computed by this formula: exactly it
+    if "(kvsim.model.hf_config)" in preset.source:  # a count computed by this formula: exactly it
         assert spec.num_params == preset.num_params
         assert spec.num_active_params == preset.num_active_params
     assert (spec.weight_dtype, spec.expert_weight_dtype) == (

@@ -31,13 +31,13 @@ import pytest
 
 import kvsim
 from kvsim import analysis, limits
-from kvsim.cache_curve import cache_curve, parse_capacities
-from kvsim.capacity import CapacityError, find_capacity, parse_values
+from kvsim.analysis.cache_curve import cache_curve, parse_capacities
 from kvsim.cli import main
 from kvsim.errors import KvsimError, TraceError, WorkLimitError
+from kvsim.planning.capacity import CapacityError, find_capacity, parse_values
+from kvsim.planning.sweep import SweepError, load_sweep, max_jobs, run_points, run_sweep
 from kvsim.request import RequestSpec, Segment
 from kvsim.scenario.schema import Scenario
-from kvsim.sweep import SweepError, load_sweep, max_jobs, run_points, run_sweep
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="needs POSIX signals")
 
@@ -362,16 +362,16 @@ def test_a_huge_grid_is_counted_before_it_is_expanded(
 
 
 def test_listed_points_times_the_grid_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import kvsim.sweep
+    import kvsim.planning.sweep
 
     (tmp_path / "b.yaml").write_text("seed: 1\n")
     sweep = tmp_path / "s.yaml"
     sweep.write_text(
         "base: b.yaml\npoints: [{seed: 1}, {seed: 2}]\ngrid: {workload.num_requests: [1, 2, 3]}\n"
     )
-    monkeypatch.setattr(kvsim.sweep, "MAX_SWEEP_POINTS", 6)
+    monkeypatch.setattr(kvsim.planning.sweep, "MAX_SWEEP_POINTS", 6)
     assert len(load_sweep(sweep)[1]) == 6  # the limit itself is allowed
-    monkeypatch.setattr(kvsim.sweep, "MAX_SWEEP_POINTS", 5)
+    monkeypatch.setattr(kvsim.planning.sweep, "MAX_SWEEP_POINTS", 5)
     with pytest.raises(SweepError, match=r"6 points \(2 points x 3\), more than 5"):
         load_sweep(sweep)
 
@@ -409,7 +409,7 @@ def test_jobs_within_the_limit_run(tmp_path: Path) -> None:
 KILL_SCRIPT = """
 import os, sys, time
 from pathlib import Path
-from kvsim.sweep import run_sweep
+from kvsim.planning.sweep import run_sweep
 
 def sleepy(scenario):
     Path(sys.argv[3], str(os.getpid())).write_text("")
@@ -531,7 +531,7 @@ def test_cache_curve_counts_capacities_and_blocks_before_building_keys(
 
 
 def test_cache_curve_bounds_capacities_times_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kvsim.cache_curve as cc
+    import kvsim.analysis.cache_curve as cc
 
     requests = [RequestSpec(i, float(i), (Segment(1, 64),), 1) for i in range(10)]  # 10 x 4 blocks
     monkeypatch.setattr(cc, "MAX_CACHE_CURVE_LOOKUPS", 80)
@@ -565,7 +565,7 @@ def test_capacity_values_are_counted_before_they_are_parsed(capsys: pytest.Captu
 def test_sharing_widths_are_counted_before_anything_runs(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kvsim import sharing
+    from kvsim.analysis import sharing
 
     def no_run(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("ran although the widths were refused")

@@ -21,11 +21,11 @@ import pytest
 import kvsim
 from kvsim.cli import main
 from kvsim.errors import KvsimError, ScenarioError, TraceError
-from kvsim.io import RESULT_FILES, clean_stale, load_result, save_result
 from kvsim.limits import MAX_TRACE_LINE_CHARS, MAX_YAML_BYTES
 from kvsim.outputs import write_marker
+from kvsim.planning.sweep import SweepError, load_sweep
+from kvsim.results.io import RESULT_FILES, clean_stale, load_result, save_result
 from kvsim.scenario.loading import parse_yaml
-from kvsim.sweep import SweepError, load_sweep
 from kvsim.workload.config import TraceWorkload
 from kvsim.workload.traces import replay_trace
 
@@ -343,8 +343,8 @@ def test_bounds_of_the_schema_models_appear_in_the_json_schema() -> None:
     from pydantic import BaseModel
 
     from kvsim.cost import config as cost_config
+    from kvsim.model.specs import GpuSpec, ModelSpec
     from kvsim.scenario import schema as scenario_schema
-    from kvsim.specs import GpuSpec, ModelSpec
     from kvsim.workload import config as workload_config
 
     models: list[type[BaseModel]] = [ModelSpec, GpuSpec]
@@ -855,7 +855,7 @@ def test_latin1_files_are_refused_with_the_line_and_byte_wherever_they_are_read(
 
 
 def test_a_point_record_that_is_not_utf8_is_run_again(tmp_path: Path) -> None:
-    from kvsim.sweep import run_sweep
+    from kvsim.planning.sweep import run_sweep
 
     (tmp_path / "base.yaml").write_text("workload: {num_requests: 3}\n")
     (tmp_path / "s.yaml").write_text("base: base.yaml\ngrid: {seed: [1]}\n")
@@ -877,12 +877,12 @@ def test_spikes_window_must_be_a_positive_number(capsys: pytest.CaptureFixture[s
 def test_capacity_refuses_an_slo_on_a_key_no_summary_has_before_running(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import kvsim.capacity
+    import kvsim.planning.capacity
 
     def no_run(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("ran although the SLO names no summary key")
 
-    monkeypatch.setattr(kvsim.capacity, "run_points", no_run)
+    monkeypatch.setattr(kvsim.planning.capacity, "run_points", no_run)
     for slo, hint in [
         ("evil_key=1", ""),
         ("ttft_p95_s=1", "did you mean"),
@@ -893,7 +893,9 @@ def test_capacity_refuses_an_slo_on_a_key_no_summary_has_before_running(
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert "is not a numeric summary key" in err and hint in err, err
-    kvsim.capacity.check_slo_keys(kvsim.capacity.parse_slo("tenant_a_ttft_p50_s=1,slo_attainment>=0.9"))
+    kvsim.planning.capacity.check_slo_keys(
+        kvsim.planning.capacity.parse_slo("tenant_a_ttft_p50_s=1,slo_attainment>=0.9")
+    )
 
 
 def test_validate_reads_the_files_the_run_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -919,7 +921,7 @@ def test_validate_reads_the_files_the_run_reads(tmp_path: Path, capsys: pytest.C
 
 
 def test_set_and_values_read_json_numbers_as_numbers(tmp_path: Path) -> None:
-    from kvsim.capacity import parse_values
+    from kvsim.planning.capacity import parse_values
     from kvsim.scenario.loading import parse_override
 
     assert parse_override("replicas.0.gpu.memory_bytes=192e9") == (

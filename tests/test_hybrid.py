@@ -14,7 +14,7 @@ from kvsim.core.hybrid_kv import GroupView, HybridKvManager, make_model_kv_manag
 from kvsim.core.kv_manager import SlidingWindowManager
 from kvsim.core.request_state import NEVER_PRIVATE, Request, Status
 from kvsim.core.scheduler import Scheduler
-from kvsim.presets import resolve_model
+from kvsim.model.presets import resolve_model
 from kvsim.scenario.schema import EngineConfig
 
 
@@ -60,7 +60,7 @@ def test_a_hit_needs_the_full_groups_prefix_and_the_window_groups_window() -> No
     step(s, 0)
     b = Request(spec(1, [(1, 16), (3, 4)], output=2))
     s.add_request(b)
-    assert step(s, 1) == [(1, 4)] and b.prefix_cache_hits_tokens == 16
+    assert step(s, 1) == [(1, 4)] and b.metrics.prefix_cache_hits_tokens == 16
     # The window groups took only the window's blocks before token 16 (2, 3); the new block
     # of every group came from the head of the free queue.
     assert tables(kv, b) == [[0, 1, 2, 3, 14], [None, None, 7, 8, 9], [None, None, 12, 13, 4]]
@@ -78,12 +78,13 @@ def test_a_window_group_missing_its_window_shortens_the_hit() -> None:
     # there; a hit of 3 blocks needs positions 1..2 of the windows: 6, 7 and 11, 12.
     block = pool.blocks[13]
     pool.free_queue.remove(block)
-    pool._evict(block)
+    pool._evict([block])  # taken for new data: its hash is gone
+    block.ref_cnt = 0
     pool.free_queue.append(block)
     b = Request(spec(1, [(1, 16), (3, 4)], output=2))
     s.add_request(b)
     step(s, 1)
-    assert b.prefix_cache_hits_tokens == 12
+    assert b.metrics.prefix_cache_hits_tokens == 12
     assert tables(kv, b)[1][:3] == [None, 6, 7] and tables(kv, b)[2][:3] == [None, 11, 12]
 
 

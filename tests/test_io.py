@@ -13,7 +13,7 @@ from conftest import REQUIRED_SUMMARY_KEYS
 
 import kvsim
 from kvsim.core.outcome import CacheStats
-from kvsim.io import (
+from kvsim.results.io import (
     PARQUET_ROWS_PER_WRITE,
     RESULT_FILES,
     ResultDirError,
@@ -23,7 +23,7 @@ from kvsim.io import (
     summary_to_json,
     write_parquet,
 )
-from kvsim.result import EVENT_COLUMNS, ITERATION_COLUMNS, REQUEST_COLUMNS, Result, summarize
+from kvsim.results.result import EVENT_COLUMNS, ITERATION_COLUMNS, REQUEST_COLUMNS, Result, summarize
 
 
 def small_result(num_requests: int = 3) -> Result:
@@ -191,7 +191,7 @@ def test_existing_result_is_replaced_only_after_success(
     def broken(*args: object, **kwargs: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("kvsim.io.write_parquet", broken)
+    monkeypatch.setattr("kvsim.results.io.write_parquet", broken)
     with pytest.raises(OSError, match="disk full"):
         save_result(small_result(5), out)
     # The old result is untouched and no temporary folder is left behind.
@@ -206,7 +206,7 @@ def test_existing_result_is_replaced_only_after_success(
 
 
 def test_failed_first_save_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kvsim.io, "dump_scenario", lambda scenario: 1 / 0)
+    monkeypatch.setattr(kvsim.results.io, "dump_scenario", lambda scenario: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         save_result(small_result(), tmp_path / "run")
     assert list(tmp_path.iterdir()) == []

@@ -22,8 +22,8 @@ from kvsim.cost.config import KernelCostConfig
 from kvsim.cost.kernels import KernelCostModel, graph_padded
 from kvsim.cost.tables import Curve, Grid, package_tables_root, version_key
 from kvsim.errors import ProfileError
-from kvsim.presets import resolve_gpu
-from kvsim.specs import ModelSpec
+from kvsim.model.presets import resolve_gpu
+from kvsim.model.specs import ModelSpec
 
 # A 2-layer model whose every GEMM shape lies on the tables' grid at tp 1 and tp 2.
 TINY = ModelSpec(
@@ -308,7 +308,7 @@ needs_tables = pytest.mark.skipif(
 def test_nvidia_tables_price_llama_70b_fp8_on_h200_as_measured() -> None:
     # Llama-3-70B shapes, fp8 weights, tp 8 on an H200 with vLLM's kernels: the figures
     # of docs/cost-model.md. A decode step of 8 requests at 2,000 tokens of context.
-    model = kvsim.presets.resolve_model("llama-3-70b").model_copy(update={"weight_dtype": "fp8"})
+    model = kvsim.model.presets.resolve_model("llama-3-70b").model_copy(update={"weight_dtype": "fp8"})
     km = KernelCostModel(model, resolve_gpu("h200"), KernelCostConfig(), tp=8)
     assert km.source.system == "h200_sxm" and km.source.backend == "vllm"
     assert km.warnings == []

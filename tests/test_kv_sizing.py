@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvsim.kv_sizing import (
+from kvsim.model.kv_sizing import (
     GIB,
     NON_TORCH_ALLOWANCE_BYTES,
     activation_reserve_estimate,
@@ -16,8 +16,8 @@ from kvsim.kv_sizing import (
     kv_tokens_held,
     weight_bytes,
 )
-from kvsim.presets import resolve_gpu, resolve_model
-from kvsim.specs import ModelSpec
+from kvsim.model.presets import resolve_gpu, resolve_model
+from kvsim.model.specs import ModelSpec
 
 
 def test_llama_2_70b_fp16_is_320_kib_per_token() -> None:
@@ -101,7 +101,7 @@ def test_auto_kv_dtype_of_weight_quantized_model_is_16_bit() -> None:
     awq = resolve_model("llama-2-7b").model_copy(update={"weight_dtype": "int4"})
     assert kv_dtype_bytes(awq, "auto") == 2.0
     # Packed 4-bit weights plus, per group of 128, one fp16 scale and one 4-bit zero point
-    # (AWQ/GPTQ): 0.5 + 2.5 / 128 bytes per weight (kvsim.specs.WEIGHT_DTYPE_BYTES).
+    # (AWQ/GPTQ): 0.5 + 2.5 / 128 bytes per weight (kvsim.model.specs.WEIGHT_DTYPE_BYTES).
     assert weight_bytes(awq) == 6_738_415_616 * (0.5 + 2.5 / 128)
 
 
@@ -250,7 +250,7 @@ def test_gemma_3_1b_keeps_the_window_in_22_layers_and_everything_in_4() -> None:
 
 
 def test_layer_groups_follow_vllms_hybrid_allocator() -> None:
-    from kvsim.kv_sizing import kv_layer_groups
+    from kvsim.model.kv_sizing import kv_layer_groups
 
     gemma = kv_layer_groups(resolve_model("gemma-3-1b"))
     assert (gemma.layers_per_group, gemma.num_full_groups, gemma.num_window_groups) == (4, 1, 6)
@@ -265,7 +265,7 @@ def test_layer_groups_follow_vllms_hybrid_allocator() -> None:
 
 
 def test_blocks_per_sequence_counts_a_block_table_per_group() -> None:
-    from kvsim.kv_sizing import blocks_per_sequence, bytes_per_block_per_shard
+    from kvsim.model.kv_sizing import blocks_per_sequence, bytes_per_block_per_shard
 
     gemma = resolve_model("gemma-3-1b")
     # One block holds 16 tokens of 4 layers: 16 x 4 x 1,024 bytes.
@@ -281,7 +281,7 @@ def test_blocks_per_sequence_counts_a_block_table_per_group() -> None:
 
 
 def test_sinks_stay_beside_the_window() -> None:
-    from kvsim.kv_sizing import blocks_per_sequence
+    from kvsim.model.kv_sizing import blocks_per_sequence
 
     spec = resolve_model("mistral-7b").model_copy(update={"num_sink_tokens": 4})
     assert kv_tokens_held(spec, 10_000) == 4096 + 4

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from kvsim.cli import main
-from kvsim.kv_sizing import GIB, kv_capacity
-from kvsim.presets import resolve_gpu, resolve_model
+from kvsim.model.kv_sizing import GIB, kv_capacity
+from kvsim.model.presets import resolve_gpu, resolve_model
 
 
 def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:

@@ -1,11 +1,11 @@
-"""`kvsim.launch`: the engine's launch command for what a scenario simulated."""
+"""`kvsim.backends.launch`: the engine's launch command for what a scenario simulated."""
 
 from __future__ import annotations
 
 import shlex
 
 import kvsim
-from kvsim.launch import launch_commands, model_id
+from kvsim.backends.launch import launch_commands, model_id
 
 
 def test_vllm_flags_are_the_knobs_the_scenario_simulated() -> None:

@@ -1,4 +1,4 @@
-"""Does it fit: `kvsim.memory_fit`, ``kvsim fit``, ``kv-size``'s verdict and vLLM's start-up check."""
+"""Does it fit: `kvsim.model.memory_fit`, ``kvsim fit``, ``kv-size``'s verdict and vLLM's start-up check."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 from kvsim.cli import main
 from kvsim.errors import ScenarioError
-from kvsim.kv_sizing import GIB
-from kvsim.memory_fit import check_fit, fit_variants, max_context_tokens
-from kvsim.presets import resolve_gpu, resolve_model
+from kvsim.model.kv_sizing import GIB
+from kvsim.model.memory_fit import check_fit, fit_variants, max_context_tokens
+from kvsim.model.presets import resolve_gpu, resolve_model
 from kvsim.scenario.loading import load_scenario
 
 LLAMA3 = resolve_model("llama-3-8b")
@@ -113,6 +113,6 @@ def test_validate_refuses_a_max_model_len_the_pool_cannot_hold() -> None:
 def test_validate_counts_a_chunk_beside_the_window(capsys: pytest.CaptureFixture[str]) -> None:
     # Mistral-7B on an L4: the window needs 257 blocks, but a 8,192-token chunk beside it
     # cdiv(4,095 + 8,192, 16) + 1 = 769 (vLLM's SlidingWindowSpec.max_memory_usage_bytes).
-    from kvsim.kv_sizing import blocks_per_sequence
+    from kvsim.model.kv_sizing import blocks_per_sequence
 
     assert blocks_per_sequence(resolve_model("mistral-7b"), 32768, 16, chunk_tokens=8192) == 769

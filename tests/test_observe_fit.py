@@ -19,10 +19,10 @@ import kvsim
 from kvsim.cli import main
 from kvsim.cost.config import RooflineCostConfig
 from kvsim.cost.roofline import RooflineCostModel
-from kvsim.io import load_result, save_result
 from kvsim.observe.fit import FitError, fit_observed, server_steps, token_times
-from kvsim.plan import resolve_plan
-from kvsim.result import Result
+from kvsim.results.io import load_result, save_result
+from kvsim.results.result import Result
+from kvsim.scenario.resolved import resolve_plan
 
 WORKLOAD: dict[str, Any] = {
     "kind": "synthetic",

@@ -21,10 +21,10 @@ import yaml
 
 from kvsim.cli import main
 from kvsim.cli.verify_cmd import VLLM_PYTHON_ENV, vllm_python
-from kvsim.io import load_result
 from kvsim.observe.vllm_server import ServerKnobs, VllmServer, write_model_folder
-from kvsim.plan import resolve_plan
+from kvsim.results.io import load_result
 from kvsim.scenario.loading import load_scenario
+from kvsim.scenario.resolved import resolve_plan
 
 pytestmark = pytest.mark.slow
 

@@ -23,10 +23,10 @@ from kvsim.cost.fit import Point, point_time_s, write_points
 from kvsim.cost.profile import shipped_profiles, write_profile
 from kvsim.cost.roofline import RooflineCostModel
 from kvsim.errors import KvsimError
-from kvsim.io import RESULT_FILES, ResultDirError, clean_stale, load_result, save_result
+from kvsim.model.presets import GPU_PRESETS, MODEL_PRESETS
 from kvsim.outputs import MARKER_FILE, OutputError, file_format, marker_kind, write_file, write_marker
-from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
-from kvsim.sweep import SweepError, run_sweep
+from kvsim.planning.sweep import SweepError, run_sweep
+from kvsim.results.io import RESULT_FILES, ResultDirError, clean_stale, load_result, save_result
 
 SMALL = "workload: {num_requests: 3}\n"
 

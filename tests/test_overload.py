@@ -1,4 +1,4 @@
-"""Offered vs achieved load and the overload flag (`kvsim.overload`): hand-built tables, then real runs."""
+"""Offered vs achieved load and the overload flag (`kvsim.results.overload`): hand-built tables, then real runs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from conftest import ROOT
 
 import kvsim
 from kvsim.engine.cluster import RunStopped
-from kvsim.overload import LOAD_KEYS, DivergenceWatch, LatencyBound, allowed_violations, load_summary
+from kvsim.results.overload import LOAD_KEYS, DivergenceWatch, LatencyBound, allowed_violations, load_summary
 
 NO_EVENTS = pd.DataFrame(columns=["time_s", "replica_id", "kind", "request_id", "num_blocks", "num_bytes"])
 

@@ -1,4 +1,4 @@
-"""`kvsim.planner`: the search on a fake simulator whose answers are known, then against an
+"""`kvsim.planning.planner`: the search on a fake simulator whose answers are known, then against an
 exhaustive sweep of a small space on the real one, and the early stop inside a plan."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import yaml
 from conftest import ROOT
 
 import kvsim
-from kvsim.capacity import parse_slo
 from kvsim.cli import main
-from kvsim.planner import PlanError, PlanSpace, configurations, plan_deployment
-from kvsim.pricing import PriceTable
+from kvsim.planning.capacity import parse_slo
+from kvsim.planning.planner import PlanError, PlanSpace, configurations, plan_deployment
+from kvsim.planning.pricing import PriceTable
+from kvsim.planning.sweep import run_sweep, summary_only
 from kvsim.scenario.schema import Scenario
-from kvsim.sweep import run_sweep, summary_only
 
 #: Requests per second one replica serves, by (GPU, TP): the fake simulator's capacity.
 CAPACITY = {("h100-sxm", 1): 10.0, ("h100-sxm", 2): 18.0, ("h200", 1): 14.0, ("h200", 2): 26.0}

@@ -7,7 +7,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from kvsim import analysis, plots
+from kvsim import analysis
+from kvsim.analysis import plots
 
 
 def _requests() -> pd.DataFrame:

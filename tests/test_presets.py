@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from kvsim.errors import KvsimError, ScenarioError
-from kvsim.kv_sizing import GIB, kv_bytes_for_context, kv_bytes_per_token
-from kvsim.presets import (
+from kvsim.model.kv_sizing import GIB, kv_bytes_for_context, kv_bytes_per_token
+from kvsim.model.presets import (
     GPU_PRESETS,
     MODEL_PRESETS,
     UnknownPresetError,
@@ -18,8 +18,8 @@ from kvsim.presets import (
     resolve_model,
     tp_problem,
 )
+from kvsim.model.specs import GpuSpec, ModelSpec
 from kvsim.scenario.loading import load_scenario
-from kvsim.specs import GpuSpec, ModelSpec
 
 REQUIRED_MODELS = {
     "llama-2-7b",

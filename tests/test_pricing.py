@@ -1,11 +1,11 @@
-"""`kvsim.pricing`: cost and energy of a run, checked by hand on two requests; price tables."""
+"""`kvsim.planning.pricing`: cost and energy of a run, checked by hand on two requests; price tables."""
 
 from __future__ import annotations
 
 import pytest
 
 import kvsim
-from kvsim.pricing import (
+from kvsim.planning.pricing import (
     GroupUsage,
     PriceError,
     PriceTable,

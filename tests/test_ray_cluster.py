@@ -199,7 +199,7 @@ def test_a_port_that_never_answers_ends_at_the_timeout(scheme: str, tmp_path: Pa
 
 
 def test_an_error_relayed_with_a_traceback_is_one_line() -> None:
-    from kvsim.sweep import _one_line
+    from kvsim.planning.sweep import _one_line
 
     relayed = ConnectionError(
         "Initialization failure from server:\nTraceback (most recent call last):\n"

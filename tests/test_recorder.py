@@ -8,8 +8,8 @@ from pandas.testing import assert_frame_equal
 
 from kvsim.core.outcome import EventKind, SchedulerOutput
 from kvsim.cost.base import Batch
-from kvsim.engine.recorder import Recorder
-from kvsim.result import EVENT_COLUMNS, ITERATION_COLUMNS
+from kvsim.results.recorder import Recorder
+from kvsim.results.result import EVENT_COLUMNS, ITERATION_COLUMNS
 
 
 def decode_output(batch_size: int) -> SchedulerOutput:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvsim.report import format_summary
+from kvsim.results.report import format_summary
 
 SUMMARY = {
     "scenario": "default",

@@ -42,14 +42,14 @@ def test_retention_none_drops_what_the_request_computed_and_keeps_what_it_hit() 
     # It hit blocks 0, 1 (the shared 8 tokens: someone else's, kept) and computed 3 + 1 more:
     # blocks 3 (full) and 4 (partial) from the free queue's head. Both are dropped uncached,
     # to the head: nothing of its own stays to be hit, nor pushes anyone's prefix out.
-    assert clf.prefix_cache_hits_tokens == 8
+    assert clf.metrics.prefix_cache_hits_tokens == 8
     assert free_ids(s)[:2] == [4, 3]
     assert s.pool.blocks[3].block_hash is None and s.pool.blocks[0].block_hash is not None
     assert s.pool.num_cached_free == 3  # 0, 1, 2: as before the classifier came
     again = Request(spec(2, [(1, 8), (3, 5)], output=1))
     s.add_request(again)
     s.schedule(20.0)
-    assert again.prefix_cache_hits_tokens == 8  # its own 4 tokens were not kept
+    assert again.metrics.prefix_cache_hits_tokens == 8  # its own 4 tokens were not kept
 
 
 def test_retention_none_is_not_counted_as_eviction() -> None:

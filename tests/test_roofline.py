@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from kvsim.cost.base import Batch
 from kvsim.cost.config import RooflineCostConfig
 from kvsim.cost.roofline import RooflineCostModel
-from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
-from kvsim.specs import GpuSpec, ModelSpec
+from kvsim.model.presets import GPU_PRESETS, MODEL_PRESETS
+from kvsim.model.specs import GpuSpec, ModelSpec
 
 # Round numbers so every term can be computed by hand: 1e8 layer parameters plus an
 # embedding and an LM head of 1000 x 1024 each.

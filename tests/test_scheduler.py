@@ -57,10 +57,10 @@ def test_prefill_then_decode_with_exact_blocks_and_cached_hashes():
     a = Request(spec(0, [(1, 10)], output=3))
     add(s, a)
     assert step(s, 0) == [(0, 10)]  # whole prompt in one chunk; first token sampled
-    assert a.num_output_tokens == 1 and a.first_token_s == 1.0
+    assert a.num_output_tokens == 1 and a.metrics.first_token_s == 1.0
     assert block_ids(a) == [0, 1, 2] and a.num_cached_blocks == 2  # 10 tokens: 2 full blocks
     assert step(s, 1) == [(0, 1)] and step(s, 2) == [(0, 1)]
-    assert a.status is Status.FINISHED and a.finish_s == 3.0
+    assert a.status is Status.FINISHED and a.metrics.finish_s == 3.0
     # Freed tail first: 3..9 were never used, then 2, 1, 0.
     assert [b.block_id for b in s.pool.free_queue] == [3, 4, 5, 6, 7, 8, 9, 2, 1, 0]
 
@@ -73,7 +73,11 @@ def test_shared_prefix_hits_whole_blocks_and_leaves_one_token_to_compute():
     for r in (a, b, c):
         add(s, r)
     assert step(s, 0) == [(0, 10), (1, 5), (2, 4)]
-    assert (a.prefix_cache_hits_tokens, b.prefix_cache_hits_tokens, c.prefix_cache_hits_tokens) == (0, 8, 4)
+    assert (
+        a.metrics.prefix_cache_hits_tokens,
+        b.metrics.prefix_cache_hits_tokens,
+        c.metrics.prefix_cache_hits_tokens,
+    ) == (0, 8, 4)
     assert block_ids(b)[:2] == block_ids(a)[:2] == [0, 1]
     assert s.stats.prefix_cache_queries_tokens == 10 + 13 + 8 and s.stats.prefix_cache_hits_tokens == 12
 
@@ -95,8 +99,11 @@ def test_a_miss_on_an_evicted_block_is_counted_as_a_hit_lost_to_eviction():
     add(s, c)
     add(s, d)
     step(s, 4)
-    assert (c.prefix_cache_hits_tokens, c.evicted_miss_tokens) == (8, 4)  # blocks 0, 1 hit; 2 was evicted
-    assert (d.prefix_cache_hits_tokens, d.evicted_miss_tokens) == (0, 0)
+    assert (c.metrics.prefix_cache_hits_tokens, c.metrics.evicted_miss_tokens) == (
+        8,
+        4,
+    )  # blocks 0, 1 hit; 2 was evicted
+    assert (d.metrics.prefix_cache_hits_tokens, d.metrics.evicted_miss_tokens) == (0, 0)
 
 
 def test_tenants_never_share_blocks():
@@ -106,7 +113,7 @@ def test_tenants_never_share_blocks():
     add(s, a)
     add(s, b)
     step(s, 0)
-    assert b.prefix_cache_hits_tokens == 0 and not set(block_ids(a)) & set(block_ids(b))
+    assert b.metrics.prefix_cache_hits_tokens == 0 and not set(block_ids(a)) & set(block_ids(b))
 
 
 def test_chunked_prefill_respects_budget_and_threshold():
@@ -121,7 +128,7 @@ def test_chunked_prefill_respects_budget_and_threshold():
     assert b.num_output_tokens == 1
     assert step(s, 2) == [(0, 6), (1, 1)]  # b decodes and finishes
     assert step(s, 3) == [(0, 2)]
-    assert a.num_output_tokens == 1 and a.first_token_s == 4.0
+    assert a.num_output_tokens == 1 and a.metrics.first_token_s == 4.0
 
 
 def test_without_chunked_prefill_a_long_prompt_waits_for_a_whole_budget():
@@ -153,7 +160,7 @@ def test_preemption_by_recompute_takes_the_last_admitted_and_requeues_it_first()
     add(s, b)
     assert step(s, 0) == [(0, 7), (1, 8)]
     assert step(s, 1) == [(0, 1)]  # b needs a 3rd block, none is free: b (last admitted) goes
-    assert b.status is Status.WAITING and b.num_preemptions == 1 and b.num_computed_tokens == 0
+    assert b.status is Status.WAITING and b.metrics.num_preemptions == 1 and b.num_computed_tokens == 0
     assert [e.kind for e in events(s)] == ["preempt_recompute"]
     # b's blocks were freed tail first (queue: 3, 2). a's next block evicts block 3, the
     # tail of b's prompt; b comes back hitting only its first block.
@@ -162,8 +169,8 @@ def test_preemption_by_recompute_takes_the_last_admitted_and_requeues_it_first()
     step(s, 3)
     assert a.status is Status.FINISHED
     assert step(s, 4) == [(1, 9 - 4)]  # 8 prompt tokens + 1 sampled, minus 4 hit
-    assert b.recompute_hits_tokens == 4 and s.stats.recompute_hits_tokens == 4
-    assert b.prefix_cache_hits_tokens == 0  # first admission: nothing cached
+    assert b.metrics.recompute_hits_tokens == 4 and s.stats.recompute_hits_tokens == 4
+    assert b.metrics.prefix_cache_hits_tokens == 0  # first admission: nothing cached
 
 
 def test_priority_policy_preempts_the_lowest_priority_request():
@@ -175,7 +182,7 @@ def test_priority_policy_preempts_the_lowest_priority_request():
     assert step(s, 0) == [(0, 8), (1, 8)]  # the heap admits the higher priority first
     step(s, 1)  # both need a 3rd block; 1 free: hi gets it
     step(s, 2)  # lo needs one more -> itself the lowest priority -> preempted
-    assert lo.num_preemptions >= 1 and hi.num_preemptions == 0
+    assert lo.metrics.num_preemptions >= 1 and hi.metrics.num_preemptions == 0
 
 
 def test_swap_moves_blocks_to_the_host_and_back():
@@ -205,7 +212,7 @@ def test_swap_falls_back_to_recompute_when_the_host_pool_is_full():
     add(s, b)
     step(s, 0)
     step(s, 1)
-    assert b.status is Status.WAITING and b.num_swaps == 0
+    assert b.status is Status.WAITING and b.metrics.num_swaps == 0
     assert [e.kind for e in events(s)] == ["preempt_recompute"]
 
 
@@ -273,7 +280,11 @@ def test_a_prefix_evicted_to_the_host_tier_is_loaded_back_instead_of_recomputed(
     add(s, b)
     out = schedule(s, 2.0)
     assert [(r.request_id, n) for r, n in out.scheduled] == [(2, 4)]  # only its own 4 tokens
-    assert out.offload_load_blocks == 2 and b.offload_hits_tokens == 8 and b.prefix_cache_hits_tokens == 0
+    assert (
+        out.offload_load_blocks == 2
+        and b.metrics.offload_hits_tokens == 8
+        and b.metrics.prefix_cache_hits_tokens == 0
+    )
     assert [e.kind for e in events(s)] == ["offload_load"]
     assert s.stats.offload_hits_tokens == 8 and s.num_tokens_stored == 8
     assert b.num_cached_blocks == 3  # the 2 loaded blocks are cached on the GPU again, and its own

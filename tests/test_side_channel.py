@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT, spec
 
 import kvsim
-from kvsim.side_channel import (
+from kvsim.analysis.side_channel import (
     attacker_report,
     best_threshold,
     ks_critical_value,

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from kvsim.backends import BackendVersionError, table_version
+from kvsim.backends.defaults import BackendVersionError, table_version
 from kvsim.errors import ScenarioError
-from kvsim.hf_config import HfConfigError, load_hf_config
-from kvsim.kv_sizing import weight_bytes
-from kvsim.plan import resolve_plan
-from kvsim.presets import UnknownPresetError, resolve_gpu, resolve_model
+from kvsim.model.hf_config import HfConfigError, load_hf_config
+from kvsim.model.kv_sizing import weight_bytes
+from kvsim.model.presets import UnknownPresetError, resolve_gpu, resolve_model
+from kvsim.model.specs import ModelSpec
 from kvsim.scenario.loading import load_scenario
-from kvsim.specs import ModelSpec
+from kvsim.scenario.resolved import resolve_plan
 
 try:
     import aiconfigurator_core

@@ -10,6 +10,7 @@ from kvsim.core.block_pool import BlockPool
 from kvsim.core.kv_manager import FullAttentionManager, SlidingWindowManager
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler import Scheduler
+from kvsim.model.presets import resolve_model
 from kvsim.scenario.schema import EngineConfig
 
 
@@ -94,7 +95,7 @@ def test_window_hits_take_no_block_the_window_has_passed() -> None:
     s.add_request(b)
     out = s.schedule(1.0)
     # 16 tokens hit; the next token attends 9..16, so blocks 0 and 1 are holes, not taken.
-    assert out.scheduled == [(b, 4)] and b.prefix_cache_hits_tokens == 16
+    assert out.scheduled == [(b, 4)] and b.metrics.prefix_cache_hits_tokens == 16
     assert ids(b)[:4] == [None, None, 2, 3] and b.num_skipped_blocks == 2
     assert pool.blocks[0].ref_cnt == 0 and pool.blocks[2].ref_cnt == 1
 
@@ -118,7 +119,7 @@ def test_sink_blocks_stay_while_the_window_slides() -> None:
 def test_fast_forward_equals_stepping_with_sinks_and_the_cut_chunks() -> None:
     from pandas.testing import assert_frame_equal
 
-    model = kvsim.presets.resolve_model("mistral-7b").model_dump() | {"num_sink_tokens": 4}
+    model = resolve_model("mistral-7b").model_dump() | {"num_sink_tokens": 4}
     ov = ["workload.num_requests=8", "replicas.0.engine.num_gpu_blocks_override=600"]
     runs = [
         kvsim.run(
@@ -143,7 +144,7 @@ def test_the_decode_hot_path_equals_the_allocator_path_with_a_window(monkeypatch
     same, bit for bit: a pool that preempts, sinks, caching on and off."""
     from pandas.testing import assert_frame_equal
 
-    model = kvsim.presets.resolve_model("mistral-7b").model_dump() | {"num_sink_tokens": 4}
+    model = resolve_model("mistral-7b").model_dump() | {"num_sink_tokens": 4}
     path = ROOT / "scenarios" / "sliding_window_mistral.yaml"
     for caching in (True, False):
         ov = {

@@ -15,8 +15,8 @@ from kvsim.cost.config import ConstantCostConfig, RooflineCostConfig
 from kvsim.cost.factory import build_cost_model
 from kvsim.cost.roofline import RooflineCostModel
 from kvsim.cost.speculative import SpeculativeCostModel, eagle_head
-from kvsim.kv_sizing import kv_capacity
-from kvsim.presets import resolve_gpu, resolve_model
+from kvsim.model.kv_sizing import kv_capacity
+from kvsim.model.presets import resolve_gpu, resolve_model
 from kvsim.scenario.loading import load_scenario
 from kvsim.scenario.schema import EngineConfig, SpeculativeConfig
 

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from kvsim.cli import main
+from kvsim.planning.sweep import SweepError, load_sweep, point_id, run_sweep
 from kvsim.scenario.schema import Scenario
-from kvsim.sweep import SweepError, load_sweep, point_id, run_sweep
 
 BASE = """\
 name: tiny

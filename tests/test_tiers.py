@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from conftest import spec
 
 from kvsim.core.block import PRIVATE
 from kvsim.core.block_pool import BlockPool
+from kvsim.core.request_state import Request
+from kvsim.core.scheduler import Scheduler
+from kvsim.engine.cluster import shared_content_ids
 from kvsim.kv.tiers import BlockTier, CpuOffloadTier, TierStack
+from kvsim.scenario.schema import EngineConfig
 
 
 def test_lru_tier_refreshes_hits_and_fifo_does_not():
@@ -71,6 +76,35 @@ def test_the_gpu_pool_writes_evicted_blocks_through_a_stack():
     pool.get_new_blocks(2)  # evicts both: written to the tier
     assert 101 in stack and 102 in stack
     assert stack.drain()[0] == [2]
+
+
+def test_a_swapped_request_writes_its_blocks_to_the_tier_once():
+    """Request 1 (unique content: private blocks) is swapped out at step 6; its freed blocks,
+    still cached, are evicted to the tier by request 0's growth. Swapped back in at 16, it
+    caches copies of the same content, which request 2 evicts at 23: the tier holds those
+    already, by hash, and does not write them again (placeholders would take room twice)."""
+    specs = [spec(0, 4, output=16), spec(1, 8, output=12, arrival=1.0), spec(2, 23, output=1, arrival=12.0)]
+
+    def run(shared: set[int] | None) -> tuple[list[tuple], CpuOffloadTier]:
+        cfg = EngineConfig(block_size=4, enable_prefix_caching=True, preemption_mode="swap")
+        tier = CpuOffloadTier(16)
+        s = Scheduler(cfg, BlockPool(6, offload=tier), num_swap_blocks=8)
+        reqs = [Request(x, shared_content_ids=shared) for x in specs]
+        log = []
+        for t in range(24):
+            for r in reqs:
+                if r.arrival_s == t:
+                    s.add_request(r)
+            out = s.schedule(t)
+            log.append(([(e.kind.value, e.request_id) for e in out.events], out.num_evicted, tier.num_stored))
+            s.update(out, t + 1.0)
+        return log, tier
+
+    hashed, tier = run(None)
+    log, private_tier = run(shared_content_ids(specs))
+    assert log == hashed and private_tier.num_stored == tier.num_stored == 8
+    assert hashed[6][0] == [("swap_out", 1)] and hashed[16][0] == [("swap_in", 1)]
+    assert hashed[23] == ([], 5, 8)  # 5 blocks evicted, 3 written: request 1's first 2 are held
 
 
 def test_stack_needs_tiers_and_one_flag_each():

@@ -8,10 +8,10 @@ import pytest
 import kvsim
 from kvsim.cost.base import Batch
 from kvsim.cost.roofline import RooflineCostModel
-from kvsim.kv_sizing import GIB, kv_dtype_bytes, weight_bytes
-from kvsim.plan import resolve_plan
-from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model
-from kvsim.specs import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, compute_dtype
+from kvsim.model.kv_sizing import GIB, kv_dtype_bytes, weight_bytes
+from kvsim.model.presets import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model
+from kvsim.model.specs import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, compute_dtype
+from kvsim.scenario.resolved import resolve_plan
 
 
 def test_bytes_per_weight_include_the_scales() -> None:

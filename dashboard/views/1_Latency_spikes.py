@@ -5,7 +5,8 @@ from __future__ import annotations
 import _common as common
 import streamlit as st
 
-from kvsim import analysis, plots
+from kvsim import analysis
+from kvsim.analysis import plots
 
 SPIKE_COLUMNS = [
     "explanation",

@@ -17,9 +17,10 @@ import pandas as pd
 import streamlit as st
 
 import kvsim
-from kvsim import analysis, plots
-from kvsim.capacity import trace_share_kept
+from kvsim import analysis
+from kvsim.analysis import plots
 from kvsim.inputs import check_input
+from kvsim.planning.capacity import trace_share_kept
 from kvsim.scenario.loading import scenario_data
 from kvsim.scenario.schema import SloConfig
 

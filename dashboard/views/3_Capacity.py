@@ -1,8 +1,8 @@
 """Capacity: the smallest value of a knob (or the largest rate) that meets an SLO, by bisection;
 and the cheapest deployment that meets it, GPU type, TP, replicas and knobs together.
 
-The same searches as ``kvsim capacity`` (`kvsim.capacity.find_capacity`) and ``kvsim plan``
-(`kvsim.planner.plan_deployment`): each point is a full run of the whole workload, run in
+The same searches as ``kvsim capacity`` (`kvsim.planning.capacity.find_capacity`) and ``kvsim plan``
+(`kvsim.planning.planner.plan_deployment`): each point is a full run of the whole workload, run in
 worker processes; a point counts only when every SLO bound holds and the run is not
 overloaded.
 """
@@ -18,8 +18,8 @@ import streamlit as st
 from pydantic import ValidationError
 
 import kvsim
-from kvsim import plots
-from kvsim.capacity import (
+from kvsim.analysis import plots
+from kvsim.planning.capacity import (
     CapacityError,
     CapacityPoint,
     CapacityReport,
@@ -28,7 +28,7 @@ from kvsim.capacity import (
     parse_slo,
     parse_values,
 )
-from kvsim.planner import PlanError, PlanPoint, PlanReport, PlanSpace, plan_deployment
+from kvsim.planning.planner import PlanError, PlanPoint, PlanReport, PlanSpace, plan_deployment
 from kvsim.scenario.loading import apply_overrides, scenario_data
 from kvsim.scenario.schema import Scenario
 from kvsim.units import format_seconds

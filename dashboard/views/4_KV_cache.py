@@ -8,8 +8,9 @@ import pandas as pd
 import streamlit as st
 
 import kvsim
-from kvsim import analysis, plots
-from kvsim.cache_curve import cache_curve
+from kvsim import analysis
+from kvsim.analysis import plots
+from kvsim.analysis.cache_curve import cache_curve
 from kvsim.engine.simulator import scenario_workload
 from kvsim.scenario.loading import parse_yaml, scenario_data
 
@@ -84,7 +85,7 @@ def main() -> None:
         return
     curve = hit_curve(common.scenario_yaml(replayed), capacities, tuple(admitted["request_id"].tolist()))
     st.caption(
-        "Cache-only replay of the prompts the run admitted (kvsim.cache_curve) against one block cache of each "
+        "Cache-only replay of the prompts the run admitted (kvsim.analysis.cache_curve) against one block cache of each "
         f"size ({res.scenario.replicas[0].engine.eviction_policy.upper()}), with {res.scenario.replicas[0].engine.block_size}-token blocks and no timing: "
         "the upper bound a timed run approaches. The diamond is this run's timed hit rate at its KV "
         "capacity per replica" + (" (requests are spread over the replicas)." if num_replicas > 1 else ".")

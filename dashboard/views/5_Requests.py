@@ -12,7 +12,8 @@ import _common as common
 import plotly.graph_objects as go
 import streamlit as st
 
-from kvsim import analysis, plots
+from kvsim import analysis
+from kvsim.analysis import plots
 from kvsim.units import format_seconds
 
 

@@ -21,10 +21,11 @@ import pandas as pd
 import streamlit as st
 
 import kvsim
-from kvsim import analysis, plots
-from kvsim.io import RESULT_FILES, load_result
+from kvsim import analysis
+from kvsim.analysis import plots
 from kvsim.observe.compare import compare_results
 from kvsim.observe.record import is_observation
+from kvsim.results.io import RESULT_FILES, load_result
 from kvsim.scenario.loading import scenario_data
 
 METRICS = (

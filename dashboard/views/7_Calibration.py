@@ -7,11 +7,11 @@ import pandas as pd
 import streamlit as st
 
 import kvsim
-from kvsim import plots
+from kvsim.analysis import plots
 from kvsim.cost.compare import compare_rows
 from kvsim.cost.profile import Profile, load_profile, shipped_profiles
-from kvsim.presets import GPU_PRESETS, MODEL_PRESETS
-from kvsim.specs import GpuSpec
+from kvsim.model.presets import GPU_PRESETS, MODEL_PRESETS
+from kvsim.model.specs import GpuSpec
 
 X_TITLES = {
     "gemm": "tokens (rows of the GEMM)",

@@ -11,7 +11,7 @@ worst first, as the dashboard's Latency spikes page does. ``exposure`` prints ho
 prompts a tenant sends for the first time hit the prefix cache (on blocks only another
 tenant can have put there) and the TTFT of hits against misses: the timing side channel.
 ``sharing`` prints the memory beam search or parallel sampling saves by sharing blocks
-(`kvsim.sharing`, the vLLM paper's Figure 15).
+(`kvsim.analysis.sharing`, the vLLM paper's Figure 15).
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ import json
 from pathlib import Path
 
 import kvsim
-from kvsim import analysis, sharing
+from kvsim import analysis
+from kvsim.analysis import sharing
 from kvsim.cli.types import count, number, path_arg, text_arg
 from kvsim.engine.simulator import scenario_workload
 from kvsim.errors import WorkLimitError
-from kvsim.io import json_safe
 from kvsim.limits import MAX_SAMPLES, MAX_TIME_S, MAX_WIDTHS, MAX_WINDOWS
+from kvsim.results.io import json_safe
 from kvsim.units import format_seconds
 
 
@@ -172,7 +173,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "sharing",
         help="Memory saved by sharing blocks in beam search or parallel sampling (vLLM paper Fig. 15).",
         description="Run a scenario with and without block sharing for each width and print the memory "
-        "saved, 1 - block-seconds held with sharing / without (kvsim.sharing): beam search (workload.beam_sharing true "
+        "saved, 1 - block-seconds held with sharing / without (kvsim.analysis.sharing): beam search (workload.beam_sharing true "
         "vs false) or parallel sampling (each prompt's samples sharing its blocks after the prefill vs not). Meaningful when neither run preempts "
         "(each line says when the schedules differ).",
     )

@@ -8,7 +8,7 @@ The client flags are vLLM 0.32.0's (``vllm/benchmarks/serve.py``, ``add_cli_args
 random dataset's from ``datasets/datasets.py``), with its defaults, and become a
 ``bench_serve`` workload (`kvsim.workload.config.BenchServeWorkload`); the deployment flags
 become fields of replica group 0 of the base scenario (``--scenario``, default the embedded
-one). The result block and the ``--save-result`` JSON are vLLM's (`kvsim.bench_report`).
+one). The result block and the ``--save-result`` JSON are vLLM's (`kvsim.results.bench_report`).
 """
 
 from __future__ import annotations
@@ -24,20 +24,20 @@ from pathlib import Path
 from typing import Any
 
 import kvsim
-from kvsim.bench_report import (
+from kvsim.cli.fit_cmd import positive_int
+from kvsim.cli.run_cmd import ProgressBar
+from kvsim.cli.types import count, path_arg, text_arg
+from kvsim.errors import KvsimError, ScenarioError
+from kvsim.model.specs import KV_DTYPE_BYTES
+from kvsim.results.bench_report import (
     DEFAULT_PERCENTILE_METRICS,
     PERCENTILE_METRICS,
     bench_metrics,
     bench_result_json,
 )
-from kvsim.bench_report import format_bench_block as format_block
-from kvsim.cli.fit_cmd import positive_int
-from kvsim.cli.run_cmd import ProgressBar
-from kvsim.cli.types import count, path_arg, text_arg
-from kvsim.errors import KvsimError, ScenarioError
-from kvsim.io import json_safe
+from kvsim.results.bench_report import format_bench_block as format_block
+from kvsim.results.io import json_safe
 from kvsim.scenario.loading import apply_overrides, load_scenario, validate
-from kvsim.specs import KV_DTYPE_BYTES
 from kvsim.workload.config import BenchServeWorkload
 
 #: Engines the deployment may name (``engine.backend``) and weight precisions (``engine.quantization``).

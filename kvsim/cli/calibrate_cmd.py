@@ -54,12 +54,9 @@ from kvsim.cost.profile import (
 from kvsim.cost.table_layout import TABLE_SCHEMAS, check_name, check_tables_out, write_tables
 from kvsim.cost.tables import KERNEL_DATA_PACKAGE, package_tables_root, table_index
 from kvsim.errors import KvsimError, ProfileError
-from kvsim.hf_config import load_hf_config, looks_like_hf_config
-from kvsim.io import json_safe
 from kvsim.limits import MAX_STEP_TIME_S
-from kvsim.outputs import check_file_target
-from kvsim.paths import is_file, path_problem
-from kvsim.presets import (
+from kvsim.model.hf_config import load_hf_config, looks_like_hf_config
+from kvsim.model.presets import (
     GPU_PRESETS,
     MODEL_PRESETS,
     UnknownPresetError,
@@ -67,7 +64,10 @@ from kvsim.presets import (
     resolve_model,
     unknown_name_message,
 )
-from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
+from kvsim.model.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
+from kvsim.outputs import check_file_target
+from kvsim.paths import is_file, path_problem
+from kvsim.results.io import json_safe
 from kvsim.yaml_safe import load_yaml_file
 
 #: The tables ``--tables`` can measure (``--only``).
@@ -652,9 +652,9 @@ def _from_observed_command(args: argparse.Namespace) -> str:
 
 def _from_observed(args: argparse.Namespace) -> int:
     """``kvsim calibrate --from-observed DIR``: fit to an observation, report the residuals."""
-    from kvsim.io import load_result
     from kvsim.observe.fit import fit_observed, fit_profile, warnings_of
     from kvsim.observe.record import is_observation
+    from kvsim.results.io import load_result
 
     if not args.out:
         raise KvsimError("--out is required: the profile to write (roofline-fit or kernels-fit)")

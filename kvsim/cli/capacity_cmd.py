@@ -7,7 +7,7 @@
 
 Prints one row per run (value, offered and achieved request rate, TTFT/TPOT percentiles,
 SLO met, overloaded) and the answer in one line; exit code 3 when no value in the range
-meets the SLO. The search is `kvsim.capacity.find_capacity`, the dashboard's Capacity page
+meets the SLO. The search is `kvsim.planning.capacity.find_capacity`, the dashboard's Capacity page
 calls the same function.
 """
 
@@ -20,7 +20,9 @@ import os
 import sys
 from typing import Any, Literal
 
-from kvsim.capacity import (
+from kvsim.cli.types import count, number, path_arg, text_arg
+from kvsim.limits import JOBS_PER_CPU, MAX_JOBS
+from kvsim.planning.capacity import (
     DEFAULT_MIN_SERVED,
     TABLE_KEYS,
     CapacityPoint,
@@ -29,9 +31,7 @@ from kvsim.capacity import (
     parse_slo,
     parse_values,
 )
-from kvsim.cli.types import count, number, path_arg, text_arg
-from kvsim.io import json_safe
-from kvsim.limits import JOBS_PER_CPU, MAX_JOBS
+from kvsim.results.io import json_safe
 from kvsim.units import MISSING, format_rate, format_seconds, rate_unit
 
 #: Exit code when the search ran but no candidate meets the SLO.

@@ -9,7 +9,7 @@ longest context for the batch and the largest batch at the context, then the sam
 with fp8 KV and fp8 / int4 weights. Exits 0 when it fits, 3 when it does not (2: bad input).
 ``--model`` and ``--gpu`` take a preset name (or alias: a Hugging Face id, an aiconfigurator
 system name), a YAML/JSON file holding a spec, or inline JSON; ``--model`` also takes a Hugging
-Face ``config.json`` (`kvsim.hf_config`).
+Face ``config.json`` (`kvsim.model.hf_config`).
 """
 
 from __future__ import annotations
@@ -21,17 +21,17 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from kvsim.backends import BACKENDS, resolve_engine
+from kvsim.backends.defaults import BACKENDS, resolve_engine
 from kvsim.cli.types import count, number, text_arg
 from kvsim.errors import KvsimError
-from kvsim.hf_config import load_hf_config, looks_like_hf_config, read_json_capped
-from kvsim.kv_sizing import GIB
 from kvsim.limits import MAX_GPU_MEMORY_BYTES, MAX_TOKENS
-from kvsim.memory_fit import FitCheck, check_fit, fit_variants
+from kvsim.model.hf_config import load_hf_config, looks_like_hf_config, read_json_capped
+from kvsim.model.kv_sizing import GIB
+from kvsim.model.memory_fit import FitCheck, check_fit, fit_variants
+from kvsim.model.presets import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model, tp_problem
+from kvsim.model.specs import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, GpuSpec, ModelSpec
 from kvsim.paths import is_file
-from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model, tp_problem
 from kvsim.scenario.schema import EngineConfig
-from kvsim.specs import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, GpuSpec, ModelSpec
 from kvsim.yaml_safe import load_yaml_file
 
 #: Exit code of ``fit`` (and ``kv-size``) when the model does not fit.

@@ -16,7 +16,7 @@ import argparse
 import json
 from typing import Any
 
-from kvsim.backends import KNOB_NAMES
+from kvsim.backends.defaults import KNOB_NAMES
 from kvsim.cli.fit_cmd import (
     EXIT_DOES_NOT_FIT,
     add_engine_args,
@@ -28,7 +28,7 @@ from kvsim.cli.fit_cmd import (
 )
 from kvsim.cli.types import text_arg
 from kvsim.errors import KvsimError
-from kvsim.kv_sizing import (
+from kvsim.model.kv_sizing import (
     GIB,
     blocks_per_sequence,
     bytes_per_block_per_shard,
@@ -40,8 +40,8 @@ from kvsim.kv_sizing import (
     kv_tokens_held,
     weight_bytes,
 )
-from kvsim.presets import GPU_PRESETS, MODEL_PRESETS, tp_problem
-from kvsim.specs import KV_DTYPE_BYTES
+from kvsim.model.presets import GPU_PRESETS, MODEL_PRESETS, tp_problem
+from kvsim.model.specs import KV_DTYPE_BYTES
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

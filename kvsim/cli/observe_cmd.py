@@ -27,15 +27,6 @@ import kvsim
 from kvsim.cli.run_cmd import ProgressBar
 from kvsim.cli.types import count, number, path_arg, text_arg
 from kvsim.errors import KvsimError
-from kvsim.io import (
-    DATA_FILES,
-    check_out_dir,
-    clean_stale,
-    json_safe,
-    load_result,
-    save_result,
-    summary_to_json,
-)
 from kvsim.limits import MAX_TIME_S
 from kvsim.observe.compare import compare_results, format_comparison
 from kvsim.observe.fit import format_steps_priced, steps_priced
@@ -50,7 +41,16 @@ from kvsim.observe.runner import (
     observe,
 )
 from kvsim.paths import printable
-from kvsim.report import format_summary
+from kvsim.results.io import (
+    DATA_FILES,
+    check_out_dir,
+    clean_stale,
+    json_safe,
+    load_result,
+    save_result,
+    summary_to_json,
+)
+from kvsim.results.report import format_summary
 from kvsim.scenario.loading import load_scenario
 
 #: Largest --extra-body accepted, characters.

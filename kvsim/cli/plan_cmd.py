@@ -7,7 +7,7 @@ Prints one row per configuration (what the search concluded, its cheapest feasib
 deployment with cost and SLO metrics), the cheapest with its margins, cost per million
 tokens and energy, and the engine's launch command; ``--out DIR`` writes the plan folder
 (plan.json, configurations.csv, runs.csv, pareto.html, cheapest.yaml, launch.sh). Exit 3
-when no configuration meets the SLO. The search is `kvsim.planner.plan_deployment`.
+when no configuration meets the SLO. The search is `kvsim.planning.planner.plan_deployment`.
 """
 
 from __future__ import annotations
@@ -21,14 +21,22 @@ from pathlib import Path
 from typing import Any
 
 import kvsim
-from kvsim.capacity import DEFAULT_MIN_SERVED, parse_slo
 from kvsim.cli.types import count, number, path_arg, text_arg
-from kvsim.io import json_safe
 from kvsim.limits import DEFAULT_PLAN_RUNS, JOBS_PER_CPU, MAX_JOBS, MAX_PLAN_GPUS, MAX_PLAN_RUNS
 from kvsim.outputs import MARKER_FILE, claim_folder, replace_file
-from kvsim.planner import Mode, PlanError, PlanPoint, PlanReport, PlanSpace, gpus_text, plan_deployment
-from kvsim.pricing import load_prices
-from kvsim.sweep import DEFAULT_RAY_CONNECT_TIMEOUT_S, MAX_CONNECT_TIMEOUT_S
+from kvsim.planning.capacity import DEFAULT_MIN_SERVED, parse_slo
+from kvsim.planning.planner import (
+    Mode,
+    PlanError,
+    PlanPoint,
+    PlanReport,
+    PlanSpace,
+    gpus_text,
+    plan_deployment,
+)
+from kvsim.planning.pricing import load_prices
+from kvsim.planning.sweep import DEFAULT_RAY_CONNECT_TIMEOUT_S, MAX_CONNECT_TIMEOUT_S
+from kvsim.results.io import json_safe
 from kvsim.units import MISSING, format_seconds, sig
 
 #: Exit code when the search ran but no configuration meets the SLO.
@@ -232,7 +240,7 @@ def _progress(point: PlanPoint) -> None:
 
 def write_plan(report: PlanReport, out: str | Path) -> Path:
     """Write the plan folder (a new, empty or kvsim-marked folder; files replaced atomically)."""
-    from kvsim import plots  # plotly: only when a figure is written
+    from kvsim.analysis import plots  # plotly: only when a figure is written
 
     folder = claim_folder(out, PLAN_KIND, "--out", PlanError)
     files: dict[str, bytes] = {

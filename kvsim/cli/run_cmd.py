@@ -8,7 +8,7 @@
 
 ``run`` prints the summary table (or ``--json``) on stdout and a progress bar on stderr
 when stderr is a terminal and the run lasts more than a second. Results are written by
-`kvsim.io.save_result`, atomically.
+`kvsim.results.io.save_result`, atomically.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from typing import Any, TextIO
 import kvsim
 from kvsim.cli.types import path_arg
 from kvsim.errors import KvsimError, ScenarioError
-from kvsim.estimate import check_work, estimate_work
-from kvsim.io import DATA_FILES, check_out_dir, clean_stale, json_safe, save_result, summary_to_json
-from kvsim.plan import resolve_plan
-from kvsim.report import format_summary
+from kvsim.results.io import DATA_FILES, check_out_dir, clean_stale, json_safe, save_result, summary_to_json
+from kvsim.results.report import format_summary
+from kvsim.scenario.estimate import check_work, estimate_work
 from kvsim.scenario.loading import DEFAULT_SCENARIO, load_scenario, scenario_json_schema
+from kvsim.scenario.resolved import resolve_plan
 from kvsim.workload import workload_file_problems
 
 #: Wall time a run must last before its progress bar appears, seconds.

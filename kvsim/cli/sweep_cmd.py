@@ -17,10 +17,10 @@ from typing import Any
 
 import pandas as pd
 
-from kvsim.capacity import trace_share_kept
 from kvsim.cli.types import count, number, path_arg, text_arg
 from kvsim.limits import JOBS_PER_CPU, MAX_JOBS
-from kvsim.sweep import DEFAULT_RAY_CONNECT_TIMEOUT_S, MAX_CONNECT_TIMEOUT_S, default_jobs, run_sweep
+from kvsim.planning.capacity import trace_share_kept
+from kvsim.planning.sweep import DEFAULT_RAY_CONNECT_TIMEOUT_S, MAX_CONNECT_TIMEOUT_S, default_jobs, run_sweep
 from kvsim.units import MISSING, format_rate, format_seconds, rate_unit
 
 #: Summary columns of the printed table, with their titles.

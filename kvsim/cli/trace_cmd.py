@@ -16,7 +16,7 @@ from typing import Any, get_args
 import numpy as np
 from pydantic import ValidationError
 
-from kvsim.cache_curve import cache_curve, parse_capacities
+from kvsim.analysis.cache_curve import cache_curve, parse_capacities
 from kvsim.cli.types import count, path_arg, text_arg
 from kvsim.errors import KvsimError, TraceError
 from kvsim.inputs import open_input

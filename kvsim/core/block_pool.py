@@ -35,10 +35,10 @@ write-through tier). The owner drains it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from kvsim.core.block import PRIVATE, KVBlock
-from kvsim.core.eviction import FreeQueue, LruFreeQueue
+from kvsim.core.eviction import FreeQueue, LruFreeQueue, bulk_ops
 from kvsim.kv.tiers import OffloadTier
 from kvsim.registry import EVICTION_POLICIES
 
@@ -72,6 +72,8 @@ class BlockPool:
         else:
             make_queue = eviction_policy
         self.free_queue: FreeQueue = make_queue(self.blocks)
+        # The queue's own list surgery for runs of blocks (the pool never touches its links).
+        self._popleft_n, self._append_n, self._appendleft_n = bulk_ops(self.free_queue)
         self._timed = hasattr(self.free_queue, "set_time")
         # hash -> block. A second block with the same hash (the same content computed
         # twice at once) is kept in `_dupes` so that both can be found and evicted.
@@ -89,6 +91,22 @@ class BlockPool:
         self.kv_events: list[tuple[bool, int]] | None = None
         self.kv_events_private = False
 
+    # -- the KV event log ---------------------------------------------------------------
+    def log_kv_events(self, on: bool, *, private: bool = False) -> None:
+        """Start (a fresh log) or stop logging KV events; ``private``: log private blocks'
+        arrivals too (``(True, PRIVATE)``), for a write-through tier that needs to know they
+        take room."""
+        self.kv_events = [] if on else None
+        self.kv_events_private = private
+
+    def take_kv_events(self) -> list[tuple[bool, int]]:
+        """The KV events logged since the last take (empty if none or not logging)."""
+        log = self.kv_events
+        if not log:
+            return []
+        self.kv_events = []
+        return log
+
     # -- queries -------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
@@ -104,99 +122,20 @@ class BlockPool:
     # -- allocation ----------------------------------------------------------------
     def get_new_blocks(self, n: int) -> list[KVBlock]:
         """Take ``n`` blocks from the head of the free queue, evicting cached ones."""
-        fq = self.free_queue
-        if n > len(fq):
-            raise ValueError(f"cannot get {n} blocks, only {len(fq)} free")
-        if type(fq) is not LruFreeQueue:
-            out = [fq.popleft() for _ in range(n)]
-            for block in out:
-                if block.block_hash is not None:
-                    self._evict(block)
-                block.ref_cnt = 1
-            return out
-        return self._take_lru_head(fq, n)
+        if n > len(self.free_queue):
+            raise ValueError(f"cannot get {n} blocks, only {len(self.free_queue)} free")
+        out = self._popleft_n(n)
+        self._evict(out)
+        return out
 
     def get_one_block(self) -> KVBlock:
         """`get_new_blocks` for one block (a decode's next block: the hot path of decoding)."""
-        fq = self.free_queue
-        if type(fq) is not LruFreeQueue or self._dupes:
-            return self.get_new_blocks(1)[0]
-        head = fq.head
-        node = head.next
-        assert node is not None and node is not fq.tail, "no free block"
-        h = node.block_hash
-        if h is not None:
-            if h == PRIVATE:
-                node.block_hash = None
-                self.num_cached_free -= 1
-                self.num_evicted += 1
-                if self.offload is not None:
-                    self.offload.store(None)
-            else:
-                self._evict(node)
-        node.ref_cnt = 1
-        nxt = node.next
-        assert nxt is not None
-        head.next = nxt
-        nxt.prev = head
-        node.prev = node.next = None
-        fq.num_free_blocks -= 1
-        return node
-
-    def _take_lru_head(self, fq: LruFreeQueue, n: int) -> list[KVBlock]:
-        """Hot path of `get_new_blocks`: unlink n blocks from the head of the LRU list at once."""
-        out: list[KVBlock] = []
-        append = out.append
-        head = fq.head
-        node = head.next
-        cached = self.cached
-        offload = self.offload
-        # Nobody to tell (no tier, no event log) and no duplicates: a real hash is indexed
-        # under this very block, and the counters move once for the whole call.
-        quiet = offload is None and self.kv_events is None and not self._dupes
-        num_quiet = 0
-        for _ in range(n):
-            assert node is not None and node.ref_cnt == 0
-            h = node.block_hash
-            if h is not None:
-                if quiet:
-                    num_quiet += 1
-                    node.block_hash = None
-                    if h != PRIVATE:
-                        del cached[h]
-                        self.evicted_hashes.add(h)
-                        node.num_hits = 0
-                elif h == PRIVATE:
-                    node.block_hash = None
-                    self.num_cached_free -= 1
-                    self.num_evicted += 1
-                    if offload is not None:
-                        offload.store(None)
-                elif not self._dupes and cached.get(h) is node:
-                    del cached[h]
-                    self.evicted_hashes.add(h)
-                    if self.kv_events is not None:
-                        self.kv_events.append((False, h))
-                    node.block_hash = None
-                    node.num_hits = 0
-                    self.num_cached_free -= 1
-                    self.num_evicted += 1
-                    if offload is not None:
-                        offload.store(h)
-                else:
-                    self._evict(node)
-            node.ref_cnt = 1
-            append(node)
-            nxt = node.next
-            node.prev = node.next = None
-            node = nxt
-        assert node is not None
-        head.next = node
-        node.prev = head
-        fq.num_free_blocks -= n
-        self.num_cached_free -= num_quiet
-        self.num_evicted += num_quiet
-        return out
+        block = self.free_queue.popleft()
+        if block.block_hash is None:  # nothing to evict: only its first reference
+            block.ref_cnt = 1
+        else:
+            self._evict((block,))
+        return block
 
     def get_contiguous_blocks(self, n: int, *, align: int = 1) -> list[KVBlock] | None:
         """Take the lowest run of ``n`` free blocks with consecutive ids starting at a multiple
@@ -216,26 +155,21 @@ class BlockPool:
                 out = self.blocks[run_start : run_start + n]
                 for b in out:
                     self.free_queue.remove(b)
-                    if b.block_hash is not None:
-                        self._evict(b)
-                    b.ref_cnt = 1
+                self._evict(out)
                 return out
         return None
 
-    def _unindex(self, block: KVBlock) -> int:
-        """Take ``block`` out of the prefix index and drop its hash; returns the hash it had."""
-        h = block.block_hash
-        assert h is not None
-        dupes = self._dupes.get(h)
-        if h == PRIVATE:
-            pass
-        elif self.cached.get(h) is block:
+    def _unindex(self, block: KVBlock, h: int) -> None:
+        """Take ``block``, which held real hash ``h``, out of the prefix index."""
+        cached = self.cached
+        dupes = self._dupes.get(h) if self._dupes else None
+        if cached.get(h) is block:
             if dupes:  # the earliest duplicate takes over, as in vLLM's hash-to-block map
-                self.cached[h] = dupes.pop(0)
+                cached[h] = dupes.pop(0)
                 if not dupes:
                     del self._dupes[h]
             else:
-                del self.cached[h]
+                del cached[h]
                 self.evicted_hashes.add(h)
                 if self.kv_events is not None:
                     self.kv_events.append((False, h))
@@ -244,9 +178,6 @@ class BlockPool:
             dupes.remove(block)
             if not dupes:
                 del self._dupes[h]
-        block.block_hash = None
-        block.num_hits = 0
-        return h
 
     def retire_hash(self, block_hash: int) -> None:
         """``block_hash`` can never be looked up again: the blocks holding it become `PRIVATE`
@@ -263,7 +194,12 @@ class BlockPool:
         """Drop the hash of an in-use block (its owner keeps nothing for later requests:
         retention none). Not an eviction: nothing is counted or written to the offload tier."""
         assert block.ref_cnt > 0
-        self._unindex(block)
+        h = block.block_hash
+        assert h is not None
+        block.block_hash = None
+        block.num_hits = 0
+        if h != PRIVATE:
+            self._unindex(block, h)
 
     # -- time, for retention priorities (kvsim.core.eviction.RetentionFreeQueue) ----------
     @property
@@ -281,12 +217,47 @@ class BlockPool:
         if self._timed:
             self.free_queue.set_retention(priority, expiry_s)  # type: ignore[attr-defined]
 
-    def _evict(self, block: KVBlock) -> None:
-        h = self._unindex(block)
-        self.num_cached_free -= 1
-        self.num_evicted += 1
-        if self.offload is not None:
-            self.offload.store(None if h == PRIVATE else h)
+    def _evict(self, taken: Sequence[KVBlock]) -> None:
+        """The pool's one eviction, for blocks just taken from the free queue for new data:
+        each gets its first reference, and each that held a hash (a cached prefix) loses
+        it: the hash leaves the prefix index (`PRIVATE` ones were never in it) and the
+        content goes to the offload tier below, if any.
+
+        The hot path of a full pool (every allocation evicts): everything is a local and
+        the counters move once per call.
+        """
+        offload, dupes = self.offload, self._dupes
+        cached, evicted_hashes, log = self.cached, self.evicted_hashes, self.kv_events
+        n = 0
+        for block in taken:  # free blocks, ref_cnt 0 (`check_invariants`)
+            block.ref_cnt = 1
+            h = block.block_hash
+            if h is None:
+                continue
+            n += 1
+            block.block_hash = None
+            block.num_hits = 0
+            if h == PRIVATE:
+                if offload is not None:
+                    offload.store(None)
+                continue
+            if dupes:
+                self._unindex(block, h)
+            else:  # `_unindex` without duplicates: the hash is indexed under this very block
+                del cached[h]
+                evicted_hashes.add(h)
+                if log is not None:
+                    log.append((False, h))
+            if offload is not None:
+                offload.store(h)
+        self.num_cached_free -= n
+        self.num_evicted += n
+
+    def share(self, blocks: Iterable[KVBlock]) -> None:
+        """Another reference on blocks in use (a beam fork shares its parent's full blocks)."""
+        for block in blocks:
+            assert block.ref_cnt > 0, "only a block in use is shared"
+            block.ref_cnt += 1
 
     def touch(self, blocks: Iterable[KVBlock]) -> None:
         """Take a reference on prefix-hit blocks, pulling free ones out of the queue."""
@@ -306,27 +277,9 @@ class BlockPool:
         of them first: reusing it loses nothing (vLLM 0.32 `BlockPool.free_blocks`, LIFO for
         uncached blocks).
         """
-        fq = self.free_queue
         caching = self.enable_caching
+        cached: list[KVBlock] = []
         first: list[KVBlock] = []
-        if type(fq) is not LruFreeQueue:
-            for block in ordered_blocks:
-                block.ref_cnt -= 1
-                assert block.ref_cnt >= 0, f"block {block.block_id} freed more often than taken"
-                if block.ref_cnt == 0:
-                    if caching and block.block_hash is not None:
-                        fq.append(block)
-                        self.num_cached_free += 1
-                    else:
-                        first.append(block)
-            for block in reversed(first):
-                fq.appendleft(block)
-            return
-        # Hot path: splice cached blocks onto the tail of the LRU list, the rest at its head.
-        tail = fq.tail
-        last = tail.prev
-        assert last is not None
-        n_cached = 0
         for block in ordered_blocks:
             rc = block.ref_cnt - 1
             block.ref_cnt = rc
@@ -335,29 +288,65 @@ class BlockPool:
                     raise AssertionError(f"block {block.block_id} freed more often than taken")
                 continue
             if caching and block.block_hash is not None:
-                last.next = block
-                block.prev = last
-                last = block
-                n_cached += 1
+                cached.append(block)  # (method form: 3.11 specialises list.append calls)
             else:
                 first.append(block)
-        last.next = tail
-        tail.prev = last
+        if cached:
+            self._append_n(cached)
+            self.num_cached_free += len(cached)
         if first:
-            prev = fq.head
-            after = prev.next
-            assert after is not None
-            for block in first:
-                prev.next = block
-                block.prev = prev
-                prev = block
-            prev.next = after
-            after.prev = prev
-        fq.num_free_blocks += n_cached + len(first)
-        self.num_cached_free += n_cached
+            self._appendleft_n(first)
+
+    def free_blocks_reversed(self, blocks: list[KVBlock]) -> None:
+        """`free_blocks(reversed(blocks))` for a request's whole block list (no holes), the hot
+        case: when the blocks it releases that hold a hash form one run of ``blocks`` (the
+        usual finished request: uncached partial tail, cached run, prefix still shared), that
+        run goes to the free queue as one slice, without a list built block by block."""
+        caching = self.enable_caching
+        first: list[KVBlock] = []
+        cached: list[KVBlock] | None = None  # the run broke: the list, as `free_blocks` keeps
+        run = ended = False  # in the run / past its end (a block not in it followed it)
+        held = pos = 0  # blocks still held; blocks seen before the run (reversed order)
+        end: KVBlock | None = None  # the first block after the run (reversed order)
+        for block in reversed(blocks):
+            rc = block.ref_cnt - 1
+            block.ref_cnt = rc
+            if rc:  # still held by another request
+                if rc < 0:
+                    raise AssertionError(f"block {block.block_id} freed more often than taken")
+                if run:
+                    run, ended, end = False, True, block
+                held += 1
+                continue
+            if caching and block.block_hash is not None:
+                if run:
+                    continue
+                if cached is not None:
+                    cached.append(block)
+                elif ended:  # a second run: back to the list
+                    assert end is not None
+                    cached = blocks[blocks.index(end) + 1 : len(blocks) - pos]
+                    cached.reverse()
+                    cached.append(block)
+                else:
+                    run, pos = True, len(first) + held
+                continue
+            if run:
+                run, ended, end = False, True, block
+            first.append(block)
+        if cached is None and (run or ended):
+            lo = 0 if end is None else blocks.index(end) + 1
+            cached = blocks[lo : len(blocks) - pos]
+            cached.reverse()
+        if cached:
+            self._append_n(cached)
+            self.num_cached_free += len(cached)
+        if first:
+            self._appendleft_n(first)
 
     def cache_block(self, block: KVBlock, block_hash: int) -> None:
-        """Register a full, in-use block under its hash so later prefixes can hit it."""
+        """Register a full, in-use block under its hash so later prefixes can hit it (a hash
+        already indexed under another block keeps that block; this one is a duplicate)."""
         assert block.block_hash is None and block.ref_cnt > 0
         block.block_hash = block_hash
         if block_hash in self.cached:
@@ -366,6 +355,57 @@ class BlockPool:
             self.cached[block_hash] = block
             if self.kv_events is not None:
                 self.kv_events.append((True, block_hash))
+
+    def cache_blocks(
+        self, blocks: Sequence[KVBlock | None], hashes: Sequence[int], start: int, stop: int
+    ) -> None:
+        """`cache_block` for ``blocks[start:stop]`` under ``hashes[start:stop]`` (None: a hole
+        of a sliding window, skipped); its loop body is `cache_block`'s, inline (a prefill
+        registers its blocks at once)."""
+        cached, log = self.cached, self.kv_events
+        for j in range(start, stop):
+            block = blocks[j]
+            if block is None:
+                continue
+            assert block.block_hash is None and block.ref_cnt > 0
+            h = hashes[j]
+            block.block_hash = h
+            if h in cached:
+                self._dupes.setdefault(h, []).append(block)
+            else:
+                cached[h] = block
+                if log is not None:
+                    log.append((True, h))
+
+    def cache_private(self, blocks: Iterable[KVBlock | None]) -> None:
+        """Cache full, in-use blocks that only their own request could hit: `PRIVATE`, not
+        indexed (None: a hole, skipped). Logged only for a write-through tier that needs
+        to know they take room (``kv_events_private``)."""
+        log = self.kv_events if self.kv_events_private else None
+        for block in blocks:  # in use, not cached yet
+            if block is not None:
+                block.block_hash = PRIVATE
+                if log is not None:
+                    log.append((True, PRIVATE))
+
+    def mark_private(self, block: KVBlock) -> None:
+        """`cache_private` for one block (a decode filling its block: the hot path)."""
+        block.block_hash = PRIVATE
+        if self.kv_events_private and self.kv_events is not None:
+            self.kv_events.append((True, PRIVATE))
+
+    def publish(self, block: KVBlock, block_hash: int) -> None:
+        """A `PRIVATE` block gets its real hash (its request may now hit it again)."""
+        assert block.block_hash == PRIVATE
+        block.block_hash = None
+        self.cache_block(block, block_hash)
+
+    @property
+    def hashes_unobserved(self) -> bool:
+        """Whether forgetting a hash (`retire_hash`) changes nothing outside the pool: an LRU
+        free queue (whose order never reads a block's history), no KV event log and no
+        offload tier (which store evicted hashes)."""
+        return type(self.free_queue) is LruFreeQueue and self.kv_events is None and self.offload is None
 
     def check_invariants(self) -> None:
         """Assert the pool's bookkeeping is consistent (used by tests)."""

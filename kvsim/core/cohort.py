@@ -37,7 +37,7 @@ from bisect import bisect_right
 from collections.abc import Iterable
 
 from kvsim.core.block_pool import BlockPool
-from kvsim.core.request_state import Request
+from kvsim.core.request_state import Request, advance_decoder
 
 
 class DecodeCohort:
@@ -55,15 +55,20 @@ class DecodeCohort:
         "last_end",
         "limit",
         "members",
+        "paged",
         "phase_count",
         "pool",
         "step",
     )
 
-    def __init__(self, pool: BlockPool, block_size: int, limit: int) -> None:
+    def __init__(self, pool: BlockPool, block_size: int, limit: int, *, paged: bool = True) -> None:
         self.pool = pool
         self.block_size = block_size
+        # Paged block tables grow a block every block_size tokens; a contiguous reservation
+        # (`kvsim.core.allocators.ContiguousAllocator`) holds all its blocks from admission.
+        self.paged = paged
         self.caching = pool.enable_caching
+        assert paged or not self.caching, "a contiguous reservation is private: no prefix caching"
         self.limit = limit  # max_model_len (a huge number without one)
         self.step = 0  # iterations ended so far
         self.last_end = math.nan  # end time of the last iteration
@@ -102,9 +107,12 @@ class DecodeCohort:
         s = self.step
         nc = req.num_computed_tokens
         req.lazy_step = s
-        phase = (s + len(req.blocks) * self.block_size - nc) % self.block_size
-        req.lazy_phase = phase
-        self.phase_count[phase] += 1
+        if self.paged:
+            phase = (s + len(req.blocks) * self.block_size - nc) % self.block_size
+            req.lazy_phase = phase
+            self.phase_count[phase] += 1
+        else:
+            req.lazy_phase = -1  # never allocates
         self.base_sum += nc - s
         self.members[req] = None
         finish = s - 1 + min(req.target_output_tokens - req.num_output_tokens, self.limit - req.num_tokens)
@@ -118,19 +126,22 @@ class DecodeCohort:
         one being scheduled (in which its token is token ``nc``)."""
         s = self.step
         bs = self.block_size
-        last = len(req.blocks) - 1
-        to_alloc = (last + 1) * bs - nc  # steps until a token needs a new block (1..bs)
-        assert 0 < to_alloc <= bs, "a paged decode holds exactly the blocks its tokens need"
-        j = to_alloc
-        # With caching, the step before is the one whose token fills the block, which is
-        # registered then. A private block nobody watches is registered by the allocation
-        # step instead (cache_full_blocks catches it up): nothing can see the difference.
-        if (
-            self.caching
-            and to_alloc > 1
-            and (self.pool.kv_events_private or req.private_from_token > last * bs)
-        ):
-            j -= 1
+        if self.paged:
+            last = len(req.blocks) - 1
+            to_alloc = (last + 1) * bs - nc  # steps until a token needs a new block (1..bs)
+            assert 0 < to_alloc <= bs, "a paged decode holds exactly the blocks its tokens need"
+            j = to_alloc
+            # With caching, the step before is the one whose token fills the block, which is
+            # registered then. A private block nobody watches is registered by the allocation
+            # step instead (cache_full_blocks catches it up): nothing can see the difference.
+            if (
+                self.caching
+                and to_alloc > 1
+                and (self.pool.kv_events_private or req.private_from_token > last * bs)
+            ):
+                j -= 1
+        else:  # a contiguous reservation outlasts its request: due only when it finishes
+            j = req.lazy_finish - s
         to_finish = req.lazy_finish - s
         if to_finish < j:
             j = to_finish
@@ -149,20 +160,16 @@ class DecodeCohort:
         """Bring a member's counters and timings up to the iterations ended so far."""
         d = self.step - req.lazy_step
         if d:
-            req.num_computed_tokens += d
-            req.num_tokens += d
-            req.num_output_tokens += d
-            req.last_token_s = self.last_end
             gap = self._gap_val[bisect_right(self._gap_idx, req.lazy_step)]
-            if not gap <= req.max_itl_s:  # also replaces the initial NaN, as stepping does
-                req.max_itl_s = gap
+            advance_decoder(req, req.num_computed_tokens + d, self.last_end, gap)
             req.lazy_step = self.step
 
     def leave(self, req: Request) -> None:
         """Take ``req`` out of the cohort, its counters made exact."""
         self.base_sum -= req.num_computed_tokens - req.lazy_step
         self.materialize(req)
-        self.phase_count[req.lazy_phase] -= 1
+        if req.lazy_phase >= 0:
+            self.phase_count[req.lazy_phase] -= 1
         del self.members[req]
 
     def drop(self, req: Request) -> None:

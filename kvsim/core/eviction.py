@@ -12,15 +12,19 @@ A policy is a class built from the pool's blocks with `append` (a freed cached b
 `appendleft` (a freed block holding nothing reusable: it is reused first, as vLLM 0.32
 prepends blocks without a hash), `popleft`, `remove`, `__len__` and `__iter__` (head
 first); adding one is one class registered in `kvsim.registry.EVICTION_POLICIES`, and the
-scenario's ``engine.eviction_policy`` names it. The block pool's hot paths special-case
-`LruFreeQueue` (unlinking runs of blocks at once); every other policy goes through these
-five methods.
+scenario's ``engine.eviction_policy`` names it.
+
+The queue owns its list surgery: the block pool takes and gives back runs of blocks with
+the bulk forms `popleft_n`, `append_n` and `appendleft_n` (vLLM's ``popleft_n`` /
+``append_n``) and never touches a queue's links. `LruFreeQueue` splices a run at once; a
+policy that defines only the five methods above gets the bulk forms as loops over them
+(`bulk_ops`).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from kvsim.core.block import KVBlock
@@ -51,11 +55,48 @@ class FreeQueue(Protocol):
     def __iter__(self) -> Iterator[KVBlock]: ...
 
 
+#: A free queue's bulk forms: popleft_n(n), append_n(blocks), appendleft_n(blocks).
+BulkOps = tuple[
+    Callable[[int], list[KVBlock]], Callable[[list[KVBlock]], None], Callable[[list[KVBlock]], None]
+]
+
+
+def bulk_ops(queue: FreeQueue) -> BulkOps:
+    """``queue``'s bulk forms: its own where it has them, else loops over its five methods.
+
+    ``popleft_n(n)`` takes the ``n`` blocks to reuse next, in reuse order (the caller has
+    checked there are ``n``); ``append_n(blocks)`` appends each, in order;
+    ``appendleft_n(blocks)`` puts them before every free block, the first reused first.
+    """
+    take, give_back, give_back_first = (
+        getattr(queue, name, None) for name in ("popleft_n", "append_n", "appendleft_n")
+    )
+    if take is not None and give_back is not None and give_back_first is not None:
+        return take, give_back, give_back_first
+
+    def popleft_n(n: int) -> list[KVBlock]:
+        return [queue.popleft() for _ in range(n)]
+
+    def append_n(blocks: list[KVBlock]) -> None:
+        for block in blocks:
+            queue.append(block)
+
+    def appendleft_n(blocks: list[KVBlock]) -> None:
+        for block in reversed(blocks):
+            queue.appendleft(block)
+
+    return popleft_n, append_n, appendleft_n
+
+
 @EVICTION_POLICIES.register("lru")
 class LruFreeQueue:
-    """Doubly linked list of free blocks; O(1) append, popleft and removal from the middle.
+    """Doubly linked list of free blocks; O(1) append, popleft and removal from the middle,
+    and runs of blocks taken from the head or given back at either end in one splice.
 
-    ``head`` and ``tail`` are sentinels; the block pool splices runs of blocks directly.
+    ``head`` and ``tail`` are sentinels:
+
+        head <-> [b7] <-> [b3] <-> [b9] <-> tail
+                  popleft_n(2) = [b7, b3]     append_n splices here ^
     """
 
     __slots__ = ("head", "num_free_blocks", "tail")
@@ -109,6 +150,49 @@ class LruFreeQueue:
         nxt.prev = prev
         block.prev = block.next = None
         self.num_free_blocks -= 1
+
+    # Hot paths (every allocation and every free of the simulator): one splice per run.
+    def popleft_n(self, n: int) -> list[KVBlock]:
+        """Unlink the first ``n`` blocks at once (the caller has checked that there are ``n``)."""
+        assert n <= self.num_free_blocks, "fewer free blocks than asked for"
+        out: list[KVBlock] = []
+        head = self.head
+        node: KVBlock = head.next  # type: ignore[assignment]  # a sentinel ends the list
+        for _ in range(n):
+            out.append(node)
+            nxt = node.next
+            node.prev = node.next = None
+            node = nxt  # type: ignore[assignment]
+        head.next = node
+        node.prev = head
+        self.num_free_blocks -= n
+        return out
+
+    def append_n(self, blocks: list[KVBlock]) -> None:
+        """Splice ``blocks`` onto the tail, in order."""
+        tail = self.tail
+        last = tail.prev
+        assert last is not None
+        for block in blocks:
+            last.next = block
+            block.prev = last
+            last = block
+        last.next = tail
+        tail.prev = last
+        self.num_free_blocks += len(blocks)
+
+    def appendleft_n(self, blocks: list[KVBlock]) -> None:
+        """Splice ``blocks`` in right after the head, in order (the first is reused first)."""
+        prev = self.head
+        after = prev.next
+        assert after is not None
+        for block in blocks:
+            prev.next = block
+            block.prev = prev
+            prev = block
+        prev.next = after
+        after.prev = prev
+        self.num_free_blocks += len(blocks)
 
     def __iter__(self) -> Iterator[KVBlock]:
         node = self.head.next
@@ -217,11 +301,7 @@ class RetentionFreeQueue:
         if queue is None:
             queue = self._levels[level] = LruFreeQueue()
         if left:
-            first = queue.head.next
-            assert first is not None
-            block.prev, block.next = queue.head, first
-            queue.head.next = first.prev = block
-            queue.num_free_blocks += 1
+            queue.appendleft(block)
         else:
             queue.append(block)
         self._level[block.block_id] = level

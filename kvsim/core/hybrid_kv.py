@@ -2,7 +2,7 @@
 
 vLLM's hybrid KV cache manager (vLLM 0.32 ``kv_cache_coordinator.HybridKVCacheCoordinator``)
 splits the layers into groups of one attention kind and equal size
-(`kvsim.kv_sizing.kv_layer_groups`); every group has its own block table per request, all
+(`kvsim.model.kv_sizing.kv_layer_groups`); every group has its own block table per request, all
 drawn from the one block pool, so one pool block holds a block of tokens of one group:
 
     Gemma-3-1B: 4 full + 22 sliding-window (512) layers -> groups of 4 layers
@@ -28,8 +28,8 @@ from kvsim.core.block import KVBlock
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.kv_manager import FullAttentionManager, SlidingWindowManager, make_kv_manager
 from kvsim.core.request_state import NEVER_PRIVATE, Request
-from kvsim.kv_sizing import kv_layer_groups
-from kvsim.specs import ModelSpec
+from kvsim.model.kv_sizing import kv_layer_groups
+from kvsim.model.specs import ModelSpec
 
 _GROUP_MARK = 0x68796272  # mixes the group number into a group's block hashes
 
@@ -301,7 +301,7 @@ class HybridKvManager(FullAttentionManager):
             FullAttentionManager.rollback(manager, view)
 
     def drop_own_cache(self, req: Request) -> None:
-        keep = req.prefix_cache_hits_tokens // self.block_size
+        keep = req.metrics.prefix_cache_hits_tokens // self.block_size
         for _, view in self.groups(req):
             for block in view.blocks[keep:]:
                 if block is not None and block.ref_cnt == 1 and block.block_hash is not None:

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 
 from kvsim.core.block import PRIVATE, KVBlock
 from kvsim.core.block_pool import BlockPool
-from kvsim.core.eviction import LruFreeQueue
 from kvsim.core.request_state import NEVER_PRIVATE, Request
 from kvsim.request import DEFAULT_RETENTION_PRIORITY
 
@@ -144,38 +143,16 @@ class FullAttentionManager:
         hashed): no other request can hit them.
         """
         start = req.num_cached_blocks
-        blocks = req.blocks
         first_private = req.private_from_token // self.block_size
-        log = self.pool.kv_events
         if first_private < num_full:
-            log_private = log is not None and self.pool.kv_events_private
-            for block in blocks[max(start, first_private) : num_full]:
-                if block is not None:
-                    assert block.block_hash is None and block.ref_cnt > 0
-                    block.block_hash = PRIVATE
-                    if log_private:
-                        assert log is not None
-                        log.append((True, PRIVATE))
+            self.pool.cache_private(req.blocks[max(start, first_private) : num_full])
             num_hashed = max(first_private, start)
         else:
             num_hashed = num_full
         if num_hashed > start:
-            hashes = req.ensure_hashes(num_hashed, self.block_size)
-            cached = self.pool.cached
-            cache = self.pool.cache_block
-            for j in range(start, num_hashed):
-                block = blocks[j]
-                if block is None:
-                    continue
-                h = hashes[j]
-                if h in cached:
-                    cache(block, h)  # a duplicate: the pool keeps both
-                else:
-                    assert block.block_hash is None and block.ref_cnt > 0
-                    block.block_hash = h
-                    cached[h] = block
-                    if log is not None:
-                        log.append((True, h))
+            self.pool.cache_blocks(
+                req.blocks, req.ensure_hashes(num_hashed, self.block_size), start, num_hashed
+            )
         req.num_cached_blocks = num_full
 
     def publish_private_blocks(self, req: Request) -> None:
@@ -202,12 +179,7 @@ class FullAttentionManager:
         pool = self.pool
         first = req.published_from // self.block_size
         n = req.num_cached_blocks
-        if (
-            first >= n
-            or type(pool.free_queue) is not LruFreeQueue
-            or pool.kv_events is not None
-            or pool.offload is not None
-        ):
+        if first >= n or not pool.hashes_unobserved:
             return
         for h in req.ensure_hashes(n, self.block_size)[first:n]:
             pool.retire_hash(h)
@@ -218,12 +190,11 @@ class FullAttentionManager:
         if first_private >= n:
             return
         hashes = req.ensure_hashes(n, self.block_size)
-        cache = self.pool.cache_block
+        publish = self.pool.publish
         for j in range(first_private, n):
             block = req.blocks[j]
             if block is not None and block.block_hash == PRIVATE:
-                block.block_hash = None
-                cache(block, hashes[j])
+                publish(block, hashes[j])
 
     def rollback(self, req: Request) -> None:
         """Speculative decoding: free the blocks past the request's computed tokens, which hold
@@ -254,9 +225,9 @@ class FullAttentionManager:
         freed = sum(1 for b in child.blocks if b is not None and b.ref_cnt == 1 and id(b) not in keep)
         if partial and self.pool.num_free_blocks + freed < 1:
             return False
-        for block in shared:
-            assert block is not None and block.ref_cnt > 0, "a running parent holds its blocks"
-            block.ref_cnt += 1
+        held = [b for b in shared if b is not None]
+        assert len(held) == len(shared), "a running parent holds its blocks"
+        self.pool.share(held)
         self.pool.free_blocks(b for b in reversed(child.blocks) if b is not None)
         child.blocks = [*shared, *(self.pool.get_new_blocks(1) if partial else ())]
         child.num_cached_blocks = min(parent.num_cached_blocks, num_full)
@@ -285,14 +256,14 @@ class FullAttentionManager:
 
     def drop_own_cache(self, req: Request) -> None:
         """Uncache the blocks ``req`` computed (past its first-admission hits) that only it holds."""
-        keep = req.prefix_cache_hits_tokens // self.block_size
+        keep = req.metrics.prefix_cache_hits_tokens // self.block_size
         for block in req.blocks[keep:]:
             if block is not None and block.ref_cnt == 1 and block.block_hash is not None:
                 self.pool.uncache(block)
 
     def free(self, req: Request) -> None:
         """Release all of the request's blocks, tail first (the tail is evicted first)."""
-        self.pool.free_blocks(reversed(req.blocks))  # type: ignore[arg-type]  # no holes here
+        self.pool.free_blocks_reversed(req.blocks)  # type: ignore[arg-type]  # no holes here
         req.blocks = []
         req.num_cached_blocks = 0
 

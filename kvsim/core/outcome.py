@@ -40,7 +40,7 @@ class KvEvent:
     kind: EventKind
     request_id: int
     num_blocks: int
-    reason: str = ""  # REJECT: why the request can never run (kvsim.result.REJECT_REASONS)
+    reason: str = ""  # REJECT: why the request can never run (kvsim.results.result.REJECT_REASONS)
 
 
 @dataclass(slots=True)

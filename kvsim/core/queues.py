@@ -105,7 +105,7 @@ class PriorityQueue:
         return len(self._heap)
 
     def push(self, req: Request) -> None:
-        heapq.heappush(self._heap, (req.priority, req.arrival_s, next(self._seq), req))
+        heapq.heappush(self._heap, (req.spec.priority, req.arrival_s, next(self._seq), req))
 
     def push_preempted(self, req: Request) -> None:
         self.push(req)  # its priority and arrival decide, as for everyone
@@ -117,7 +117,7 @@ class PriorityQueue:
         return heapq.heappop(self._heap)[3]
 
     def victim_index(self, running: list[Request]) -> int:
-        worst = max(running, key=lambda r: (r.priority, r.arrival_s))
+        worst = max(running, key=lambda r: (r.spec.priority, r.arrival_s))
         return running.index(worst)
 
     def __iter__(self) -> Iterator[Request]:

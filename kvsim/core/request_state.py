@@ -19,10 +19,17 @@ than one request. From the first segment whose id is not among them, the request
 blocks are *private*: no other request's chain can ever equal theirs. They are cached
 without being hashed (see `kvsim.core.block_pool.PRIVATE`), which saves most of the
 hashing of a workload of unique prompts without changing any result.
+
+A beam's blocks are never private, whatever the content ids: a fork puts the parent's
+blocks into the child's table, so a beam can hold blocks another request computed (its
+preemption would publish them under its own hashes), and the blocks the child drops at
+the fork are its own content, which it may look up again after a preemption (in the GPU
+cache or an offload tier). vLLM hashes every full block; so do beams here.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from collections.abc import Callable, Set
@@ -39,8 +46,10 @@ _ALIAS_OF_MINUS_ONE = -(2**60) - 1
 NEVER_PRIVATE = 1 << 62  # private_from_token of a request whose content may all be shared
 
 
+@functools.lru_cache(maxsize=4096)
 def tenant_salt(tenant: str) -> int:
-    """Stable integer salt of a tenant name (the same in every process)."""
+    """Stable integer salt of a tenant name (the same in every process). Cached: a tenant's
+    requests share one int object instead of 32 bytes each."""
     return zlib.crc32(tenant.encode("utf-8"))
 
 
@@ -53,8 +62,41 @@ class Status(Enum):
     TRANSFERRING = "transferring"  # prefilled; its KV is on the way to a decode replica
 
 
+class RequestMetrics:
+    """What the request table reports about a request (`kvsim.results.result.REQUEST_COLUMNS`),
+    written by the engine when it happens. Apart from the request's state: nothing the
+    engine decides reads it, except a re-admission, which counts as a recompute once the
+    request was preempted (``num_preemptions``), and a sliding window's own-cache rule (the
+    prompt tokens it hit)."""
+
+    __slots__ = (
+        "evicted_miss_tokens",
+        "finish_s",
+        "first_scheduled_s",
+        "first_token_s",
+        "max_itl_s",
+        "num_preemptions",
+        "num_swaps",
+        "offload_hits_tokens",
+        "prefix_cache_hits_tokens",
+        "recompute_hits_tokens",
+    )
+
+    def __init__(self) -> None:
+        self.first_scheduled_s = math.nan
+        self.first_token_s = math.nan
+        self.finish_s = math.nan
+        self.max_itl_s = math.nan  # longest time between two of its tokens (NaN: fewer than two)
+        self.prefix_cache_hits_tokens = 0
+        self.recompute_hits_tokens = 0
+        self.offload_hits_tokens = 0
+        self.evicted_miss_tokens = 0  # prompt tokens whose cached block was evicted before a lookup
+        self.num_preemptions = 0
+        self.num_swaps = 0
+
+
 class Request:
-    """Mutable per-engine state of one request."""
+    """Mutable per-engine state of one request; what the tables report is in ``metrics``."""
 
     __slots__ = (
         "_cursor_off",
@@ -62,10 +104,6 @@ class Request:
         "arrival_s",
         "block_hashes",
         "blocks",
-        "evicted_miss_tokens",
-        "finish_s",
-        "first_scheduled_s",
-        "first_token_s",
         "group_views",
         "kv_transferred",
         "last_token_s",
@@ -73,23 +111,17 @@ class Request:
         "lazy_finish",
         "lazy_phase",
         "lazy_step",
-        "max_itl_s",
+        "metrics",
         "num_cached_blocks",
         "num_computed_tokens",
         "num_output_tokens",
-        "num_preemptions",
         "num_skipped_blocks",
         "num_spec_tokens",
-        "num_swaps",
         "num_tokens",
-        "offload_hits_tokens",
         "prefill_replica",
-        "prefix_cache_hits_tokens",
-        "priority",
         "private_from_token",
         "prompt_tokens",
         "published_from",
-        "recompute_hits_tokens",
         "replica",
         "request_id",
         "run_seq",
@@ -112,7 +144,6 @@ class Request:
         self.spec = spec
         self.request_id = spec.request_id
         self.arrival_s = spec.arrival_s if arrival_s is None else arrival_s
-        self.priority = spec.priority
         # CPython hashes -1 like -2; give content id -1 another identity so that it
         # cannot collide with -2 inside a block hash.
         self.segments: tuple[Segment, ...] = tuple(
@@ -126,7 +157,7 @@ class Request:
         # Where the private content began when a preemption published its blocks' hashes
         # (`FullAttentionManager.publish_private_blocks`); NEVER_PRIVATE: never published.
         self.published_from = NEVER_PRIVATE
-        if shared_content_ids is not None:
+        if shared_content_ids is not None and spec.beam_group is None:  # beams: see above
             start = 0
             for seg in (*spec.prompt, spec.output_segment):
                 if seg.content_id not in shared_content_ids:
@@ -150,17 +181,8 @@ class Request:
         self.replica = -1
         self.prefill_replica = -1  # disaggregated serving: where the prompt was prefilled
         self.kv_transferred = False  # its computed tokens' KV arrived from a prefill replica
-        self.first_scheduled_s = math.nan
-        self.first_token_s = math.nan
-        self.last_token_s = math.nan
-        self.finish_s = math.nan
-        self.max_itl_s = math.nan
-        self.prefix_cache_hits_tokens = 0
-        self.recompute_hits_tokens = 0
-        self.offload_hits_tokens = 0
-        self.evicted_miss_tokens = 0  # prompt tokens whose cached block was evicted before a lookup
-        self.num_preemptions = 0
-        self.num_swaps = 0
+        self.last_token_s = math.nan  # when its last token was sampled (the next gap starts there)
+        self.metrics = RequestMetrics()
         self.swapped_blocks = 0
         # Order among the running requests (set when it starts running) and the decode
         # cohort's marks (`kvsim.core.cohort`): meaningful only while it is a member.
@@ -249,3 +271,33 @@ class Request:
             need -= 1
         self._cursor_seg, self._cursor_off = seg, off
         return hashes
+
+
+def decode_in_place(req: Request, nc: int, block_size: int, caching: bool) -> bool:
+    """The block-boundary rule: whether a decode of token ``nc`` (its computed tokens) is
+    plain: its slot lies in a block it already holds, and (with prefix caching) the token
+    does not fill that block, which would then be registered. Every other decode is at a
+    block boundary: it needs a new block, or its full block registered. The scheduler's
+    phases, the decode cohort's filing (`kvsim.core.cohort.DecodeCohort.refile`, the same
+    rule solved for the step) and a decode run's allocations all follow it."""
+    return len(req.blocks) * block_size > nc and (not caching or (nc + 1) % block_size != 0)
+
+
+def advance_decoder(req: Request, num_computed: int, t_last: float, gap: float) -> int:
+    """The one way a request's tokens advance when it samples: its computed tokens become
+    ``num_computed`` (the sampled tokens' KV is computed by the next iteration), the tokens
+    sampled join its output, its last one at ``t_last``; ``gap`` is the longest time
+    between two of its tokens among those just sampled (NaN for its first token, which
+    leaves ``metrics.max_itl_s`` NaN). Returns its output tokens.
+
+    Stepping calls it once per iteration and request; the decode cohort and a decode run
+    call it once for many iterations, with the longest of their gaps."""
+    num_output = req.num_output_tokens + num_computed + 1 - req.num_tokens
+    req.num_computed_tokens = num_computed
+    req.num_output_tokens = num_output
+    req.num_tokens = num_computed + 1
+    metrics = req.metrics
+    if not gap <= metrics.max_itl_s:  # also replaces the initial NaN
+        metrics.max_itl_s = gap
+    req.last_token_s = t_last
+    return num_output

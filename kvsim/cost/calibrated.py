@@ -30,7 +30,7 @@ import numpy as np
 
 from kvsim.cost.base import Batch
 from kvsim.cost.profile import GEMM_OPS, Profile
-from kvsim.specs import GpuSpec, ModelSpec
+from kvsim.model.specs import GpuSpec, ModelSpec
 
 
 class Curve1D:

@@ -27,8 +27,8 @@ from kvsim.cost.fit import Point, point_time_s
 from kvsim.cost.profile import Profile, check_profile_matches
 from kvsim.cost.roofline import RooflineCostModel
 from kvsim.errors import ProfileError
-from kvsim.kv_sizing import kv_bytes_per_token
-from kvsim.specs import WEIGHT_DTYPE_BYTES, GpuSpec, ModelSpec
+from kvsim.model.kv_sizing import kv_bytes_per_token
+from kvsim.model.specs import WEIGHT_DTYPE_BYTES, GpuSpec, ModelSpec
 
 
 def _row(

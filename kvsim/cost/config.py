@@ -6,14 +6,16 @@ A scenario's ``cost_model`` is one of:
 - ``{kind: constant, step_time_s: ...}``: every iteration takes the same time (tests, theory);
 - ``{profile: NAME_OR_PATH}`` (or ``{kind: profile, ...}``): curves measured by ``calibration/``;
 - ``{kind: kernels, ...}``: NVIDIA's measured kernel tables for the GPU and engine
-  (aiconfigurator-core, the ``kernels`` extra), or a folder of the same tables.
+  (aiconfigurator-core, the ``kernels`` extra), or a folder of the same tables;
+- ``{kind: NAME, ...}``: a cost model registered in `kvsim.registry.COST_MODELS` with its
+  own config class (docs/engine.md, "Extending kvsim").
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Discriminator, Field, Tag, model_validator
 
 from kvsim.frozen import FrozenModel
 from kvsim.limits import (
@@ -22,6 +24,7 @@ from kvsim.limits import (
     MAX_YAML_SCALAR_CHARS,
     MIN_BANDWIDTH_BYTES_PER_S,
 )
+from kvsim.registry import COST_MODELS, REGISTERED_TAG, RegisteredKinds, kind_tag
 
 
 class RooflineCostConfig(FrozenModel):
@@ -98,7 +101,7 @@ class RooflineCostConfig(FrozenModel):
         description=(
             "Mixture of experts: skew of the router's expert popularity, p_i proportional to "
             "(i + 1)^-s; 0 routes uniformly. Sets how many distinct experts a batch activates, "
-            "hence the expert weights a step reads (kvsim.moe)."
+            "hence the expert weights a step reads (kvsim.model.moe)."
         ),
     )
 
@@ -189,9 +192,17 @@ class KernelCostConfig(FrozenModel):
     )
 
 
+#: The built-in kinds (their builders are registered in `kvsim.cost.factory`).
+BUILTIN_COST_MODELS = ("roofline", "constant", "profile", "kernels")
+
+# Any other kind registered in kvsim.registry.COST_MODELS is read by its config class.
 CostModelConfig = Annotated[
-    RooflineCostConfig | ConstantCostConfig | ProfileCostConfig | KernelCostConfig,
-    Field(discriminator="kind"),
+    Annotated[RooflineCostConfig, Tag("roofline")]
+    | Annotated[ConstantCostConfig, Tag("constant")]
+    | Annotated[ProfileCostConfig, Tag("profile")]
+    | Annotated[KernelCostConfig, Tag("kernels")]
+    | Annotated[Any, RegisteredKinds(COST_MODELS, BUILTIN_COST_MODELS), Tag(REGISTERED_TAG)],
+    Discriminator(kind_tag(BUILTIN_COST_MODELS, None)),
 ]
 
 

@@ -13,8 +13,9 @@ KV dtype, engine backend ...):
         profile (kernels-fit)  -> KernelCostModel with the fitted overheads
         kernels            -> KernelCostModel (measured kernel tables)
 
-A new cost model is a config class (a ``kind`` in `kvsim.cost.config.CostModelConfig`) and
-one builder registered here under that kind (docs/engine.md, "Extending kvsim").
+A new cost model is a config class and a builder, registered together in its own file:
+``@COST_MODELS.register(kind, config=ConfigClass)`` on the builder (docs/engine.md,
+"Extending kvsim"); the scenario's ``cost_model`` then accepts that kind.
 
 A profile that is missing, malformed, or made for another model, dtype, KV dtype, TP
 degree or GPU raises `ProfileError`; it is never silently used (the scenario checks,
@@ -42,10 +43,11 @@ from kvsim.cost.profile import Profile, check_profile_matches, load_profile
 from kvsim.cost.roofline import RooflineCostModel
 from kvsim.cost.speculative import SpeculativeCostModel, eagle_head
 from kvsim.errors import ProfileError
+from kvsim.model.specs import GpuSpec, ModelSpec
 from kvsim.registry import COST_MODELS
-from kvsim.specs import GpuSpec, ModelSpec
 
 if TYPE_CHECKING:
+    from kvsim.scenario.resolved import GroupPlan, Plan
     from kvsim.scenario.schema import SpeculativeConfig
 
 
@@ -184,3 +186,23 @@ def build_cost_model(
         cfg = base.model_copy(update={"per_iteration_overhead_s": 0.0})
         draft = RooflineCostModel(draft_spec, gpu, cfg, tp=tp, kv_cache_dtype=kv_cache_dtype)
     return SpeculativeCostModel(target, draft, speculative.num_speculative_tokens)
+
+
+def group_cost_model(
+    config: CostModelConfig, plan: Plan, group: GroupPlan, base_dir: Path | None
+) -> CostModel:
+    """The cost model ``config`` makes for one replica of ``group`` (as the engine builds it:
+    the group's model, GPU, TP, KV dtype, engine and speculative decoding)."""
+    return build_cost_model(
+        config,
+        model=plan.model_of(group),
+        gpu=group.gpu,
+        tp=group.tp,
+        kv_cache_dtype=group.engine.kv_cache_dtype,
+        base_dir=base_dir,
+        expert_parallel=group.config.expert_parallel,
+        speculative=group.engine.speculative_config,
+        draft_model=group.draft_model,
+        backend=group.engine.backend,
+        max_num_seqs=group.engine.max_num_seqs,
+    )

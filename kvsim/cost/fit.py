@@ -67,10 +67,10 @@ from kvsim.limits import (
     MAX_TOKENS,
     MAX_TRACE_LINE_CHARS,
 )
+from kvsim.model.specs import GpuSpec, ModelSpec
 from kvsim.outputs import write_file
 from kvsim.paths import exists
 from kvsim.scenario.schema import MAX_TP
-from kvsim.specs import GpuSpec, ModelSpec
 
 CSV_COLUMNS = ("tp", "phase", "batch_size", "prompt_tokens", "context_tokens", "time_s")
 #: Extra columns of ``phase=step`` rows (a whole iteration of any composition).

@@ -51,7 +51,7 @@ from kvsim.cost.tables import (
     table_index,
 )
 from kvsim.errors import ProfileError
-from kvsim.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
+from kvsim.model.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
 
 #: kvsim GPU presets -> aiconfigurator-core system names (the tables' folders).
 GPU_SYSTEMS: dict[str, str] = {

@@ -59,9 +59,9 @@ from kvsim.cost.config import KernelCostConfig, RooflineCostConfig
 from kvsim.errors import ProfileError
 from kvsim.inputs import FileTooLargeError, read_input
 from kvsim.limits import MAX_PROFILE_BYTES
+from kvsim.model.specs import GpuSpec, ModelSpec
 from kvsim.outputs import write_file
 from kvsim.paths import PathError, exists, expand_user, is_file, printable
-from kvsim.specs import GpuSpec, ModelSpec
 
 #: Folder of the profiles shipped with kvsim (package data; ``kvsim profiles`` lists them).
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"

@@ -18,7 +18,7 @@ P_lin is the parameters of the transformer layers (all params less the embedding
 LM head, counted once when tied); the LM head runs on one row per sequence (``seqs``:
 decoding requests plus prefill chunks), as engines compute logits only for sampled positions.
 
-Mixture of experts (`kvsim.moe`): a step reads the non-expert weights, the shared experts
+Mixture of experts (`kvsim.model.moe`): a step reads the non-expert weights, the shared experts
 and only the routed experts its tokens activate, E[distinct experts](tokens) per MoE
 layer, instead of every parameter at every batch size; a token's FLOPs are its top-k
 experts'. With ``expert_parallel`` each GPU holds E/tp whole experts and the MoE layers
@@ -43,8 +43,8 @@ import numpy as np
 
 from kvsim.cost.base import Batch
 from kvsim.cost.config import RooflineCostConfig
-from kvsim.kv_sizing import kv_bytes_per_token
-from kvsim.moe import (
+from kvsim.model.kv_sizing import kv_bytes_per_token
+from kvsim.model.moe import (
     active_layer_params,
     expected_distinct_experts,
     expert_params_per_layer,
@@ -52,7 +52,7 @@ from kvsim.moe import (
     num_moe_layers,
     shared_expert_params,
 )
-from kvsim.specs import WEIGHT_DTYPE_BYTES, GpuSpec, ModelSpec, compute_dtype
+from kvsim.model.specs import WEIGHT_DTYPE_BYTES, GpuSpec, ModelSpec, compute_dtype
 
 
 class RooflineTerms(NamedTuple):
@@ -86,7 +86,7 @@ def _tally(batch: Batch) -> tuple[int, int, int, int]:
 def layer_linear_params(model: ModelSpec) -> float:
     """Parameters used per token by the transformer layers (excludes embedding and LM head).
 
-    A mixture of experts counts its structure (`kvsim.moe.active_layer_params`).
+    A mixture of experts counts its structure (`kvsim.model.moe.active_layer_params`).
     """
     if model.is_moe:
         return active_layer_params(model)

@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from kvsim.cost.base import Batch, CostModel
-from kvsim.moe import embedding_params
-from kvsim.specs import ModelSpec
+from kvsim.model.moe import embedding_params
+from kvsim.model.specs import ModelSpec
 
 
 def eagle_head(model: ModelSpec) -> ModelSpec:

@@ -10,9 +10,10 @@
 
 `Cluster` owns the SimPy environment, the replicas, the routers and their views, the
 recorder and ledger, the links and the shared pool, and the autoscalers. Its requests come
-from a `kvsim.engine.sources.RequestSource`, asked again whenever one is done. It is the only
-part of the engine (with `Replica`) that touches schedulers and block pools, which it
-builds from the resolved `Plan` (again, cold, when an autoscaled replica restarts).
+from a `kvsim.engine.sources.RequestSource`, asked again whenever one is done. It builds its
+parts from the resolved `Plan` (`kvsim.engine.wiring`); each replica is a SimPy process
+(`kvsim.engine.replica`) around an engine without SimPy (`kvsim.engine.replica_engine`),
+the only part of the engine that touches schedulers and block pools.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import gc
 import math
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,28 +29,20 @@ import numpy as np
 import simpy
 
 from kvsim.core.beam_search import BeamStats
-from kvsim.core.block_pool import BlockPool
-from kvsim.core.hybrid_kv import make_model_kv_manager
 from kvsim.core.outcome import CacheStats, EventKind, SpecDecodeStats
 from kvsim.core.request_state import Request, Status
-from kvsim.core.scheduler import Scheduler
-from kvsim.cost.base import CostModel
-from kvsim.cost.factory import build_cost_model
-from kvsim.engine.autoscale import ThresholdPolicy
 from kvsim.engine.clock import EarlyTimeout
-from kvsim.engine.index import KvEventIndex
-from kvsim.engine.ledger import RequestLedger
-from kvsim.engine.recorder import Recorder
-from kvsim.engine.replica import Replica, ReplicaLinks
+from kvsim.engine.fleet import ClusterStats, Fleet
+from kvsim.engine.replica import Replica
+from kvsim.engine.replica_engine import EngineCounters, ReplicaEngine
 from kvsim.engine.routers import LeastLoadedRouter, Router, make_router, reads_prefix_cache
 from kvsim.engine.sources import ConversationSource, Release, RequestSource
-from kvsim.engine.transfers import TransferService
-from kvsim.engine.view import LiveClusterView
+from kvsim.engine.wiring import ClusterWiring, CostModelSource
 from kvsim.errors import KvsimError
-from kvsim.kv.links import DedicatedLink, FairShareNetwork, KvLink
-from kvsim.kv.tiers import BlockTier, TierStack
-from kvsim.plan import GroupPlan, Plan, TierPlan
+from kvsim.kv.links import DedicatedLink, KvLink
 from kvsim.request import RequestSpec
+from kvsim.results.ledger import RequestLedger
+from kvsim.scenario.resolved import Plan
 
 #: progress(sim_time_s, num_done, num_requests): done = finished or rejected.
 ProgressFn = Callable[[float, int, int], None]
@@ -59,7 +51,7 @@ WATCH_EVERY = 16
 
 
 class RunWatch(Protocol):
-    """Looks at a run from the inside and may end it early (`kvsim.overload.DivergenceWatch`).
+    """Looks at a run from the inside and may end it early (`kvsim.results.overload.DivergenceWatch`).
 
     It only reads: ``start`` gets every request of the run before the first is sent (their
     ``arrival_s``, ``first_token_s``, ``finish_s`` and ``status`` fill in as the run goes);
@@ -86,8 +78,6 @@ class RunStopped(Exception):
         return self.reason
 
 
-#: A cost model for every replica, or one per replica group (given the group's plan).
-CostModelSource = CostModel | Callable[[GroupPlan], CostModel]
 Process = Generator[simpy.Event, Any, None]
 
 
@@ -121,30 +111,7 @@ def shared_content_ids(specs: Sequence[RequestSpec]) -> set[int]:
     return shared
 
 
-#: An engine's prefix-cache, beam-search and speculative-decoding counters.
-EngineCounters = tuple[CacheStats, BeamStats, SpecDecodeStats]
-
-
-def counters_of(sched: Scheduler) -> EngineCounters:
-    return sched.stats, sched.beams.stats, sched.spec_stats
-
-
-@dataclass
-class ClusterStats:
-    """What the cluster layer measured beyond the request and iteration tables."""
-
-    replica_seconds: float = 0.0
-    gpu_seconds: float = 0.0
-    num_scale_ups: int = 0
-    num_scale_downs: int = 0
-    replicas_peak: int = 0
-    first_admission_tier_hits_tokens: int = 0
-    tier_write_bytes: dict[str, float] = field(default_factory=dict)
-    link_utilization: dict[str, tuple[float, float]] = field(default_factory=dict)
-    num_index_events: int = 0
-
-
-class Cluster:
+class Cluster(ClusterWiring):
     """Everything one run simulates, wired together; `run` advances it to the end."""
 
     def __init__(
@@ -158,12 +125,16 @@ class Cluster:
         progress: ProgressFn | None = None,
         source: RequestSource | None = None,
         watch: RunWatch | None = None,
+        engine: type[ReplicaEngine] = ReplicaEngine,
     ) -> None:
         """``source`` decides when each of ``specs`` is sent (None: at its arrival time, a
         follow-up turn think time after its parent finishes; `ConversationSource`);
-        ``watch`` may end the run early (`RunWatch`, raising `RunStopped` out of `run`)."""
+        ``watch`` may end the run early (`RunWatch`, raising `RunStopped` out of `run`);
+        ``engine``: the class every replica's engine is built from (tests run their
+        step-by-step oracle through it, ``tests/oracle.py``)."""
         scenario = plan.scenario
         self.plan = plan
+        self.engine_class = engine
         self.env = simpy.Environment()
         self.max_time_s = scenario.sim.max_time_s
         self.progress = progress
@@ -174,35 +145,13 @@ class Cluster:
         self._add_requests(specs)
         self.source: RequestSource = source if source is not None else ConversationSource(specs)
         self.ledger = RequestLedger(self.requests)
-        layout = plan.replicas
-        self.groups = [g for _, g in layout]  # the group of every replica
-        self.recorder = Recorder(
-            [name for name, _ in layout],
-            [g.kv.num_blocks for _, g in layout],
-            [g.kv.block_size for _, g in layout],
-        )
-        self.network = FairShareNetwork() if scenario.network.sharing == "fair_share" else None
-        self.transfers = TransferService(self.env, self.network) if self.network is not None else None
-        pool_plan = plan.shared_pool
-        self.shared_pool = (
-            BlockTier(pool_plan.capacity_blocks, pool_plan.eviction_policy, "shared_pool")
-            if pool_plan
-            else None
-        )
-        costs = {g.index: self._cost_model(g, cost_model, base_dir) for g in plan.groups}
-        self.replicas = [
-            self._build_replica(i, name, group, costs[group.index]) for i, (name, group) in enumerate(layout)
-        ]
-        roles = [g.role for g in self.groups]
-        # The replicas each router chooses among, and the views it sees them through.
-        self._entry = [r for r, role in zip(self.replicas, roles, strict=True) if role != "decode"]
-        self._decoders = [r for r, role in zip(self.replicas, roles, strict=True) if role == "decode"]
+        self._build_replicas(cost_model, base_dir)
         router_rng = np.random.default_rng(np.random.SeedSequence(scenario.seed, spawn_key=(1,)))
         self.router = router if router is not None else make_router(scenario.router, router_rng)
         self._expects = reads_prefix_cache(self.router)
         self.kv_index = self._entry_index()
-        self.entry_view = self._view(self._entry, self.kv_index, scenario.router.view.load_refresh_s)
-        self.decode_view = self._view(self._decoders, None, 0.0)
+        self.entry_view = self._view(self.entry_replicas, self.kv_index, scenario.router.view.load_refresh_s)
+        self.decode_view = self._view(self.decode_replicas, None, 0.0)
         self.decode_router: Router = LeastLoadedRouter()  # used only when disaggregated
         self.kv_link: KvLink = DedicatedLink(
             scenario.kv_transfer.bandwidth_bytes_per_s, scenario.kv_transfer.latency_s
@@ -217,7 +166,16 @@ class Cluster:
 
     # -- building --------------------------------------------------------------------
     def _add_requests(self, specs: Sequence[RequestSpec]) -> None:
-        shared_ids = shared_content_ids(specs)
+        # Private marks (content no other request holds, cached without a hash) may change
+        # nothing but speed. A write-through tier would write a private block when cached
+        # and again when its request's preemption publishes its hash, and a shared pool
+        # would hold one placeholder per replica for content it stores once by hash: with
+        # either, every block is hashed.
+        plan = self.plan
+        tiers_see_them = plan.shared_pool is not None or any(
+            t.write_through for g in plan.groups for t in g.tiers
+        )
+        shared_ids = None if tiers_see_them else shared_content_ids(specs)
         salt_by_tenant = self.plan.salt_by_tenant
         for spec in specs:
             if spec.request_id in self.requests:
@@ -233,207 +191,6 @@ class Cluster:
                     f"(replica groups {', '.join(plain)} evict by another policy)"
                 )
 
-    def _cost_model(
-        self, group: GroupPlan, given: CostModelSource | None, base_dir: Path | None
-    ) -> CostModel:
-        if given is None:
-            return build_cost_model(
-                group.config.cost_model,
-                model=self.plan.model_of(group),
-                gpu=group.gpu,
-                tp=group.tp,
-                kv_cache_dtype=group.engine.kv_cache_dtype,
-                base_dir=base_dir,
-                expert_parallel=group.config.expert_parallel,
-                speculative=group.engine.speculative_config,
-                draft_model=group.draft_model,
-                backend=group.engine.backend,
-                max_num_seqs=group.engine.max_num_seqs,
-            )
-        if isinstance(given, CostModel):
-            return given
-        return given(group)
-
-    def _tier_stack(self, group: GroupPlan) -> TierStack | None:
-        """Fresh local tiers of one replica, and the shared pool below them (None: no tier)."""
-        plans = self._tier_stack_plans(group)
-        if not plans:
-            return None
-        tiers = [
-            self.shared_pool
-            if p.kind == "shared_pool" and self.shared_pool is not None
-            else BlockTier(p.capacity_blocks, p.eviction_policy, p.kind)
-            for p in plans
-        ]
-        return TierStack(tiers, [p.write_through for p in plans])
-
-    def build_scheduler(self, group: GroupPlan) -> Scheduler:
-        """A cold engine for one replica of ``group``: empty pool, empty local tiers."""
-        eng, kv = group.engine, group.kv
-        stack = self._tier_stack(group)
-        pool = BlockPool(
-            kv.num_blocks,
-            enable_caching=eng.enable_prefix_caching,
-            eviction_policy=eng.eviction_policy,
-            offload=stack,
-        )
-        sched = Scheduler(
-            eng,
-            pool,
-            kv_manager=make_model_kv_manager(pool, eng.block_size, self.plan.model_of(group)),
-            num_swap_blocks=kv.num_swap_blocks,
-            max_model_len=group.max_model_len,
-            role=group.role,
-            seed=self.plan.scenario.seed,
-        )
-        return sched
-
-    def _build_replica(self, index: int, name: str, group: GroupPlan, cost: CostModel) -> Replica:
-        sched = self.build_scheduler(group)
-        return Replica(
-            self.env,
-            index,
-            name,
-            sched,
-            cost,
-            self.recorder,
-            group.kv,
-            fast_forward=self.plan.scenario.sim.fast_forward,
-            max_time_s=self.max_time_s,
-            on_finish=self._on_done,
-            on_handoff=self._on_handoff if group.role == "prefill" else None,
-            on_reject=self._on_replica_reject,
-        )
-
-    def _entry_index(self) -> KvEventIndex | None:
-        """The KV-event index of the entry replicas, if the router may read cached prefixes."""
-        view = self.plan.scenario.router.view
-        groups = {self.groups[r.index].index: self.groups[r.index] for r in self._entry}
-        sizes = {g.engine.block_size for g in groups.values()}
-        if view.cache != "events" or not self._expects or len(sizes) != 1:
-            return None  # exact views (a custom router over mixed block sizes reads the pools)
-        return KvEventIndex(view.kv_events_delay_s)
-
-    def _view(self, replicas: list[Replica], index: KvEventIndex | None, refresh_s: float) -> LiveClusterView:
-        block_size = self.groups[replicas[0].index].kv.block_size if replicas else 16
-        active = [self.fleet_initially_active(r.index) for r in replicas]
-        env = self.env
-        return LiveClusterView(
-            replicas,
-            block_size=block_size,
-            now=lambda: env.now,
-            index=index,
-            load_refresh_s=refresh_s,
-            active=active,
-        )
-
-    def fleet_initially_active(self, index: int) -> bool:
-        """Whether replica ``index`` takes requests at the start (autoscaled groups: the first count)."""
-        group = self.groups[index]
-        first = next(i for i, g in enumerate(self.groups) if g.index == group.index)
-        return index - first < group.initial_count
-
-    def _wire(self) -> None:
-        """Connect every replica to its view, the index, the ledger, the links and the tiers."""
-        adm = self.plan.scenario.admission
-        if self.network is not None:
-            self._cluster_links = self._shared_links(self.network)
-        for view, members in ((self.entry_view, self._entry), (self.decode_view, self._decoders)):
-            for pos, replica in enumerate(members):
-                replica.on_load = self._load_callback(view, pos, replica.index)
-                if view is self.entry_view:
-                    replica.on_waiting = self._waiting_callback()
-                    if adm.max_estimated_wait_s is not None:
-                        replica.admission_window_s = adm.estimate_window_s
-                    if self.kv_index is not None:
-                        replica.kv_sink = self._sink(self.kv_index, pos)
-        for replica in self.replicas:
-            replica.ledger = self.ledger
-            if self.network is not None:
-                replica.links = self._links(replica)
-                replica.transfers = self.transfers
-            self.attach(replica, replica.scheduler)
-
-    def attach(self, replica: Replica, sched: Scheduler) -> None:
-        """Give ``replica`` its (new) engine, with its tiers, event log and fast-forward setting."""
-        offload = sched.pool.offload
-        stack = offload if isinstance(offload, TierStack) else None
-        plans = self._tier_stack_plans(self.groups[replica.index]) if stack is not None else ()
-        replica.scheduler = sched
-        delay = self.kv_index.delay_s if self.kv_index is not None else 0.0
-        # Steps are taken one at a time where another replica could see a decode run's side
-        # effects at their exact instants: the shared pool, write-through, writes on shared links.
-        ff = self.plan.scenario.sim.fast_forward and not (
-            any(p.kind == "shared_pool" or p.write_through for p in plans)
-            or (self.network is not None and plans)
-        )
-        replica.attach(
-            tiers=stack,
-            tier_plans=plans,
-            kv_events=replica.kv_sink is not None,
-            stamped=replica.kv_sink is not None and delay > 0,
-            fast_forward=ff,
-        )
-
-    def _tier_stack_plans(self, group: GroupPlan) -> tuple[TierPlan, ...]:
-        plans = list(group.tiers)
-        if self.plan.shared_pool is not None and group.engine.enable_prefix_caching:
-            plans.append(self.plan.shared_pool)
-        return tuple(plans)
-
-    def _load_callback(self, view: LiveClusterView, pos: int, index: int) -> Callable[[int], None]:
-        replica = self.replicas[index]
-
-        def on_load(delta: int) -> None:
-            self.total_outstanding += delta
-            view.load_changed(pos, delta)
-            if not replica.num_outstanding:
-                self.fleet.maybe_stop(index)
-
-        return on_load
-
-    def _waiting_callback(self) -> Callable[[int], None]:
-        def on_waiting(delta: int) -> None:
-            self.entry_waiting += delta
-
-        return on_waiting
-
-    @staticmethod
-    def _sink(index: KvEventIndex, pos: int) -> Callable[[float, list[tuple[bool, int]]], None]:
-        def sink(stamp: float, events: list[tuple[bool, int]]) -> None:
-            index.publish(stamp, pos, events)
-
-        return sink
-
-    def _shared_links(self, net: FairShareNetwork) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """The cluster-wide links: the fabric and the shared pool's servers, if limited."""
-        scenario = self.plan.scenario
-        fabric_bw = scenario.network.fabric_bandwidth_bytes_per_s
-        pool = scenario.shared_kv_pool
-        fabric = (net.add_link("fabric", "fabric", fabric_bw),) if fabric_bw else ()
-        pool_bw = pool.pool_bandwidth_bytes_per_s if pool is not None else None
-        return fabric, ((net.add_link("shared_pool", "shared_pool", pool_bw),) if pool_bw else ())
-
-    def _links(self, replica: Replica) -> ReplicaLinks:
-        """A replica's own links on the fair-share network: PCIe and NIC each way, NVMe."""
-        net = self.network
-        assert net is not None
-        fabric, pool_links = self._cluster_links
-        group, name = self.groups[replica.index], replica.name
-        pcie = group.gpu.pcie_bandwidth_bytes_per_s
-        nic = self.plan.scenario.kv_transfer.bandwidth_bytes_per_s
-        nvme = next((t for t in group.tiers if t.kind == "nvme"), None)
-        nvme_bw = nvme.bandwidth_bytes_per_s if nvme is not None else None
-        return ReplicaLinks(
-            pcie_h2d=net.add_link(f"{name}/pcie_h2d", "pcie_h2d", pcie),
-            pcie_d2h=net.add_link(f"{name}/pcie_d2h", "pcie_d2h", pcie),
-            nic_tx=net.add_link(f"{name}/nic_tx", "nic_tx", nic),
-            nic_rx=net.add_link(f"{name}/nic_rx", "nic_rx", nic),
-            nvme=net.add_link(f"{name}/nvme", "nvme", nvme_bw) if nvme_bw else None,
-            fabric=fabric,
-            pool=pool_links,
-        )
-
     # -- running ---------------------------------------------------------------------
     def run(self) -> None:
         """Simulate until every request is done (or ``sim.max_time_s``); a `RunWatch` may end
@@ -447,7 +204,7 @@ class Cluster:
         with cyclic_gc_paused():
             self.env.run()
         for replica in self.replicas:  # requests still running at max_time: exact counters
-            replica.scheduler.materialize()
+            replica.engine.materialize()
         if self.progress is not None:
             self.progress(self.env.now, self.num_finished, len(self.requests))
 
@@ -489,7 +246,7 @@ class Cluster:
 
     def _counters(self) -> list[EngineCounters]:
         """Every engine that ran: the replicas' current ones and those a cold restart replaced."""
-        return [counters_of(r.scheduler) for r in self.replicas] + self.fleet.retired
+        return [r.engine.counters() for r in self.replicas] + self.fleet.retired
 
     def stats(self, sim_time_s: float) -> ClusterStats:
         """Replica-seconds, scaling, tiers and links, for a run that ended at ``sim_time_s``."""
@@ -540,7 +297,7 @@ class Cluster:
             return
         view = self.entry_view
         chosen = self.router.route(req, view)
-        replica = self._entry[chosen.index]
+        replica = self.entry_replicas[chosen.index]
         if self._expects:
             self.ledger.expect(req.request_id, view.cached_tokens(req, chosen.index))
         view.forget()
@@ -557,8 +314,10 @@ class Cluster:
             return "queue_full"
         if adm.max_estimated_wait_s is not None and replica.estimated_wait_s() > adm.max_estimated_wait_s:
             return "estimated_wait"
-        if adm.max_kv_usage is not None and replica.kv_usage >= adm.max_kv_usage:
-            return "kv_usage"
+        if adm.max_kv_usage is not None:
+            replica.sync()  # the pool as stepping would have left it by now
+            if replica.kv_usage >= adm.max_kv_usage:
+                return "kv_usage"
         return ""
 
     def _reject(self, req: Request, reason: str, replica_index: int) -> None:
@@ -627,7 +386,7 @@ class Cluster:
             self.env.process(self._deliver(req, delay))
             return
         # Shared links: the decode replica is chosen first, then its NIC carries the KV.
-        target = self._decoders[self.decode_router.route(req, self.decode_view).index]
+        target = self.decode_replicas[self.decode_router.route(req, self.decode_view).index]
         src, dst = source.links, target.links
         assert src is not None and dst is not None
         transfer = self.transfers.send(
@@ -647,142 +406,4 @@ class Cluster:
         yield self.env.timeout(delay)
         self._in_flight -= 1
         req.kv_transferred = True
-        self._decoders[self.decode_router.route(req, self.decode_view).index].submit(req)
-
-
-class Fleet:
-    """Which replicas are provisioned and take requests, and the autoscalers that decide it.
-
-    States: ready (takes requests), starting (cold start, paid for), draining (finishes
-    its requests, takes no new ones), stopped (not provisioned). Replica-seconds run from
-    the start of a run (or a scale-up decision) to the stop (or the end of the run).
-    """
-
-    def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
-        n = len(cluster.replicas)
-        self.state = ["ready" if cluster.fleet_initially_active(i) else "stopped" for i in range(n)]
-        self.since = [0.0 if s == "ready" else -1.0 for s in self.state]
-        self.closed_seconds = [0.0] * n
-        self.num_scale_ups = 0
-        self.num_scale_downs = 0
-        self.peak = sum(s != "stopped" for s in self.state)
-        self.retired: list[EngineCounters] = []  # of engines a cold restart replaced: they still count
-        self.policies = {
-            g.index: ThresholdPolicy(g.config.autoscale)
-            for g in cluster.plan.groups
-            if g.config.autoscale is not None
-        }
-        self._members = {
-            g: [i for i, grp in enumerate(cluster.groups) if grp.index == g] for g in self.policies
-        }
-
-    def start(self) -> None:
-        for g in self.policies:
-            self.cluster.env.process(self._autoscale(g))
-
-    def _view_of(self, index: int) -> tuple[LiveClusterView, int]:
-        c = self.cluster
-        replica = c.replicas[index]
-        members = c._decoders if c.groups[index].role == "decode" else c._entry
-        view = c.decode_view if c.groups[index].role == "decode" else c.entry_view
-        return view, members.index(replica)
-
-    def _autoscale(self, group_index: int) -> Process:
-        c = self.cluster
-        policy = self.policies[group_index]
-        members = self._members[group_index]
-        while not c.done():
-            yield EarlyTimeout(c.env, policy.config.interval_s)
-            taking = [i for i in members if self.state[i] == "ready"]
-            starting = sum(self.state[i] == "starting" for i in members)
-            action = policy.decide(c.env.now, self._metric(policy, taking), len(taking), starting)
-            if action > 0:
-                # A draining replica is still warm: it takes requests again at once.
-                draining = [i for i in members if self.state[i] == "draining"]
-                if draining:
-                    self._undrain(min(draining))
-                else:
-                    self._scale_up(next(i for i in members if self.state[i] == "stopped"), policy)
-            elif action < 0:
-                self._scale_down(max(taking))
-
-    def _undrain(self, index: int) -> None:
-        c = self.cluster
-        self.state[index] = "ready"
-        self.num_scale_ups += 1
-        view, pos = self._view_of(index)
-        view.set_active(pos, True)
-        c.recorder.add_event(c.env.now, index, EventKind.REPLICA_READY, -1, 0, 0.0)
-
-    def _metric(self, policy: ThresholdPolicy, taking: list[int]) -> float:
-        if not taking:
-            return float("inf")
-        replicas = self.cluster.replicas
-        kind = policy.config.metric
-        if kind == "queue_length":
-            values = [float(replicas[i].num_waiting) for i in taking]
-        elif kind == "kv_usage":
-            values = [replicas[i].kv_usage for i in taking]
-        else:
-            values = [float(replicas[i].num_outstanding) for i in taking]
-        return sum(values) / len(values)
-
-    def _scale_up(self, index: int, policy: ThresholdPolicy) -> None:
-        c = self.cluster
-        self.state[index] = "starting"
-        self.since[index] = c.env.now
-        self.num_scale_ups += 1
-        self.peak = max(self.peak, sum(s != "stopped" for s in self.state))
-        c.recorder.add_event(c.env.now, index, EventKind.SCALE_UP, -1, 0, 0.0)
-        timer = EarlyTimeout(c.env, policy.config.cold_start_s)
-        timer.callbacks.append(lambda _ev: self._ready(index))
-
-    def _ready(self, index: int) -> None:
-        """A cold start is over: a fresh engine (empty caches) takes requests."""
-        c = self.cluster
-        replica = c.replicas[index]
-        self.retired.append(counters_of(replica.scheduler))
-        sched = c.build_scheduler(c.groups[index])
-        c.attach(replica, sched)
-        self.state[index] = "ready"
-        view, pos = self._view_of(index)
-        view.set_active(pos, True)
-        c.recorder.add_event(c.env.now, index, EventKind.REPLICA_READY, -1, 0, 0.0)
-
-    def _scale_down(self, index: int) -> None:
-        c = self.cluster
-        self.state[index] = "draining"
-        self.num_scale_downs += 1
-        view, pos = self._view_of(index)
-        view.set_active(pos, False)
-        c.recorder.add_event(c.env.now, index, EventKind.SCALE_DOWN, -1, 0, 0.0)
-        self.maybe_stop(index)
-
-    def maybe_stop(self, index: int) -> None:
-        """A draining replica with nothing left to do leaves (its caches are dropped)."""
-        c = self.cluster
-        replica = c.replicas[index]
-        if self.state[index] != "draining" or replica.num_outstanding or replica.scheduler.has_work():
-            return
-        self.state[index] = "stopped"
-        self.closed_seconds[index] += c.env.now - self.since[index]
-        self.since[index] = -1.0
-        pool = replica.scheduler.pool
-        if replica.kv_sink is not None and pool.cached:
-            replica.kv_sink(c.env.now, [(False, h) for h in pool.cached])
-        c.recorder.add_event(c.env.now, index, EventKind.REPLICA_STOPPED, -1, 0, 0.0)
-
-    def stats(self, end_s: float) -> ClusterStats:
-        groups = self.cluster.groups
-        seconds = [
-            closed + (max(end_s - since, 0.0) if since >= 0 else 0.0)
-            for closed, since in zip(self.closed_seconds, self.since, strict=True)
-        ]
-        return ClusterStats(
-            replica_seconds=float(sum(seconds)),
-            gpu_seconds=float(sum(s * g.tp for s, g in zip(seconds, groups, strict=True))),
-            num_scale_ups=self.num_scale_ups,
-            num_scale_downs=self.num_scale_downs,
-            replicas_peak=self.peak,
-        )
+        self.decode_replicas[self.decode_router.route(req, self.decode_view).index].submit(req)

@@ -8,26 +8,25 @@ from the scenario's seed, so the same scenario gives the same Result bit for bit
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from kvsim.core.request_state import Request, Status
-from kvsim.engine.cluster import Cluster, CostModelSource, ProgressFn, RunStopped, RunWatch, cyclic_gc_paused
-from kvsim.engine.ledger import RequestLedger
+from kvsim.analysis.side_channel import side_channel_summary
+from kvsim.engine.cluster import Cluster, ProgressFn, RunStopped, RunWatch, cyclic_gc_paused
+from kvsim.engine.replica_engine import ReplicaEngine
 from kvsim.engine.routers import Router
-from kvsim.engine.sources import BenchClientSource, RequestSource
-from kvsim.estimate import check_work, estimate_work
-from kvsim.plan import resolve_plan
+from kvsim.engine.sources import BenchClientSource
+from kvsim.engine.wiring import CostModelSource
 from kvsim.request import RequestSpec
-from kvsim.result import REQUEST_COLUMNS, Result, summarize
+from kvsim.results.requests import requests_frame
+from kvsim.results.result import Result, summarize
+from kvsim.scenario.estimate import check_work, estimate_work
 from kvsim.scenario.loading import load_scenario
+from kvsim.scenario.resolved import resolve_plan
 from kvsim.scenario.schema import Scenario
-from kvsim.side_channel import side_channel_summary
 from kvsim.workload import Workload, generate_workload
 
 __all__ = ["ProgressFn", "RunStopped", "RunWatch", "run", "scenario_workload"]
@@ -53,6 +52,7 @@ def run(
     cost_model: CostModelSource | None = None,
     force: bool = False,
     watch: RunWatch | None = None,
+    engine: type[ReplicaEngine] = ReplicaEngine,
 ) -> Result:
     """Simulate a scenario and return its `Result`.
 
@@ -62,11 +62,13 @@ def run(
     the scenario file's folder. ``router`` replaces the scenario's router with your own
     (any object with ``route(req, view)``, see `kvsim.engine.routers`); ``cost_model``
     replaces every replica's cost model with an instance, or with a function of the
-    replica group's `kvsim.plan.GroupPlan` returning one. Unless ``force``, a run whose
+    replica group's `kvsim.scenario.resolved.GroupPlan` returning one. Unless ``force``, a run whose
     estimated size exceeds ``sim.max_requests`` or ``sim.max_memory_gib`` is refused
-    (`kvsim.estimate`) before anything is built. ``watch`` looks at the run as it goes and
+    (`kvsim.scenario.estimate`) before anything is built. ``watch`` looks at the run as it goes and
     may end it early: then `kvsim.engine.cluster.RunStopped` is raised instead of a Result
-    (`kvsim.overload.DivergenceWatch`, used by `kvsim.planner`).
+    (`kvsim.results.overload.DivergenceWatch`, used by `kvsim.planning.planner`). ``engine`` is the
+    class each replica's engine is built from (`kvsim.engine.replica_engine.ReplicaEngine`,
+    or a subclass: the tests' step-by-step oracle is one).
     """
     source = _source_name(scenario)
     if isinstance(scenario, str | Path) and base_dir is None:
@@ -81,15 +83,7 @@ def run(
         )
         check_work(estimate, plan, source)
     with cyclic_gc_paused():  # from the first request built to the last table row
-        sender: RequestSource | None = None
-        if requests is None:
-            workload = scenario_workload(scenario, base_dir=base_dir)
-            specs, workload_summary = workload.requests, workload.info.summary()
-            if workload.client is not None:  # a benchmark client sends them, closed loop
-                sender = BenchClientSource(specs, workload.client)
-        else:
-            specs = list(requests)
-            workload_summary = {"workload_kind": "custom", "workload_num_requests": len(specs)}
+        specs, workload_summary, sender = _requests(scenario, requests, base_dir)
         cluster = Cluster(
             plan,
             specs,
@@ -99,11 +93,26 @@ def run(
             progress=progress,
             source=sender,
             watch=watch,
+            engine=engine,
         )
-        if isinstance(sender, BenchClientSource):
+        if sender is not None:
             cluster.ledger.mark_warmup(sender.client.unmeasured)
         cluster.run()
         return _result(cluster, workload_summary, specs, release_requests=True)
+
+
+def _requests(
+    scenario: Scenario, requests: Sequence[RequestSpec] | None, base_dir: Path | None
+) -> tuple[list[RequestSpec], dict[str, Any], BenchClientSource | None]:
+    """The run's requests (the workload's, or ``requests``), the workload's summary, and
+    the benchmark client that sends them closed-loop, if the workload has one."""
+    if requests is not None:
+        specs = list(requests)
+        return specs, {"workload_kind": "custom", "workload_num_requests": len(specs)}, None
+    workload = scenario_workload(scenario, base_dir=base_dir)
+    specs = list(workload.requests)
+    sender = BenchClientSource(specs, workload.client) if workload.client is not None else None
+    return specs, dict(workload.info.summary()), sender
 
 
 def _source_name(scenario: Scenario | str | Path | Mapping[str, Any] | None) -> str:
@@ -154,70 +163,3 @@ def _result(
             side_channel_summary(req_df, specs, attacker=side_channel.attacker, victim=side_channel.victim)
         )
     return Result(scenario=scenario, requests=req_df, iterations=it_df, events=ev_df, summary=summary)
-
-
-def requests_frame(
-    reqs: list[Request], names: list[str], ledger: RequestLedger | None = None
-) -> pd.DataFrame:
-    """The request table (`kvsim.result.REQUEST_COLUMNS`), ordered by request id.
-
-    ``ledger`` holds the cluster layer's columns for ``reqs`` in the same order (None: a
-    table without rejections, router expectations, tiers or transfers).
-    """
-    if ledger is None:
-        ledger = RequestLedger({r.request_id: r for r in reqs})
-
-    def col(attr: str, dtype: Any) -> np.ndarray:
-        return np.asarray([getattr(r, attr) for r in reqs], dtype=dtype)
-
-    arrival = col("arrival_s", np.float64)
-    first_sched = col("first_scheduled_s", np.float64)
-    first_tok = col("first_token_s", np.float64)
-    finish = col("finish_s", np.float64)
-    out_tokens = col("num_output_tokens", np.int64)
-    finished = np.asarray([r.status is Status.FINISHED for r in reqs], dtype=bool)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(out_tokens > 1, (finish - first_tok) / np.maximum(out_tokens - 1, 1), math.nan)
-    tpot = np.where(finished, tpot, math.nan)
-    replica_names = np.asarray([*names, ""], dtype=object)
-    df = pd.DataFrame(
-        {
-            "request_id": col("request_id", np.int64),
-            "replica_id": replica_names[col("replica", np.int64)],
-            "prefill_replica_id": replica_names[col("prefill_replica", np.int64)],
-            "tenant": pd.Series([r.spec.tenant for r in reqs], dtype=object),
-            "priority": col("priority", np.int64),
-            "arrival_s": arrival,
-            "first_scheduled_s": first_sched,
-            "first_token_s": first_tok,
-            "finish_s": finish,
-            "queueing_s": first_sched - arrival,
-            "ttft_s": first_tok - arrival,
-            "tpot_s": tpot,
-            "max_itl_s": col("max_itl_s", np.float64),
-            "e2e_s": np.where(finished, finish - arrival, math.nan),
-            "prompt_tokens": col("prompt_tokens", np.int64),
-            "output_tokens": out_tokens,
-            "prefix_cache_hits_tokens": col("prefix_cache_hits_tokens", np.int64),
-            "recompute_hits_tokens": col("recompute_hits_tokens", np.int64),
-            "offload_hits_tokens": col("offload_hits_tokens", np.int64),
-            "evicted_miss_tokens": col("evicted_miss_tokens", np.int64),
-            "num_preemptions": col("num_preemptions", np.int64),
-            "num_swaps": col("num_swaps", np.int64),
-            "finished": finished,
-            "rejected": np.asarray([r.status is Status.REJECTED for r in reqs], dtype=bool),
-            "reject_reason": pd.Series(ledger.reject_reason, dtype=object),
-            "router_expected_hits_tokens": ledger.expected_hits_tokens,
-            "dram_hits_tokens": ledger.tier_hits_tokens["dram"],
-            "nvme_hits_tokens": ledger.tier_hits_tokens["nvme"],
-            "shared_pool_hits_tokens": ledger.tier_hits_tokens["shared_pool"],
-            "kv_transfer_s": ledger.kv_transfer_s,
-            "kv_transfer_queueing_s": ledger.kv_transfer_queueing_s,
-            "warmup": ledger.warmup,
-            "client_queue_s": ledger.client_queue_s,
-        }
-    )
-    if not df["request_id"].is_monotonic_increasing:
-        df = df.sort_values("request_id", kind="stable", ignore_index=True)
-    assert list(df.columns) == list(REQUEST_COLUMNS)
-    return df

@@ -80,7 +80,7 @@ class ConversationSource:
         out: list[Release] = []
         for child in self._children.pop(req.request_id, ()):
             if req.status is Status.FINISHED:
-                out.append(Release(child, req.finish_s + child.think_time_s))
+                out.append(Release(child, req.metrics.finish_s + child.think_time_s))
             elif req.status is Status.REJECTED:
                 # The conversation ends here: its next turns are never sent.
                 out.append(Release(child, dropped="parent_rejected"))
@@ -129,7 +129,7 @@ class BenchClientSource:
         phase = self._phases[self._current]
         phase.num_done += 1
         # A finished request frees its slot at the exact end of its last iteration.
-        t = req.finish_s if req.status is Status.FINISHED else now
+        t = req.metrics.finish_s if req.status is Status.FINISHED else now
         if phase.num_done == len(phase.ids):
             if self._current + 1 == len(self._phases):
                 return []

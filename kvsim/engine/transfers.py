@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import simpy
 
-from kvsim.kv.links import FairShareNetwork
+from kvsim.kv.links import FairShareNetwork, transfer_time_s
 
 
 @dataclass(slots=True)
@@ -45,7 +45,7 @@ class TransferService:
         # at the computed instant, which SimPy reached by adding a delay).
         now = max(env.now, self.network.now)
         event = env.event()
-        alone = latency_s + num_bytes / self.network.path_bandwidth(path)
+        alone = transfer_time_s(num_bytes, self.network.path_bandwidth(path), latency_s)
         transfer = Transfer(event, now, latency_s, alone)
         if num_bytes <= 0:
             self._arrive(transfer)

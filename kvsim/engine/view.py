@@ -133,6 +133,7 @@ class LiveReplicaView:
 
     @property
     def kv_usage(self) -> float:
+        self._replica.sync()  # a pool mid-run first catches up with the iterations already started
         return self._replica.kv_usage
 
     def cached_prefix_tokens(self, req: Request) -> int:
@@ -260,7 +261,9 @@ class LiveClusterView(ClusterView):
             return last[2].get(position, 0)
         index = self.kv_index
         if index is None:
-            return self._live[position].cached_prefix_tokens(req)
+            replica = self._live[position]
+            replica.sync()  # the pool as stepping would have left it by now
+            return replica.cached_prefix_tokens(req)
         index.catch_up(self.now())
         self._sync_holders([position])
         return index.depth_tokens(req, self.block_size, position)

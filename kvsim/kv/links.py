@@ -29,6 +29,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 
+def transfer_time_s(num_bytes: float, bandwidth_bytes_per_s: float, latency_s: float = 0.0) -> float:
+    """The one price of a transfer that has its link to itself: latency plus bytes over
+    bandwidth (a dedicated link, a tier's link, a shared path's bottleneck when alone)."""
+    return latency_s + num_bytes / bandwidth_bytes_per_s
+
+
 class KvLink(Protocol):
     """Prices one KV transfer."""
 
@@ -51,7 +57,7 @@ class DedicatedLink:
         self.latency_s = latency_s
 
     def transfer_time_s(self, num_bytes: float) -> float:
-        return self.latency_s + num_bytes / self.bandwidth_bytes_per_s
+        return transfer_time_s(num_bytes, self.bandwidth_bytes_per_s, self.latency_s)
 
 
 @dataclass(slots=True)

@@ -14,11 +14,11 @@ the scrapes on both sides (`series_figures`). The targets are issue 23's: p50s a
 throughput within 10%, p99s within 20%, the KV-usage series within 5 points on average.
 
 The simulation's state at a scrape's instant is that of the iteration running then
-(`kvsim.result.ITERATION_COLUMNS`: running = batch_size, num_waiting, kv_usage); between
+(`kvsim.results.result.ITERATION_COLUMNS`: running = batch_size, num_waiting, kv_usage); between
 iterations the engine is idle (nothing running, nothing held). ITL percentiles pool every
 gap between two chunks a request received (vLLM's ``bench serve``): from the token times
 of an observation, from the iterations a request's tokens came out of in a simulation
-(`kvsim.bench_report.token_steps`).
+(`kvsim.results.bench_report.token_steps`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kvsim.bench_report import token_steps
-from kvsim.result import Result
+from kvsim.results.bench_report import token_steps
+from kvsim.results.result import Result
 
 #: (summary key, label, kind, target): kind "rel" is a relative error, "points" a difference
 #: of shares in percentage points; target None: shown, not judged.

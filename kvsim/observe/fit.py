@@ -62,16 +62,16 @@ import pandas as pd
 
 import kvsim
 from kvsim.cost.base import CostModel
-from kvsim.cost.config import CostModelConfig, KernelCostConfig, ProfileCostConfig, RooflineCostConfig
-from kvsim.cost.factory import build_cost_model, kernels_config_from_profile, roofline_config_from_profile
+from kvsim.cost.config import KernelCostConfig, ProfileCostConfig, RooflineCostConfig
+from kvsim.cost.factory import group_cost_model, kernels_config_from_profile, roofline_config_from_profile
 from kvsim.cost.fit import Point, fit_roofline, levenberg_marquardt
 from kvsim.cost.profile import PROFILE_FORMAT, PROFILE_VERSION, load_profile, model_shape
 from kvsim.errors import KvsimError
-from kvsim.io import json_safe
 from kvsim.limits import MAX_STEP_TIME_S
 from kvsim.observe.compare import Comparison, compare_results, measured
-from kvsim.plan import GroupPlan, Plan, resolve_plan
-from kvsim.result import Result
+from kvsim.results.io import json_safe
+from kvsim.results.result import Result
+from kvsim.scenario.resolved import GroupPlan, Plan, resolve_plan
 from kvsim.scenario.schema import EngineConfig, Scenario
 
 #: The free terms of each kind.
@@ -144,23 +144,6 @@ def _one_server(scenario: Scenario) -> tuple[Plan, GroupPlan]:
             "replicas (set replicas.0.count=1)"
         )
     return plan, plan.groups[0]
-
-
-def build_for(config: CostModelConfig, plan: Plan, group: GroupPlan, base_dir: Path | None) -> CostModel:
-    """The cost model ``config`` makes for the server ``group`` describes (as the engine builds it)."""
-    return build_cost_model(
-        config,
-        model=plan.model_of(group),
-        gpu=group.gpu,
-        tp=group.tp,
-        kv_cache_dtype=group.engine.kv_cache_dtype,
-        base_dir=base_dir,
-        expert_parallel=group.config.expert_parallel,
-        speculative=group.engine.speculative_config,
-        draft_model=group.draft_model,
-        backend=group.engine.backend,
-        max_num_seqs=group.engine.max_num_seqs,
-    )
 
 
 def simulate(observed: Result, config: CostConfig, base_dir: Path | None = None) -> Result:
@@ -469,7 +452,7 @@ def fit_observed(
         ).config
     else:
         config = _fit_kernels(
-            points, base, lambda c: build_for(c, plan, group, base_dir), robust_scale, match_total
+            points, base, lambda c: group_cost_model(c, plan, group, base_dir), robust_scale, match_total
         )
     before = simulate(observed, base, base_dir)
     after = simulate(observed, config, base_dir)
@@ -482,7 +465,7 @@ def fit_observed(
         untimed_share=untimed_share(token_times(observed)),
         steps_read_share=len(_group_tokens(token_times(observed)))
         / float(observed.summary.get("num_iterations") or math.nan),
-        step_error=_median_error(points, build_for(config, plan, group, base_dir)),
+        step_error=_median_error(points, group_cost_model(config, plan, group, base_dir)),
         before=compare_results(observed, before),
         after=compare_results(observed, after),
         observed=observed,
@@ -507,7 +490,7 @@ def steps_priced(
     points = server_steps(observed, group.engine, group.tp)
     if len(points) < MIN_POINTS:
         return None
-    cost = build_for(group.config.cost_model, plan, group, base_dir)
+    cost = group_cost_model(group.config.cost_model, plan, group, base_dir)
     predicted = np.array([cost.step_time_s(p.batch()) for p in points])
     measured_s = np.array([p.time_s for p in points], dtype=float)
     prefill = np.array([p.has_prefill for p in points])

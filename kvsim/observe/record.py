@@ -1,7 +1,7 @@
 """An observation as a kvsim `Result`: the same tables and summary a simulation has.
 
     requests     one row per request of the workload, every column of
-                 `kvsim.result.REQUEST_COLUMNS`; what a client cannot see is marked missing:
+                 `kvsim.results.result.REQUEST_COLUMNS`; what a client cannot see is marked missing:
                  NaN (first_scheduled_s, queueing_s, kv_transfer_*) or <NA> in nullable
                  integer columns (recompute_hits_tokens, offload_hits_tokens,
                  evicted_miss_tokens, num_preemptions, num_swaps, the tier hits);
@@ -14,7 +14,7 @@
                  scrape, so that time-weighted means hold. Plus `OBSERVED_ITERATION_COLUMNS`.
     events       one preempt_recompute row per preemption the server counted between two
                  scrapes (request -1: the counter does not say whose)
-    summary      `kvsim.result.summarize` over these tables, then the server's own counters
+    summary      `kvsim.results.result.summarize` over these tables, then the server's own counters
                  where it has them (prefix-cache queries and hits, preemptions, engine
                  steps, KV blocks), NaN for what nothing measured, and `observed_*` keys.
 
@@ -36,7 +36,7 @@ from kvsim.core.outcome import CacheStats
 from kvsim.observe.metrics import Sample, cache_geometry, counter_deltas, found_quantities
 from kvsim.observe.outcome import STATUSES, Record
 from kvsim.request import RequestSpec
-from kvsim.result import EVENT_COLUMNS, ITERATION_COLUMNS, REQUEST_COLUMNS, Result, summarize
+from kvsim.results.result import EVENT_COLUMNS, ITERATION_COLUMNS, REQUEST_COLUMNS, Result, summarize
 from kvsim.scenario.schema import Scenario
 
 #: The replica id of the observed server (one endpoint: a cluster behind it is one "replica").

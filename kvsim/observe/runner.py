@@ -49,7 +49,7 @@ from kvsim.observe.prompts import PromptBuilder
 from kvsim.observe.record import Collected, build_result
 from kvsim.paths import printable
 from kvsim.request import RequestSpec
-from kvsim.result import Result
+from kvsim.results.result import Result
 from kvsim.scenario.schema import Scenario
 
 #: Longest URL accepted, characters.
@@ -241,7 +241,7 @@ class _Run:
         req = Request(spec)
         rec = self.collected.records.get(spec.request_id)
         req.status = Status.REJECTED if failed else Status.FINISHED
-        req.finish_s = rec.finish_s if rec is not None and not failed else self.clock()
+        req.metrics.finish_s = rec.finish_s if rec is not None and not failed else self.clock()
         self.release(self.source.on_done(req, self.clock()))
 
     async def _run_one(self, rel: Release) -> None:
@@ -349,7 +349,7 @@ class _Run:
 
 def scenario_vocab(scenario: Scenario) -> int:
     """The vocabulary of the scenario's model (token ids are drawn below it)."""
-    from kvsim.plan import resolve_plan
+    from kvsim.scenario.resolved import resolve_plan
 
     plan = resolve_plan(scenario)
     return int(plan.model.vocab_size)

@@ -41,7 +41,7 @@ from types import TracebackType
 from typing import Any
 
 from kvsim.errors import KvsimError
-from kvsim.specs import ModelSpec
+from kvsim.model.specs import ModelSpec
 
 #: The module that starts vLLM's OpenAI server.
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"

@@ -17,15 +17,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvsim.backends import KNOB_NAMES
+from kvsim.backends.defaults import KNOB_NAMES
 from kvsim.cost.config import ProfileCostConfig
 from kvsim.cost.profile import check_profile_matches, load_profile
 from kvsim.errors import KvsimError
-from kvsim.kv_sizing import GIB, KvCapacity, engine_kv_capacity, weight_bytes
-from kvsim.memory_fit import max_model_len_problem, served_model
-from kvsim.presets import UnknownPresetError, resolve_gpu, resolve_model, tp_problem
+from kvsim.model.kv_sizing import GIB, KvCapacity, engine_kv_capacity, weight_bytes
+from kvsim.model.memory_fit import max_model_len_problem, served_model
+from kvsim.model.presets import UnknownPresetError, resolve_gpu, resolve_model, tp_problem
+from kvsim.model.specs import GpuSpec, ModelSpec
 from kvsim.scenario.schema import ReplicaGroup, Scenario
-from kvsim.specs import GpuSpec, ModelSpec
 
 Problems = list[tuple[str, str]]
 
@@ -333,7 +333,7 @@ def _group_fits(model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, where: str)
             )
         )
     elif engine.num_gpu_blocks_override is None and engine.backend == "vllm":
-        # vLLM refuses to start; SGLang and TensorRT-LLM cap the length (kvsim.plan.served_max_model_len)
+        # vLLM refuses to start; SGLang and TensorRT-LLM cap the length (kvsim.scenario.resolved.served_max_model_len)
         problems += _max_model_len_fits(model, gpu, group, cap, where)
     return problems
 

@@ -19,10 +19,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from kvsim.backends import DEFAULTED_KNOBS
+from kvsim.backends.defaults import DEFAULTED_KNOBS
 from kvsim.errors import ScenarioError, YamlError
-from kvsim.hf_config import resolve_model_paths
 from kvsim.limits import MAX_YAML_INT_DIGITS
+from kvsim.model.hf_config import resolve_model_paths
 from kvsim.paths import path_problem, printable
 from kvsim.scenario.checks import check_scenario
 from kvsim.scenario.schema import Scenario
@@ -208,7 +208,7 @@ def scenario_data(scenario: Scenario) -> dict[str, Any]:
     """A validated scenario as plain data to apply overrides to and validate again.
 
     Every field is written out, except the engine knobs that took their backend's default
-    (`kvsim.backends`): validating again derives them anew, so an override of the backend,
+    (`kvsim.backends.defaults`): validating again derives them anew, so an override of the backend,
     its version, the GPU or the TP degree changes them, while a knob the scenario set stays.
     """
     data: dict[str, Any] = scenario.model_dump(mode="json")

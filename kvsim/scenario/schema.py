@@ -27,11 +27,10 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from kvsim.backends import DEFAULTED_KNOBS, Backend, resolve_engine
+from kvsim.backends.defaults import DEFAULTED_KNOBS, Backend, resolve_engine
 from kvsim.cost.config import CostModelConfig, RooflineCostConfig, _CostHolder
 from kvsim.errors import KvsimError
 from kvsim.frozen import FrozenModel, Name
-from kvsim.hf_config import read_model_ref
 from kvsim.limits import (
     MAX_BANDWIDTH_BYTES_PER_S,
     MAX_GPU_MEMORY_BYTES,
@@ -43,18 +42,19 @@ from kvsim.limits import (
     MIN_BANDWIDTH_BYTES_PER_S,
     MIN_PERIOD_S,
 )
-from kvsim.memory_fit import served_model
-from kvsim.presets import resolve_gpu, resolve_model
+from kvsim.model.hf_config import read_model_ref
+from kvsim.model.memory_fit import served_model
+from kvsim.model.presets import resolve_gpu, resolve_model
+from kvsim.model.specs import GpuSpec, KvDtype, ModelSpec, WeightDtype
 from kvsim.registry import EVICTION_POLICIES, ROUTERS, SCHEDULING_POLICIES
-from kvsim.specs import GpuSpec, KvDtype, ModelSpec, WeightDtype
 from kvsim.workload.config import SyntheticWorkload, WorkloadConfig
 
 #: A model named by preset or Hugging Face id, given inline, or read from a config.json:
 #: ``{hf_config: PATH, name: ..., weight_dtype: ...}`` becomes a ModelSpec when validated.
 ModelRef = Annotated[str | ModelSpec, BeforeValidator(read_model_ref)]
 _MODEL_REF_HELP = (
-    "a preset name or Hugging Face id (kvsim.presets; e.g. llama-3.1-8b, Qwen/Qwen3-32B-FP8), an "
-    "inline model spec, or {hf_config: PATH} to read a Hugging Face config.json (kvsim.hf_config)"
+    "a preset name or Hugging Face id (kvsim.model.presets; e.g. llama-3.1-8b, Qwen/Qwen3-32B-FP8), an "
+    "inline model spec, or {hf_config: PATH} to read a Hugging Face config.json (kvsim.model.hf_config)"
 )
 
 #: Largest block size, tokens; most KV blocks of one pool; most host memory for swap or
@@ -144,7 +144,7 @@ class EngineConfig(FrozenModel):
     """Serving-engine knobs of one replica, with vLLM's names.
 
     A knob left unset takes the default of ``backend`` at ``backend_version`` on the group's
-    GPU and TP degree (`kvsim.backends`); a knob set always wins. The field defaults below are
+    GPU and TP degree (`kvsim.backends.defaults`); a knob set always wins. The field defaults below are
     kvsim's own, which vLLM without a backend_version keeps.
     """
 
@@ -662,12 +662,12 @@ class SimConfig(FrozenModel):
         gt=0,
         le=MAX_HOST_GIB,
         description="Refuse to start a run whose estimated memory (about 10 KiB per request and 128 "
-        "bytes per KV block, kvsim.estimate) exceeds this, GiB; kvsim run --force skips the check.",
+        "bytes per KV block, kvsim.scenario.estimate) exceeds this, GiB; kvsim run --force skips the check.",
     )
 
 
 class SideChannelAnalysis(FrozenModel):
-    """Measure the prefix-cache timing side channel as an attacker tenant would (kvsim.side_channel)."""
+    """Measure the prefix-cache timing side channel as an attacker tenant would (kvsim.analysis.side_channel)."""
 
     attacker: str = Field(default="attacker", min_length=1, description="Tenant that probes prefixes.")
     victim: str = Field(
@@ -732,7 +732,7 @@ class Scenario(FrozenModel):
     @model_validator(mode="after")
     def _resolve_engines(self) -> Scenario:
         """Every group's unset engine knobs at its backend's defaults for its GPU, TP degree and
-        (quantized) model (`kvsim.backends.resolve_engine`). Names that do not resolve are left
+        (quantized) model (`kvsim.backends.defaults.resolve_engine`). Names that do not resolve are left
         for `kvsim.scenario.checks` to report."""
         try:
             model: ModelSpec | None = resolve_model(self.model)

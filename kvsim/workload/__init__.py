@@ -3,6 +3,11 @@
 workload = generate_workload(scenario.workload, rng, base_dir=Path("scenarios"))
 workload.requests        # list[RequestSpec], sorted by arrival
 workload.info.summary()  # {"workload_num_requests": ..., "trace_num_dropped": ...}
+
+Each kind's generator is registered in `kvsim.registry.WORKLOAD_KINDS` with its config
+class: ``generate(cfg, rng, *, base_dir) -> list[RequestSpec]``. A new kind is one more
+(docs/engine.md, "Extending kvsim"); trace replays and benchmark clients also report what
+they dropped and bring their client, so `generate_workload` calls those two itself.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ import numpy as np
 from pydantic import BaseModel
 
 from kvsim.errors import KvsimError
+from kvsim.registry import WORKLOAD_KINDS
 from kvsim.request import RequestSpec
 from kvsim.workload.bench_serve import BenchClient, generate_bench_serve
 from kvsim.workload.config import (
+    BUILTIN_WORKLOAD_KINDS,
     BenchServeWorkload,
     EmpiricalLength,
     MixtureWorkload,
@@ -83,18 +90,34 @@ def generate_workload(
             seed = int(rng.integers(2**32))
         specs, client = generate_bench_serve(cfg, seed)
         return Workload(specs, WorkloadInfo(cfg.kind, len(specs), len(specs)), client)
-    if isinstance(cfg, SyntheticWorkload):
-        requests = generate_synthetic(cfg, rng, base_dir=base_dir)
-        report = None
-    elif isinstance(cfg, TraceWorkload):
+    report: TraceReport | None = None
+    if isinstance(cfg, TraceWorkload):
         requests, report = replay_trace(cfg, base_dir=base_dir)
-    elif isinstance(cfg, MixtureWorkload):
-        requests = generate_mixture(cfg, rng, base_dir=base_dir)
-        report = None
     else:
-        raise TypeError(f"unsupported workload kind {cfg.kind!r}")
+        requests = WORKLOAD_KINDS[cfg.kind](cfg, rng, base_dir=base_dir)
+        if cfg.kind not in BUILTIN_WORKLOAD_KINDS:  # a registered kind's requests, in any order
+            requests = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
     sessions = sum(1 for r in requests if r.parent_id is None)
     return Workload(requests, WorkloadInfo(cfg.kind, len(requests), sessions, report))
+
+
+def _trace_requests(
+    cfg: TraceWorkload, rng: np.random.Generator, *, base_dir: Path | None = None
+) -> list[RequestSpec]:
+    return replay_trace(cfg, base_dir=base_dir)[0]
+
+
+def _bench_serve_requests(
+    cfg: BenchServeWorkload, rng: np.random.Generator, *, base_dir: Path | None = None
+) -> list[RequestSpec]:
+    """The client's requests without the client (their arrival times are placeholders)."""
+    return generate_bench_serve(cfg, int(rng.integers(2**32)))[0]
+
+
+WORKLOAD_KINDS.register("synthetic", config=SyntheticWorkload)(generate_synthetic)
+WORKLOAD_KINDS.register("trace", config=TraceWorkload)(_trace_requests)
+WORKLOAD_KINDS.register("mixture", config=MixtureWorkload)(generate_mixture)
+WORKLOAD_KINDS.register("bench_serve", config=BenchServeWorkload)(_bench_serve_requests)
 
 
 def generate_requests(

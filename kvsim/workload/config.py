@@ -2,7 +2,8 @@
 
 Every choice is a tagged union on ``kind``:
 
-    workload        synthetic | trace | mixture | bench_serve
+    workload        synthetic | trace | mixture | bench_serve | a kind registered in
+                    kvsim.registry.WORKLOAD_KINDS
     arrival         poisson | gamma | constant | onoff | ramp | diurnal
     *_tokens        fixed | uniform | lognormal | zipf | empirical
 
@@ -58,6 +59,7 @@ from kvsim.limits import (
     MIN_RATE_PER_S,
     MIN_TIME_SCALE,
 )
+from kvsim.registry import REGISTERED_TAG, WORKLOAD_KINDS, RegisteredKinds, kind_tag
 from kvsim.request import DEFAULT_RETENTION, Retention
 
 
@@ -787,11 +789,16 @@ class MixtureWorkload(FrozenModel):
     )
 
 
-# ``kind`` may be omitted: a workload without one is synthetic (as in the first schema).
+#: The built-in kinds (their generators are registered in `kvsim.workload`).
+BUILTIN_WORKLOAD_KINDS = ("synthetic", "trace", "mixture", "bench_serve")
+
+# ``kind`` may be omitted: a workload without one is synthetic (as in the first schema). Any
+# other kind registered in kvsim.registry.WORKLOAD_KINDS is read by its config class.
 WorkloadConfig = Annotated[
     Annotated[SyntheticWorkload, Tag("synthetic")]
     | Annotated[TraceWorkload, Tag("trace")]
     | Annotated[MixtureWorkload, Tag("mixture")]
-    | Annotated[BenchServeWorkload, Tag("bench_serve")],
-    Discriminator(_kind_or("synthetic")),
+    | Annotated[BenchServeWorkload, Tag("bench_serve")]
+    | Annotated[Any, RegisteredKinds(WORKLOAD_KINDS, BUILTIN_WORKLOAD_KINDS), Tag(REGISTERED_TAG)],
+    Discriminator(kind_tag(BUILTIN_WORKLOAD_KINDS, "synthetic")),
 ]

@@ -1,0 +1,229 @@
+"""The scheduler of one replica: the phases composed (`schedule`, `update`), its queues.
+
+`schedule` decides an iteration (`kvsim.core.scheduler.running`, then, if nobody was
+preempted, `kvsim.core.scheduler.admission`) and returns it with the events it caused;
+`update` (`kvsim.core.scheduler.update`) applies its outcome at the iteration's end and
+returns the requests that left.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from kvsim.core.allocators import PagedAllocator, make_allocator
+from kvsim.core.beam_search import BeamGroups
+from kvsim.core.block_pool import BlockPool
+from kvsim.core.cohort import DecodeCohort
+from kvsim.core.kv_manager import FullAttentionManager, make_kv_manager
+from kvsim.core.outcome import CacheStats, KvEvent, SchedulerOutput, SpecDecodeStats
+from kvsim.core.queues import RequestQueue
+from kvsim.core.request_state import Request, Status
+from kvsim.core.scheduler.admission import AdmissionPhase
+from kvsim.core.scheduler.base import NO_LIMIT, Step
+from kvsim.core.scheduler.running import RunningPhase
+from kvsim.core.scheduler.update import UpdatePhase
+from kvsim.core.speculative import Speculator
+from kvsim.cost.base import Batch
+from kvsim.kv.swap import SwapSpace
+from kvsim.registry import SCHEDULING_POLICIES
+from kvsim.scenario.schema import EngineConfig
+
+
+class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
+    """Waiting/running/swapped queues and the per-iteration scheduling decision."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        pool: BlockPool,
+        *,
+        sliding_window: int | None = None,
+        num_sink_tokens: int = 0,
+        kv_manager: FullAttentionManager | None = None,
+        num_swap_blocks: int = 0,
+        max_model_len: int | None = None,
+        role: str = "both",
+        seed: int = 0,
+    ) -> None:
+        self.pool = pool
+        self.kv = kv_manager or make_kv_manager(pool, config.block_size, sliding_window, num_sink_tokens)
+        self.queue: RequestQueue = SCHEDULING_POLICIES[config.scheduling_policy]()
+        self.allocator = make_allocator(config.kv_allocation, pool, config.block_size, max_model_len)
+        self.swap = SwapSpace(num_swap_blocks)
+        self.max_num_seqs = config.max_num_seqs
+        self.max_num_batched_tokens = config.max_num_batched_tokens
+        self.chunked_prefill = config.enable_chunked_prefill
+        self.long_prefill_threshold = config.long_prefill_token_threshold
+        self.kv_cache_enabled = config.enable_kv_cache
+        self.swap_mode = config.preemption_mode == "swap"
+        self.max_model_len = max_model_len
+        # Disaggregated serving: a prefill replica hands each request over after its first
+        # token; a decode replica admits them with their KV already computed.
+        self.hands_off = role == "prefill"
+        # Tokens whose KV the running requests hold (their computed tokens), kept exactly
+        # with O(1) work per iteration; shared prefix blocks count once per request.
+        self.num_tokens_stored = 0
+        self.running: list[Request] = []
+        self.swapped: deque[Request] = deque()
+        self.stats = CacheStats()
+        # Speculative decoding: drafts proposed after each sampled token, verified next step.
+        spec = config.speculative_config
+        self.speculator = (
+            None if spec is None else Speculator(spec.num_speculative_tokens, spec.acceptance(), seed)
+        )
+        self.spec_stats = SpecDecodeStats()
+        # Beam search: beams of a group share blocks and fork copy-on-write (kvsim.core.beam_search).
+        self.beams = BeamGroups(self.kv)
+        self.can_fork = (
+            type(self.kv) is FullAttentionManager
+            and type(self.allocator) is PagedAllocator
+            and self.kv_cache_enabled
+            and self.speculator is None
+        )
+        # Decoders advanced lazily (`kvsim.core.cohort`), once `enable_cohort` is called;
+        # `explicit` holds the running requests outside the cohort (order: `Request.run_seq`).
+        self.cohort: DecodeCohort | None = None
+        self.explicit: dict[Request, None] = {}
+        self._next_run_seq = 0
+
+    def enable_cohort(self) -> bool:
+        """Advance plain decoders lazily from now on, where this engine's decode hot path
+        applies (full attention, a KV cache, no speculation); returns whether it does.
+
+        With the cohort, iterations cost what changes in them, and running requests'
+        counters are exact only after `materialize` (the engine calls it when it stops);
+        `SchedulerOutput.tokens` then lists the requests outside the cohort.
+        """
+        applies = type(self.kv) is FullAttentionManager and self.kv_cache_enabled and self.speculator is None
+        if applies and not self.running and self.cohort is None:
+            self.cohort = DecodeCohort(
+                self.pool,
+                self.kv.block_size,
+                self.max_model_len or NO_LIMIT,
+                paged=type(self.allocator) is PagedAllocator,
+            )
+        return self.cohort is not None
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests waiting for admission, swapped-out ones included."""
+        return len(self.queue) + len(self.swapped)
+
+    def arrivals_wait_for_now(self) -> bool:
+        """Whether no request arriving now could be admitted by the next schedule unless
+        something else changes first: the batch is full, or the waiting queue keeps
+        arrivals behind a head the last schedule could not admit.
+
+        Meant for the start of a decode run (every running request decodes, nobody
+        admitted): until the run ends free blocks only shrink, so the head stays blocked."""
+        if len(self.running) >= self.max_num_seqs:
+            return True
+        return bool(len(self.queue)) and getattr(self.queue, "arrivals_queue_behind", False)
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.swapped or len(self.queue))
+
+    def add_request(self, req: Request) -> KvEvent | None:
+        """Queue a new request; returns its rejection (and marks it) if it can never run.
+
+        As in vLLM, a prompt of ``max_model_len`` tokens or more is refused, while a longer
+        requested output is accepted and cut at ``max_model_len`` (`update`).
+        """
+        limit = self.max_model_len
+        reserved = self.allocator.reserved_tokens(req)
+        needed_blocks = self.kv.max_blocks_needed(reserved if limit is None else min(reserved, limit))
+        # Without chunked prefill a prompt must fit one iteration's budget (vLLM refuses
+        # such configurations; kvsim rejects the requests that could never start).
+        too_long_prompt = not self.chunked_prefill and req.prompt_tokens > self.max_num_batched_tokens
+        reason = (
+            "max_model_len"
+            if limit is not None and req.prompt_tokens >= limit
+            else "kv_capacity"
+            if needed_blocks > self.pool.num_blocks
+            else "prompt_budget"
+            if too_long_prompt
+            else ""
+        )
+        if reason:
+            return self._reject(req, needed_blocks, reason)
+        req.status = Status.WAITING
+        self.queue.push(req)
+        if req.spec.beam_group is not None:
+            if self.can_fork:
+                self.beams.add(req)
+            elif req.spec.beam_index == 0:  # a KV manager that cannot fork: beams share nothing
+                self.beams.stats.num_forks_skipped += len(req.spec.beam_forks)
+        return None
+
+    def schedule(self, now: float) -> SchedulerOutput:
+        """Decide the next iteration: which requests compute how many tokens."""
+        # The cap on one request's prefill chunk stops a long prompt from starving others;
+        # with nobody else running or waiting there is nobody to starve (vLLM 0.32).
+        alone = len(self.running) + self.num_waiting <= 1
+        step = Step(self.max_num_batched_tokens, 0 if alone else self.long_prefill_threshold)
+        self.pool.set_time(now)  # retention priorities expire by it
+        evicted_before = self.pool.num_evicted
+        if self.cohort is None or not self._schedule_cohort(step):
+            self._schedule_running(step)
+            if self.cohort is not None and not self.beams:
+                self._join_cohort(step)
+        if not step.num_preempted:
+            self._resume_swapped(step)
+            self._admit_waiting(step, now)
+            if not step.scheduled and not self.running and not self.swapped and len(self.queue):
+                self._reject_unschedulable(step, now)
+        return self._make_output(step, self.pool.num_evicted - evicted_before)
+
+    def _make_output(self, step: Step, num_evicted: int) -> SchedulerOutput:
+        """Classify what was scheduled; the hot path's decodes (marked 0) are counted already."""
+        kv = self.kv
+        scheduled = step.scheduled
+        num_decode, decode_ctx = step.num_fast_decodes, step.fast_decode_ctx
+        chunks: list[tuple[int, int]] = []
+        verifies: list[tuple[int, int]] = []  # speculative decoding: 1 + drafts after the context
+        if num_decode - step.num_lazy != len(scheduled):  # classify what the hot path did not
+            kv_cache = self.kv_cache_enabled
+            for req, n in scheduled.items():
+                if n == 0:
+                    continue
+                c = req.num_computed_tokens
+                decoding = req.num_output_tokens and c == req.num_tokens - 1 and kv_cache
+                if n == 1 and decoding:
+                    num_decode += 1
+                    decode_ctx += kv.attended_tokens(c + 1)
+                elif decoding:
+                    verifies.append((n, kv.attended_tokens(c)))
+                elif not kv_cache:
+                    chunks.append((c + n, 0))  # no KV cache: every step recomputes the sequence
+                else:
+                    chunks.append((n, kv.attended_tokens(c)))
+        batch = Batch(
+            prefill_chunks=chunks + verifies,
+            num_decode_seqs=num_decode,
+            decode_context_tokens=decode_ctx,
+            num_verify_chunks=len(verifies),
+        )
+        return SchedulerOutput(
+            tokens=scheduled,
+            batch=batch,
+            events=step.events,
+            rejected=step.rejected,
+            num_evicted=num_evicted,
+            num_prefill_seqs=len(chunks),
+            prefill_tokens=sum(q for q, _ in chunks),
+            decode_tokens=num_decode + sum(q for q, _ in verifies),
+            num_preempted=step.num_preempted,
+            num_scheduled_tokens=self.max_num_batched_tokens - step.budget,
+            num_lazy_decodes=step.num_lazy,
+            offload_load_blocks=step.loaded_blocks,
+            swap_out_blocks=step.swap_out_blocks,
+            swap_in_blocks=step.swap_in_blocks,
+            all_running_decode=(
+                not chunks
+                and not verifies
+                and not step.num_preempted
+                and not step.swap_in_blocks
+                and not step.loaded_blocks
+                and num_decode == len(self.running)
+            ),
+        )

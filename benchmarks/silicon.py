@@ -23,9 +23,11 @@ signed error as the bias) per (model, GPU, backend), for the rows constants were
 (h200_sxm) and the held-out rest apart, beside NVIDIA's estimator on the same rows when its
 predictions are there (``--peer``, default benchmarks/results/aiconfigurator_silicon.json.gz).
 
-Rows kvsim does not model are "unsupported", with the reason: disaggregated serving and
-mixture-of-experts / MLA models (issue 22: the kernels cost model prices dense models),
-pipeline or attention-data parallelism.
+Rows kvsim does not model are "unsupported", with the reason: disaggregated serving,
+pipeline, attention-data or expert parallelism (issue 22), and what the kernels cost model
+refuses by name (an MoE shape or precision its ``moe`` table lacks, MLA outside vLLM's
+module tables). A mixture-of-experts row runs at its checkpoint's own precision when the
+row's moe_quant_mode names it (`moe_quantization`).
 """
 
 from __future__ import annotations
@@ -139,6 +141,22 @@ def _int(text: str | None) -> int | None:
     return int(value) if value is not None else None
 
 
+def moe_quantization(model: Any, row: dict[str, str]) -> str | None:
+    """engine.quantization for a mixture-of-experts row: None (the checkpoint as published,
+    the preset or its Hugging Face alias) when the row's moe_quant_mode names the
+    checkpoint's own expert precision; aiconfigurator labels gpt-oss's MXFP4 experts
+    "nvfp4" and block-scaled fp8 checkpoints "fp8". Otherwise the row's precision, as for
+    a dense row."""
+    native = model.expert_weight_dtype or model.weight_dtype
+    label = QUANTIZATION.get(row.get("moe_quant_mode") or row.get("gemm_quant_mode") or "")
+    same = (
+        label in (None, native)
+        or {label, native} <= {"fp8", "fp8_block"}
+        or (label == "nvfp4" and native == "mxfp4")
+    )
+    return None if same else QUANTIZATION.get(row.get("gemm_quant_mode") or "")
+
+
 def scenario_for(
     row: dict[str, str], harness: dict[str, str] | None, extra: dict[str, Any]
 ) -> dict[str, Any]:
@@ -157,13 +175,17 @@ def scenario_for(
         gpu = resolve_gpu(row["system"])
     except Exception as exc:  # an unknown name: a preset kvsim does not have
         raise ValueError(f"unsupported: {exc}") from None
-    if model.is_moe or model.is_mla:
-        raise ValueError(
-            "unsupported: mixture of experts / MLA (the kernels cost model prices dense models; issue 22)"
-        )
     quant = row.get("gemm_quant_mode") or ""
     if quant not in QUANTIZATION:
         raise ValueError(f"unsupported: weight precision {quant!r}")
+    quantization = QUANTIZATION[quant]
+    if model.is_moe:
+        tp_row = _int(row.get("tp_size")) or 1
+        if (_int(row.get("moe_ep_size")) or 1) > 1:
+            raise ValueError("unsupported: expert parallelism (moe_ep_size > 1; issue 22 item 2)")
+        if (_int(row.get("moe_tp_size")) or tp_row) != tp_row:
+            raise ValueError("unsupported: moe_tp_size differs from tp_size (issue 22 item 2)")
+        quantization = moe_quantization(model, row)
     precision = row.get("precision") or ""
     concurrency = _int((harness or {}).get("concurrency")) or _int(row.get("batch_size"))
     isl, osl, tp = _int(row.get("isl")), _int(row.get("osl")), _int(row.get("tp_size")) or 1
@@ -175,7 +197,7 @@ def scenario_for(
     num_warmups = _int(h.get("num_warmups")) or 0
     engine: dict[str, Any] = {
         "backend": row["backend"],
-        "quantization": QUANTIZATION[quant],
+        "quantization": quantization,
         "kv_cache_dtype": KV_DTYPE.get(precision, "auto"),
     }
     version = row.get("backend_version") or None

@@ -19,7 +19,7 @@ from pandas.testing import assert_frame_equal
 import kvsim
 from kvsim.cost.base import Batch
 from kvsim.cost.config import KernelCostConfig
-from kvsim.cost.kernels import KernelCostModel, graph_padded
+from kvsim.cost.kernels import KernelCostModel, graph_padded, moe_curve
 from kvsim.cost.tables import Curve, Grid, package_tables_root, version_key
 from kvsim.errors import ProfileError
 from kvsim.model.presets import resolve_gpu
@@ -246,9 +246,6 @@ def test_what_cannot_be_priced_is_refused_by_name(tables: Path, tmp_path: Path) 
         KernelCostModel(TINY, gpu, _cfg(tables), kv_cache_dtype="fp8")
     with pytest.raises(ProfileError, match=r"version '9\.9' \(measured: 1\.0\.0\)"):
         KernelCostModel(TINY, gpu, _cfg(tables, version="9.9"))
-    moe = TINY.model_copy(update={"num_experts": 4, "num_experts_per_token": 2})
-    with pytest.raises(ProfileError, match="mixture of experts"):
-        KernelCostModel(moe, gpu, _cfg(tables))
 
 
 def _cfg(tables: Path, **kw: object) -> KernelCostConfig:
@@ -314,3 +311,291 @@ def test_nvidia_tables_price_llama_70b_fp8_on_h200_as_measured() -> None:
     assert km.warnings == []
     step = km.step_time_s(Batch(num_decode_seqs=8, decode_context_tokens=8 * 2000))
     assert 0.005 < step < 0.012
+
+
+# --------------------------------------------------------------------------- MoE and MLA (issue 22)
+
+# A 2-layer mixture of experts: layer 0 dense, layer 1 four experts of width 64, top-2
+# plus one shared expert. At tp 2 every GEMM lies on (or between) the toy grid.
+TINY_MOE = TINY.model_copy(
+    update={
+        "num_kv_heads": 2,
+        "intermediate_size": 64,
+        "num_experts": 4,
+        "num_experts_per_token": 2,
+        "num_shared_experts": 1,
+        "num_dense_layers": 1,
+    }
+)
+# DeepSeek-V3's MLA layer (the one the module tables measure), 4 heads, 2 layers, dense.
+TINY_MLA = TINY.model_copy(
+    update={
+        "hidden_size": 7168,
+        "num_kv_heads": 4,
+        "head_dim": 128,
+        "intermediate_size": 64,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+    }
+)
+
+
+def moe_ms(tokens: float, inter: float, moe_tp: float) -> float:
+    return 0.01 + 1e-6 * tokens * inter / moe_tp
+
+
+def mla_decode_ms(batch: float, step: float, heads: float) -> float:
+    return 0.02 + 1e-7 * batch * step * heads
+
+
+def mla_prefill_ms(batch: float, isl: float, heads: float) -> float:
+    return 0.03 + 1e-8 * batch * isl * isl * heads
+
+
+def write_moe_mla_tables(root: Path, backend: str = "vllm", module: bool = True) -> Path:
+    """The dense toy tables, GEMMs up to n, k = 7168, and ``moe`` and ``mla`` tables."""
+    write_tables(root, backend=backend)
+    folder = root / "toy_sxm" / "gemm" / backend / "1.0.0"
+    pd.DataFrame(
+        [
+            {
+                "kernel_source": "k",
+                "gemm_dtype": "bfloat16",
+                "m": m,
+                "n": n,
+                "k": k,
+                "latency": gemm_ms(m, n, k),
+            }
+            for m, n, k in itertools.product(M_GRID, [*N_GRID, 7168], [*K_GRID, 7168])
+        ]
+    ).to_parquet(folder / "gemm_perf.parquet")
+    moe_rows = []
+    for dtype, kernel, slower in (
+        ("bfloat16", "triton", 1.0),
+        ("bfloat16", "slow_kernel", 1.5),  # a second kernel, slower everywhere: never chosen
+        ("w4a16_mxfp4", "marlin", 0.5),
+    ):
+        for dist, skew in (("power_law_1.01", 1.0), ("balanced", 10.0)):  # power law is read
+            for tp, inter, m in itertools.product([1, 2], [64, 128, 256], M_GRID):
+                moe_rows.append(
+                    {
+                        "kernel_source": kernel,
+                        "moe_dtype": dtype,
+                        "num_tokens": m,
+                        "hidden_size": 64,
+                        "inter_size": inter,
+                        "topk": 2,
+                        "num_experts": 4,
+                        "moe_tp_size": tp,
+                        "moe_ep_size": 1,
+                        "distribution": dist,
+                        "latency": moe_ms(m, inter, tp) * slower * skew,
+                    }
+                )
+    moe_folder = root / "toy_sxm" / "moe" / backend / "1.0.0"
+    moe_folder.mkdir(parents=True)
+    pd.DataFrame(moe_rows).to_parquet(moe_folder / "moe_perf.parquet")
+    mla_folder = root / "toy_sxm" / "mla" / backend / "1.0.0"
+    mla_folder.mkdir(parents=True)
+    common = {"kernel_source": "FLASH_ATTN_MLA", "kv_cache_dtype": "bfloat16", "gemm_type": "bfloat16"}
+    if module:
+        pd.DataFrame(
+            [
+                {
+                    **common,
+                    "num_heads": h,
+                    "batch_size": b,
+                    "isl": 1,
+                    "step": s,
+                    "latency": mla_decode_ms(b, s, h),
+                }
+                for h, b, s in itertools.product([1, 2, 4], [1, 2, 4, 8], [1, 15, 63, 255])
+            ]
+        ).to_parquet(mla_folder / "mla_generation_module_perf.parquet")
+        pd.DataFrame(
+            [
+                {
+                    **common,
+                    "num_heads": h,
+                    "batch_size": b,
+                    "isl": n,
+                    "step": 0,
+                    "latency": mla_prefill_ms(b, n, h),
+                }
+                for h, b, n in itertools.product([1, 2, 4], [1, 2], [1, 16, 64, 256])
+            ]
+        ).to_parquet(mla_folder / "mla_context_module_perf.parquet")
+    else:  # a backend with only the granular MLA kernel table
+        pd.DataFrame(
+            [{**common, "num_heads": 2, "batch_size": 1, "isl": 1, "step": 1, "tp_size": 1, "latency": 0.1}]
+        ).to_parquet(mla_folder / "generation_mla_perf.parquet")
+    return root
+
+
+@pytest.fixture
+def moe_tables(tmp_path: Path) -> Path:
+    return write_moe_mla_tables(tmp_path / "moe_tables")
+
+
+def test_moe_experts_come_from_the_moe_table(moe_tables: Path) -> None:
+    km = KernelCostModel(TINY_MOE, resolve_gpu("h100-sxm"), _cfg(moe_tables), tp=2, max_num_seqs=8)
+    assert km._moe is not None
+    # The table's row for this layer: hidden 64, top-2 of 4, width 64 (whole), moe_tp 2;
+    # the power-law rows, the faster of two kernels.
+    for m in M_GRID:
+        assert km._moe(m) == pytest.approx(moe_ms(m, 64, 2) * 1e-3, rel=1e-12)
+    assert km._moe(40) == pytest.approx(moe_ms(40, 64, 2) * 1e-3, rel=1e-12)  # between 16 and 64
+    assert km._moe(512) == pytest.approx(moe_ms(256, 64, 2) * 1e-3 * 2, rel=1e-12)  # past the grid
+    # The dense layer at the active width (top-2 + 1 shared) x 64 / tp 2 = 96:
+    _qkv, _o, gate_up, down = km._gemms
+    assert gate_up(8) == pytest.approx(gemm_ms(8, 192, 64) * 1e-3, rel=1e-12)
+    assert down(8) == pytest.approx(gemm_ms(8, 64, 96) * 1e-3, rel=1e-12)
+    # The MoE layer: attention GEMMs, the router (4 experts: held at the grid's n = 16), the
+    # shared expert (gate/up n 2 x 32, down k 32).
+    _, _, router, shared_up, shared_down = km._moe_layer_gemms
+    assert router(8) == pytest.approx(gemm_ms(8, 16, 64) * 1e-3, rel=1e-12)
+    assert shared_up(8) == pytest.approx(gemm_ms(8, 64, 64) * 1e-3, rel=1e-12)
+    assert shared_down(8) == pytest.approx(gemm_ms(8, 64, 32) * 1e-3, rel=1e-12)
+    assert km.warnings == ["router GEMM: n=4 outside the measured 16..7168"]
+
+
+def test_moe_expert_widths_interpolate_and_scale_with_a_warning(moe_tables: Path) -> None:
+    frame = pd.read_parquet(moe_tables / "toy_sxm" / "moe" / "vllm" / "1.0.0" / "moe_perf.parquet")
+    warn: list[str] = []
+    args = {"hidden": 64, "topk": 2, "num_experts": 4, "moe_tp": 1, "moe_ep": 1, "what": "MoE", "warn": warn}
+    between = moe_curve(frame, "w4a16_mxfp4", inter=96, **args)  # type: ignore[arg-type]
+    assert between(16) == pytest.approx(moe_ms(16, 96, 1) * 0.5e-3, rel=1e-12)  # exact: linear in width
+    assert warn == []
+    wide = moe_curve(frame, "bfloat16", inter=512, **args)  # type: ignore[arg-type]
+    assert wide(16) == pytest.approx(moe_ms(16, 256, 1) * 1e-3 * 2, rel=1e-12)  # twice the widest
+    assert warn == ["MoE: expert width 512 outside the measured 64..256"]
+
+
+def test_a_moe_decode_step_by_hand(moe_tables: Path) -> None:
+    cfg = _cfg(
+        moe_tables, per_iteration_overhead_s=1e-4, per_layer_overhead_s=2e-6, elementwise_kernel_s=3e-6
+    )
+    km = KernelCostModel(TINY_MOE, resolve_gpu("h100-sxm"), cfg, tp=2, max_num_seqs=8)
+    b, ctx = 3, 3 * 40
+    m = 4  # padded to vLLM's graph of 4
+    hbm = km._hbm_rate
+    qkv_o = gemm_ms(m, 64, 64) + gemm_ms(m, 64, 32)  # 2 q heads + 2 x 1 KV head of 16; o
+    norms_rope_kv = 2 * 4 * 64 * 2 + 2 * 3 * 16 * 2 + 2 * 1 * 16 * (2 + 2)
+    allreduce = 2 * allreduce_ms(m * 64) * 1e-3
+    dense = (
+        (qkv_o + gemm_ms(m, 192, 64) + gemm_ms(m, 64, 96)) * 1e-3
+        + m * (norms_rope_kv + 3 * 96 * 2) / hbm  # SiLU x mul over the active width 96
+        + 5 * 3e-6
+        + allreduce
+        + 2e-6
+    )
+    moe = (
+        (qkv_o + gemm_ms(m, 16, 64) + gemm_ms(m, 64, 64) + gemm_ms(m, 64, 32) + moe_ms(m, 64, 2)) * 1e-3
+        + m * (norms_rope_kv + 3 * 32 * 2) / hbm  # the shared expert's SiLU x mul only
+        + 5 * 3e-6
+        + allreduce
+        + 2e-6
+    )
+    expected = dense + moe + gemm_ms(b, 128, 64) * 1e-3 + 2 * decode_ms(b, 39, 2) * 1e-3 + 1e-4
+    got = km.step_time_s(Batch(num_decode_seqs=b, decode_context_tokens=ctx))
+    assert got == pytest.approx(expected, rel=1e-12)
+    # Without the shared expert: no shared GEMMs, no SiLU kernel in the MoE layer.
+    bare = KernelCostModel(
+        TINY_MOE.model_copy(update={"num_shared_experts": 0}),
+        resolve_gpu("h100-sxm"),
+        cfg,
+        tp=2,
+        max_num_seqs=8,
+    )
+    dense_bare = dense - (gemm_ms(m, 192, 64) + gemm_ms(m, 64, 96)) * 1e-3 - m * 3 * 96 * 2 / hbm
+    dense_bare += (gemm_ms(m, 128, 64) + gemm_ms(m, 64, 64)) * 1e-3 + m * 3 * 64 * 2 / hbm  # width 2 x 32
+    moe_bare = moe - (gemm_ms(m, 64, 64) + gemm_ms(m, 64, 32)) * 1e-3 - m * 3 * 32 * 2 / hbm - 3e-6
+    got_bare = bare.step_time_s(Batch(num_decode_seqs=b, decode_context_tokens=ctx))
+    expected_bare = dense_bare + moe_bare + gemm_ms(b, 128, 64) * 1e-3 + 2 * decode_ms(b, 39, 2) * 1e-3 + 1e-4
+    assert got_bare == pytest.approx(expected_bare, rel=1e-12)
+
+
+def test_mxfp4_experts_read_their_own_rows(moe_tables: Path) -> None:
+    spec = TINY_MOE.model_copy(update={"expert_weight_dtype": "mxfp4"})
+    km = KernelCostModel(spec, resolve_gpu("h100-sxm"), _cfg(moe_tables), tp=2, max_num_seqs=8)
+    assert km._moe is not None
+    assert km._moe(64) == pytest.approx(moe_ms(64, 64, 2) * 0.5e-3, rel=1e-12)
+
+
+def test_an_mla_decode_step_by_hand(moe_tables: Path) -> None:
+    cfg = _cfg(
+        moe_tables, per_iteration_overhead_s=1e-4, per_layer_overhead_s=2e-6, elementwise_kernel_s=3e-6
+    )
+    km = KernelCostModel(TINY_MLA, resolve_gpu("h100-sxm"), cfg, tp=2, max_num_seqs=8)
+    b, ctx, m = 3, 3 * 40, 4
+    # The module (projections, RoPE, KV write, attention, o_proj) is the whole attention
+    # block: no QKV / O GEMMs; elementwise: the two add + RMSNorm and SiLU x mul (3 kernels).
+    layer = (
+        (gemm_ms(m, 64, 7168) + gemm_ms(m, 7168, 32)) * 1e-3
+        + m * (2 * 4 * 7168 * 2 + 3 * 32 * 2) / km._hbm_rate
+        + 3 * 3e-6
+        + 2 * allreduce_ms(m * 7168) * 1e-3
+        + 2e-6
+    )
+    attention = mla_decode_ms(b, 39, 2) * 1e-3  # 2 heads per GPU, between batch 2 and 4
+    expected = 2 * layer + gemm_ms(b, 128, 7168) * 1e-3 + 2 * attention + 1e-4
+    got = km.step_time_s(Batch(num_decode_seqs=b, decode_context_tokens=ctx))
+    assert got == pytest.approx(expected, rel=1e-12)
+    # A prefill chunk: its share of the whole prompt's module time beyond the launch.
+    assert km._prefill(64) == pytest.approx(mla_prefill_ms(1, 64, 2) * 1e-3, rel=1e-12)
+    share = (16 * 48 + 16 * 17 / 2) / (64 * 65 / 2)
+    floor = mla_prefill_ms(1, 1, 2) * 1e-3
+    assert km._chunk_extra_s(16, 48) == pytest.approx(
+        (mla_prefill_ms(1, 64, 2) * 1e-3 - floor) * share, rel=1e-12
+    )
+
+
+def test_moe_and_mla_that_cannot_be_priced_are_refused_by_name(
+    moe_tables: Path, tables: Path, tmp_path: Path
+) -> None:
+    gpu = resolve_gpu("h100-sxm")
+    cfg = _cfg(moe_tables)
+    with pytest.raises(ProfileError, match="no moe tables for toy_sxm / vllm"):
+        KernelCostModel(TINY_MOE, gpu, _cfg(tables), tp=2)
+    with pytest.raises(
+        ProfileError, match=r"no fp8 MoE was measured on this system \(measured: bfloat16, w4a16_mxfp4\)"
+    ):
+        KernelCostModel(TINY_MOE.model_copy(update={"expert_weight_dtype": "fp8"}), gpu, cfg, tp=2)
+    with pytest.raises(ProfileError, match="no bfloat16 MoE measured for hidden 64, top-4 of 4 experts"):
+        KernelCostModel(TINY_MOE.model_copy(update={"num_experts_per_token": 4}), gpu, cfg, tp=2)
+    with pytest.raises(
+        ProfileError, match=r"moe_tp 4 x moe_ep 1 not measured .*\(measured tp x ep: 1x1, 2x1\)"
+    ):
+        KernelCostModel(TINY_MOE.model_copy(update={"num_kv_heads": 4}), gpu, cfg, tp=4)
+    with pytest.raises(ProfileError, match=r"hidden_size 64 \(measured 7168\)"):
+        KernelCostModel(TINY.model_copy(update={"kv_lora_rank": 512, "qk_rope_head_dim": 64}), gpu, cfg, tp=2)
+    with pytest.raises(ProfileError, match=r"8 query heads per GPU not measured \(measured: 1, 2, 4\)"):
+        KernelCostModel(TINY_MLA.model_copy(update={"num_attention_heads": 16}), gpu, cfg, tp=2)
+    with pytest.raises(ProfileError, match=r"no MLA module measured with a fp8 KV cache"):
+        KernelCostModel(TINY_MLA, gpu, cfg, tp=2, kv_cache_dtype="fp8")
+    granular = write_moe_mla_tables(tmp_path / "granular", backend="sglang", module=False)
+    with pytest.raises(
+        ProfileError, match=r"MLA on sglang: .* granular mla / mla_bmm tables are not read yet"
+    ):
+        KernelCostModel(TINY_MLA, gpu, _cfg(granular), tp=2, backend="sglang")
+
+
+def test_fast_forward_equals_stepping_for_moe_and_mla(moe_tables: Path) -> None:
+    for spec in (TINY_MOE, TINY_MLA):
+        scenario = tiny_scenario(moe_tables) | {"model": spec.model_dump()}
+        fast = kvsim.run(scenario)
+        slow = kvsim.run({**scenario, "sim": {"fast_forward": False}})
+        assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+        assert_frame_equal(fast.iterations, slow.iterations, check_exact=True)
+        assert len(fast.iterations) > 300
+
+
+@needs_tables
+def test_nvidia_tables_price_frontier_moe_models_on_h200() -> None:
+    # gpt-oss-120b (MXFP4 experts, tp 1), DeepSeek-V3 (fp8 block, MLA module, tp 8), a
+    # decode step of 8 requests at 2,000 tokens: vLLM 0.24.0's moe / mla tables on h200_sxm.
+    for name, tp, low, high in (("gpt-oss-120b", 1, 0.004, 0.02), ("deepseek-v3", 8, 0.01, 0.05)):
+        model = kvsim.model.presets.resolve_model(name)
+        km = KernelCostModel(model, resolve_gpu("h200"), KernelCostConfig(), tp=tp)
+        step = km.step_time_s(Batch(num_decode_seqs=8, decode_context_tokens=8 * 2000))
+        assert low < step < high, (name, step)

@@ -63,8 +63,8 @@ def test_rows_kvsim_does_not_model_say_why_without_running() -> None:
         "pipeline": _row("p", pp_size="2"),
         "attention data": _row("a", attention_dp_size="4"),
         "Qwen3.5-397B-A17B": _row("m", model_path="Qwen/Qwen3.5-397B-A17B"),  # no preset
-        "mixture of experts": _row("q", model_path="deepseek-v2-lite"),
-        "MLA": _row("k", model_path="moonshotai/Kimi-K2.5"),  # a preset since issue 22, not yet priced
+        "expert parallelism": _row("e", model_path="openai/gpt-oss-120b", moe_ep_size="4"),
+        "moe_tp_size differs": _row("t", model_path="openai/gpt-oss-120b", tp_size="2", moe_tp_size="1"),
         "weight precision 'int2'": _row("w", gemm_quant_mode="int2"),
         "no concurrency": _row("c", batch_size=""),
     }
@@ -72,6 +72,22 @@ def test_rows_kvsim_does_not_model_say_why_without_running() -> None:
         with pytest.raises(ValueError, match=r"^unsupported: ") as info:
             silicon.scenario_for(row, None, {})
         assert why in str(info.value), (why, str(info.value))
+
+
+def test_moe_rows_run_at_their_checkpoints_precision() -> None:
+    """aiconfigurator labels gpt-oss's MXFP4 experts "nvfp4" (on an H200, which has no FP4
+    tensor cores) and block-scaled fp8 checkpoints "fp8": the preset's own precision is
+    served. A label naming another precision quantizes the whole model, as for dense rows."""
+    cases = [
+        ("openai/gpt-oss-120b", "nvfp4", None),
+        ("Qwen/Qwen3-235B-A22B-FP8", "fp8", None),
+        ("moonshotai/Kimi-K2.5", "int4_wo", None),
+        ("deepseek-ai/DeepSeek-R1", "nvfp4", "nvfp4"),
+    ]
+    for model_path, label, expected in cases:
+        row = _row("m", model_path=model_path, gemm_quant_mode=label, moe_quant_mode=label, tp_size="8")
+        engine = silicon.scenario_for(row, None, {})["replicas"][0]["engine"]
+        assert engine["quantization"] == expected, model_path
 
 
 def test_a_row_becomes_the_benchmark_as_it_was_run() -> None:

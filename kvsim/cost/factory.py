@@ -136,7 +136,10 @@ def _kernels(config: KernelCostConfig, r: Replica) -> CostModel:
 
 def _kernel_model(config: KernelCostConfig, r: Replica) -> CostModel:
     if r.expert_parallel:
-        raise ProfileError("cost_model kind kernels prices dense models; expert_parallel needs the roofline")
+        raise ProfileError(
+            "cost_model kind kernels prices experts split by tensor parallelism (moe_tp = tp); "
+            "expert_parallel needs the roofline (issue 22)"
+        )
     return KernelCostModel(
         r.model,
         r.gpu,

@@ -8,6 +8,15 @@ One engine iteration of a dense transformer on one tensor-parallel shard runs, p
     ─ gate/up GEMM (T x h -> 2 i/tp) ─ SiLU x mul ─ down GEMM (T x i/tp -> h) ─ all-reduce
 
 then the LM head (S x h -> vocab/tp, logits only for each sequence's last position).
+
+A mixture of experts (issue 22) replaces, in each MoE layer, the gate/up and down GEMMs
+by the router GEMM (T x h -> experts, 16 bits), its shared experts' GEMMs if any, and the
+routed experts' fused kernel at T tokens from the ``moe`` table (aiconfigurator-core
+0.12.0: per expert dtype, bf16 / fp8 / fp8_block / int4 weight-only / MXFP4 / NVFP4 where
+measured; `moe_curve`); its dense first layers are priced at the active width. An MLA
+model (DeepSeek-V3's layer) takes its whole attention block, projections included, from
+vLLM's ``mla`` module tables (`mla_module_grid`) in place of the QKV / O GEMMs and the
+attention tables.
 Each GEMM, attention call and all-reduce is priced from NVIDIA's measured tables for that
 GPU and engine (`kvsim.cost.tables`): the GEMM of the weight precision at m = T (m padded
 to the engine's CUDA-graph size when the step is captured), decode attention at (B, mean
@@ -51,6 +60,7 @@ from kvsim.cost.tables import (
     table_index,
 )
 from kvsim.errors import ProfileError
+from kvsim.model.moe import num_moe_layers
 from kvsim.model.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
 
 #: kvsim GPU presets -> aiconfigurator-core system names (the tables' folders).
@@ -81,6 +91,28 @@ GEMM_DTYPES: dict[str, str] = {
     "mxfp4": "mxfp4",
     "int4": "int4_wo",
 }
+#: Expert weight precision -> the ``moe`` table's moe_dtype (aiconfigurator-core 0.12.0,
+#: systems/data/<system>/moe/<backend>/<version>/moe_perf.parquet). MXFP4 experts are
+#: measured as weight-only (16-bit activations, gpt-oss's kernels on Hopper); nvfp4 only
+#: on Blackwell systems.
+MOE_DTYPES: dict[str, str] = {
+    "bf16": "bfloat16",
+    "fp16": "bfloat16",
+    "fp8": "fp8",
+    "fp8_block": "fp8_block",
+    "nvfp4": "nvfp4",
+    "mxfp4": "w4a16_mxfp4",
+    "int4": "int4_wo",
+}
+#: Expert routing the MoE tables were measured with that kvsim reads: aiconfigurator's
+#: default workload (``workload_distribution = "power_law"``, alpha 1.01), the tokens'
+#: experts drawn from a power law, so the busiest expert sets the kernel's time.
+MOE_DISTRIBUTION = "power_law_1.01"
+#: The one MLA layer the ``mla`` module tables measure (vLLM 0.24.0,
+#: mla_{context,generation}_module_perf.parquet, model deepseek-ai/DeepSeek-V3): hidden
+#: 7168, kv_lora_rank 512, qk_rope_head_dim 64, 128-wide nope/value heads (q_lora_rank 1536).
+MLA_MODULE_SHAPE = {"hidden_size": 7168, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "head_dim": 128}
+
 #: KV-cache dtype -> the tables' kv_cache_dtype ("auto" is the model's 16-bit dtype).
 KV_DTYPES: dict[str, str] = {"auto": "bfloat16", "bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
 
@@ -294,8 +326,102 @@ def attention_grid(
     return Grid(xs, ys, total)
 
 
+def moe_curve(
+    frame: pd.DataFrame,
+    dtype: str,
+    *,
+    hidden: int,
+    inter: int,
+    topk: int,
+    num_experts: int,
+    moe_tp: int,
+    moe_ep: int,
+    what: str,
+    warn: list[str],
+) -> Curve:
+    """Latency (s) of one MoE layer's routed experts as a function of the step's tokens.
+
+    The ``moe`` table (aiconfigurator-core 0.12.0) times the fused expert kernel (routing
+    permute, gate/up GEMM, activation, down GEMM, un-permute) of a whole model's layer,
+    keyed by hidden size, expert width (``inter_size``, before the moe_tp split), top-k,
+    expert count and the moe_tp x moe_ep layout. Hidden size, top-k, experts and layout
+    must be measured as they are: routing changes with them in ways no interpolation
+    knows. The expert width interpolates linearly between measured widths (and scales in
+    proportion past them, with a warning), as a GEMM's n does. Where several kernels were
+    measured for the dtype, each token count takes the fastest, as for the dense GEMMs;
+    routing follows `MOE_DISTRIBUTION` where measured, else the balanced rows.
+    """
+    rows = frame[frame["moe_dtype"] == dtype]
+    if rows.empty:
+        have = ", ".join(sorted(frame["moe_dtype"].astype(str).unique()))
+        raise ProfileError(f"no {dtype} MoE was measured on this system (measured: {have})")
+    key = (rows["hidden_size"] == hidden) & (rows["topk"] == topk) & (rows["num_experts"] == num_experts)
+    if not key.any():
+        shapes = rows.groupby(["hidden_size", "topk", "num_experts"]).size().index
+        have = "; ".join(f"hidden {h}, top-{k} of {e}" for h, k, e in shapes)
+        raise ProfileError(
+            f"{what}: no {dtype} MoE measured for hidden {hidden}, top-{topk} of {num_experts} experts "
+            f"(measured: {have})"
+        )
+    rows = rows[key]
+    layout = (rows["moe_tp_size"] == moe_tp) & (rows["moe_ep_size"] == moe_ep)
+    if not layout.any():
+        pairs = sorted(
+            {(int(t), int(e)) for t, e in zip(rows["moe_tp_size"], rows["moe_ep_size"], strict=True)}
+        )
+        raise ProfileError(
+            f"{what}: moe_tp {moe_tp} x moe_ep {moe_ep} not measured for this MoE "
+            f"(measured tp x ep: {', '.join(f'{t}x{e}' for t, e in pairs)})"
+        )
+    rows = rows[layout]
+    if "distribution" in rows.columns:
+        for choice in (MOE_DISTRIBUTION, "balanced"):
+            if (rows["distribution"] == choice).any():
+                rows = rows[rows["distribution"] == choice]
+                break
+    best = rows.groupby(["inter_size", "num_tokens"], sort=True)["latency"].min()
+    widths = sorted(float(v) for v in best.index.get_level_values("inter_size").unique())
+    if not widths[0] <= inter <= widths[-1]:
+        warn.append(f"{what}: expert width {inter} outside the measured {widths[0]:g}..{widths[-1]:g}")
+    parts = [(best.loc[int(w_key)], w) for w_key, w in _weights(float(inter), widths)]
+    m_grid = np.unique(np.concatenate([p.index.to_numpy(float) for p, _ in parts]))
+    ys = np.zeros(len(m_grid))
+    for measured, w in parts:
+        ys += Curve(measured.index.to_numpy(float), measured.to_numpy(float) * MS).at(m_grid) * w
+    return Curve(m_grid, ys)
+
+
+def mla_module_grid(
+    frame: pd.DataFrame, *, heads: int, kv_dtype: str, gemm_dtype: str, length_column: str, what: str
+) -> Grid:
+    """An MLA module's latency (s) over (batch size, length) at ``heads`` query heads per GPU.
+
+    vLLM's ``mla`` module tables (aiconfigurator-core 0.12.0, h200_sxm/mla/vllm/0.24.0/
+    mla_{context,generation}_module_perf.parquet) time DeepSeek-V3's whole attention block:
+    the q/kv down-projections, their norms, q_b, the absorbed k/v BMMs, RoPE, the KV-cache
+    write, the attention kernel and o_proj, with the projections in ``gemm_dtype``. Head
+    counts are measured at powers of two (DeepSeek's 128 split over tp 1..128): not
+    interpolated, a count not measured is refused by name.
+    """
+    rows = frame[(frame["kv_cache_dtype"] == kv_dtype) & (frame["gemm_type"] == gemm_dtype)]
+    if rows.empty:
+        have = sorted(
+            {(str(k), str(g)) for k, g in zip(frame["kv_cache_dtype"], frame["gemm_type"], strict=True)}
+        )
+        raise ProfileError(
+            f"{what}: no MLA module measured with a {kv_dtype} KV cache and {gemm_dtype} projections "
+            f"(measured KV cache / projections: {', '.join(f'{k}/{g}' for k, g in have)})"
+        )
+    if not (rows["num_heads"] == heads).any():
+        measured = ", ".join(str(int(h)) for h in sorted(rows["num_heads"].unique()))
+        raise ProfileError(f"{what}: {heads} query heads per GPU not measured (measured: {measured})")
+    rows = _pick_kernel(rows[rows["num_heads"] == heads])
+    pivot = rows.pivot_table(index="batch_size", columns=length_column, values="latency", aggfunc="median")
+    return Grid(pivot.index.to_numpy(float), pivot.columns.to_numpy(float), pivot.to_numpy(float) * MS)
+
+
 class KernelCostModel:
-    """Iteration time of a dense model from measured kernel tables (module docstring)."""
+    """Iteration time of a dense, MoE or MLA model from measured kernel tables (module docstring)."""
 
     def __init__(
         self,
@@ -311,11 +437,6 @@ class KernelCostModel:
     ) -> None:
         if tp < 1:
             raise ValueError('"tp" must be >= 1')
-        if model.is_moe or model.is_mla:
-            raise ProfileError(
-                f"cost_model kind kernels prices dense models; {model.name} is "
-                f"{'a mixture of experts' if model.is_moe else 'MLA'} (use the roofline)"
-            )
         self.model, self.gpu, self.config, self.tp = model, gpu, config, tp
         self.source = resolve_source(config, gpu, backend, base_dir)
         self.warnings: list[str] = []
@@ -336,12 +457,36 @@ class KernelCostModel:
 
         gemm = self.source.table("gemm", "gemm_perf")
         w = self.warnings
+        # A mixture of experts (`_moe_layer_gemms`, `_moe`): its dense first layers are
+        # priced at the active width, intermediate_size x (top-k + shared): DeepSeek-V3's
+        # and Kimi-K2.5's real 18,432 = 9 x 2,048 (ModelSpec has no field for it).
+        self._moe: Curve | None = None
+        self._moe_layer_gemms: list[Curve] = []
+        self._num_moe_layers = 0
+        mlp_inter = inter
+        if model.is_moe:
+            assert model.num_experts is not None and model.num_experts_per_token is not None
+            mlp_inter = inter * (model.num_experts_per_token + model.num_shared_experts)
+        # MLA: vLLM's module tables price the whole attention block (`mla_module_grid`),
+        # so its layers have no QKV / O GEMMs of their own.
+        self._mla = model.is_mla
+        if self._mla:
+            self._check_mla(model, tp)
+        attention_gemms = (
+            []
+            if self._mla
+            else [
+                gemm_curve(gemm, gemm_dtype, (q_heads + 2 * kv_heads) * hd, h, "QKV", w),
+                gemm_curve(gemm, gemm_dtype, h, q_heads * hd, "O", w),
+            ]
+        )
         self._gemms = [
-            gemm_curve(gemm, gemm_dtype, (q_heads + 2 * kv_heads) * hd, h, "QKV", w),
-            gemm_curve(gemm, gemm_dtype, h, q_heads * hd, "O", w),
-            gemm_curve(gemm, gemm_dtype, 2 * inter, h, "gate/up", w),
-            gemm_curve(gemm, gemm_dtype, h, inter, "down", w),
+            *attention_gemms,
+            gemm_curve(gemm, gemm_dtype, 2 * mlp_inter, h, "gate/up", w),
+            gemm_curve(gemm, gemm_dtype, h, mlp_inter, "down", w),
         ]
+        if model.is_moe:
+            self._init_moe(gemm, inter, attention_gemms)
         # Engines keep the LM head in 16 bits whatever the weights (aiconfigurator does too).
         self._lm_head = gemm_curve(gemm, "bfloat16", max(1, model.vocab_size // tp), h, "LM head", w)
 
@@ -352,8 +497,18 @@ class KernelCostModel:
                 length_column=length_column, what=what, warn=w,
             )  # fmt: skip
 
-        self._decode = attention("generation_attention_perf", "step", "decode attention")
-        prefill = attention("context_attention_perf", "isl", "prefill attention")
+        if self._mla:
+            self._decode = mla_module_grid(
+                self.source.table("mla", "mla_generation_module_perf"), heads=q_heads, kv_dtype=kv_dtype,
+                gemm_dtype=gemm_dtype, length_column="step", what="MLA decode module",
+            )  # fmt: skip
+            prefill = mla_module_grid(
+                self.source.table("mla", "mla_context_module_perf"), heads=q_heads, kv_dtype=kv_dtype,
+                gemm_dtype=gemm_dtype, length_column="isl", what="MLA prefill module",
+            )  # fmt: skip
+        else:
+            self._decode = attention("generation_attention_perf", "step", "decode attention")
+            prefill = attention("context_attention_perf", "isl", "prefill attention")
         isl = prefill.ys
         self._prefill = Curve(isl, prefill.at(1.0, isl))  # one sequence of each length
         self._attention_floor = self._prefill(1.0)
@@ -361,15 +516,17 @@ class KernelCostModel:
         # Elementwise bytes per token per layer, 16-bit activations (see the docstring):
         # two fused add+RMSNorm (read 2h, write 2h), RoPE on q and k (read and write),
         # the KV write (read k and v, write them in the cache's dtype), SiLU x mul (read
-        # 2 i, write i).
+        # 2 i, write i). MLA's RoPE and KV write are inside its module; a MoE layer's
+        # activations inside its fused expert kernel (its shared expert's are counted).
         kv_bytes = KV_DTYPE_BYTES["bf16" if kv_cache_dtype == "auto" else kv_cache_dtype]
-        self._elementwise_bytes_per_token = (
-            2 * 4 * h * 2.0
-            + 2 * (q_heads + kv_heads) * hd * 2.0
-            + 2 * kv_heads * hd * (2.0 + kv_bytes)
-            + 3 * inter * 2.0
-        )
-        self._elementwise_kernels = 5
+        rope_and_kv_write = 0.0 if self._mla else (
+            2 * (q_heads + kv_heads) * hd * 2.0 + 2 * kv_heads * hd * (2.0 + kv_bytes)
+        )  # fmt: skip
+        self._elementwise_bytes_per_token = 2 * 4 * h * 2.0 + rope_and_kv_write + 3 * mlp_inter * 2.0
+        self._elementwise_kernels = 3 if self._mla else 5
+        # A MoE layer: the dense layer's SiLU x mul replaced by its shared experts' (if any).
+        self._moe_elementwise_bytes = 3 * inter * model.num_shared_experts * 2.0 - 3 * mlp_inter * 2.0
+        self._moe_elementwise_kernels = 0 if model.num_shared_experts else -1
         self._hbm_rate = gpu.hbm_bandwidth_bytes_per_s * config.elementwise_memory_efficiency
         fitted = FITTED[self.source.backend] if self.source.backend in FITTED else Overheads(0.0, 0.0, 3e-6)
         self.overheads = Overheads(
@@ -386,6 +543,57 @@ class KernelCostModel:
         self._by_tokens: dict[int, float] = {}
         self._by_seqs: dict[int, float] = {}
         self._pcie_bw = gpu.pcie_bandwidth_bytes_per_s
+
+    def _check_mla(self, model: ModelSpec, tp: int) -> None:
+        """Refuse, by name, an MLA model the module tables do not measure."""
+        shape = {name: getattr(model, name) for name in MLA_MODULE_SHAPE}
+        if shape != MLA_MODULE_SHAPE:
+            differ = ", ".join(
+                f"{k} {v} (measured {MLA_MODULE_SHAPE[k]})"
+                for k, v in shape.items()
+                if v != MLA_MODULE_SHAPE[k]
+            )
+            raise ProfileError(
+                f"{model.name}: the MLA module tables measure DeepSeek-V3's layer only; this one differs: {differ}"
+            )
+        folder = self.source.index.folder(
+            self.source.system, "mla", self.source.backend, self.source.version_for("mla")
+        )
+        if not (folder / "mla_generation_module_perf.parquet").is_file():
+            raise ProfileError(
+                f"MLA on {self.source.backend}: kvsim prices MLA from vLLM's module tables "
+                f"(mla_generation_module_perf); {self.source.backend}'s granular mla / mla_bmm tables are not read yet"
+            )
+
+    def _init_moe(self, gemm: pd.DataFrame, inter: int, attention_gemms: list[Curve]) -> None:
+        """The MoE layers' pieces: the attention GEMMs, the router (16 bits, as the engines
+        keep it), the shared experts (the weights' dtype) and the routed experts' kernel."""
+        model, w = self.model, self.warnings
+        assert model.num_experts is not None and model.num_experts_per_token is not None
+        expert_dtype = model.expert_weight_dtype or model.weight_dtype
+        moe_dtype = MOE_DTYPES.get(expert_dtype)
+        if moe_dtype is None:
+            raise ProfileError(f"no MoE kernel tables for {expert_dtype} experts")
+        self._moe = moe_curve(
+            self.source.table("moe", "moe_perf"), moe_dtype, hidden=model.hidden_size,
+            inter=model.intermediate_size, topk=model.num_experts_per_token, num_experts=model.num_experts,
+            moe_tp=self.tp, moe_ep=1, what="MoE experts", warn=w,
+        )  # fmt: skip
+        gemm_dtype = GEMM_DTYPES[model.weight_dtype]
+        h, shared = model.hidden_size, model.num_shared_experts * inter
+        self._moe_layer_gemms = [
+            *attention_gemms,
+            gemm_curve(gemm, "bfloat16", model.num_experts, h, "router", w),
+            *(
+                [
+                    gemm_curve(gemm, gemm_dtype, 2 * shared, h, "shared gate/up", w),
+                    gemm_curve(gemm, gemm_dtype, h, shared, "shared down", w),
+                ]
+                if shared
+                else []
+            ),
+        ]
+        self._num_moe_layers = num_moe_layers(model)
 
     def _allreduce_curves(self) -> tuple[Curve, Curve]:
         """(CUDA graph, eager) all-reduce latency by message elements on ``tp`` GPUs."""
@@ -427,20 +635,39 @@ class KernelCostModel:
         if cached is not None:
             return cached
         m = graph_padded(tokens, self.max_graph_tokens)
-        layer = sum(curve(m) for curve in self._gemms)
-        layer += (
-            m * self._elementwise_bytes_per_token / self._hbm_rate
-            + self._elementwise_kernels * self.overheads.elementwise_kernel_s
-        )
+        allreduce = 0.0
         if self._allreduce is not None:
             curve = self._allreduce[0] if m <= self.max_graph_tokens else self._allreduce[1]
             # The tables' message_size counts elements (aiconfigurator's collector,
             # collector/network/collect_all_reduce.py, allocates [tokens, 4096] tensors of it).
-            layer += 2 * curve(float(m * self.model.hidden_size))
-        layer += self.overheads.per_layer_overhead_s
-        t = self.model.num_layers * layer
+            allreduce = 2 * curve(float(m * self.model.hidden_size))
+        layer = self._layer_s(m, self._gemms, 0.0, 0, allreduce)
+        if self._moe is None:
+            t = self.model.num_layers * layer
+        else:
+            moe_gemms = [*self._moe_layer_gemms, self._moe]
+            moe_layer = self._layer_s(
+                m, moe_gemms, self._moe_elementwise_bytes, self._moe_elementwise_kernels, allreduce
+            )
+            num_moe = self._num_moe_layers
+            t = (self.model.num_layers - num_moe) * layer + num_moe * moe_layer
         self._by_tokens[tokens] = t
         return t
+
+    def _layer_s(
+        self, m: int, gemms: list[Curve], extra_bytes: float, extra_kernels: int, allreduce: float
+    ) -> float:
+        """One layer's token-count terms at m tokens: its GEMMs (or expert kernel), its
+        elementwise kernels, its all-reduces and the per-layer overhead."""
+        layer = sum(curve(m) for curve in gemms)
+        layer += (
+            m * (self._elementwise_bytes_per_token + extra_bytes) / self._hbm_rate
+            + (self._elementwise_kernels + extra_kernels) * self.overheads.elementwise_kernel_s
+        )
+        if self._allreduce is not None:
+            layer += allreduce
+        layer += self.overheads.per_layer_overhead_s
+        return layer
 
     def _lm_head_s(self, seqs: int) -> float:
         cached = self._by_seqs.get(seqs)
@@ -495,7 +722,8 @@ class KernelCostModel:
         return num_bytes / self._pcie_bw
 
     def describe(self) -> str:
-        versions = {op: self.source.version_for(op) or "newest" for op in ("gemm", "attention", "comm")}
+        ops = ["gemm", "attention", "comm"] + (["moe"] if self._moe is not None else []) + (["mla"] if self._mla else [])
+        versions = {op: self.source.version_for(op) or "newest" for op in ops}
         return (
             f"kernel tables {self.source.system} / {self.source.backend} "
             + ", ".join(f"{op} {v}" for op, v in versions.items())

@@ -722,7 +722,11 @@ class KernelCostModel:
         return num_bytes / self._pcie_bw
 
     def describe(self) -> str:
-        ops = ["gemm", "attention", "comm"] + (["moe"] if self._moe is not None else []) + (["mla"] if self._mla else [])
+        ops = (
+            ["gemm", "attention", "comm"]
+            + (["moe"] if self._moe is not None else [])
+            + (["mla"] if self._mla else [])
+        )
         versions = {op: self.source.version_for(op) or "newest" for op in ops}
         return (
             f"kernel tables {self.source.system} / {self.source.backend} "

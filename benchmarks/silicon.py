@@ -206,7 +206,9 @@ def scenario_for(
     engine.update(engine_flags(row, h, concurrency))
     scenario: dict[str, Any] = {
         "name": row["id"][:200],
-        "model": model.name,
+        # A MoE row's model as its Hugging Face id resolved (an FP8 / NVFP4 repository's alias
+        # carries its expert precision, which the preset's name alone would lose).
+        "model": model.model_dump() if model.is_moe else model.name,
         "replicas": [{"gpu": gpu.name, "tp": tp, "engine": engine, "cost_model": {"kind": "kernels"}}],
         "workload": {
             "kind": "bench_serve",

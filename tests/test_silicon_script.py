@@ -86,8 +86,12 @@ def test_moe_rows_run_at_their_checkpoints_precision() -> None:
     ]
     for model_path, label, expected in cases:
         row = _row("m", model_path=model_path, gemm_quant_mode=label, moe_quant_mode=label, tp_size="8")
-        engine = silicon.scenario_for(row, None, {})["replicas"][0]["engine"]
-        assert engine["quantization"] == expected, model_path
+        scenario = silicon.scenario_for(row, None, {})
+        assert scenario["replicas"][0]["engine"]["quantization"] == expected, model_path
+    # The FP8 repository's alias carries its precision into the scenario (not the preset's bf16).
+    row = _row("q", model_path="Qwen/Qwen3-235B-A22B-FP8", gemm_quant_mode="fp8", moe_quant_mode="fp8")
+    model = silicon.scenario_for(row, None, {})["model"]
+    assert model["weight_dtype"] == "fp8_block"
 
 
 def test_a_row_becomes_the_benchmark_as_it_was_run() -> None:

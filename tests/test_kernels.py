@@ -599,3 +599,18 @@ def test_nvidia_tables_price_frontier_moe_models_on_h200() -> None:
         km = KernelCostModel(model, resolve_gpu("h200"), KernelCostConfig(), tp=tp)
         step = km.step_time_s(Batch(num_decode_seqs=8, decode_context_tokens=8 * 2000))
         assert low < step < high, (name, step)
+
+
+def test_a_newer_moe_table_without_the_dtype_falls_back_to_the_newest_with_it(moe_tables: Path) -> None:
+    # Version 2.0.0 re-measured fp8 experts only (as TensorRT-LLM 1.3.0rc23 on h200_sxm).
+    folder = moe_tables / "toy_sxm" / "moe" / "vllm" / "2.0.0"
+    folder.mkdir(parents=True)
+    frame = pd.read_parquet(moe_tables / "toy_sxm" / "moe" / "vllm" / "1.0.0" / "moe_perf.parquet")
+    bf16 = frame[frame["moe_dtype"] == "bfloat16"]
+    bf16.assign(moe_dtype="fp8", latency=bf16["latency"] * 3).to_parquet(folder / "moe_perf.parquet")
+    km = KernelCostModel(TINY_MOE, resolve_gpu("h100-sxm"), _cfg(moe_tables), tp=2, max_num_seqs=8)
+    assert km._moe is not None and km._moe(16) == pytest.approx(moe_ms(16, 64, 2) * 1e-3, rel=1e-12)
+    assert "MoE experts: no bfloat16 in vllm 2.0.0's moe table; read from 1.0.0's" in km.warnings
+    fp8 = TINY_MOE.model_copy(update={"expert_weight_dtype": "fp8"})
+    km8 = KernelCostModel(fp8, resolve_gpu("h100-sxm"), _cfg(moe_tables), tp=2, max_num_seqs=8)
+    assert km8._moe is not None and km8._moe(16) == pytest.approx(moe_ms(16, 64, 2) * 3e-3, rel=1e-12)

@@ -561,9 +561,31 @@ class KernelCostModel:
         )
         if not (folder / "mla_generation_module_perf.parquet").is_file():
             raise ProfileError(
-                f"MLA on {self.source.backend}: kvsim prices MLA from vLLM's module tables "
+                f"MLA on {self.source.backend}: kvsim prices MLA from the engine's module tables (vLLM and "
+                f"TensorRT-LLM have them) "
                 f"(mla_generation_module_perf); {self.source.backend}'s granular mla / mla_bmm tables are not read yet"
             )
+
+    def _moe_table(self, moe_dtype: str) -> pd.DataFrame:
+        """The ``moe`` table of the engine's version (else the newest); when that one lacks
+        ``moe_dtype`` and no version was asked for, the newest version that has it, with a
+        warning (TensorRT-LLM 1.3.0rc23 on h200_sxm re-measured only bf16 and fp8 experts;
+        1.3.0rc20 has fp8_block and mxfp4)."""
+        frame = self.source.table("moe", "moe_perf")
+        if (frame["moe_dtype"] == moe_dtype).any() or self.source.version_for("moe") is not None:
+            return frame
+        src = self.source
+        chosen = src.index.versions(src.system, "moe", src.backend)[-1]
+        for version in reversed(src.index.versions(src.system, "moe", src.backend)):
+            path = src.index.folder(src.system, "moe", src.backend, version) / "moe_perf.parquet"
+            if version != chosen and path.is_file():
+                other = read_table(path)
+                if (other["moe_dtype"] == moe_dtype).any():
+                    self.warnings.append(
+                        f"MoE experts: no {moe_dtype} in {src.backend} {chosen}'s moe table; read from {version}'s"
+                    )
+                    return other
+        return frame
 
     def _init_moe(self, gemm: pd.DataFrame, inter: int, attention_gemms: list[Curve]) -> None:
         """The MoE layers' pieces: the attention GEMMs, the router (16 bits, as the engines
@@ -575,7 +597,7 @@ class KernelCostModel:
         if moe_dtype is None:
             raise ProfileError(f"no MoE kernel tables for {expert_dtype} experts")
         self._moe = moe_curve(
-            self.source.table("moe", "moe_perf"), moe_dtype, hidden=model.hidden_size,
+            self._moe_table(moe_dtype), moe_dtype, hidden=model.hidden_size,
             inter=model.intermediate_size, topk=model.num_experts_per_token, num_experts=model.num_experts,
             moe_tp=self.tp, moe_ep=1, what="MoE experts", warn=w,
         )  # fmt: skip

@@ -366,7 +366,9 @@ def write_moe_mla_tables(root: Path, backend: str = "vllm", module: bool = True)
                 "k": k,
                 "latency": gemm_ms(m, n, k),
             }
-            for m, n, k in itertools.product(M_GRID, [*N_GRID, 7168], [*K_GRID, 7168])
+            for m, n, k in itertools.product(
+                M_GRID, [*N_GRID, 768, 1024, 2112, 7168], [*K_GRID, 512, 1536, 7168]
+            )
         ]
     ).to_parquet(folder / "gemm_perf.parquet")
     moe_rows = []
@@ -425,11 +427,28 @@ def write_moe_mla_tables(root: Path, backend: str = "vllm", module: bool = True)
                 for h, b, n in itertools.product([1, 2, 4], [1, 2], [1, 16, 64, 256])
             ]
         ).to_parquet(mla_folder / "mla_context_module_perf.parquet")
-    else:  # a backend with only the granular MLA kernel table
+    else:  # SGLang's granular tables: the attention kernel alone, and the absorbed BMMs
+        kernel = {"kernel_source": "flash_attention", "kv_cache_dtype": "bfloat16"}
         pd.DataFrame(
-            [{**common, "num_heads": 2, "batch_size": 1, "isl": 1, "step": 1, "tp_size": 1, "latency": 0.1}]
-        ).to_parquet(mla_folder / "generation_mla_perf.parquet")
+            [{**kernel, "num_heads": h, "batch_size": b, "isl": 1, "step": s, "latency": mla_decode_ms(b, s, h)}
+             for h, b, s in itertools.product([1, 2, 4], [1, 2, 4, 8], [1, 15, 63, 255])]
+        ).to_parquet(mla_folder / "generation_mla_perf.parquet")  # fmt: skip
+        pd.DataFrame(
+            [{**kernel, "num_heads": h, "batch_size": b, "isl": n, "step": 0, "latency": mla_prefill_ms(b, n, h)}
+             for h, b, n in itertools.product([1, 2, 4], [1, 2], [1, 16, 64, 256])]
+        ).to_parquet(mla_folder / "context_mla_perf.parquet")  # fmt: skip
+        bmm_folder = root / "toy_sxm" / "mla_bmm" / backend / "1.0.0"
+        bmm_folder.mkdir(parents=True)
+        pd.DataFrame(
+            [{"kernel_source": "torch_bmm", "op_name": op, "bmm_dtype": "bfloat16", "num_tokens": t,
+              "num_heads": h, "latency": bmm_ms(t, h, op)}
+             for op, t, h in itertools.product(["mla_gen_pre", "mla_gen_post"], M_GRID, [1, 2, 4])]
+        ).to_parquet(bmm_folder / "mla_bmm_perf.parquet")  # fmt: skip
     return root
+
+
+def bmm_ms(tokens: float, heads: float, op: str) -> float:
+    return (0.001 if op == "mla_gen_pre" else 0.0015) + 1e-6 * tokens * heads
 
 
 @pytest.fixture
@@ -574,10 +593,42 @@ def test_moe_and_mla_that_cannot_be_priced_are_refused_by_name(
     with pytest.raises(ProfileError, match=r"no MLA module measured with a fp8 KV cache"):
         KernelCostModel(TINY_MLA, gpu, cfg, tp=2, kv_cache_dtype="fp8")
     granular = write_moe_mla_tables(tmp_path / "granular", backend="sglang", module=False)
-    with pytest.raises(
-        ProfileError, match=r"MLA on sglang: .* granular mla / mla_bmm tables are not read yet"
-    ):
+    (granular / "toy_sxm" / "mla" / "sglang" / "1.0.0" / "generation_mla_perf.parquet").unlink()
+    with pytest.raises(ProfileError, match=r"MLA on sglang: neither module tables .* nor granular ones"):
         KernelCostModel(TINY_MLA, gpu, _cfg(granular), tp=2, backend="sglang")
+
+
+def test_a_granular_mla_decode_step_by_hand(tmp_path: Path) -> None:
+    """SGLang has no MLA module tables: the projections are GEMMs, the attention kernel and
+    the absorbed BMMs come from their own tables (tp 1: 4 heads, no all-reduce, no padding)."""
+    tables = write_moe_mla_tables(tmp_path / "granular", backend="sglang", module=False)
+    cfg = _cfg(tables, per_iteration_overhead_s=1e-4, per_layer_overhead_s=2e-6, elementwise_kernel_s=3e-6)
+    km = KernelCostModel(TINY_MLA, resolve_gpu("h100-sxm"), cfg, tp=1, backend="sglang", max_num_seqs=8)
+    b, ctx = 3, 3 * 40
+    layer = (
+        (
+            gemm_ms(b, 2112, 7168)  # q/kv down-projection
+            + gemm_ms(b, 4 * 192, 1536)  # q_b
+            + gemm_ms(b, 7168, 4 * 128)  # o_proj
+            + gemm_ms(b, 128, 7168)  # gate/up
+            + gemm_ms(b, 7168, 64)  # down
+        )
+        * 1e-3
+        + b * (2 * 4 * 7168 * 2 + 3 * 64 * 2) / km._hbm_rate
+        + 3 * 3e-6
+        + 2e-6
+    )
+    attention = (mla_decode_ms(b, 39, 4) + bmm_ms(b, 4, "mla_gen_pre") + bmm_ms(b, 4, "mla_gen_post")) * 1e-3
+    expected = 2 * layer + gemm_ms(b, 256, 7168) * 1e-3 + 2 * attention + 1e-4
+    got = km.step_time_s(Batch(num_decode_seqs=b, decode_context_tokens=ctx))
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert km.warnings == []
+    # A prefill chunk: its pair share of the kernel, and kv_b expanding its 16 latents.
+    share = (16 * 48 + 16 * 17 / 2) / (64 * 65 / 2)
+    kernel = (mla_prefill_ms(1, 64, 4) - mla_prefill_ms(1, 1, 4)) * 1e-3 * share
+    assert km._chunk_extra_s(16, 48) == pytest.approx(kernel + gemm_ms(16, 4 * 256, 512) * 1e-3, rel=1e-12)
+    run = km.decode_steps_s(b, np.array([ctx, 2 * ctx], dtype=np.float64))
+    assert run[0] == got
 
 
 def test_fast_forward_equals_stepping_for_moe_and_mla(moe_tables: Path) -> None:

@@ -15,8 +15,10 @@ routed experts' fused kernel at T tokens from the ``moe`` table (aiconfigurator-
 0.12.0: per expert dtype, bf16 / fp8 / fp8_block / int4 weight-only / MXFP4 / NVFP4 where
 measured; `moe_curve`); its dense first layers are priced at the active width. An MLA
 model (DeepSeek-V3's layer) takes its whole attention block, projections included, from
-vLLM's ``mla`` module tables (`mla_module_grid`) in place of the QKV / O GEMMs and the
-attention tables.
+the engine's ``mla`` module tables (vLLM, TensorRT-LLM; `mla_module_grid`) in place of the
+QKV / O GEMMs and the attention tables, or (SGLang, granular tables only) its projections
+from the GEMM table, its attention kernel from ``generation_mla_perf`` /
+``context_mla_perf`` and the absorbed BMMs from ``mla_bmm``.
 Each GEMM, attention call and all-reduce is priced from NVIDIA's measured tables for that
 GPU and engine (`kvsim.cost.tables`): the GEMM of the weight precision at m = T (m padded
 to the engine's CUDA-graph size when the step is captured), decode attention at (B, mean
@@ -392,7 +394,7 @@ def moe_curve(
 
 
 def mla_module_grid(
-    frame: pd.DataFrame, *, heads: int, kv_dtype: str, gemm_dtype: str, length_column: str, what: str
+    frame: pd.DataFrame, *, heads: int, kv_dtype: str, gemm_dtype: str | None, length_column: str, what: str
 ) -> Grid:
     """An MLA module's latency (s) over (batch size, length) at ``heads`` query heads per GPU.
 
@@ -401,9 +403,19 @@ def mla_module_grid(
     the q/kv down-projections, their norms, q_b, the absorbed k/v BMMs, RoPE, the KV-cache
     write, the attention kernel and o_proj, with the projections in ``gemm_dtype``. Head
     counts are measured at powers of two (DeepSeek's 128 split over tp 1..128): not
-    interpolated, a count not measured is refused by name.
+    interpolated, a count not measured is refused by name. With ``gemm_dtype`` None it reads
+    the granular attention-kernel tables (``generation_mla_perf``, ``context_mla_perf``: the
+    attention alone, keyed the same way without projections).
     """
-    rows = frame[(frame["kv_cache_dtype"] == kv_dtype) & (frame["gemm_type"] == gemm_dtype)]
+    if gemm_dtype is None:
+        rows = frame[frame["kv_cache_dtype"] == kv_dtype]
+        if rows.empty:
+            kv_have = ", ".join(sorted(frame["kv_cache_dtype"].astype(str).unique()))
+            raise ProfileError(
+                f"{what}: no MLA kernel measured with a {kv_dtype} KV cache (measured: {kv_have})"
+            )
+    else:
+        rows = frame[(frame["kv_cache_dtype"] == kv_dtype) & (frame["gemm_type"] == gemm_dtype)]
     if rows.empty:
         have = sorted(
             {(str(k), str(g)) for k, g in zip(frame["kv_cache_dtype"], frame["gemm_type"], strict=True)}
@@ -470,16 +482,30 @@ class KernelCostModel:
         # MLA: vLLM's module tables price the whole attention block (`mla_module_grid`),
         # so its layers have no QKV / O GEMMs of their own.
         self._mla = model.is_mla
-        if self._mla:
-            self._check_mla(model, tp)
-        attention_gemms = (
-            []
-            if self._mla
-            else [
+        mla_module = self._check_mla(model, tp) if self._mla else False
+        self._mla_bmm: tuple[Curve, Curve] | None = None
+        self._mla_kv_b: Curve | None = None
+        if not self._mla:
+            attention_gemms = [
                 gemm_curve(gemm, gemm_dtype, (q_heads + 2 * kv_heads) * hd, h, "QKV", w),
                 gemm_curve(gemm, gemm_dtype, h, q_heads * hd, "O", w),
             ]
-        )
+        elif mla_module:
+            attention_gemms = []
+        else:
+            # SGLang's granular MLA (aiconfigurator-core 0.12.0's wiring, sdk/models/deepseek.py
+            # generation_mla_granular): q/kv down-projection (n = q_lora 1536 + kv_lora 512 +
+            # rope 64 = 2,112, k = hidden, not split by TP), q_b (n = heads x (128 + 64), k
+            # 1,536), o_proj (k = heads x 128) at every token; kv_b (n = heads x 256, k 512)
+            # for prefill tokens and the absorbed BMMs before and after the attention kernel
+            # for decode tokens (`_chunk_extra_s`, `_decode_attention_s`).
+            attention_gemms = [
+                gemm_curve(gemm, gemm_dtype, 2112, h, "MLA q/kv down", w),
+                gemm_curve(gemm, gemm_dtype, q_heads * 192, 1536, "MLA q_b", w),
+                gemm_curve(gemm, gemm_dtype, h, q_heads * 128, "MLA o", w),
+            ]
+            self._mla_kv_b = gemm_curve(gemm, gemm_dtype, q_heads * 256, 512, "MLA kv_b", w)
+            self._mla_bmm = self._mla_bmm_curves(q_heads, gemm_dtype)
         self._gemms = [
             *attention_gemms,
             gemm_curve(gemm, gemm_dtype, 2 * mlp_inter, h, "gate/up", w),
@@ -497,7 +523,16 @@ class KernelCostModel:
                 length_column=length_column, what=what, warn=w,
             )  # fmt: skip
 
-        if self._mla:
+        if self._mla and not mla_module:
+            self._decode = mla_module_grid(
+                self.source.table("mla", "generation_mla_perf"), heads=q_heads, kv_dtype=kv_dtype,
+                gemm_dtype=None, length_column="step", what="MLA decode kernel",
+            )  # fmt: skip
+            prefill = mla_module_grid(
+                self.source.table("mla", "context_mla_perf"), heads=q_heads, kv_dtype=kv_dtype,
+                gemm_dtype=None, length_column="isl", what="MLA prefill kernel",
+            )  # fmt: skip
+        elif self._mla:
             self._decode = mla_module_grid(
                 self.source.table("mla", "mla_generation_module_perf"), heads=q_heads, kv_dtype=kv_dtype,
                 gemm_dtype=gemm_dtype, length_column="step", what="MLA decode module",
@@ -544,8 +579,9 @@ class KernelCostModel:
         self._by_seqs: dict[int, float] = {}
         self._pcie_bw = gpu.pcie_bandwidth_bytes_per_s
 
-    def _check_mla(self, model: ModelSpec, tp: int) -> None:
-        """Refuse, by name, an MLA model the module tables do not measure."""
+    def _check_mla(self, model: ModelSpec, tp: int) -> bool:
+        """Refuse, by name, an MLA model the tables do not measure; True when the engine has
+        module tables (vLLM, TensorRT-LLM), False for the granular ones (SGLang)."""
         shape = {name: getattr(model, name) for name in MLA_MODULE_SHAPE}
         if shape != MLA_MODULE_SHAPE:
             differ = ", ".join(
@@ -559,12 +595,34 @@ class KernelCostModel:
         folder = self.source.index.folder(
             self.source.system, "mla", self.source.backend, self.source.version_for("mla")
         )
-        if not (folder / "mla_generation_module_perf.parquet").is_file():
+        if (folder / "mla_generation_module_perf.parquet").is_file():
+            return True
+        if not (folder / "generation_mla_perf.parquet").is_file():
             raise ProfileError(
-                f"MLA on {self.source.backend}: kvsim prices MLA from the engine's module tables (vLLM and "
-                f"TensorRT-LLM have them) "
-                f"(mla_generation_module_perf); {self.source.backend}'s granular mla / mla_bmm tables are not read yet"
+                f"MLA on {self.source.backend}: neither module tables (mla_generation_module_perf) nor granular "
+                f"ones (generation_mla_perf) in {folder}"
             )
+        return False
+
+    def _mla_bmm_curves(self, heads: int, gemm_dtype: str) -> tuple[Curve, Curve]:
+        """The absorbed k / v BMMs around a decode's MLA kernel (``mla_bmm`` table,
+        mla_gen_pre / mla_gen_post) by decode tokens, at ``heads`` per GPU: fp8 when the
+        weights are and it was measured, else bf16; the fastest kernel at each size."""
+        frame = self.source.table("mla_bmm", "mla_bmm_perf")
+        want = (
+            "fp8"
+            if gemm_dtype in ("fp8", "fp8_block") and (frame["bmm_dtype"] == "fp8").any()
+            else "bfloat16"
+        )
+        rows = frame[(frame["bmm_dtype"] == want) & (frame["num_heads"] == heads)]
+        curves = []
+        for op in ("mla_gen_pre", "mla_gen_post"):
+            sub = rows[rows["op_name"] == op]
+            if sub.empty:
+                raise ProfileError(f"MLA {op} BMM: no {want} measurement at {heads} heads per GPU")
+            best = sub.groupby("num_tokens")["latency"].min()
+            curves.append(Curve(best.index.to_numpy(float), best.to_numpy(float) * MS))
+        return curves[0], curves[1]
 
     def _moe_table(self, moe_dtype: str) -> pd.DataFrame:
         """The ``moe`` table of the engine's version (else the newest); when that one lacks
@@ -704,11 +762,17 @@ class KernelCostModel:
         (q + c)(q + c + 1) / 2 query-key pairs of its whole prompt."""
         n = q + c
         full = self._prefill(float(n)) - self._attention_floor
-        return max(full, 0.0) * ((q * c + q * (q + 1) / 2) / (n * (n + 1) / 2))
+        extra = max(full, 0.0) * ((q * c + q * (q + 1) / 2) / (n * (n + 1) / 2))
+        if self._mla_kv_b is not None:  # granular MLA: the chunk's latent expanded to k and v
+            extra += self._mla_kv_b(q)
+        return extra
 
     def _decode_attention_s(self, num_seqs: int, context: np.ndarray) -> np.ndarray:
         """Decode attention for ``num_seqs`` requests at a total ``context`` (each row)."""
         step = np.maximum(context / num_seqs - 1.0, 1.0)  # the tables' step: tokens before this one
+        if self._mla_bmm is not None:  # granular MLA: the absorbed BMMs around the kernel
+            pre, post = self._mla_bmm
+            return self._decode.at(float(num_seqs), step) + (pre(num_seqs) + post(num_seqs))
         return self._decode.at(float(num_seqs), step)
 
     # -- the CostModel protocol -----------------------------------------------------------

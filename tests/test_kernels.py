@@ -665,3 +665,13 @@ def test_a_newer_moe_table_without_the_dtype_falls_back_to_the_newest_with_it(mo
     fp8 = TINY_MOE.model_copy(update={"expert_weight_dtype": "fp8"})
     km8 = KernelCostModel(fp8, resolve_gpu("h100-sxm"), _cfg(moe_tables), tp=2, max_num_seqs=8)
     assert km8._moe is not None and km8._moe(16) == pytest.approx(moe_ms(16, 64, 2) * 3e-3, rel=1e-12)
+
+
+def test_a_version_folder_without_a_moe_table_falls_back(moe_tables: Path) -> None:
+    # Version 2.0.0 has moe tables of another kind only (SGLang 0.5.16's wide-EP ones).
+    folder = moe_tables / "toy_sxm" / "moe" / "vllm" / "2.0.0"
+    folder.mkdir(parents=True)
+    pd.DataFrame([{"latency": 1.0, "num_tokens": 1}]).to_parquet(folder / "wideep_moe_perf.parquet")
+    km = KernelCostModel(TINY_MOE, resolve_gpu("h100-sxm"), _cfg(moe_tables), tp=2, max_num_seqs=8)
+    assert km._moe is not None and km._moe(16) == pytest.approx(moe_ms(16, 64, 2) * 1e-3, rel=1e-12)
+    assert "MoE experts: no bfloat16 in vllm 2.0.0's moe table; read from 1.0.0's" in km.warnings

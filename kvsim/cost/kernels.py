@@ -625,16 +625,20 @@ class KernelCostModel:
         return curves[0], curves[1]
 
     def _moe_table(self, moe_dtype: str) -> pd.DataFrame:
-        """The ``moe`` table of the engine's version (else the newest); when that one lacks
-        ``moe_dtype`` and no version was asked for, the newest version that has it, with a
-        warning (TensorRT-LLM 1.3.0rc23 on h200_sxm re-measured only bf16 and fp8 experts;
-        1.3.0rc20 has fp8_block and mxfp4)."""
-        frame = self.source.table("moe", "moe_perf")
-        if (frame["moe_dtype"] == moe_dtype).any() or self.source.version_for("moe") is not None:
-            return frame
+        """The ``moe`` table of the engine's version (else the newest). When that version's
+        folder has no ``moe_perf`` (SGLang 0.5.16 on b200_sxm measured only its wide-EP
+        tables) or, no version having been asked for, lacks ``moe_dtype`` (TensorRT-LLM
+        1.3.0rc23 on h200_sxm re-measured only bf16 and fp8 experts), the newest version
+        whose table has it, with a warning."""
         src = self.source
-        chosen = src.index.versions(src.system, "moe", src.backend)[-1]
-        for version in reversed(src.index.versions(src.system, "moe", src.backend)):
+        versions = src.index.versions(src.system, "moe", src.backend)
+        chosen = src.version_for("moe") or (versions[-1] if versions else None)
+        first = src.index.folder(src.system, "moe", src.backend, chosen) / "moe_perf.parquet"
+        if first.is_file():
+            frame = read_table(first)
+            if (frame["moe_dtype"] == moe_dtype).any() or src.version_for("moe") is not None:
+                return frame
+        for version in reversed(versions):
             path = src.index.folder(src.system, "moe", src.backend, version) / "moe_perf.parquet"
             if version != chosen and path.is_file():
                 other = read_table(path)
@@ -643,7 +647,7 @@ class KernelCostModel:
                         f"MoE experts: no {moe_dtype} in {src.backend} {chosen}'s moe table; read from {version}'s"
                     )
                     return other
-        return frame
+        return read_table(first)  # refused by name below, or reported missing by the reader
 
     def _init_moe(self, gemm: pd.DataFrame, inter: int, attention_gemms: list[Curve]) -> None:
         """The MoE layers' pieces: the attention GEMMs, the router (16 bits, as the engines

@@ -107,7 +107,12 @@ def test_a_real_vllm_server_is_observed_compared_and_fitted(
     # The server's metrics: its pool, and its state while the requests ran.
     it = result.iterations
     assert s["total_kv_blocks"] == KNOBS.num_gpu_blocks and s["server_block_size"] == KNOBS.block_size
-    assert it["batch_size"].max() >= 1 and it["kv_usage"].max() > 0
+    # Every scrape read the real server's gauges (a renamed metric would leave them empty).
+    # Whether one lands while requests run is timing: vLLM's API server answers /metrics
+    # between token outputs, mostly once idle (3 of 6 full-suite runs saw only idle scrapes),
+    # so the busy state is checked against the scripted server (tests/test_observe.py).
+    assert it["batch_size"].notna().all() and (it["batch_size"] >= 0).all()
+    assert it["kv_usage"].notna().all() and it["kv_usage"].between(0.0, 1.0).all()
     # The first scrape precedes the first request, the last follows the end: the server's
     # counters grew by exactly what was asked.
     assert it["server_generation_tokens"].sum() == req["output_tokens"].sum()

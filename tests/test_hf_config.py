@@ -56,6 +56,10 @@ SHIPPED_PRESETS = {
     "Qwen--Qwen3-Coder-480B-A35B-Instruct_config.json": "qwen3-coder-480b-a35b",
     "MiniMaxAI--MiniMax-M2.5_config.json": "minimax-m2.5",
     "zai-org--GLM-5_config.json": "glm-5",
+    "Qwen--Qwen3.5-397B-A17B_config.json": "qwen3.5-397b-a17b",
+    "Qwen--Qwen3.5-122B-A10B_config.json": "qwen3.5-122b-a10b",
+    "Qwen--Qwen3.5-35B-A3B_config.json": "qwen3.5-35b-a3b",
+    "Qwen--Qwen3.5-27B_config.json": "qwen3.5-27b",
 }
 #: Shipped configs of quantized checkpoints and the Hugging Face id that names them: the alias
 #: gives the precisions the config (and its hf_quant_config.json) gives.
@@ -68,6 +72,8 @@ SHIPPED_ALIASES = {
     "nvidia--MiniMax-M2.5-NVFP4_config.json": "nvidia/MiniMax-M2.5-NVFP4",
     "nvidia--GLM-5-NVFP4_config.json": "nvidia/GLM-5-NVFP4",
     "zai-org--GLM-5-FP8_config.json": "zai-org/GLM-5-FP8",
+    "nvidia--Qwen3.5-397B-A17B-NVFP4_config.json": "nvidia/Qwen3.5-397B-A17B-NVFP4",
+    "nvidia--Qwen3.5-122B-A10B-NVFP4_config.json": "nvidia/Qwen3.5-122B-A10B-NVFP4",
 }
 
 #: The config.json of preset checkpoints aiconfigurator does not ship (the fields kvsim reads,
@@ -232,6 +238,14 @@ SHAPE = (
     "num_shared_experts",
     "num_dense_layers",
     "num_mtp_layers",
+    "num_linear_attention_layers",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "linear_state_dtype",
+    "attn_output_gate",
 )
 
 
@@ -298,7 +312,7 @@ def test_every_shipped_config_is_read_or_refused_clearly(file: str) -> None:
     except HfConfigError as exc:
         message = str(exc)
         assert message.startswith(f"{path}: ")
-        assert "model_type" in message or "layer_types" in message
+        assert "model_type" in message or "layer_types" in message or "quant_algo" in message
         return
     assert spec.num_params > 0 and spec.max_model_len > 0
     assert str(path) in spec.source
@@ -456,3 +470,55 @@ def test_mtp_layers_are_recorded_not_counted() -> None:
     }
     assert model_spec_from_hf_config(minimax, source="m", name="m").num_mtp_layers == 0  # no use_mtp
     assert model_spec_from_hf_config({**minimax, "use_mtp": True}, source="m", name="m").num_mtp_layers == 3
+
+
+@needs_aic
+def test_qwen35_counts_by_hand() -> None:
+    """Qwen3.5-397B-A17B's parameters from its config (aiconfigurator-core 0.12.0
+    model_configs/Qwen--Qwen3.5-397B-A17B_config.json), term by term."""
+    assert MODEL_CONFIGS is not None
+    spec = load_hf_config(MODEL_CONFIGS / "Qwen--Qwen3.5-397B-A17B_config.json")
+    h, k, v, nv = 4096, 16 * 128, 64 * 128, 64
+    gdn = (
+        h * (2 * k + 2 * v) + h * 2 * nv + (2 * k + v) * 4 + 2 * nv + 128 + v * h
+    )  # in_proj qkvz/ba, conv, A, dt, norm, out
+    assert gdn == 118_014_208
+    full = h * 32 * 256 * 2 + 2 * h * 2 * 256 + 32 * 256 * h + 2 * 256  # gated q, k, v, o, q/k norms
+    expert = 3 * h * 1024
+    moe = 512 * expert + expert + h + h * 512  # routed, shared, shared gate, router
+    embed = 2 * 248320 * h + h
+    text = 45 * gdn + 15 * full + 60 * 2 * h + 60 * moe + embed
+    assert text == 396_346_350_336
+    vision = 456_010_480  # the Qwen3-VL-layout tower (hf_config._qwen_vision_params)
+    assert spec.num_params == text + vision
+    assert spec.num_active_params == text + vision - 60 * (512 - 10) * expert
+    assert (spec.num_linear_attention_layers, spec.num_kv_layers, spec.num_mtp_layers) == (45, 15, 1)
+    assert (spec.linear_state_dtype, spec.attn_output_gate, spec.num_shared_experts) == ("fp32", True, 1)
+
+
+def test_qwen35_layer_mix_from_the_interval_and_refusals(tmp_path: Path) -> None:
+    text = {
+        "model_type": "qwen3_5_text", "num_hidden_layers": 8, "hidden_size": 64, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 100,
+        "max_position_embeddings": 1024, "full_attention_interval": 4, "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 8,
+        "linear_conv_kernel_dim": 4, "attn_output_gate": True, "mamba_ssm_dtype": "bfloat16",
+    }  # fmt: skip
+    spec = model_spec_from_hf_config({"model_type": "qwen3_5", "text_config": text}, source="x", name="tiny")
+    assert (spec.num_linear_attention_layers, spec.num_kv_layers, spec.linear_state_dtype) == (6, 2, "bf16")
+    with pytest.raises(HfConfigError, match=r"text_config\.mamba_ssm_dtype: unknown dtype 'int8'"):
+        model_spec_from_hf_config(
+            {"model_type": "qwen3_5", "text_config": {**text, "mamba_ssm_dtype": "int8"}},
+            source="x",
+            name="t",
+        )
+    with pytest.raises(HfConfigError, match=r"text_config\.layer_types: has 2 entries for 8 layers"):
+        model_spec_from_hf_config(
+            {"model_type": "qwen3_5", "text_config": {**text, "layer_types": ["linear_attention"] * 2}},
+            source="x",
+            name="t",
+        )
+    with pytest.raises(HfConfigError, match=r"layer_types: linear_attention layers are not modelled"):
+        model_spec_from_hf_config(
+            {**CONFIGS["qwen3-4b"], "layer_types": ["linear_attention"] * 36}, source="x", name="t"
+        )

@@ -54,6 +54,10 @@ REQUIRED_MODELS = {
     "deepseek-v3",
     "deepseek-r1",
     "kimi-k2.5",
+    "qwen3.5-397b-a17b",  # 32 heads x 256 against 4,096 (Qwen3.5: head_dim 256 throughout)
+    "qwen3.5-122b-a10b",
+    "qwen3.5-35b-a3b",
+    "qwen3.5-27b",
     "qwen3-30b-a3b",
     "qwen3-235b-a22b",
     "qwen3-coder-480b-a35b",
@@ -97,6 +101,10 @@ WIDE_ATTENTION = {
     "deepseek-v3",  # MLA: 128 heads x 128 against 7,168
     "deepseek-r1",
     "kimi-k2.5",
+    "qwen3.5-397b-a17b",  # 32 heads x 256 against 4,096 (Qwen3.5: head_dim 256 throughout)
+    "qwen3.5-122b-a10b",
+    "qwen3.5-35b-a3b",
+    "qwen3.5-27b",
     "qwen3-30b-a3b",
     "qwen3-235b-a22b",
     "qwen3-coder-480b-a35b",

@@ -62,7 +62,7 @@ def test_rows_kvsim_does_not_model_say_why_without_running() -> None:
         "disagg": _row("d", mode="disagg"),
         "pipeline": _row("p", pp_size="2"),
         "attention data": _row("a", attention_dp_size="4"),
-        "Qwen3.5-397B-A17B": _row("m", model_path="Qwen/Qwen3.5-397B-A17B"),  # no preset
+        "Qwen3-Next-80B-A3B": _row("m", model_path="Qwen/Qwen3-Next-80B-A3B-Instruct"),  # no preset
         "expert parallelism": _row("e", model_path="openai/gpt-oss-120b", moe_ep_size="4"),
         "moe_tp_size differs": _row("t", model_path="openai/gpt-oss-120b", tp_size="2", moe_tp_size="1"),
         "weight precision 'int2'": _row("w", gemm_quant_mode="int2"),

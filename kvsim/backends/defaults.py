@@ -239,7 +239,8 @@ DEFAULTS_TABLE: tuple[DefaultRule, ...] = (
         "sglang",
         "max_num_seqs",
         "0.5.1-0.5.10",
-        "max_running_requests: min(pool tokens // 2, clamp(pool tokens / context_len x 512, 2,048, 4,096))",
+        "max_running_requests: min(pool tokens // 2, clamp(pool tokens / context_len x 512, 2,048, 4,096)); "
+        "linear-attention models (Qwen3.5): at most the state slots // 3, the states taking 0.9 / 1.9 of the KV memory",
         "python/sglang/srt/model_executor/model_runner.py init_memory_pool (model_runner_kv_cache_mixin.py _resolve_max_num_reqs in 0.5.10)",
     ),
     DefaultRule(
@@ -565,7 +566,30 @@ def resolve_engine(
         from_pool = _sglang_pool_default(resolved, gpu, tp, model)
         if from_pool is not None:
             resolved = _with_values(resolved, {"max_num_seqs": from_pool})
+    if (
+        engine.backend == "sglang"
+        and gpu is not None
+        and model is not None
+        and model.num_linear_attention_layers
+    ):
+        cap = _sglang_state_cap(resolved, gpu, tp, model)
+        if cap is not None and cap < resolved.max_num_seqs:
+            resolved = _with_values(resolved, {"max_num_seqs": cap})
     return resolved
+
+
+def _sglang_state_cap(engine: EngineConfig, gpu: GpuSpec, tp: int, model: ModelSpec) -> int | None:
+    """SGLang's cap on running requests of a linear-attention model, set or not: the state
+    slots its pool holds over three (`kvsim.model.kv_sizing.sglang_linear_max_running_requests`)."""
+    from kvsim.model.kv_sizing import engine_kv_capacity, sglang_linear_max_running_requests
+
+    try:
+        cap = engine_kv_capacity(model, gpu, tp, engine, use_override=False)
+    except ValueError:
+        return None
+    if cap.linear_state_pool_bytes_per_shard <= 0:
+        return None  # does not fit: the scenario checks say so
+    return sglang_linear_max_running_requests(model, tp, cap.linear_state_pool_bytes_per_shard)
 
 
 def _sglang_pool_default(engine: EngineConfig, gpu: GpuSpec, tp: int, model: ModelSpec) -> int | None:

@@ -48,6 +48,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,15 +76,17 @@ SUPPORTED_MODEL_TYPES = (
     "gemma3",
     "gemma3_text",
     "minimax_m2",
+    "qwen3_5_text",
+    "qwen3_5_moe_text",
 )
 #: Multimodal wrappers whose language model is ``text_config``.
-_WRAPPERS = ("gemma3", "kimi_k25")
+_WRAPPERS = ("gemma3", "kimi_k25", "qwen3_5", "qwen3_5_moe")
+#: Qwen3.5: Gated DeltaNet linear-attention layers beside gated full attention.
+_QWEN35 = ("qwen3_5_text", "qwen3_5_moe_text")
 _MLA = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm_moe_dsa")
 _DSA = ("deepseek_v32", "glm_moe_dsa")
 #: Why some families are refused (the field that shows it).
 _UNSUPPORTED_WHY = {
-    "qwen3_5": "layer_types mixes linear_attention (Gated DeltaNet) layers, whose state is not a KV cache",
-    "qwen3_5_moe": "layer_types mixes linear_attention (Gated DeltaNet) layers, whose state is not a KV cache",
     "qwen3_next": "layer_types mixes linear_attention (Gated DeltaNet) layers, whose state is not a KV cache",
     "nemotron_h": "hybrid_override_pattern mixes Mamba layers, whose state is not a KV cache",
     "llama4": "chunked (local) attention layers and interleaved MoE layers are not modelled",
@@ -257,9 +260,12 @@ def model_spec_from_hf_config(
     vision: _Fields | None = None
     if model_type in _WRAPPERS and top.has("text_config"):
         f = top.sub("text_config")
-        if top.has("vision_config") and model_type == "gemma3":
+        if top.has("vision_config") and model_type in ("gemma3", "qwen3_5", "qwen3_5_moe"):
             vision = top.sub("vision_config")
-        model_type = f.text("model_type", "gemma3_text" if model_type == "gemma3" else "deepseek_v3")
+        default_text = {"gemma3": "gemma3_text", "kimi_k25": "deepseek_v3"}.get(
+            model_type, f"{model_type}_text"
+        )
+        model_type = f.text("model_type", default_text)
     if model_type not in SUPPORTED_MODEL_TYPES:
         why = _UNSUPPORTED_WHY.get(model_type, "not a supported architecture")
         raise HfConfigError(
@@ -269,11 +275,10 @@ def model_spec_from_hf_config(
     layer_types = f.items("layer_types") or []
     if model_type in _DSA:  # DSA layers keep an MLA cache (their indexer's keys are not counted)
         layer_types = ["full_attention" if t == "deepseek_sparse_attention" else t for t in layer_types]
-    if any(t not in ("full_attention", "sliding_attention") for t in layer_types):
-        bad = sorted({str(t) for t in layer_types} - {"full_attention", "sliding_attention"})
-        raise f.error(
-            "layer_types", f"{', '.join(bad)} layers are not modelled (only full and sliding attention)"
-        )
+    known = ("full_attention", "sliding_attention", *(("linear_attention",) if model_type in _QWEN35 else ()))
+    if any(t not in known for t in layer_types):
+        bad = sorted({str(t) for t in layer_types} - set(known))
+        raise f.error("layer_types", f"{', '.join(bad)} layers are not modelled (only {', '.join(known)})")
 
     shape = _Shape.read(f, model_type)
     params, active = shape.num_params(vision)
@@ -308,6 +313,7 @@ def model_spec_from_hf_config(
             num_dense_layers=shape.num_dense if shape.is_moe else 0,
             tie_word_embeddings=shape.tied,
             num_mtp_layers=shape.num_mtp,
+            **shape.linear.fields(),
             source=text,
         )
     except ValueError as exc:  # pydantic: a field out of range, an inconsistent pair
@@ -336,6 +342,7 @@ class _Shape:
     num_mtp: int = 0
     model_type: str = ""
     f: _Fields
+    linear: _LinearAttention
 
     @property
     def is_moe(self) -> bool:
@@ -372,6 +379,19 @@ class _Shape:
             )
             if model_type == "minimax_m2" and f.integer("shared_intermediate_size", 0, minimum=0):
                 raise f.error("shared_intermediate_size", "shared experts of another width are not modelled")
+        elif model_type == "qwen3_5_moe_text":
+            s.num_experts = f.integer("num_experts")
+            s.top_k = f.integer("num_experts_per_tok")
+            s.moe_intermediate = f.integer("moe_intermediate_size")
+            shared = f.integer("shared_expert_intermediate_size", 0, minimum=0)
+            if shared % s.moe_intermediate:
+                raise f.error(
+                    "shared_expert_intermediate_size",
+                    "not a multiple of moe_intermediate_size (not modelled)",
+                )
+            s.num_shared = shared // s.moe_intermediate
+            if f.items("mlp_only_layers"):
+                raise f.error("mlp_only_layers", "dense layers between MoE layers are not modelled")
         elif model_type == "qwen3_moe":
             s.num_experts = f.integer("num_experts")
             s.top_k = f.integer("num_experts_per_tok")
@@ -393,6 +413,9 @@ class _Shape:
         s.num_mtp = f.integer("num_nextn_predict_layers", 0, minimum=0)  # DeepSeek, Kimi, GLM-5, MiMo
         if model_type == "minimax_m2" and f.flag("use_mtp", False):  # modules of mtp_transformer_layers
             s.num_mtp = f.integer("num_mtp_modules", 0, minimum=0) * f.integer("mtp_transformer_layers", 1)
+        if model_type in _QWEN35:
+            s.num_mtp = f.integer("mtp_num_hidden_layers", 0, minimum=0)
+        s.linear = _LinearAttention.read(f, model_type, s.num_layers)
         return s
 
     # -- parameter count ---------------------------------------------------------------
@@ -411,11 +434,13 @@ class _Shape:
                 out += (q_lora or h) * ih * ihd + h * ihd + h * ih + 2 * ihd
             return out
         out = h * H * d + 2 * h * K * d + H * d * h
+        if self.linear.output_gate:
+            out += h * H * d  # q_proj also emits the output gate (Qwen3.5)
         if self.model_type in ("qwen2", "mimo"):
             out += H * d + 2 * K * d  # q, k, v biases
         elif f.flag("attention_bias", False):
             out += H * d + 2 * K * d + h
-        if self.model_type in ("qwen3", "qwen3_moe", "gemma3_text"):
+        if self.model_type in ("qwen3", "qwen3_moe", "gemma3_text", *_QWEN35):
             out += 2 * d  # q_norm, k_norm over one head
         if self.model_type == "minimax_m2" and f.flag("use_qk_norm", False):
             out += H * d + K * d  # per-layer q/k norms over all heads
@@ -440,14 +465,17 @@ class _Shape:
             bias = self.f.text("topk_method") == "noaux_tc" or self.f.flag("use_routing_bias", False)
             router = h * E + (E if bias else 0)
         shared = self.num_shared * 3 * h * self.moe_intermediate
+        if self.model_type == "qwen3_5_moe_text" and self.num_shared:
+            shared += h  # shared_expert_gate: one sigmoid gate per token
         return E * expert + shared + router, k * expert + shared + router
 
     def num_params(self, vision: _Fields | None = None) -> tuple[int, int]:
         """(total, active) parameters: see the module docstring."""
         h = self.hidden
         norms = 4 * h if self.model_type in ("gemma2", "gemma3_text") else 2 * h
-        attention = self._attention() + norms
-        total = active = self.num_layers * attention
+        lin = self.linear.layers
+        total = active = (self.num_layers - lin) * self._attention() + lin * self.linear.params(h)
+        total = active = total + self.num_layers * norms
         if self.is_moe:
             moe_all, moe_active = self._moe()
             moe_layers = self.num_layers - self.num_dense
@@ -460,11 +488,107 @@ class _Shape:
         embed = self.vocab * h * (1 if self.tied else 2) + h
         total += embed
         active += embed
-        if vision is not None:
+        if vision is not None and self.model_type in _QWEN35:
+            extra = _qwen_vision_params(vision)
+            total += extra
+            active += extra
+        elif vision is not None:
             extra = _siglip_params(vision) + vision.integer("hidden_size") * (h + 1)  # + projector
             total += extra
             active += extra
         return total, active
+
+
+@dataclass(frozen=True)
+class _LinearAttention:
+    """Qwen3.5's Gated DeltaNet layers and its gated attention, as a config gives them."""
+
+    layers: int = 0
+    key_heads: int = 0
+    value_heads: int = 0
+    key_dim: int = 0
+    value_dim: int = 0
+    conv_kernel: int = 0
+    state_dtype: str = "fp32"
+    output_gate: bool = False
+
+    @classmethod
+    def read(cls, f: _Fields, model_type: str, num_layers: int) -> _LinearAttention:
+        """The layers from ``layer_types`` (else one full layer every ``full_attention_interval``)."""
+        if model_type not in _QWEN35:
+            return cls()
+        types = f.items("layer_types")
+        if types:
+            if len(types) != num_layers:
+                raise f.error("layer_types", f"has {len(types)} entries for {num_layers} layers")
+            layers = sum(t == "linear_attention" for t in types)
+        else:
+            interval = f.integer("full_attention_interval")
+            layers = sum((i + 1) % interval != 0 for i in range(num_layers))
+        ssm = f.text("mamba_ssm_dtype", "float32")
+        dtype = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(ssm)
+        if dtype is None:
+            raise f.error("mamba_ssm_dtype", f"unknown dtype {ssm!r} (float32, bfloat16 or float16)")
+        return cls(
+            layers=layers,
+            key_heads=f.integer("linear_num_key_heads"),
+            value_heads=f.integer("linear_num_value_heads"),
+            key_dim=f.integer("linear_key_head_dim"),
+            value_dim=f.integer("linear_value_head_dim"),
+            conv_kernel=f.integer("linear_conv_kernel_dim"),
+            state_dtype=dtype,
+            output_gate=f.flag("attn_output_gate", False),
+        )
+
+    def params(self, h: int) -> int:
+        """One Gated DeltaNet layer: in_proj_qkvz (q, k, v and the output gate z), in_proj_ba
+        (two scalars per value head), the depthwise causal conv over q, k, v (no bias), A_log
+        and dt_bias per value head, the gated RMSNorm over one value head, out_proj."""
+        k, v = self.key_heads * self.key_dim, self.value_heads * self.value_dim
+        return (
+            h * (2 * k + 2 * v)
+            + h * 2 * self.value_heads
+            + (2 * k + v) * self.conv_kernel
+            + 2 * self.value_heads
+            + self.value_dim
+            + v * h
+        )
+
+    def fields(self) -> dict[str, Any]:
+        """The `ModelSpec` fields (none for other families)."""
+        if not self.layers:
+            return {"attn_output_gate": True} if self.output_gate else {}
+        return {
+            "num_linear_attention_layers": self.layers,
+            "linear_num_key_heads": self.key_heads,
+            "linear_num_value_heads": self.value_heads,
+            "linear_key_head_dim": self.key_dim,
+            "linear_value_head_dim": self.value_dim,
+            "linear_conv_kernel_dim": self.conv_kernel,
+            "linear_state_dtype": self.state_dtype,
+            "attn_output_gate": self.output_gate,
+        }
+
+
+def _qwen_vision_params(v: _Fields) -> int:
+    """Qwen3.5's vision tower (Qwen3-VL's layout, transformers' Qwen3VLVisionModel): a Conv3d
+    patch embedding with bias, learned positions, ViT blocks (two LayerNorms, fused qkv and
+    proj with biases, a 2-layer GELU MLP with biases) and the patch merger (LayerNorm, two
+    linears from spatial_merge_size^2 patches to out_hidden_size), plus one merger per
+    deepstack index."""
+    d, inner, depth = v.integer("hidden_size"), v.integer("intermediate_size"), v.integer("depth")
+    patch, temporal, channels = (
+        v.integer("patch_size"),
+        v.integer("temporal_patch_size"),
+        v.integer("in_channels", 3),
+    )
+    out, merge = v.integer("out_hidden_size"), v.integer("spatial_merge_size")
+    block = 4 * d + (3 * d * d + 3 * d) + (d * d + d) + (2 * d * inner + inner + d)
+    embed = channels * temporal * patch * patch * d + d + v.integer("num_position_embeddings") * d
+    wide = d * merge * merge
+    merger = (wide * wide + wide) + (wide * out + out)
+    deepstack = len(v.items("deepstack_visual_indexes") or [])
+    return depth * block + embed + merger + 2 * d + deepstack * (merger + 2 * wide)
 
 
 def _siglip_params(v: _Fields) -> int:

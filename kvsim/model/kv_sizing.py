@@ -6,6 +6,15 @@ numbers can be checked by hand (docs/presets.md walks through them):
     KV bytes per token (MHA/GQA/MQA) = 2 (K and V) x layers x KV heads x head_dim x bytes
     KV bytes per token (MLA)         = layers x (kv_lora_rank + qk_rope_head_dim) x bytes
 
+Linear-attention layers (Gated DeltaNet: Qwen3.5, Qwen3-Next) hold no KV: "layers" above
+counts only the full-attention ones, and each running request keeps, per linear layer and
+shard, a constant state (`linear_state_bytes_per_seq`)::
+
+    conv window     (conv_kernel - 1) x (2 nk dk + nv dv) / tp x 2 bytes (the model's 16 bits)
+    recurrent state nv / tp x dk x dv x state bytes (mamba_ssm_dtype, fp32 in Qwen3.5)
+
+The engines reserve those states beside the KV pool (`linear_state_pool_bytes`).
+
 With tensor parallelism each shard holds ``max(1, kv_heads // tp)`` KV heads: the heads
 are split across shards and replicated once ``tp`` exceeds their number. An MLA latent
 is not split at all; vLLM stores the full latent on every TP rank.
@@ -90,12 +99,71 @@ def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str = "auto", tp: int =
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
         return model.num_layers * (model.kv_lora_rank + model.qk_rope_head_dim) * elem
-    return 2 * model.num_layers * kv_heads_per_shard(model, tp) * model.head_dim * elem
+    return 2 * model.num_kv_layers * kv_heads_per_shard(model, tp) * model.head_dim * elem
 
 
 def kv_bytes_per_token_per_layer(model: ModelSpec, kv_cache_dtype: str = "auto", tp: int = 1) -> float:
-    """KV bytes one token occupies in one layer on one TP shard (every layer is alike)."""
-    return kv_bytes_per_token(model, kv_cache_dtype, tp) / model.num_layers
+    """KV bytes one token occupies in one KV layer on one TP shard (every KV layer is alike)."""
+    return kv_bytes_per_token(model, kv_cache_dtype, tp) / model.num_kv_layers
+
+
+#: Bytes of a linear-attention recurrent state element by ``ModelSpec.linear_state_dtype``.
+_STATE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
+
+#: SGLang's default ``mamba_full_memory_ratio`` (python/sglang/srt/server_args.py, 0.5.9):
+#: the state pool takes ratio / (1 + ratio) of the memory left after the weights, the KV
+#: pool the rest; and ``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`` (model_runner
+#: kv-cache mixin, 0.5.9): with the radix cache on, max_running_requests is at most a third
+#: of the state slots (a request may hold its state plus cached prefix states).
+SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9
+SGLANG_MAMBA_SLOTS_PER_REQUEST = 3
+
+
+def linear_state_bytes_per_seq(model: ModelSpec, tp: int = 1) -> float:
+    """Bytes of one request's linear-attention state over all linear layers on one TP shard
+    (0 without such layers): see the module docstring. Heads split over ``tp`` (replicated
+    past their count, as KV heads are)."""
+    if not model.num_linear_attention_layers:
+        return 0.0
+    if tp < 1:
+        raise ValueError(f"tp must be >= 1, got {tp}")
+    nk, nv = model.linear_num_key_heads, model.linear_num_value_heads
+    dk, dv, kernel = model.linear_key_head_dim, model.linear_value_head_dim, model.linear_conv_kernel_dim
+    assert nk is not None and nv is not None and dk is not None and dv is not None and kernel is not None
+    nk_shard, nv_shard = max(1, nk // tp), max(1, nv // tp)
+    conv = (kernel - 1) * (2 * nk_shard * dk + nv_shard * dv) * kv_dtype_bytes(model, "auto")
+    recurrent = nv_shard * dk * dv * _STATE_BYTES[model.linear_state_dtype]
+    return model.num_linear_attention_layers * (conv + recurrent)
+
+
+def linear_state_pool_bytes(
+    model: ModelSpec, tp: int, free_bytes: float, max_num_seqs: int, backend: str
+) -> float:
+    """Memory one shard reserves for linear-attention states out of ``free_bytes`` (what the
+    weights and activations leave for KV and states).
+
+    SGLang (0.5.9, radix cache on, its default) splits that memory by
+    `SGLANG_MAMBA_FULL_MEMORY_RATIO` (``handle_max_mamba_cache``); vLLM and TensorRT-LLM are
+    modelled as keeping one state per running request, ``max_num_seqs`` states (an
+    approximation: vLLM 0.10+ pages the states in the KV pool's blocks, one block per request
+    and linear layer group, which this matches at full concurrency).
+    """
+    per_seq = linear_state_bytes_per_seq(model, tp)
+    if not per_seq:
+        return 0.0
+    if backend == "sglang":
+        ratio = SGLANG_MAMBA_FULL_MEMORY_RATIO
+        return max(free_bytes, 0.0) * ratio / (1 + ratio)
+    return max_num_seqs * per_seq
+
+
+def sglang_linear_max_running_requests(model: ModelSpec, tp: int, state_pool_bytes: float) -> int | None:
+    """SGLang's cap on running requests for a linear-attention model: the state slots the pool
+    holds over `SGLANG_MAMBA_SLOTS_PER_REQUEST` (None without linear layers)."""
+    per_seq = linear_state_bytes_per_seq(model, tp)
+    if not per_seq:
+        return None
+    return max(1, int(state_pool_bytes // per_seq) // SGLANG_MAMBA_SLOTS_PER_REQUEST)
 
 
 def kv_tokens_held(model: ModelSpec, num_tokens: int) -> int:
@@ -149,14 +217,14 @@ class KvLayerGroups:
 
     def num_padding_layers(self, model: ModelSpec) -> int:
         """Layers the last group of each kind is padded with (memory reserved, unused)."""
-        return self.num_groups * self.layers_per_group - model.num_layers
+        return self.num_groups * self.layers_per_group - model.num_kv_layers
 
 
 def kv_layer_groups(model: ModelSpec) -> KvLayerGroups:
     """The block-table groups of ``model``'s layers (one group unless it mixes kinds)."""
     full, window = model.num_full_layers, model.num_window_layers
     if not model.is_hybrid:
-        return KvLayerGroups(model.num_layers, 1 if window == 0 else 0, 1 if window else 0)
+        return KvLayerGroups(model.num_kv_layers, 1 if window == 0 else 0, 1 if window else 0)
     small, large = min(full, window), max(full, window)
     size = large if large < small * 1.5 else small
     return KvLayerGroups(size, -(-full // size), -(-window // size))
@@ -268,6 +336,10 @@ class KvCapacity:
     #: Whose memory rule sized the pool (`kvsim.backends.defaults`): "trtllm" takes
     #: gpu_memory_utilization of what weights and activations leave, the others of the memory.
     backend: str = "vllm"
+    #: Linear-attention models: one request's state on one shard, and the memory reserved for
+    #: the states out of what would otherwise be KV (`linear_state_pool_bytes`); 0 otherwise.
+    linear_state_bytes_per_seq_per_shard: float = 0.0
+    linear_state_pool_bytes_per_shard: float = 0.0
 
     @property
     def num_tokens(self) -> int:
@@ -343,7 +415,8 @@ def kv_capacity(
     ``num_gpu_blocks_override`` fixes the block count regardless of memory (as vLLM's
     option of that name does), while the other figures are still reported. A speculative
     ``draft_model`` adds its weights, and its KV to every block (vLLM keeps the draft's
-    layers in the same KV cache, one block table for both).
+    layers in the same KV cache, one block table for both). A linear-attention model's
+    request states are reserved first (`linear_state_pool_bytes`, by ``backend``).
     """
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
@@ -363,6 +436,8 @@ def kv_capacity(
         kv_bytes = gpu_memory_utilization * free if free > 0 else free
     else:
         kv_bytes = gpu.memory_bytes * gpu_memory_utilization - weights - activation_reserve_bytes
+    state_pool = linear_state_pool_bytes(model, tp, kv_bytes, max_num_seqs, backend)
+    kv_bytes -= state_pool
     per_block = bytes_per_block_per_shard(model, kv_cache_dtype, tp, block_size)
     if draft_model is not None:
         per_block = per_token_shard * block_size
@@ -384,4 +459,6 @@ def kv_capacity(
         gpu_memory_utilization=gpu_memory_utilization,
         num_kv_groups=kv_layer_groups(model).num_groups,
         backend=backend,
+        linear_state_bytes_per_seq_per_shard=linear_state_bytes_per_seq(model, tp),
+        linear_state_pool_bytes_per_shard=state_pool,
     )

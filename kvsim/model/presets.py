@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from typing import Any
 
 from kvsim.errors import KvsimError
 from kvsim.model.kv_sizing import GIB
@@ -836,6 +837,132 @@ MODEL_PRESETS.update(
 )
 
 
+_QWEN35_NOTE = (
+    "Gated DeltaNet linear attention (linear_num_key_heads 16 of dim 128, conv kernel 4, "
+    "mamba_ssm_dtype float32) in three layers of four (full_attention_interval 4), gated full "
+    "attention (attn_output_gate: q_proj twice as wide; head_dim 256, partial rotary 0.25) in the "
+    "fourth; vocab 248320; max_position_embeddings 262144; bfloat16; mtp_num_hidden_layers 1. "
+    f"{_PARAMS} with the vision tower (Qwen3-VL layout, depth 27, hidden 1152): "
+)
+_QWEN35_APPROX = (
+    f"{_MTP_NOTE}. Approximated: the linear layers' state is a constant per request beside the "
+    "paged KV cache of the full-attention layers (kvsim.model.kv_sizing.linear_state_bytes_per_seq); "
+    "partial rotary and multimodal positions (mrope) are not modelled."
+)
+
+
+def _qwen35(
+    name: str, repo: str, shape: dict[str, int], moe: tuple[int, int, int] | None, counts: str
+) -> ModelSpec:
+    """A Qwen3.5 preset: the shapes its config gives (``shape``), its MoE (experts, top-k,
+    expert width, one shared expert as wide) if any, and the counts kvsim.model.hf_config reads."""
+    layers, nv = shape["num_layers"], shape["linear_num_value_heads"]
+    experts: dict[str, Any] = (
+        {"num_experts": moe[0], "num_experts_per_token": moe[1], "num_shared_experts": 1}
+        if moe is not None
+        else {}
+    )
+    return ModelSpec(
+        name=name,
+        num_layers=layers,
+        hidden_size=shape["hidden_size"],
+        num_attention_heads=shape["num_attention_heads"],
+        num_kv_heads=shape["num_kv_heads"],
+        head_dim=256,
+        intermediate_size=moe[2] if moe is not None else shape["intermediate_size"],
+        vocab_size=248320,
+        num_params=shape["num_params"],
+        num_active_params=shape.get("num_active_params"),
+        weight_dtype="bf16",
+        max_model_len=262144,
+        num_mtp_layers=1,
+        num_linear_attention_layers=layers * 3 // 4,
+        linear_num_key_heads=16,
+        linear_num_value_heads=nv,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel_dim=4,
+        linear_state_dtype="fp32",
+        attn_output_gate=True,
+        **experts,
+        source=f"{_HF}/{repo}/blob/main/config.json (text_config: {layers} layers, hidden "
+        f"{shape['hidden_size']}, {shape['num_attention_heads']} heads, {shape['num_kv_heads']} KV "
+        f"heads, linear_num_value_heads {nv}; {_QWEN35_NOTE}{counts}; {_AIC_CONFIGS}"
+        f"{repo.replace('/', '--')}_config.json); {_QWEN35_APPROX}",
+    )
+
+
+_QWEN35_REPOS: tuple[tuple[str, WeightDtype | None], ...] = (("", None), ("-fp8", "fp8_block"))
+
+MODEL_PRESETS.update(
+    _models(
+        _qwen35(
+            "qwen3.5-397b-a17b",
+            "Qwen/Qwen3.5-397B-A17B",
+            {
+                "num_layers": 60,
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "num_kv_heads": 2,
+                "linear_num_value_heads": 64,
+                "num_params": 396_802_360_816,
+                "num_active_params": 17_805_051_376,
+            },
+            (512, 10, 1024),
+            "396.8B, 17.8B active, of which the vision tower 0.46B (model card: 397B total, 17B "
+            "activated; 512 experts of 1024, 10 routed + 1 shared)",
+        ),
+        _qwen35(
+            "qwen3.5-122b-a10b",
+            "Qwen/Qwen3.5-122B-A10B",
+            {
+                "num_layers": 48,
+                "hidden_size": 3072,
+                "num_attention_heads": 32,
+                "num_kv_heads": 2,
+                "linear_num_value_heads": 64,
+                "num_params": 122_562_817_776,
+                "num_active_params": 10_222_579_440,
+            },
+            (256, 8, 1024),
+            "122.6B, 10.2B active (model card: 122B total, 10B activated; 256 experts of 1024, "
+            "8 routed + 1 shared)",
+        ),
+        _qwen35(
+            "qwen3.5-35b-a3b",
+            "Qwen/Qwen3.5-35B-A3B",
+            {
+                "num_layers": 40,
+                "hidden_size": 2048,
+                "num_attention_heads": 16,
+                "num_kv_heads": 2,
+                "linear_num_value_heads": 32,
+                "num_params": 35_107_181_936,
+                "num_active_params": 3_901_560_176,
+            },
+            (256, 8, 512),
+            "35.1B, 3.9B active (model card: 35B total, 3B activated; 256 experts of 512, 8 "
+            "routed + 1 shared)",
+        ),
+        _qwen35(
+            "qwen3.5-27b",
+            "Qwen/Qwen3.5-27B",
+            {
+                "num_layers": 64,
+                "hidden_size": 5120,
+                "num_attention_heads": 24,
+                "num_kv_heads": 4,
+                "linear_num_value_heads": 48,
+                "intermediate_size": 17408,
+                "num_params": 27_356_728_560,
+            },
+            None,
+            "27.4B (model card: 27B; dense MLP 17408 wide)",
+        ),
+    )
+)
+
+
 def _gpus(*specs: GpuSpec) -> dict[str, GpuSpec]:
     return {spec.name: spec for spec in specs}
 
@@ -1358,6 +1485,17 @@ MODEL_ALIASES: dict[str, tuple[str, WeightDtype | None] | tuple[str, WeightDtype
     "zhipuai/glm-5": ("glm-5", None),  # silicon_sample.csv's name for it
     "zai-org/glm-5-fp8": ("glm-5", "fp8_block"),
     "nvidia/glm-5-nvfp4": ("glm-5", "bf16", "nvfp4"),
+    # Qwen3.5: Qwen's -FP8 repositories are block-scaled (weight_block_size [128, 128], as
+    # Qwen3's); NVIDIA's NVFP4 exports leave linear_attn, self_attn, the shared experts and the
+    # vision tower in 16 bits (aiconfigurator-core 0.12.0 model_configs/
+    # nvidia--Qwen3.5-397B-A17B-NVFP4_hf_quant_config.json exclude_modules), the routed experts nvfp4.
+    **{
+        f"qwen/qwen3.5-{size}{suffix}": (f"qwen3.5-{size}", dtype)
+        for size in ("397b-a17b", "122b-a10b", "35b-a3b", "27b")
+        for suffix, dtype in _QWEN35_REPOS
+    },
+    "nvidia/qwen3.5-397b-a17b-nvfp4": ("qwen3.5-397b-a17b", "bf16", "nvfp4"),
+    "nvidia/qwen3.5-122b-a10b-nvfp4": ("qwen3.5-122b-a10b", "bf16", "nvfp4"),
 }
 
 

@@ -214,6 +214,50 @@ class ModelSpec(FrozenModel):
         "as a speculative-decoding draft, so they are not in num_params, num_layers or the KV cache.",
     )
 
+    num_linear_attention_layers: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_LAYERS,
+        description="Linear-attention layers (Gated DeltaNet: Qwen3.5, Qwen3-Next): each keeps a "
+        "constant-size state per request (a causal-conv window and a recurrent state) instead of a "
+        "KV cache; the other layers are full attention and alone fill the paged KV cache. 0: none.",
+    )
+    linear_num_key_heads: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_HEADS,
+        description="Linear attention: query/key heads (linear_num_key_heads).",
+    )
+    linear_num_value_heads: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_HEADS,
+        description="Linear attention: value heads (linear_num_value_heads).",
+    )
+    linear_key_head_dim: int | None = Field(
+        default=None, gt=0, le=MAX_HEADS, description="Linear attention: dimension of one query/key head."
+    )
+    linear_value_head_dim: int | None = Field(
+        default=None, gt=0, le=MAX_HEADS, description="Linear attention: dimension of one value head."
+    )
+    linear_conv_kernel_dim: int | None = Field(
+        default=None,
+        gt=1,
+        le=MAX_HEADS,
+        description="Linear attention: width of the causal convolution over q, k and v (its state "
+        "keeps the last kernel - 1 inputs).",
+    )
+    linear_state_dtype: Literal["fp32", "bf16", "fp16"] = Field(
+        default="fp32",
+        description="Linear attention: dtype of the recurrent state (the config's mamba_ssm_dtype; "
+        "the conv window is kept in the model's 16-bit dtype).",
+    )
+    attn_output_gate: bool = Field(
+        default=False,
+        description="Full-attention layers gate their output by a sigmoid of a second query-wide "
+        "projection (Qwen3.5's attn_output_gate): q_proj is twice as wide.",
+    )
+
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
         if self.num_attention_heads % self.num_kv_heads:
@@ -246,7 +290,44 @@ class ModelSpec(FrozenModel):
             )
         if self.num_experts is not None and self.num_dense_layers >= self.num_layers:
             raise ValueError(f"num_dense_layers ({self.num_dense_layers}) must be < num_layers")
+        self._check_linear_attention()
         return self
+
+    def _check_linear_attention(self) -> None:
+        """Linear-attention fields come together, leave at least one full-attention layer
+        (the paged KV cache is sized by them) and do not mix with windows or MLA."""
+        fields = {
+            name: getattr(self, name)
+            for name in (
+                "linear_num_key_heads",
+                "linear_num_value_heads",
+                "linear_key_head_dim",
+                "linear_value_head_dim",
+                "linear_conv_kernel_dim",
+            )
+        }
+        if not self.num_linear_attention_layers:
+            given = [k for k, v in fields.items() if v is not None]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} describe linear attention: set num_linear_attention_layers"
+                )
+            return
+        missing = [k for k, v in fields.items() if v is None]
+        if missing:
+            raise ValueError(f"num_linear_attention_layers needs {', '.join(missing)}")
+        if self.num_linear_attention_layers >= self.num_layers:
+            raise ValueError(
+                f"num_linear_attention_layers ({self.num_linear_attention_layers}) must be < num_layers "
+                f"({self.num_layers}): at least one full-attention layer holds the KV cache"
+            )
+        if self.sliding_window is not None or self.is_mla:
+            raise ValueError("unsupported: linear-attention layers beside sliding-window or MLA layers")
+        nk, nv = fields["linear_num_key_heads"], fields["linear_num_value_heads"]
+        if nv % nk:
+            raise ValueError(
+                f"linear_num_value_heads ({nv}) must be a multiple of linear_num_key_heads ({nk})"
+            )
 
     @property
     def is_mla(self) -> bool:
@@ -269,8 +350,13 @@ class ModelSpec(FrozenModel):
 
     @property
     def num_full_layers(self) -> int:
-        """Layers attending to every earlier token."""
-        return self.num_layers - self.num_window_layers
+        """Layers attending to every earlier token (the paged KV cache's layers, with the window ones)."""
+        return self.num_layers - self.num_window_layers - self.num_linear_attention_layers
+
+    @property
+    def num_kv_layers(self) -> int:
+        """Layers with a paged KV cache: all but the linear-attention ones."""
+        return self.num_layers - self.num_linear_attention_layers
 
     @property
     def is_hybrid(self) -> bool:

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -64,6 +65,9 @@ from kvsim.cost.tables import (
 from kvsim.errors import ProfileError
 from kvsim.model.moe import num_moe_layers
 from kvsim.model.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
+
+if TYPE_CHECKING:
+    from kvsim.cost.linear_attention import GdnKernels
 
 #: kvsim GPU presets -> aiconfigurator-core system names (the tables' folders).
 GPU_SYSTEMS: dict[str, str] = {
@@ -486,8 +490,9 @@ class KernelCostModel:
         self._mla_bmm: tuple[Curve, Curve] | None = None
         self._mla_kv_b: Curve | None = None
         if not self._mla:
+            q_out = 2 * q_heads if model.attn_output_gate else q_heads  # Qwen3.5: q and its output gate
             attention_gemms = [
-                gemm_curve(gemm, gemm_dtype, (q_heads + 2 * kv_heads) * hd, h, "QKV", w),
+                gemm_curve(gemm, gemm_dtype, (q_out + 2 * kv_heads) * hd, h, "QKV", w),
                 gemm_curve(gemm, gemm_dtype, h, q_heads * hd, "O", w),
             ]
         elif mla_module:
@@ -513,6 +518,10 @@ class KernelCostModel:
         ]
         if model.is_moe:
             self._init_moe(gemm, inter, attention_gemms)
+        # Linear-attention layers (Qwen3.5): their projections replace the QKV / O GEMMs, their
+        # conv and delta-rule kernels the attention (`kvsim.cost.linear_attention`).
+        self._attention_gemms, self._attn_layers = attention_gemms, model.num_kv_layers
+        self._gdn = self._init_linear(gemm, gemm_dtype) if model.num_linear_attention_layers else None
         # Engines keep the LM head in 16 bits whatever the weights (aiconfigurator does too).
         self._lm_head = gemm_curve(gemm, "bfloat16", max(1, model.vocab_size // tp), h, "LM head", w)
 
@@ -679,6 +688,15 @@ class KernelCostModel:
         ]
         self._num_moe_layers = num_moe_layers(model)
 
+    def _init_linear(self, gemm: pd.DataFrame, gemm_dtype: str) -> GdnKernels:
+        """The Gated DeltaNet layers' GEMMs (the weights' dtype) and measured kernels."""
+        from kvsim.cost.linear_attention import GdnKernels
+
+        def build(n: int, k: int, what: str) -> Curve:
+            return gemm_curve(gemm, gemm_dtype, n, k, what, self.warnings)
+
+        return GdnKernels(self.model, self.tp, self.source, build, self.warnings)
+
     def _allreduce_curves(self) -> tuple[Curve, Curve]:
         """(CUDA graph, eager) all-reduce latency by message elements on ``tp`` GPUs."""
         graph, eager = ALLREDUCE_VARIANTS.get(self.source.backend, ("", ""))
@@ -735,6 +753,8 @@ class KernelCostModel:
             )
             num_moe = self._num_moe_layers
             t = (self.model.num_layers - num_moe) * layer + num_moe * moe_layer
+        if self._gdn is not None:  # linear layers: their projections in place of QKV / O
+            t += self._gdn.layers * (self._gdn.gemms_s(m) - sum(c(m) for c in self._attention_gemms))
         self._by_tokens[tokens] = t
         return t
 
@@ -788,25 +808,30 @@ class KernelCostModel:
             ctx = np.array([batch.decode_context_tokens], dtype=np.float64)
             return float(self.decode_steps_s(batch.num_decode_seqs, ctx)[0])
         tokens, seqs = batch.num_decode_seqs, batch.num_decode_seqs
-        extra = 0.0
+        extra = linear = 0.0
         for q, c in batch.prefill_chunks:
             tokens += q
             seqs += 1
             extra += self._chunk_extra_s(q, c)
+            linear += self._gdn.chunk_s(q) if self._gdn is not None else 0.0
         if batch.num_decode_seqs:
             ctx = np.array([batch.decode_context_tokens], dtype=np.float64)
             attention = float(self._decode_attention_s(batch.num_decode_seqs, ctx)[0]) + extra
         else:
             attention = self._attention_floor + extra
         t = self._token_terms_s(tokens) + self._lm_head_s(seqs)
-        return t + self.model.num_layers * attention + self._per_step_s
+        if self._gdn is not None:
+            t += linear + self._gdn.decode_s(batch.num_decode_seqs)
+        return t + self._attn_layers * attention + self._per_step_s
 
     def decode_steps_s(self, num_seqs: int, context_tokens: np.ndarray) -> np.ndarray:
         ctx = np.asarray(context_tokens, dtype=np.float64)
         if num_seqs == 0:
             return np.zeros(len(ctx))
         t = self._token_terms_s(num_seqs) + self._lm_head_s(num_seqs)
-        return t + self.model.num_layers * self._decode_attention_s(num_seqs, ctx) + self._per_step_s
+        if self._gdn is not None:
+            t += self._gdn.decode_s(num_seqs)
+        return t + self._attn_layers * self._decode_attention_s(num_seqs, ctx) + self._per_step_s
 
     def pcie_transfer_s(self, num_bytes: float) -> float:
         return num_bytes / self._pcie_bw

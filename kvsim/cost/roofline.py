@@ -31,6 +31,12 @@ Attended pairs of a prefill chunk of q new tokens after c cached ones: q*c + q(q
 (causal); of a decode, its context. KV tokens touched: q + c per chunk (read the cache,
 write the chunk), the context per decode.
 
+Linear-attention layers (Qwen3.5's Gated DeltaNet, `kvsim.cost.linear_attention`): "layers"
+in the attention term counts the full-attention ones only (their KV alone is per token);
+each scheduled request (decoding, or a prefill chunk) also reads and writes its constant
+state in every linear layer, counted with the KV bytes, and each token costs the delta
+rule's FLOPs, counted with the attention FLOPs.
+
 `RooflineCostModel.terms` returns these quantities unscaled (FLOPs, bytes, counts) so
 that `kvsim.cost.fit` can fit the parameters without re-deriving the formulas.
 """
@@ -43,6 +49,7 @@ import numpy as np
 
 from kvsim.cost.base import Batch
 from kvsim.cost.config import RooflineCostConfig
+from kvsim.cost.linear_attention import linear_roofline_terms
 from kvsim.model.kv_sizing import kv_bytes_per_token
 from kvsim.model.moe import (
     active_layer_params,
@@ -121,7 +128,10 @@ class RooflineCostModel:
         lm_params = model.hidden_size * model.vocab_size
         self._linear_flops_per_token = 2.0 * lin_params / tp
         self._lm_flops_per_seq = 2.0 * lm_params / tp
-        self._attn_flops_per_pair = 4.0 * model.num_layers * (model.num_attention_heads / tp) * model.head_dim
+        self._attn_flops_per_pair = (
+            4.0 * model.num_kv_layers * (model.num_attention_heads / tp) * model.head_dim
+        )
+        self._gdn_flops_per_token, self._gdn_state_bytes_per_seq = linear_roofline_terms(model, tp)
         self._weight_bytes = (lin_params + lm_params) * wbytes / tp
         # Mixture of experts: the constant part (non-expert layers, LM head, shared experts)
         # plus the bytes of one distinct routed expert over all MoE layers (per GPU).
@@ -170,8 +180,8 @@ class RooflineCostModel:
         return RooflineTerms(
             linear_flops=self._linear_flops_per_token * n_tokens + self._lm_flops_per_seq * n_seqs,
             weight_bytes=self._weights_read(n_tokens) if n_tokens else 0.0,
-            attention_flops=self._attn_flops_per_pair * pairs,
-            kv_bytes=self._kv_bytes_per_token * kv_tokens,
+            attention_flops=self._attn_flops_per_pair * pairs + self._gdn_flops_per_token * n_tokens,
+            kv_bytes=self._kv_bytes_per_token * kv_tokens + self._gdn_state_bytes_per_seq * n_seqs,
             num_allreduces=self._num_allreduces if n_tokens else 0,
             allreduce_bus_bytes=self._ar_bus_bytes_per_token * n_tokens,
             num_layers=self.model.num_layers if n_tokens else 0,
@@ -183,8 +193,12 @@ class RooflineCostModel:
         if n_tokens == 0:
             return 0.0
         t = self._linear_s(n_tokens, n_seqs)
-        attn_compute = self._attn_flops_per_pair * pairs / self._flops_rate
-        attn_memory = self._kv_bytes_per_token * kv_tokens / self._kv_bytes_rate
+        attn_compute = (
+            self._attn_flops_per_pair * pairs + self._gdn_flops_per_token * n_tokens
+        ) / self._flops_rate
+        attn_memory = (
+            self._kv_bytes_per_token * kv_tokens + self._gdn_state_bytes_per_seq * n_seqs
+        ) / self._kv_bytes_rate
         t += attn_compute + attn_memory if self._sum else max(attn_compute, attn_memory)
         t += self._ar_fixed_s + self._ar_s_per_token * n_tokens
         t += self._fixed_s
@@ -224,8 +238,12 @@ class RooflineCostModel:
         if num_seqs == 0:
             return np.zeros(len(ctx))
         t_linear = self._linear_s(num_seqs, num_seqs)
-        attn_compute = self._attn_flops_per_pair * ctx / self._flops_rate
-        attn_memory = self._kv_bytes_per_token * ctx / self._kv_bytes_rate
+        attn_compute = (
+            self._attn_flops_per_pair * ctx + self._gdn_flops_per_token * num_seqs
+        ) / self._flops_rate
+        attn_memory = (
+            self._kv_bytes_per_token * ctx + self._gdn_state_bytes_per_seq * num_seqs
+        ) / self._kv_bytes_rate
         attn = attn_compute + attn_memory if self._sum else np.maximum(attn_compute, attn_memory)
         t = t_linear + attn
         t = t + (self._ar_fixed_s + self._ar_s_per_token * num_seqs)

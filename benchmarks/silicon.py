@@ -145,8 +145,9 @@ def moe_quantization(model: Any, row: dict[str, str]) -> str | None:
     """engine.quantization for a mixture-of-experts row: None (the checkpoint as published,
     the preset or its Hugging Face alias) when the row's moe_quant_mode names the
     checkpoint's own expert precision; aiconfigurator labels gpt-oss's MXFP4 experts
-    "nvfp4" and block-scaled fp8 checkpoints "fp8". Otherwise the row's precision, as for
-    a dense row."""
+    "nvfp4" and block-scaled fp8 checkpoints "fp8". fp8_block when the row's experts are
+    fp8_block and its GEMMs "fp8" (a block-scaled checkpoint named by its bf16 model's id).
+    Otherwise the row's precision, as for a dense row."""
     native = model.expert_weight_dtype or model.weight_dtype
     label = QUANTIZATION.get(row.get("moe_quant_mode") or row.get("gemm_quant_mode") or "")
     same = (
@@ -154,7 +155,12 @@ def moe_quantization(model: Any, row: dict[str, str]) -> str | None:
         or {label, native} <= {"fp8", "fp8_block"}
         or (label == "nvfp4" and native == "mxfp4")
     )
-    return None if same else QUANTIZATION.get(row.get("gemm_quant_mode") or "")
+    gemm = QUANTIZATION.get(row.get("gemm_quant_mode") or "")
+    if not same and {label, gemm} == {"fp8", "fp8_block"}:
+        # A block-scaled checkpoint (Qwen3.5-397B-A17B-FP8) under the bf16 model's id: its
+        # experts say fp8_block, its GEMMs aiconfigurator's "fp8" label.
+        return "fp8_block"
+    return None if same else gemm
 
 
 def scenario_for(

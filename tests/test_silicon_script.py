@@ -92,6 +92,10 @@ def test_moe_rows_run_at_their_checkpoints_precision() -> None:
     row = _row("q", model_path="Qwen/Qwen3-235B-A22B-FP8", gemm_quant_mode="fp8", moe_quant_mode="fp8")
     model = silicon.scenario_for(row, None, {})["model"]
     assert model["weight_dtype"] == "fp8_block"
+    # Qwen3.5's FP8 rows name the bf16 model: experts fp8_block, GEMMs "fp8" -> the block-scaled checkpoint.
+    row = _row("q5", model_path="Qwen/Qwen3.5-397B-A17B", gemm_quant_mode="fp8", moe_quant_mode="fp8_block",
+               tp_size="4", moe_tp_size="4", backend="sglang", backend_version="0.5.9")  # fmt: skip
+    assert silicon.scenario_for(row, None, {})["replicas"][0]["engine"]["quantization"] == "fp8_block"
 
 
 def test_a_row_becomes_the_benchmark_as_it_was_run() -> None:

@@ -102,6 +102,11 @@ def test_sglang_caps_running_requests_by_the_state_slots() -> None:
         EngineConfig(backend="sglang", backend_version="0.5.9", max_num_seqs=4000), gpu=gpu, tp=4, model=model
     )
     assert explicit.max_num_seqs == slots // 3  # SGLang caps a set max_running_requests too
+    no_radix = resolve_engine(
+        EngineConfig(backend="sglang", backend_version="0.5.9", enable_prefix_caching=False), gpu=gpu, tp=4,
+        model=model,
+    )  # fmt: skip
+    assert no_radix.max_num_seqs == slots  # radix cache off: one state slot per request
 
 
 def test_roofline_terms_by_hand() -> None:

@@ -240,7 +240,7 @@ DEFAULTS_TABLE: tuple[DefaultRule, ...] = (
         "max_num_seqs",
         "0.5.1-0.5.10",
         "max_running_requests: min(pool tokens // 2, clamp(pool tokens / context_len x 512, 2,048, 4,096)); "
-        "linear-attention models (Qwen3.5): at most the state slots // 3, the states taking 0.9 / 1.9 of the KV memory",
+        "linear-attention models (Qwen3.5): at most the state slots // 3 (all of them with the radix cache off), the states taking 0.9 / 1.9 of the KV memory",
         "python/sglang/srt/model_executor/model_runner.py init_memory_pool (model_runner_kv_cache_mixin.py _resolve_max_num_reqs in 0.5.10)",
     ),
     DefaultRule(
@@ -580,7 +580,8 @@ def resolve_engine(
 
 def _sglang_state_cap(engine: EngineConfig, gpu: GpuSpec, tp: int, model: ModelSpec) -> int | None:
     """SGLang's cap on running requests of a linear-attention model, set or not: the state
-    slots its pool holds over three (`kvsim.model.kv_sizing.sglang_linear_max_running_requests`)."""
+    slots its pool holds over three, or all of them with prefix caching (the radix cache) off
+    (`kvsim.model.kv_sizing.sglang_linear_max_running_requests`)."""
     from kvsim.model.kv_sizing import engine_kv_capacity, sglang_linear_max_running_requests
 
     try:
@@ -589,7 +590,9 @@ def _sglang_state_cap(engine: EngineConfig, gpu: GpuSpec, tp: int, model: ModelS
         return None
     if cap.linear_state_pool_bytes_per_shard <= 0:
         return None  # does not fit: the scenario checks say so
-    return sglang_linear_max_running_requests(model, tp, cap.linear_state_pool_bytes_per_shard)
+    return sglang_linear_max_running_requests(
+        model, tp, cap.linear_state_pool_bytes_per_shard, radix_cache=engine.enable_prefix_caching
+    )
 
 
 def _sglang_pool_default(engine: EngineConfig, gpu: GpuSpec, tp: int, model: ModelSpec) -> int | None:

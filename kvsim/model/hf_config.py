@@ -6,9 +6,10 @@
 
 Supported ``model_type`` families (`SUPPORTED_MODEL_TYPES`): Llama, Mistral, Mixtral,
 Qwen2 / Qwen3 / Qwen3-MoE, DeepSeek-V2 / V3 / V3.2 and Kimi-K2 (MLA), GLM-5 (MLA with a
-DSA indexer), gpt-oss, Gemma / Gemma 2 / Gemma 3, MiniMax-M2, MiMo; configs that wrap a
-language model in ``text_config`` (Gemma 3, Kimi-K2.5) are read through it. Anything else
-(linear-attention or Mamba hybrids, chunked-attention Llama 4, ...) is refused with an
+DSA indexer), gpt-oss, Gemma / Gemma 2 / Gemma 3, MiniMax-M2, MiMo, Qwen3.5 (Gated DeltaNet
+linear-attention layers beside gated full attention, dense and MoE); configs that wrap a
+language model in ``text_config`` (Gemma 3, Kimi-K2.5, Qwen3.5) are read through it.
+Anything else (Qwen3-Next, Mamba hybrids, chunked-attention Llama 4, ...) is refused with an
 error naming the file and the field.
 
 Parameter count, from the shapes alone (every tensor the checkpoint stores for inference;
@@ -16,18 +17,22 @@ Parameter count, from the shapes alone (every tensor the checkpoint stores for i
 vocabulary, ``E`` routed experts, ``S`` shared experts)::
 
     embeddings      V h, and V h more for an untied LM head; a final norm of h
-    attention       h H d + 2 h K d + H d h   (+ biases where the config says so,
+    attention       h H d + 2 h K d + H d h   (+ h H d for Qwen3.5's output gate,
+                    + biases where the config says so,
                     + 2 d for Qwen3's q/k norms, + H d + K d for MiniMax's per-layer norms,
                     + H sink logits for gpt-oss)
     MLA attention   h q_lora + q_lora + q_lora H (nope + rope)   (or h H (nope + rope)
                     without q_lora) + h (kv_lora + rope) + kv_lora + kv_lora H (nope + v)
                     + H v h   (+ the DSA indexer's projections for GLM-5 / DeepSeek-V3.2)
     dense MLP       3 h I (gated: gate, up, down)
-    MoE layer       E 3 h I_moe + S 3 h I_moe + h E (router, + E for a correction bias)
+    Gated DeltaNet  h (2 nk dk + 2 nv dv) + 2 h nv + (2 nk dk + nv dv) conv + 2 nv + dv
+                    + nv dv h   (Qwen3.5's linear layers, in place of attention)
+    MoE layer       E 3 h I_moe + S 3 h I_moe + h E (router, + E for a correction bias;
+                    + h for Qwen3.5's shared-expert gate)
     norms           2 h per layer (4 h for Gemma 2 / 3)
 
-Gemma 3's SigLIP vision tower is added when the config has a ``vision_config`` (vLLM loads
-it with the ``-it`` checkpoints); Kimi-K2.5's vision tower is not counted. Multi-token
+Gemma 3's SigLIP vision tower and Qwen3.5's (Qwen3-VL's layout) are added when the config
+has a ``vision_config`` (the engines load them); Kimi-K2.5's vision tower is not counted. Multi-token
 prediction layers (DeepSeek ``num_nextn_predict_layers``, MiniMax ``num_mtp_modules`` x
 ``mtp_transformer_layers`` when ``use_mtp``) are recorded in ``num_mtp_layers`` and left out
 of the count: engines load them only for speculative decoding. Active parameters of a

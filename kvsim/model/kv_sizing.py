@@ -157,13 +157,16 @@ def linear_state_pool_bytes(
     return max_num_seqs * per_seq
 
 
-def sglang_linear_max_running_requests(model: ModelSpec, tp: int, state_pool_bytes: float) -> int | None:
+def sglang_linear_max_running_requests(
+    model: ModelSpec, tp: int, state_pool_bytes: float, *, radix_cache: bool = True
+) -> int | None:
     """SGLang's cap on running requests for a linear-attention model: the state slots the pool
-    holds over `SGLANG_MAMBA_SLOTS_PER_REQUEST` (None without linear layers)."""
+    holds over `SGLANG_MAMBA_SLOTS_PER_REQUEST`, or all of them with the radix cache off
+    (``--disable-radix-cache``: one slot per request); None without linear layers."""
     per_seq = linear_state_bytes_per_seq(model, tp)
     if not per_seq:
         return None
-    return max(1, int(state_pool_bytes // per_seq) // SGLANG_MAMBA_SLOTS_PER_REQUEST)
+    return max(1, int(state_pool_bytes // per_seq) // (SGLANG_MAMBA_SLOTS_PER_REQUEST if radix_cache else 1))
 
 
 def kv_tokens_held(model: ModelSpec, num_tokens: int) -> int:

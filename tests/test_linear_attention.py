@@ -249,3 +249,46 @@ def test_what_the_gdn_tables_lack_is_refused_by_name(tables: Path, tmp_path: Pat
 def test_full_attention_models_are_priced_as_before(tables: Path) -> None:
     km = _model(tables, TINY)
     assert km._gdn is None and km._attn_layers == 2
+
+
+def test_a_linear_attention_model_runs_end_to_end_and_fast_forward_equals_stepping(tables: Path) -> None:
+    from pandas.testing import assert_frame_equal
+
+    import kvsim
+    from tests.test_kernels import tiny_scenario
+
+    scenario = tiny_scenario(tables)
+    scenario["model"] = TINY_LIN.model_dump()  # tp 2: the fixture's 1 key / 4 value heads per GPU
+    fast = kvsim.run(scenario)
+    slow = kvsim.run({**scenario, "sim": {"fast_forward": False}})
+    assert fast.summary["num_finished"] == 60
+    assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    assert_frame_equal(fast.iterations, slow.iterations, check_exact=True)
+
+
+def test_kv_size_reports_the_request_states(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from kvsim.cli import main
+
+    argv = [
+        "kv-size",
+        "--model",
+        "Qwen/Qwen3.5-397B-A17B-FP8",
+        "--gpu",
+        "h200",
+        "--tp",
+        "8",
+        "--backend",
+        "sglang",
+    ]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["num_linear_attention_layers"] == 45
+    assert out["bytes_per_token"] == 30_720
+    assert out["linear_state_bytes_per_seq_per_shard"] == 45 * (3 * 1536 * 2 + 8 * 128 * 128 * 4)
+    assert out["linear_state_pool_bytes_per_shard"] == pytest.approx(
+        (out["kv_bytes_per_shard"] + out["linear_state_pool_bytes_per_shard"]) * 0.9 / 1.9, rel=1e-12
+    )
+    assert main(argv) == 0
+    assert "45 linear-attention layers: 183.2 MiB of state per running request" in capsys.readouterr().out

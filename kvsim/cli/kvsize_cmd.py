@@ -38,6 +38,7 @@ from kvsim.model.kv_sizing import (
     kv_heads_per_shard,
     kv_layer_groups,
     kv_tokens_held,
+    linear_state_bytes_per_seq,
     weight_bytes,
 )
 from kvsim.model.presets import GPU_PRESETS, MODEL_PRESETS, tp_problem
@@ -121,6 +122,9 @@ def _figures(args: argparse.Namespace) -> dict[str, Any]:
         "context_bytes": _num(kv_bytes_for_context(model, ctx, dtype, 1)),
         "context_bytes_per_shard": _num(kv_bytes_for_context(model, ctx, dtype, tp)),
         "weight_bytes": _num(weight_bytes(model)),
+        "num_linear_attention_layers": model.num_linear_attention_layers,
+        "linear_state_bytes_per_seq": _num(linear_state_bytes_per_seq(model, 1)),
+        "linear_state_bytes_per_seq_per_shard": _num(linear_state_bytes_per_seq(model, tp)),
     }
     if gpu is None:
         return out
@@ -151,6 +155,7 @@ def _figures(args: argparse.Namespace) -> dict[str, Any]:
             "activation_reserve_estimated": reserve is None,
             "max_num_batched_tokens": engine.max_num_batched_tokens,
             "max_num_seqs": engine.max_num_seqs,
+            "linear_state_pool_bytes_per_shard": _num(cap.linear_state_pool_bytes_per_shard),
             "kv_bytes_per_shard": _num(cap.kv_bytes_per_shard),
             "num_blocks": cap.num_blocks,
             "num_tokens": cap.num_tokens,
@@ -193,6 +198,12 @@ def _text(f: dict[str, Any]) -> str:
     if ctx > f["max_model_len"]:
         ctx_line += f" (beyond the model's max_model_len {f['max_model_len']:,})"
     lines.append(ctx_line)
+    if f["num_linear_attention_layers"]:
+        lines.append(
+            f"  + {f['num_linear_attention_layers']} linear-attention layers: "
+            f"{f['linear_state_bytes_per_seq'] / 2**20:,.1f} MiB of state per running request "
+            f"({f['linear_state_bytes_per_seq_per_shard'] / 2**20:,.1f} MiB per shard), not in the KV cache"
+        )
     if "gpu" not in f:
         return "\n".join(lines)
     knob = KNOB_NAMES["gpu_memory_utilization"][f["backend"]]
@@ -210,6 +221,11 @@ def _text(f: dict[str, Any]) -> str:
             f"  (estimated for {f['max_num_batched_tokens']:,} batched tokens, {f['max_num_seqs']} seqs)"
             if f["activation_reserve_estimated"]
             else ""
+        ),
+        *(
+            [f"  - request states          {_gib(f['linear_state_pool_bytes_per_shard']):>14}"]
+            if f["linear_state_pool_bytes_per_shard"]
+            else []
         ),
         (
             f"  = KV cache                {_gib(f['kv_bytes_per_shard']):>14}"

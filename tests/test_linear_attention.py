@@ -292,3 +292,20 @@ def test_kv_size_reports_the_request_states(capsys: pytest.CaptureFixture[str]) 
     )
     assert main(argv) == 0
     assert "45 linear-attention layers: 183.2 MiB of state per running request" in capsys.readouterr().out
+
+
+def test_a_scenario_without_room_for_the_states_says_so() -> None:
+    from kvsim.errors import ScenarioError
+    from kvsim.scenario.loading import load_scenario
+
+    replica = {"gpu": "h200", "tp": 4, "engine": {"max_num_seqs": 1024, "max_model_len": 8192}}
+    with pytest.raises(
+        ScenarioError, match=r"- 45\.79 GiB linear-attention request states \(max_num_seqs 1024 x 45\.8 MiB\)"
+    ):
+        load_scenario(
+            {"model": "Qwen/Qwen3.5-397B-A17B-FP8", "replicas": [replica], "workload": {"num_requests": 5}}
+        )
+    replica["engine"]["max_num_seqs"] = 256  # 11.4 GiB of states: the pool has room
+    assert load_scenario(
+        {"model": "Qwen/Qwen3.5-397B-A17B-FP8", "replicas": [replica], "workload": {"num_requests": 5}}
+    )

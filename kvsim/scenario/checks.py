@@ -328,8 +328,14 @@ def _group_fits(model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, where: str)
                 f"no room for one KV block besides vLLM's null block ({cap.bytes_per_block_per_shard:,.0f} "
                 "bytes each): "
                 f"{_gib(cap.budget_bytes)} budget - {_gib(cap.weight_bytes_per_shard)} weights - "
-                f"{_gib(cap.activation_reserve_bytes)} activation reserve = "
-                f"{_gib(cap.kv_bytes_per_shard)} per GPU",
+                f"{_gib(cap.activation_reserve_bytes)} activation reserve"
+                + (
+                    f" - {_gib(cap.linear_state_pool_bytes_per_shard)} linear-attention request states "
+                    f"(max_num_seqs {engine.max_num_seqs} x {cap.linear_state_bytes_per_seq_per_shard / 2**20:,.1f} MiB)"
+                    if cap.linear_state_pool_bytes_per_shard and engine.backend != "sglang"
+                    else ""
+                )
+                + f" = {_gib(cap.kv_bytes_per_shard)} per GPU",
             )
         )
     elif engine.num_gpu_blocks_override is None and engine.backend == "vllm":

@@ -309,3 +309,14 @@ def test_a_scenario_without_room_for_the_states_says_so() -> None:
     assert load_scenario(
         {"model": "Qwen/Qwen3.5-397B-A17B-FP8", "replicas": [replica], "workload": {"num_requests": 5}}
     )
+
+
+def test_fit_counts_the_request_states() -> None:
+    from kvsim.model.memory_fit import check_fit
+
+    fit = check_fit(
+        MODEL_PRESETS["qwen3.5-35b-a3b"], resolve_gpu("h200"), context_tokens=32768, max_num_seqs=256
+    )
+    states = 256 * 30 * (3 * (2 * 16 * 128 + 32 * 128) * 2 + 32 * 128 * 128 * 4)
+    assert fit.capacity.linear_state_pool_bytes_per_shard == states
+    assert f", {states / 2**30:,.2f} GiB of linear-attention request states and" in fit.reason()

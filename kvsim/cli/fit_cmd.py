@@ -233,6 +233,11 @@ def format_fit(main: FitCheck, variants: list[FitCheck]) -> str:
         f"  budget (memory x utilization) {_gib(cap.budget_bytes):>12}",
         f"  weights                       {_gib(cap.weight_bytes_per_shard):>12}",
         f"  activation reserve            {_gib(cap.activation_reserve_bytes):>12}",
+        *(
+            [f"  request states (linear attn.) {_gib(cap.linear_state_pool_bytes_per_shard):>12}"]
+            if cap.linear_state_pool_bytes_per_shard
+            else []
+        ),
         f"  KV needed ({main.batch_size} x {main.context_tokens:,} tokens) {_gib(main.kv_bytes_needed):>12}"
         f"  ({main.blocks_per_sequence:,} blocks per sequence)",
         "",

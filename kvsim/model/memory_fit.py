@@ -82,8 +82,13 @@ class FitCheck:
         return (
             f"{verdict}: {self.batch_size} x {self.context_tokens:,} tokens need "
             f"{_gib(self.kv_bytes_needed)} of KV per GPU, {_gib(left)} are left after "
-            f"{_gib(cap.weight_bytes_per_shard)} of weights and {_gib(cap.activation_reserve_bytes)} "
-            f"of activation reserve (dominant: {self.dominant}{beyond})"
+            f"{_gib(cap.weight_bytes_per_shard)} of weights"
+            + (
+                f", {_gib(cap.linear_state_pool_bytes_per_shard)} of linear-attention request states"
+                if cap.linear_state_pool_bytes_per_shard
+                else ""
+            )
+            + f" and {_gib(cap.activation_reserve_bytes)} of activation reserve (dominant: {self.dominant}{beyond})"
         )
 
     def to_dict(self) -> dict[str, Any]:

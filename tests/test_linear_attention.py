@@ -320,3 +320,15 @@ def test_fit_counts_the_request_states() -> None:
     states = 256 * 30 * (3 * (2 * 16 * 128 + 32 * 128) * 2 + 32 * 128 * 128 * 4)
     assert fit.capacity.linear_state_pool_bytes_per_shard == states
     assert f", {states / 2**30:,.2f} GiB of linear-attention request states and" in fit.reason()
+
+
+def test_calibrated_profiles_refuse_linear_attention_by_name() -> None:
+    from types import SimpleNamespace
+
+    from kvsim.cost.calibrated import CalibratedCostModel
+
+    profile = SimpleNamespace(kind="kernels", source="p.json", data={})
+    with pytest.raises(
+        ValueError, match="unsupported: a calibrated profile measures full-attention layers; tiny's 3"
+    ):
+        CalibratedCostModel(profile, model=TINY_LIN, gpu=resolve_gpu("h100-sxm"), tp=1)  # type: ignore[arg-type]

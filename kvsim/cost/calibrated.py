@@ -154,6 +154,11 @@ class CalibratedCostModel:
             raise ValueError(
                 f"{profile.source}: a calibrated model needs a 'kernels' profile, not {profile.kind!r}"
             )
+        if model.num_linear_attention_layers:
+            raise ValueError(
+                f"unsupported: a calibrated profile measures full-attention layers; {model.name}'s "
+                f"{model.num_linear_attention_layers} linear-attention layers need cost_model kind kernels or roofline"
+            )
         data = profile.data
         self.profile, self.model, self.gpu, self.tp = profile, model, gpu, tp
         self.num_layers = model.num_layers

@@ -241,6 +241,8 @@ def scenario_for(
 # --------------------------------------------------------------------------- disaggregated rows
 
 STAGES = ("prefill", "decode")
+#: TensorRT-LLM's default token budget (BaseLlmArgs.max_num_tokens, kvsim.backends.defaults).
+TRTLLM_MAX_NUM_TOKENS = 8192
 
 
 def disagg_scenario_for(
@@ -278,7 +280,7 @@ def disagg_scenario_for(
     concurrency, isl, osl = disagg_concurrency(row, h), _int(row.get("isl")), _int(row.get("osl"))
     if not concurrency or not isl or not osl:
         raise ValueError("unsupported: the row has no concurrency, ISL or OSL")
-    groups = [stage_group(row, s, model.is_moe, gpu.name, engine, concurrency) for s in STAGES]
+    groups = [stage_group(row, s, model.is_moe, gpu.name, engine, concurrency, isl) for s in STAGES]
     total = sum(g["count"] * worker_gpus(row, s) for g, s in zip(groups, STAGES, strict=True))
     scenario: dict[str, Any] = {
         "name": row["id"][:200],
@@ -324,14 +326,17 @@ def worker_gpus(row: dict[str, str], stage: str) -> int:
 
 
 def stage_group(row: dict[str, str], stage: str, is_moe: bool, gpu: str, engine: dict[str, Any],
-                concurrency: int) -> dict[str, Any]:  # fmt: skip
+                concurrency: int, isl: int) -> dict[str, Any]:  # fmt: skip
     """One stage's replica group: its workers, tp and role, and the layout fields of issue 22
     item 2 (``attention_dp``, ``moe_tp``, ``moe_ep``) wherever the row's layout is not plain
     tensor parallelism (moe_tp x moe_ep = tp x attention_dp; a field the schema does not
     know makes the row "unsupported" through the scenario's own error). A decode worker
     holds its share of the clients, ceil(C / decode workers) sequences (the row's
     decode_batch_size x decode_attention_dp_size); a prefill worker keeps its engine's
-    defaults (the rows' prefill_batch_size is 1 throughout: the estimator's prefill batch)."""
+    defaults (the rows' prefill_batch_size is 1 throughout: the estimator's prefill batch),
+    except that a TensorRT-LLM one, which does not chunk prompts, takes the longest prompt
+    in one step (max_num_tokens >= ISL; its default is 8,192, too few for 15,000-token rows
+    that ran)."""
     workers = _int(row.get(f"{stage}_num_workers")) or 1
     tp, dp = _int(row.get(f"{stage}_tp_size")) or 1, _int(row.get(f"{stage}_attention_dp_size")) or 1
     group: dict[str, Any] = {"name": stage, "count": workers, "role": stage, "gpu": gpu, "tp": tp,
@@ -347,6 +352,8 @@ def stage_group(row: dict[str, str], stage: str, is_moe: bool, gpu: str, engine:
             group["moe_tp"] = moe_tp
     if stage == "decode":
         group["engine"]["max_num_seqs"] = math.ceil(concurrency / workers)
+    elif engine["backend"] == "trtllm" and isl > TRTLLM_MAX_NUM_TOKENS:
+        group["engine"]["max_num_batched_tokens"] = isl
     return group
 
 

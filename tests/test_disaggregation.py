@@ -131,3 +131,15 @@ def test_the_client_sees_the_first_token_from_the_decode_worker() -> None:
     first1 = P + KV_100 + 3 * D + D
     assert ttft == pytest.approx((first0 + (first1 - 0.005)) / 2, rel=1e-12)
     assert tpot == pytest.approx(D, rel=1e-12)
+
+
+def test_a_decode_worker_takes_a_prompt_longer_than_its_token_budget() -> None:
+    """A decode worker that does not chunk prompts (TensorRT-LLM's generation servers) still
+    admits a transferred prompt longer than its token budget: only one token is computed
+    there. The times are those of the first test's request 0 (a bug rejected it as
+    ``prompt_budget``)."""
+    scenario = _pd()
+    scenario["replicas"][1]["engine"] = {"enable_chunked_prefill": False, "max_num_batched_tokens": 64}
+    r = kvsim.run(scenario, requests=[spec(0, 100, output=4)]).requests.iloc[0]
+    assert r.finished and r.reject_reason == ""
+    assert r.finish_s == pytest.approx(P + KV_100 + 3 * D, rel=1e-12)

@@ -13,6 +13,7 @@ token. A 100-token prompt's KV crosses in 1 ms + 13,107,200 B / 1 GB/s = 14.1072
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,10 @@ def test_the_client_sees_the_first_token_from_the_decode_worker() -> None:
     first1 = P + KV_100 + 3 * D + D
     assert ttft == pytest.approx((first0 + (first1 - 0.005)) / 2, rel=1e-12)
     assert tpot == pytest.approx(D, rel=1e-12)
+    # A one-token request finishes on the prefill worker (no transfer): kvsim's own times.
+    alone = kvsim.run(_pd(), requests=[spec(0, 100, output=1)])
+    ttft, tpot = _silicon().client_times(alone)
+    assert ttft == pytest.approx(P, rel=1e-12) and math.isnan(tpot)
 
 
 def test_a_decode_worker_takes_a_prompt_longer_than_its_token_budget() -> None:

@@ -2,6 +2,7 @@
 
     python benchmarks/silicon.py [--rows CSV] [--out JSON] [--report MD] [--jobs N]
                                  [--peer JSON] [--match TEXT ...] [--set key=value ...]
+    python benchmarks/silicon.py --all --match _disagg_ --jobs 1    # the disaggregated rows
 
 Each row of a CSV in ``silicon_sample.csv``'s format (aiconfigurator-core 0.12.0, NVIDIA,
 Apache-2.0: a deployment's engine, version, model, GPU system, precision, tensor

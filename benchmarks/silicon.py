@@ -406,35 +406,47 @@ def bench_workload(harness: dict[str, str], concurrency: int, isl: int, osl: int
 def client_times(result: Any) -> tuple[float, float]:
     """Mean TTFT and mean TPOT, seconds, of a disaggregated run as the benchmark client sees
     them. kvsim samples a request's first token at the end of its prefill (its ``ttft_s``);
-    the client's stream comes from the decode worker, which cannot show it before the KV has
-    arrived (``first_token_s + kv_transfer_s``) and its first iteration holding the request
-    has ended (as vLLM's NIXL connector does: the decode worker recomputes the prompt's last
-    token and samples the first). TTFT ends there; TPOT is (finish - that) / (output - 2),
-    the decode worker's mean iteration over the rest. Requests that never reached a decode
-    worker (one output token) keep kvsim's own times. Warm-ups and unfinished requests are
-    left out, as in the summary."""
+    the client's stream comes from the decode worker, which shows it at the end of its first
+    iteration holding the request (as vLLM's NIXL connector does: the decode worker
+    recomputes the prompt's last token and samples the first). That iteration is found
+    counting back from the finish: the decode worker runs the request in each of its
+    iterations, one token each, so it is output - 2 iterations before the one that ended at
+    ``finish_s`` (a preempted request: the first iteration to start after its KV arrived,
+    ``first_token_s + kv_transfer_s``). TTFT ends there; TPOT is (finish - that) /
+    (output - 2), the decode worker's mean iteration over the rest. Requests that never
+    reached a decode worker (one output token) keep kvsim's own times. Warm-ups and
+    unfinished requests are left out, as in the summary."""
     import numpy as np
 
     reqs = result.requests
     reqs = reqs[reqs["finished"].to_numpy(dtype=bool) & ~reqs["warmup"].to_numpy(dtype=bool)]
-    its = result.iterations
     ttft = reqs["ttft_s"].to_numpy(dtype=float).copy()
     tpot = reqs["tpot_s"].to_numpy(dtype=float).copy()
-    moved = ~np.isnan(reqs["kv_transfer_s"].to_numpy(dtype=float)) & (reqs["output_tokens"].to_numpy() > 2)
+    out = reqs["output_tokens"].to_numpy(dtype=float)
+    moved = ~np.isnan(reqs["kv_transfer_s"].to_numpy(dtype=float)) & (out > 2)
     for name in set(reqs["replica_id"][moved]):
         mine = moved & (reqs["replica_id"] == name).to_numpy()
-        steps = its[its["replica_id"] == name]
-        order = np.argsort(steps["start_s"].to_numpy(dtype=float), kind="stable")
-        starts = steps["start_s"].to_numpy(dtype=float)[order]
-        ends = starts + steps["duration_s"].to_numpy(dtype=float)[order]
-        arrived = (reqs["first_token_s"] + reqs["kv_transfer_s"]).to_numpy(dtype=float)[mine]
-        first = ends[np.searchsorted(starts, arrived - 1e-12, side="left")]
+        first = _first_decode_ends(result.iterations, name, reqs[mine])
         ttft[mine] = first - reqs["arrival_s"].to_numpy(dtype=float)[mine]
-        tpot[mine] = (reqs["finish_s"].to_numpy(dtype=float)[mine] - first) / (
-            reqs["output_tokens"].to_numpy(dtype=float)[mine] - 2
-        )
+        tpot[mine] = (reqs["finish_s"].to_numpy(dtype=float)[mine] - first) / (out[mine] - 2)
     ttft, tpot = ttft[~np.isnan(ttft)], tpot[~np.isnan(tpot)]
     return (float(ttft.mean()) if len(ttft) else math.nan, float(tpot.mean()) if len(tpot) else math.nan)
+
+
+def _first_decode_ends(iterations: Any, replica: str, reqs: Any) -> Any:
+    """End of each request's first iteration on its decode ``replica`` (`client_times`)."""
+    import numpy as np
+
+    steps = iterations[iterations["replica_id"] == replica]
+    starts = steps["start_s"].to_numpy(dtype=float)
+    order = np.argsort(starts, kind="stable")
+    starts = starts[order]
+    ends = starts + steps["duration_s"].to_numpy(dtype=float)[order]
+    last = np.searchsorted(ends, reqs["finish_s"].to_numpy(dtype=float) - 1e-12, side="left")
+    counted = ends[np.maximum(last - (reqs["output_tokens"].to_numpy() - 2), 0)]
+    arrived = (reqs["first_token_s"] + reqs["kv_transfer_s"]).to_numpy(dtype=float)
+    after = ends[np.searchsorted(starts, arrived - 1e-12, side="left")]
+    return np.where(reqs["num_preemptions"].to_numpy() > 0, after, counted)
 
 
 def _apply(scenario: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -148,3 +148,19 @@ def test_a_decode_worker_takes_a_prompt_longer_than_its_token_budget() -> None:
     r = kvsim.run(scenario, requests=[spec(0, 100, output=4)]).requests.iloc[0]
     assert r.finished and r.reject_reason == ""
     assert r.finish_s == pytest.approx(P + KV_100 + 3 * D, rel=1e-12)
+
+
+def test_the_client_view_counts_back_from_the_finish_when_the_decode_worker_is_full() -> None:
+    # The decode worker holds one sequence. Request 0 (100 tokens, 6 out) decodes in five
+    # iterations from 34.1072 ms: finished at 59.1072 ms. Request 1's KV lands at 47.5536
+    # ms but waits for a free slot until 59.1072 ms, then decodes at 59.1072 and 64.1072 ms:
+    # finished at 69.1072 ms. Its client's first token: 64.1072 ms (TTFT 59.1072 ms from its
+    # arrival at 5 ms), not the end of the first iteration after its KV arrived (54.1072 ms).
+    scenario = _pd()
+    scenario["replicas"][1]["engine"] = {"max_num_seqs": 1}
+    res = kvsim.run(scenario, requests=[spec(0, 100, output=6), spec(1, 50, output=3, arrival=0.005)])
+    finish1 = P + KV_100 + 5 * D + 2 * D
+    assert res.requests.finish_s.tolist() == pytest.approx([P + KV_100 + 5 * D, finish1], rel=1e-12)
+    ttft, tpot = _silicon().client_times(res)
+    assert ttft == pytest.approx(((P + KV_100 + D) + (finish1 - D - 0.005)) / 2, rel=1e-12)
+    assert tpot == pytest.approx(D, rel=1e-12)

@@ -164,3 +164,24 @@ def test_the_client_view_counts_back_from_the_finish_when_the_decode_worker_is_f
     ttft, tpot = _silicon().client_times(res)
     assert ttft == pytest.approx(((P + KV_100 + D) + (finish1 - D - 0.005)) / 2, rel=1e-12)
     assert tpot == pytest.approx(D, rel=1e-12)
+
+
+def test_the_client_view_of_a_request_the_decode_worker_preempted() -> None:
+    # Two 20-token outputs on a decode worker of 11 blocks (64- and 50-token prompts):
+    # request 1 is preempted once, sits out and recomputes, so counting back from its
+    # finish would land after its real first token. For it the client's first token is
+    # the end of the first decode iteration after its KV arrived: KV at 40 + 7.5536 =
+    # 47.5536 ms, the next iteration starts at 49.3886 ms (request 0's KV arrived at 20 +
+    # 9.3886 ms, then every 5 ms), ends at 54.3886 ms: TTFT 54.3886 - 5 = 49.3886 ms.
+    # Request 0, never preempted: 18 iterations back from its finish at 124.3886 ms.
+    scenario = _pd()
+    scenario["replicas"][1]["engine"] = {"num_gpu_blocks_override": 11}
+    res = kvsim.run(scenario, requests=[spec(0, 64, output=20), spec(1, 50, output=20, arrival=0.005)])
+    r = res.requests
+    assert r.num_preemptions.tolist() == [0, 1]
+    kv_64 = 1e-3 + 64 * 131072 / 1e9
+    first0, first1 = P + kv_64 + D, P + kv_64 + 4 * D + D
+    assert r.finish_s[0] == pytest.approx(first0 + 18 * D, rel=1e-12)
+    ttft, tpot = _silicon().client_times(res)
+    assert ttft == pytest.approx((first0 + (first1 - 0.005)) / 2, rel=1e-12)
+    assert tpot == pytest.approx((D + (r.finish_s[1] - first1) / 18) / 2, rel=1e-12)

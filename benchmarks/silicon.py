@@ -2,6 +2,7 @@
 
     python benchmarks/silicon.py [--rows CSV] [--out JSON] [--report MD] [--jobs N]
                                  [--peer JSON] [--match TEXT ...] [--set key=value ...]
+    python benchmarks/silicon.py --all --match _disagg_ --jobs 1    # the disaggregated rows
 
 Each row of a CSV in ``silicon_sample.csv``'s format (aiconfigurator-core 0.12.0, NVIDIA,
 Apache-2.0: a deployment's engine, version, model, GPU system, precision, tensor
@@ -23,11 +24,21 @@ signed error as the bias) per (model, GPU, backend), for the rows constants were
 (h200_sxm) and the held-out rest apart, beside NVIDIA's estimator on the same rows when its
 predictions are there (``--peer``, default benchmarks/results/aiconfigurator_silicon.json.gz).
 
-Rows kvsim does not model are "unsupported", with the reason: disaggregated serving,
-pipeline, attention-data or expert parallelism (issue 22), and what the kernels cost model
-refuses by name (an MoE shape or precision its ``moe`` table lacks, MLA outside vLLM's
-module tables). A mixture-of-experts row runs at its checkpoint's own precision when the
-row's moe_quant_mode names it (`moe_quantization`).
+A disaggregated row (``mode`` disagg, `disagg_scenario_for`) becomes two replica groups:
+``prefill_num_workers`` replicas of role prefill and ``decode_num_workers`` of role decode,
+each with its stage's tp (and attention_dp / moe_tp / moe_ep where the layout is not plain
+tensor parallelism), decode workers holding ceil(C / decode workers) sequences; the KV link
+between them from the system file of aiconfigurator-core (NVLink inside one node or NVL72
+rack, else the network; `kv_link`); the same benchmark client. Its per-row JSON gives the
+TTFT and TPOT the client sees (`client_times`: the first token comes from the decode
+worker, after the KV transfer) and kvsim's own, which end at the prefill
+(``prefill_ttft_ms``, ``prefill_tpot_ms``).
+
+Rows kvsim does not model are "unsupported", with the reason: pipeline, attention-data or
+expert parallelism (issue 22), a disaggregated row without worker counts or concurrency,
+and what the kernels cost model refuses by name (an MoE shape or precision its ``moe``
+table lacks, MLA outside vLLM's module tables). A mixture-of-experts row runs at its
+checkpoint's own precision when the row's moe_quant_mode names it (`moe_quantization`).
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ import gzip
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -170,8 +182,10 @@ def scenario_for(
     represent the deployment."""
     from kvsim.model.presets import resolve_gpu, resolve_model
 
+    if row.get("mode") == "disagg":
+        return disagg_scenario_for(row, harness, extra)
     if row.get("mode") != "agg":
-        raise ValueError("unsupported: disaggregated serving (issue 22)")
+        raise ValueError(f"unsupported: mode {row.get('mode')!r}")
     if (_int(row.get("pp_size")) or 1) > 1:
         raise ValueError("unsupported: pipeline parallelism")
     if (_int(row.get("attention_dp_size")) or 1) > 1:
@@ -231,6 +245,216 @@ def scenario_for(
     return _apply(scenario, extra)
 
 
+# --------------------------------------------------------------------------- disaggregated rows
+
+STAGES = ("prefill", "decode")
+#: TensorRT-LLM's default token budget (BaseLlmArgs.max_num_tokens, kvsim.backends.defaults).
+TRTLLM_MAX_NUM_TOKENS = 8192
+
+
+def disagg_scenario_for(
+    row: dict[str, str], harness: dict[str, str] | None, extra: dict[str, Any]
+) -> dict[str, Any]:
+    """The kvsim scenario of one disaggregated row: ``prefill_num_workers`` replicas of role
+    prefill and ``decode_num_workers`` of role decode, each stage with its own parallel
+    layout (`stage_group`), the KV link between them (`kv_link`), and the benchmark client
+    as for an aggregated row. ValueError("unsupported: ...") when kvsim cannot represent it."""
+    from kvsim.model.presets import resolve_gpu, resolve_model
+
+    missing = [f"{s}_num_workers" for s in STAGES if not _int(row.get(f"{s}_num_workers"))]
+    if missing:
+        raise ValueError(
+            f"unsupported: the row has no {' or '.join(missing)} (how many workers of each stage)"
+        )
+    if any((_int(row.get(f"{s}_pp_size")) or 1) > 1 for s in STAGES):
+        raise ValueError("unsupported: pipeline parallelism")
+    try:
+        model = resolve_model(row["model_path"])
+        gpu = resolve_gpu(row["system"])
+    except Exception as exc:  # an unknown name: a preset kvsim does not have
+        raise ValueError(f"unsupported: {exc}") from None
+    quant = row.get("gemm_quant_mode") or ""
+    if quant not in QUANTIZATION:
+        raise ValueError(f"unsupported: weight precision {quant!r}")
+    engine: dict[str, Any] = {
+        "backend": row["backend"],
+        "quantization": moe_quantization(model, row) if model.is_moe else QUANTIZATION[quant],
+        "kv_cache_dtype": KV_DTYPE.get(row.get("precision") or "", "auto"),
+    }
+    if engine_version(row) is not None:
+        engine["backend_version"] = engine_version(row)
+    h = harness or {}
+    concurrency, isl, osl = disagg_concurrency(row, h), _int(row.get("isl")), _int(row.get("osl"))
+    if not concurrency or not isl or not osl:
+        raise ValueError("unsupported: the row has no concurrency, ISL or OSL")
+    groups = [stage_group(row, s, model.is_moe, gpu.name, engine, concurrency, isl) for s in STAGES]
+    total = sum(g["count"] * worker_gpus(row, s) for g, s in zip(groups, STAGES, strict=True))
+    scenario: dict[str, Any] = {
+        "name": row["id"][:200],
+        "model": model.model_dump() if model.is_moe else model.name,
+        "replicas": groups,
+        "kv_transfer": kv_link(row["system"], worker_gpus(row, "prefill"), worker_gpus(row, "decode"), total),
+        "workload": bench_workload(h, concurrency, isl, osl),
+        "seed": 0,
+    }
+    return _apply(scenario, extra)
+
+
+def disagg_concurrency(row: dict[str, str], harness: dict[str, str]) -> int | None:
+    """The clients C: the harness record's, else the row's ``silicon_concurrency=``; else
+    None (the row is refused). The row's decode_batch_size is C / (decode workers x
+    attention-DP ranks) within 1 on every disagg row that gives C, but on the seven rows
+    without C it does not bear that out (a Qwen3-32B row measures 8.7 ms TPOT, too fast
+    for the 224 x 4,000-token batch the identity gives), so C is not inferred from it."""
+    given = _int(harness.get("concurrency"))
+    if given:
+        return given
+    for part in (row.get("silicon_data_source") or "").split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == "silicon_concurrency" and _int(value):
+            return _int(value)
+    return None
+
+
+def engine_version(row: dict[str, str]) -> str | None:
+    """The row's engine version, or None where ``backend_version`` is the Dynamo runtime's
+    (``nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1.post2`` gives 0.8.1.post2, Dynamo's
+    release, not TensorRT-LLM's): the engine then runs at kvsim's default version."""
+    version = row.get("backend_version") or None
+    source = row.get("silicon_data_source") or ""
+    if version and re.search(rf"ai-dynamo/[\w-]+-runtime:{re.escape(version)}(\s|;|$)", source):
+        return None
+    return version
+
+
+def worker_gpus(row: dict[str, str], stage: str) -> int:
+    """GPUs of one worker of a stage: its tensor-parallel x attention-data-parallel ranks."""
+    return (_int(row.get(f"{stage}_tp_size")) or 1) * (_int(row.get(f"{stage}_attention_dp_size")) or 1)
+
+
+def stage_group(row: dict[str, str], stage: str, is_moe: bool, gpu: str, engine: dict[str, Any],
+                concurrency: int, isl: int) -> dict[str, Any]:  # fmt: skip
+    """One stage's replica group: its workers, tp and role, and the layout fields of issue 22
+    item 2 (``attention_dp``, ``moe_tp``, ``moe_ep``) wherever the row's layout is not plain
+    tensor parallelism (moe_tp x moe_ep = tp x attention_dp; a field the schema does not
+    know makes the row "unsupported" through the scenario's own error). A decode worker
+    holds its share of the clients, ceil(C / decode workers) sequences (the row's
+    decode_batch_size x decode_attention_dp_size); a prefill worker keeps its engine's
+    defaults (the rows' prefill_batch_size is 1 throughout: the estimator's prefill batch),
+    except that a TensorRT-LLM one, which does not chunk prompts, takes the longest prompt
+    in one step (max_num_tokens >= ISL; its default is 8,192, too few for 15,000-token rows
+    that ran)."""
+    workers = _int(row.get(f"{stage}_num_workers")) or 1
+    tp, dp = _int(row.get(f"{stage}_tp_size")) or 1, _int(row.get(f"{stage}_attention_dp_size")) or 1
+    group: dict[str, Any] = {"name": stage, "count": workers, "role": stage, "gpu": gpu, "tp": tp,
+                             "engine": dict(engine), "cost_model": {"kind": "kernels"}}  # fmt: skip
+    if dp > 1:
+        group["attention_dp"] = dp
+    if is_moe:  # a dense model's moe_* columns say nothing (0, 1 or the tp size)
+        moe_tp = _int(row.get(f"{stage}_moe_tp_size")) or None  # 0 or empty: not given
+        moe_ep = _int(row.get(f"{stage}_moe_ep_size")) or 1
+        if moe_ep > 1:
+            group["moe_ep"] = moe_ep
+        if moe_tp is not None and moe_tp != tp * dp:
+            group["moe_tp"] = moe_tp
+    if stage == "decode":
+        group["engine"]["max_num_seqs"] = math.ceil(concurrency / workers)
+    elif engine["backend"] == "trtllm" and isl > TRTLLM_MAX_NUM_TOKENS:
+        group["engine"]["max_num_batched_tokens"] = isl
+    return group
+
+
+def system_node(system: str) -> dict[str, Any]:
+    """The ``node`` section of aiconfigurator-core's ``systems/<system>.yaml`` (0.12.0): GPUs
+    per node (and per NVL72 rack), per-GPU NVLink and network bandwidths, latency."""
+    from kvsim.yaml_safe import load_yaml_file
+
+    root = package_tables_root()
+    path = root.parent / f"{system}.yaml" if root is not None else None
+    if path is None or not path.is_file():
+        raise ValueError(f"unsupported: no aiconfigurator-core system file for {system!r} (the KV link)")
+    node = load_yaml_file(path, what="system").get("node") or {}
+    return dict(node)
+
+
+def kv_link(system: str, prefill_gpus: int, decode_gpus: int, total_gpus: int) -> dict[str, float]:
+    """``kv_transfer`` of a deployment: NVLink when all its GPUs fit one NVLink domain (an
+    8-GPU node; a GB200/GB300 NVL72 rack, ``num_gpus_per_rack``), else the network between
+    nodes (racks). Each GPU sends its own shard, so a transfer gets min(prefill GPUs, decode
+    GPUs) of the per-GPU links; the latency is the system file's ``p2p_latency``."""
+    node = system_node(system)
+    domain = int(node.get("num_gpus_per_rack") or node.get("num_gpus_per_node") or 8)
+    if total_gpus <= domain:
+        per_gpu = float(node["intra_node_bw"])
+    else:
+        per_gpu = float(node.get("inter_rack_bw") or node["inter_node_bw"])
+    return {
+        "bandwidth_bytes_per_s": per_gpu * min(prefill_gpus, decode_gpus),
+        "latency_s": float(node.get("p2p_latency", 10e-6)),
+    }
+
+
+def bench_workload(harness: dict[str, str], concurrency: int, isl: int, osl: int) -> dict[str, Any]:
+    """The benchmark client as the harness record says it ran (`scenario_for`'s rule)."""
+    ratio = _num(harness.get("random_range_ratio"))
+    return {
+        "kind": "bench_serve",
+        "max_concurrency": concurrency,
+        "num_prompts": _int(harness.get("num_prompts")) or 10 * concurrency,
+        "num_warmups": _int(harness.get("num_warmups")) or 0,
+        "random_input_len": isl,
+        "random_output_len": osl,
+        "random_range_ratio": 1.0 if ratio is None else ratio,
+        "random_range_ratio_rule": "legacy",
+    }
+
+
+def client_times(result: Any) -> tuple[float, float]:
+    """Mean TTFT and mean TPOT, seconds, of a disaggregated run as the benchmark client sees
+    them. kvsim samples a request's first token at the end of its prefill (its ``ttft_s``);
+    the client's stream comes from the decode worker, which shows it at the end of its first
+    iteration holding the request (as vLLM's NIXL connector does: the decode worker
+    recomputes the prompt's last token and samples the first). That iteration is found
+    counting back from the finish: the decode worker runs the request in each of its
+    iterations, one token each, so it is output - 2 iterations before the one that ended at
+    ``finish_s`` (a preempted request: the first iteration to start after its KV arrived,
+    ``first_token_s + kv_transfer_s``). TTFT ends there; TPOT is (finish - that) /
+    (output - 2), the decode worker's mean iteration over the rest. Requests that never
+    reached a decode worker (one output token) keep kvsim's own times. Warm-ups and
+    unfinished requests are left out, as in the summary."""
+    import numpy as np
+
+    reqs = result.requests
+    reqs = reqs[reqs["finished"].to_numpy(dtype=bool) & ~reqs["warmup"].to_numpy(dtype=bool)]
+    ttft = reqs["ttft_s"].to_numpy(dtype=float).copy()
+    tpot = reqs["tpot_s"].to_numpy(dtype=float).copy()
+    out = reqs["output_tokens"].to_numpy(dtype=float)
+    moved = ~np.isnan(reqs["kv_transfer_s"].to_numpy(dtype=float)) & (out > 2)
+    for name in set(reqs["replica_id"][moved]):
+        mine = moved & (reqs["replica_id"] == name).to_numpy()
+        first = _first_decode_ends(result.iterations, name, reqs[mine])
+        ttft[mine] = first - reqs["arrival_s"].to_numpy(dtype=float)[mine]
+        tpot[mine] = (reqs["finish_s"].to_numpy(dtype=float)[mine] - first) / (out[mine] - 2)
+    ttft, tpot = ttft[~np.isnan(ttft)], tpot[~np.isnan(tpot)]
+    return (float(ttft.mean()) if len(ttft) else math.nan, float(tpot.mean()) if len(tpot) else math.nan)
+
+
+def _first_decode_ends(iterations: Any, replica: str, reqs: Any) -> Any:
+    """End of each request's first iteration on its decode ``replica`` (`client_times`)."""
+    import numpy as np
+
+    steps = iterations[iterations["replica_id"] == replica]
+    starts = steps["start_s"].to_numpy(dtype=float)
+    order = np.argsort(starts, kind="stable")
+    starts = starts[order]
+    ends = starts + steps["duration_s"].to_numpy(dtype=float)[order]
+    last = np.searchsorted(ends, reqs["finish_s"].to_numpy(dtype=float) - 1e-12, side="left")
+    counted = ends[np.maximum(last - (reqs["output_tokens"].to_numpy() - 2), 0)]
+    arrived = (reqs["first_token_s"] + reqs["kv_transfer_s"]).to_numpy(dtype=float)
+    after = ends[np.searchsorted(starts, arrived - 1e-12, side="left")]
+    return np.where(reqs["num_preemptions"].to_numpy() > 0, after, counted)
+
+
 def _apply(scenario: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     for key, value in extra.items():
         node: Any = scenario
@@ -258,6 +482,10 @@ def simulate(job: tuple[dict[str, str], dict[str, str] | None, dict[str, Any]]) 
         s = result.summary
         out["mean_ttft_ms"] = 1e3 * s["ttft_mean_s"]
         out["mean_tpot_ms"] = 1e3 * s["tpot_mean_s"]
+        if row.get("mode") == "disagg":  # the client's view; kvsim's own TTFT ends at the prefill
+            out["prefill_ttft_ms"], out["prefill_tpot_ms"] = out["mean_ttft_ms"], out["mean_tpot_ms"]
+            ttft, tpot = client_times(result)
+            out["mean_ttft_ms"], out["mean_tpot_ms"] = 1e3 * ttft, 1e3 * tpot
         if s["num_finished"] < s["num_requests"]:
             out["status"] = f"unsupported: {s['num_requests'] - s['num_finished']} requests did not finish"
     except ValueError as exc:

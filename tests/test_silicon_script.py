@@ -35,7 +35,10 @@ silicon = _load()
 
 COLUMNS = ["id", "silicon_data_source", "backend", "backend_version", "model_path", "system", "precision",
            "mode", "isl", "osl", "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size",
-           "attention_dp_size", "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms"]  # fmt: skip
+           "attention_dp_size", "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms",
+           *(f"{stage}_{field}" for stage in ("prefill", "decode")
+             for field in ("batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size",
+                           "moe_ep_size"))]  # fmt: skip
 
 
 def _row(id: str, **over: str) -> dict[str, str]:
@@ -45,6 +48,16 @@ def _row(id: str, **over: str) -> dict[str, str]:
         system="h200_sxm", precision="bf16", mode="agg", isl="256", osl="8", batch_size="2",
         tp_size="1", pp_size="1", silicon_ttft_ms="20", silicon_tpot_ms="7",
     )  # fmt: skip
+    row.update(over)
+    return row
+
+
+def _disagg(id: str, **over: str) -> dict[str, str]:
+    """A small disaggregated row: 1 prefill worker (tp 1) and 2 decode workers (tp 2), 6 clients."""
+    row = _row(id, mode="disagg", tp_size="", batch_size="", pp_size="",
+               silicon_data_source="db-dump; silicon_concurrency=6; vllm/vllm-openai:v0.12.0",
+               prefill_num_workers="1", prefill_tp_size="1", prefill_batch_size="1", prefill_pp_size="1",
+               decode_num_workers="2", decode_tp_size="2", decode_batch_size="3", decode_pp_size="1")  # fmt: skip
     row.update(over)
     return row
 
@@ -59,7 +72,10 @@ def _write(path: Path, rows: list[dict[str, str]]) -> Path:
 
 def test_rows_kvsim_does_not_model_say_why_without_running() -> None:
     cases = {
-        "disagg": _row("d", mode="disagg"),
+        "no prefill_num_workers": _row("d", mode="disagg"),
+        "pipeline parallelism": _disagg("dp", prefill_pp_size="2"),
+        "has no concurrency": _disagg("dc", silicon_data_source=""),
+        "mode 'afd'": _row("f", mode="afd"),
         "pipeline": _row("p", pp_size="2"),
         "attention data": _row("a", attention_dp_size="4"),
         "Qwen3-Next-80B-A3B": _row("m", model_path="Qwen/Qwen3-Next-80B-A3B-Instruct"),  # no preset
@@ -119,9 +135,7 @@ def test_a_row_becomes_the_benchmark_as_it_was_run() -> None:
 
 @needs_tables
 def test_the_per_row_json_and_the_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rows = _write(
-        tmp_path / "rows.csv", [_row("ok-1"), _row("ok-2", system="h100_sxm"), _row("dis", mode="disagg")]
-    )
+    rows = _write(tmp_path / "rows.csv", [_row("ok-1"), _row("ok-2", system="h100_sxm"), _disagg("dis")])
     out, report = tmp_path / "out" / "kvsim.json", tmp_path / "report.md"
     code = silicon.main(["--rows", str(rows), "--out", str(out), "--report", str(report), "--jobs", "1",
                          "--peer", str(tmp_path / "none.json"), "--harness", str(tmp_path / "none.csv"),
@@ -137,17 +151,68 @@ def test_the_per_row_json_and_the_tables(tmp_path: Path, capsys: pytest.CaptureF
         assert 1 < r["mean_ttft_ms"] < 200 and 1 < r["mean_tpot_ms"] < 50
     # The same deployment is faster on the H200 (4.8 TB/s) than the H100 (3.35 TB/s).
     assert results["ok-1"]["mean_tpot_ms"] < results["ok-2"]["mean_tpot_ms"]
-    assert results["dis"]["status"].startswith("unsupported: disaggregated")
-    assert results["dis"]["mean_ttft_ms"] is None
+    # The disaggregated row runs: the client's TTFT (the decode worker's first iteration)
+    # comes after kvsim's own, which ends at the prefill.
+    dis = results["dis"]
+    assert dis["status"] == "ok" and 1 < dis["mean_tpot_ms"] < 50
+    assert dis["prefill_ttft_ms"] < dis["mean_ttft_ms"] < 200
     printed = capsys.readouterr().out
     assert report.read_text().strip() == printed.strip()
-    assert "unsupported: disaggregated serving (issue 22): 1" in printed
+    assert "kvsim's statuses: ok: 3" in printed
     assert not list(out.parent.glob(".*tmp*"))  # written whole, then renamed
     # The same tables again from the written results, without simulating.
     again = silicon.main(["--rows", str(rows), "--results", str(out), "--peer", str(tmp_path / "none.json"),
                           "--harness", str(tmp_path / "none.csv"), "--all"])  # fmt: skip
     assert again == 0
     assert capsys.readouterr().out.strip() == printed.strip().rsplit("\n\n", 1)[0]
+
+
+@needs_tables
+def test_a_disaggregated_row_becomes_prefill_and_decode_groups_and_their_link() -> None:
+    scenario = silicon.scenario_for(_disagg("x"), None, {})
+    prefill, decode = scenario["replicas"]
+    assert [(g["name"], g["role"], g["count"], g["tp"]) for g in (prefill, decode)] == [
+        ("prefill", "prefill", 1, 1),
+        ("decode", "decode", 2, 2),
+    ]
+    for group in (prefill, decode):
+        assert group["gpu"] == "h200" and group["cost_model"] == {"kind": "kernels"}
+        assert (group["engine"]["backend"], group["engine"]["backend_version"]) == ("vllm", "0.12.0")
+        assert not {"attention_dp", "moe_tp", "moe_ep"} & set(group)  # plain tensor parallelism
+    assert decode["engine"]["max_num_seqs"] == 3  # ceil(6 clients / 2 decode workers)
+    assert "max_num_seqs" not in prefill["engine"]
+    workload = scenario["workload"]
+    assert (workload["kind"], workload["max_concurrency"], workload["num_prompts"]) == ("bench_serve", 6, 60)
+    # aiconfigurator-core 0.12.0 systems/h200_sxm.yaml: 8 GPUs a node, NVLink 450 GB/s and the
+    # network 50 GB/s per GPU each way, 10 us. 1 + 2 x 2 = 5 GPUs fit one node: NVLink, one
+    # GPU's worth (min(1, 2) GPUs send and receive shards in parallel).
+    assert scenario["kv_transfer"] == {"bandwidth_bytes_per_s": 450e9, "latency_s": 10e-6}
+    # 2 + 2 x 4 = 10 GPUs span two nodes: the network, min(2, 4) = 2 GPUs' worth.
+    wide = silicon.scenario_for(_disagg("w", prefill_tp_size="2", decode_tp_size="4"), None, {})
+    assert wide["kv_transfer"]["bandwidth_bytes_per_s"] == 2 * 50e9
+    # GB200 NVL72 (gb200.yaml: 72 GPUs a rack, NVLink 900 GB/s, 100 GB/s between racks).
+    rack = _disagg("g", system="gb200", prefill_tp_size="2", decode_tp_size="4")
+    assert silicon.scenario_for(rack, None, {})["kv_transfer"]["bandwidth_bytes_per_s"] == 2 * 900e9
+    racks = {**rack, "decode_num_workers": "18"}  # 2 + 18 x 4 = 74 GPUs: two racks
+    assert silicon.scenario_for(racks, None, {})["kv_transfer"]["bandwidth_bytes_per_s"] == 2 * 100e9
+
+
+def test_a_disaggregated_rows_parallel_layout_is_named_field_by_field() -> None:
+    """attention_dp, moe_tp, moe_ep (issue 22 item 2's ReplicaGroup fields) where the row's
+    stage is not plain tensor parallelism, nothing where it is; a dense model's moe_* columns
+    are ignored. The version of a Dynamo runtime image is not the engine's."""
+    row = _disagg("m", model_path="deepseek-ai/DeepSeek-V3", backend="trtllm", backend_version="0.8.1.post2",
+                  silicon_data_source="c; silicon_concurrency=64; nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1.post2",
+                  prefill_tp_size="1", prefill_attention_dp_size="8", prefill_moe_tp_size="1", prefill_moe_ep_size="8",
+                  decode_num_workers="1", decode_tp_size="8", decode_attention_dp_size="1", decode_moe_tp_size="8",
+                  decode_moe_ep_size="1")  # fmt: skip
+    prefill, decode = silicon.scenario_for(row, None, {})["replicas"]
+    assert (prefill["tp"], prefill["attention_dp"], prefill["moe_tp"], prefill["moe_ep"]) == (1, 8, 1, 8)
+    assert decode["tp"] == 8 and not {"attention_dp", "moe_tp", "moe_ep"} & set(decode)
+    assert "backend_version" not in prefill["engine"]  # 0.8.1.post2 is Dynamo's release
+    dense = _disagg("d", decode_moe_tp_size="1", decode_moe_ep_size="0", decode_attention_dp_size="2")
+    _, decode = silicon.scenario_for(dense, None, {})["replicas"]
+    assert decode["attention_dp"] == 2 and not {"moe_tp", "moe_ep"} & set(decode)
 
 
 def test_errors_and_the_objective_by_hand() -> None:

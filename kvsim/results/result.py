@@ -53,7 +53,8 @@ REQUEST_COLUMNS: dict[str, str] = {
     "priority": "Scheduling priority (lower runs first under the priority policy).",
     "arrival_s": "Arrival time.",
     "first_scheduled_s": "Start of the first iteration that computed any of its tokens.",
-    "first_token_s": "End of the iteration that produced its first output token.",
+    "first_token_s": "End of the iteration that produced its first output token (disaggregated: "
+    "the prefill replica's, before the KV transfer).",
     "finish_s": "End of the iteration that produced its last output token.",
     "queueing_s": "first_scheduled_s - arrival_s.",
     "ttft_s": "first_token_s - arrival_s (time to first token).",

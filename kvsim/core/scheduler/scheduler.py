@@ -133,8 +133,13 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
         reserved = self.allocator.reserved_tokens(req)
         needed_blocks = self.kv.max_blocks_needed(reserved if limit is None else min(reserved, limit))
         # Without chunked prefill a prompt must fit one iteration's budget (vLLM refuses
-        # such configurations; kvsim rejects the requests that could never start).
-        too_long_prompt = not self.chunked_prefill and req.prompt_tokens > self.max_num_batched_tokens
+        # such configurations; kvsim rejects the requests that could never start). A prompt
+        # prefilled elsewhere (its KV transferred to this decode replica) needs no budget.
+        too_long_prompt = (
+            not self.chunked_prefill
+            and not req.kv_transferred
+            and req.prompt_tokens > self.max_num_batched_tokens
+        )
         reason = (
             "max_model_len"
             if limit is not None and req.prompt_tokens >= limit

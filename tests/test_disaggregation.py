@@ -1,0 +1,187 @@
+"""Disaggregated prefill/decode by hand (issue 22 item 4): one prefill and one decode worker on
+constant-cost engines, the KV transfer between them, the benchmark's closed loop driving
+both, and the first token as the benchmark client of such a deployment sees it
+(``benchmarks/silicon.py``'s `client_times`).
+
+Every number below follows from four constants: a prefill iteration takes P = 20 ms, a
+decode iteration D = 5 ms, the KV link carries 1 GB/s after 1 ms of latency, and
+Llama-3-8B's KV is 32 layers x 8 KV heads x 128 x (K, V) x 2 bytes = 131,072 bytes per
+token. A 100-token prompt's KV crosses in 1 ms + 13,107,200 B / 1 GB/s = 14.1072 ms, a
+50-token one in 1 ms + 6.5536 ms = 7.5536 ms.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import spec
+
+import kvsim
+
+ROOT = Path(__file__).resolve().parent.parent
+P, D = 0.02, 0.005
+KV_100, KV_50 = 1e-3 + 100 * 131072 / 1e9, 1e-3 + 50 * 131072 / 1e9
+
+
+def _silicon() -> Any:
+    loaded = sys.modules.get("silicon")
+    if loaded is not None:
+        return loaded
+    where = importlib.util.spec_from_file_location("silicon", ROOT / "benchmarks" / "silicon.py")
+    assert where and where.loader
+    module = importlib.util.module_from_spec(where)
+    sys.modules["silicon"] = module
+    where.loader.exec_module(module)
+    return module
+
+
+def _pd(workload: dict[str, Any] | None = None) -> dict[str, Any]:
+    def group(role: str, step_s: float) -> dict[str, Any]:
+        return {"name": role, "role": role, "gpu": "h100-sxm",
+                "cost_model": {"kind": "constant", "step_time_s": step_s}}  # fmt: skip
+
+    scenario: dict[str, Any] = {
+        "model": "llama-3-8b",
+        "replicas": [group("prefill", P), group("decode", D)],
+        "kv_transfer": {"bandwidth_bytes_per_s": 1e9, "latency_s": 1e-3},
+    }
+    if workload is not None:
+        scenario["workload"] = workload
+    return scenario
+
+
+def _staggered() -> kvsim.Result:
+    # Request 0: 100-token prompt, 4 output tokens, sent at 0; request 1: 50 tokens, 3 out, at 5 ms.
+    return kvsim.run(_pd(), requests=[spec(0, 100, output=4), spec(1, 50, output=3, arrival=0.005)])
+
+
+def test_one_prefill_and_one_decode_worker_take_the_hand_computed_times() -> None:
+    # Prefill worker: [0, P] prefills request 0 alone (request 1 arrives during it) and
+    # samples its first token at 20 ms; [P, 2P] prefills request 1, first token at 40 ms.
+    # Each first token hands the KV to the link at once: request 0's arrives at the decode
+    # worker at 20 + 14.1072 = 34.1072 ms, request 1's at 40 + 7.5536 = 47.5536 ms.
+    # Decode worker: idle until 34.1072 ms, then request 0 samples tokens 2, 3, 4 in three
+    # iterations (34.1072, 39.1072, 44.1072 ms): finished at 49.1072 ms. Request 1's KV lands
+    # during the third, so it waits for the next one: iterations at 49.1072 and 54.1072 ms
+    # sample its tokens 2 and 3; finished at 59.1072 ms.
+    res = _staggered()
+    r = res.requests.set_index("request_id")
+    arrive0, arrive1 = P + KV_100, 2 * P + KV_50
+    finish0, finish1 = arrive0 + 3 * D, arrive0 + 3 * D + 2 * D
+    assert arrive0 + 2 * D < arrive1 < finish0  # request 1's KV lands during request 0's third iteration
+    assert r.kv_transfer_s.tolist() == pytest.approx([KV_100, KV_50], rel=1e-12)
+    assert r.first_token_s.tolist() == pytest.approx([P, 2 * P], rel=1e-12)
+    assert r.ttft_s.tolist() == pytest.approx([P, 2 * P - 0.005], rel=1e-12)  # from each arrival
+    assert r.finish_s.tolist() == pytest.approx([finish0, finish1], rel=1e-12)
+    # TPOT = (finish - first token) / (output - 1): the transfer and the wait on the decode
+    # worker fall in the first gap.
+    assert r.tpot_s.tolist() == pytest.approx([(finish0 - P) / 3, (finish1 - 2 * P) / 2], rel=1e-12)
+    assert r.max_itl_s.tolist() == pytest.approx([KV_100 + D, finish1 - 2 * D - 2 * P + D], rel=1e-12)
+    assert list(r.prefill_replica_id) == ["prefill-0"] * 2 and list(r.replica_id) == ["decode-0"] * 2
+    # The transfers start when the first tokens are sampled (the KV_TRANSFER events' times).
+    events = res.events[res.events.kind == "kv_transfer"]
+    assert events.time_s.tolist() == pytest.approx([P, 2 * P], rel=1e-12)
+    assert events.num_bytes.tolist() == [100 * 131072, 50 * 131072]
+    dec = res.iterations[res.iterations.replica_id == "decode-0"]
+    starts = [arrive0, arrive0 + D, arrive0 + 2 * D, finish0, finish0 + D]
+    assert dec.start_s.tolist() == pytest.approx(starts, rel=1e-12)
+    assert dec.batch_size.tolist() == [1] * 5 and dec.prefill_tokens.tolist() == [0] * 5
+    pre = res.iterations[res.iterations.replica_id == "prefill-0"]
+    assert pre.start_s.tolist() == pytest.approx([0.0, P]) and pre.prefill_tokens.tolist() == [100, 50]
+
+
+def test_the_benchmarks_closed_loop_drives_both_workers_by_hand() -> None:
+    # Two clients, four 100-token prompts of 4 output tokens each. Round 1: both prompts in
+    # one prefill iteration [0, P] (200 tokens, within the token budget), first tokens at 20
+    # ms; both transfers take the whole link (dedicated links), so both KVs land at 34.1072
+    # ms and decode together in 3 iterations: both finish at 49.1072 ms, when the clients
+    # send the next two prompts, which take the same path again: finished at 98.2144 ms.
+    workload = {"kind": "bench_serve", "max_concurrency": 2, "num_prompts": 4, "num_warmups": 0,
+                "random_input_len": 100, "random_output_len": 4, "random_range_ratio": 1.0,
+                "random_range_ratio_rule": "legacy", "num_special_tokens": 0}  # fmt: skip
+    res = kvsim.run(_pd(workload))
+    r = res.requests.sort_values("request_id")
+    round_s = P + KV_100 + 3 * D
+    assert r.prompt_tokens.tolist() == [100] * 4 and r.output_tokens.tolist() == [4] * 4
+    assert r.arrival_s.tolist() == pytest.approx([0, 0, round_s, round_s], abs=1e-15)
+    assert r.finish_s.tolist() == pytest.approx([round_s] * 2 + [2 * round_s] * 2, rel=1e-12)
+    assert r.ttft_s.tolist() == pytest.approx([P] * 4, rel=1e-12)
+    assert res.summary["tpot_mean_s"] == pytest.approx((KV_100 + 3 * D) / 3, rel=1e-12)
+    dec = res.iterations[res.iterations.replica_id == "decode-0"]
+    assert dec.batch_size.tolist() == [2] * 6
+    assert dec.start_s.tolist() == pytest.approx(
+        [P + KV_100 + k * D for k in range(3)] + [round_s + P + KV_100 + k * D for k in range(3)], rel=1e-12
+    )
+
+
+def test_the_client_sees_the_first_token_from_the_decode_worker() -> None:
+    # The client's stream comes from the decode worker: the first token shows at the end of
+    # the first decode iteration that holds the request (the decode worker recomputes the
+    # prompt's last token and samples the first, as vLLM's NIXL connector does).
+    #   request 0: KV in at 34.1072 ms, that iteration ends at 39.1072 ms: TTFT 39.1072 ms;
+    #              the rest (49.1072 - 39.1072 ms) over output - 2 = 2 iterations: TPOT 5 ms.
+    #   request 1: KV in at 47.5536 ms, the next iteration starts at 49.1072 and ends at
+    #              54.1072 ms: TTFT 54.1072 - 5 = 49.1072 ms; TPOT (59.1072 - 54.1072) / 1 = 5 ms.
+    ttft, tpot = _silicon().client_times(_staggered())
+    first0 = P + KV_100 + D
+    first1 = P + KV_100 + 3 * D + D
+    assert ttft == pytest.approx((first0 + (first1 - 0.005)) / 2, rel=1e-12)
+    assert tpot == pytest.approx(D, rel=1e-12)
+    # A one-token request finishes on the prefill worker (no transfer): kvsim's own times.
+    alone = kvsim.run(_pd(), requests=[spec(0, 100, output=1)])
+    ttft, tpot = _silicon().client_times(alone)
+    assert ttft == pytest.approx(P, rel=1e-12) and math.isnan(tpot)
+
+
+def test_a_decode_worker_takes_a_prompt_longer_than_its_token_budget() -> None:
+    """A decode worker that does not chunk prompts (TensorRT-LLM's generation servers) still
+    admits a transferred prompt longer than its token budget: only one token is computed
+    there. The times are those of the first test's request 0 (a bug rejected it as
+    ``prompt_budget``)."""
+    scenario = _pd()
+    scenario["replicas"][1]["engine"] = {"enable_chunked_prefill": False, "max_num_batched_tokens": 64}
+    r = kvsim.run(scenario, requests=[spec(0, 100, output=4)]).requests.iloc[0]
+    assert r.finished and r.reject_reason == ""
+    assert r.finish_s == pytest.approx(P + KV_100 + 3 * D, rel=1e-12)
+
+
+def test_the_client_view_counts_back_from_the_finish_when_the_decode_worker_is_full() -> None:
+    # The decode worker holds one sequence. Request 0 (100 tokens, 6 out) decodes in five
+    # iterations from 34.1072 ms: finished at 59.1072 ms. Request 1's KV lands at 47.5536
+    # ms but waits for a free slot until 59.1072 ms, then decodes at 59.1072 and 64.1072 ms:
+    # finished at 69.1072 ms. Its client's first token: 64.1072 ms (TTFT 59.1072 ms from its
+    # arrival at 5 ms), not the end of the first iteration after its KV arrived (54.1072 ms).
+    scenario = _pd()
+    scenario["replicas"][1]["engine"] = {"max_num_seqs": 1}
+    res = kvsim.run(scenario, requests=[spec(0, 100, output=6), spec(1, 50, output=3, arrival=0.005)])
+    finish1 = P + KV_100 + 5 * D + 2 * D
+    assert res.requests.finish_s.tolist() == pytest.approx([P + KV_100 + 5 * D, finish1], rel=1e-12)
+    ttft, tpot = _silicon().client_times(res)
+    assert ttft == pytest.approx(((P + KV_100 + D) + (finish1 - D - 0.005)) / 2, rel=1e-12)
+    assert tpot == pytest.approx(D, rel=1e-12)
+
+
+def test_the_client_view_of_a_request_the_decode_worker_preempted() -> None:
+    # Two 20-token outputs on a decode worker of 11 blocks (64- and 50-token prompts):
+    # request 1 is preempted once, sits out and recomputes, so counting back from its
+    # finish would land after its real first token. For it the client's first token is
+    # the end of the first decode iteration after its KV arrived: KV at 40 + 7.5536 =
+    # 47.5536 ms, the next iteration starts at 49.3886 ms (request 0's KV arrived at 20 +
+    # 9.3886 ms, then every 5 ms), ends at 54.3886 ms: TTFT 54.3886 - 5 = 49.3886 ms.
+    # Request 0, never preempted: 18 iterations back from its finish at 124.3886 ms.
+    scenario = _pd()
+    scenario["replicas"][1]["engine"] = {"num_gpu_blocks_override": 11}
+    res = kvsim.run(scenario, requests=[spec(0, 64, output=20), spec(1, 50, output=20, arrival=0.005)])
+    r = res.requests
+    assert r.num_preemptions.tolist() == [0, 1]
+    kv_64 = 1e-3 + 64 * 131072 / 1e9
+    first0, first1 = P + kv_64 + D, P + kv_64 + 4 * D + D
+    assert r.finish_s[0] == pytest.approx(first0 + 18 * D, rel=1e-12)
+    ttft, tpot = _silicon().client_times(res)
+    assert ttft == pytest.approx((first0 + (first1 - 0.005)) / 2, rel=1e-12)
+    assert tpot == pytest.approx((D + (r.finish_s[1] - first1) / 18) / 2, rel=1e-12)

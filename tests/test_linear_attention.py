@@ -14,6 +14,7 @@ from kvsim.cost.base import Batch
 from kvsim.cost.config import KernelCostConfig
 from kvsim.cost.kernels import KernelCostModel, graph_padded
 from kvsim.cost.roofline import RooflineCostModel
+from kvsim.cost.tables import package_tables_root
 from kvsim.errors import ProfileError
 from kvsim.model.kv_sizing import (
     kv_bytes_per_token,
@@ -332,3 +333,18 @@ def test_calibrated_profiles_refuse_linear_attention_by_name() -> None:
         ValueError, match="unsupported: a calibrated profile measures full-attention layers; tiny's 3"
     ):
         CalibratedCostModel(profile, model=TINY_LIN, gpu=resolve_gpu("h100-sxm"), tp=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(package_tables_root() is None, reason="aiconfigurator-core is not installed")
+def test_nvidia_gdn_tables_price_qwen35_per_gpu_shard() -> None:
+    """SGLang 0.5.14's h200_sxm gdn_perf (aiconfigurator-core 0.12.0) at the 397B's heads per
+    GPU at tp 4 (16 / 4 key, 64 / 4 value heads): batch 64 decode is causal_conv1d_update
+    0.002806 ms + the recurrent step 0.038658 ms per layer, for 45 layers."""
+    model = MODEL_PRESETS["qwen3.5-397b-a17b"].model_copy(update={"weight_dtype": "fp8_block"})
+    km = KernelCostModel(
+        model, resolve_gpu("h200"), KernelCostConfig(), tp=4, kv_cache_dtype="fp8", backend="sglang"
+    )
+    assert km._gdn is not None
+    assert km._gdn.decode_s(64) == pytest.approx(45 * (0.002806 + 0.038658) * 1e-3, rel=2e-3)
+    step = km.step_time_s(Batch(num_decode_seqs=64, decode_context_tokens=64 * 2000))
+    assert 0.005 < step < 0.2

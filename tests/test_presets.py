@@ -54,7 +54,7 @@ REQUIRED_MODELS = {
     "deepseek-v3",
     "deepseek-r1",
     "kimi-k2.5",
-    "qwen3.5-397b-a17b",  # 32 heads x 256 against 4,096 (Qwen3.5: head_dim 256 throughout)
+    "qwen3.5-397b-a17b",  # Gated DeltaNet linear attention + gated full attention
     "qwen3.5-122b-a10b",
     "qwen3.5-35b-a3b",
     "qwen3.5-27b",

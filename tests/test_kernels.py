@@ -19,7 +19,7 @@ from pandas.testing import assert_frame_equal
 import kvsim
 from kvsim.cost.base import Batch
 from kvsim.cost.config import KernelCostConfig
-from kvsim.cost.kernels import KernelCostModel, graph_padded, moe_curve
+from kvsim.cost.kernels import KernelCostModel, graph_capture, graph_padded, moe_curve
 from kvsim.cost.tables import Curve, Grid, package_tables_root, version_key
 from kvsim.errors import ProfileError
 from kvsim.model.presets import resolve_gpu
@@ -112,7 +112,7 @@ def write_tables(root: Path, system: str = "toy_sxm", backend: str = "vllm", ver
         [
             {"num_gpus": 2, "message_size": s, "backend": variant, "latency": allreduce_ms(s) * factor}
             for s in [128, 1024, 8192, 65536]
-            for variant, factor in (("vllm_graph", 1.0), ("vllm_eager", 2.0))
+            for variant, factor in ((f"{backend}_graph", 1.0), (f"{backend}_eager", 2.0))
         ],
     )
     return root
@@ -202,6 +202,39 @@ def test_a_decode_step_by_hand(tables: Path) -> None:
     expected = 2 * layer + lm_head + 2 * attention + 1e-4
     got = km.step_time_s(Batch(num_decode_seqs=b, decode_context_tokens=ctx))
     assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_sglang_decode_batches_run_in_its_cuda_graphs(tmp_path: Path) -> None:
+    """SGLang captures decode batches up to cuda_graph_max_bs (its default for the GPU's
+    memory and TP: 256 on an 80 GB H100 at tp 2, 512 at tp 4 or above 160 GiB) and no more
+    than it runs at once, at its own capture sizes (1, 2, 4, 8, then multiples of 8 to 256,
+    of 16 above); a captured step takes the graph all-reduce (1x the table), an eager one
+    the eager variant (2x)."""
+    h100, b200 = resolve_gpu("h100-sxm"), resolve_gpu("b200")
+    assert graph_capture("sglang", "h100_sxm", h100, 2, 1024)[0] == 256
+    assert graph_capture("sglang", "h100_sxm", h100, 4, 1024)[0] == 512
+    assert graph_capture("sglang", "b200_sxm", b200, 1, 1024)[0] == 512
+    assert graph_capture("sglang", "h100_sxm", h100, 2, 48)[0] == 48
+    assert graph_capture("trtllm", "h100_sxm", h100, 2, 48)[0] == 0
+    assert graph_capture("vllm", "h100_sxm", h100, 2, 48)[0] == 96
+    tables = write_tables(tmp_path / "sglang", backend="sglang")
+    cfg = KernelCostConfig(
+        tables=str(tables), system="toy_sxm", per_layer_overhead_s=0.0, elementwise_kernel_s=0.0
+    )
+    km = KernelCostModel(TINY, h100, cfg, tp=2, backend="sglang", max_num_seqs=8)
+    assert km.max_graph_tokens == 8
+    assert [graph_padded(n, 8, km._graph_sizes) for n in (3, 5, 8, 9)] == [4, 8, 8, 9]
+    assert graph_padded(12, 16, km._graph_sizes) == 16
+    assert graph_padded(257, 512, km._graph_sizes) == 272  # multiples of 16 above 256
+
+    def allreduces(m: int, factor: float) -> float:  # two per layer, two layers
+        return 2 * 2 * factor * allreduce_ms(m * 64) * 1e-3
+
+    # Everything but the all-reduces is the same GEMM sum at m tokens: take it out by hand.
+    gemms = lambda m: 2 * sum(curve(m) for curve in km._gemms)  # noqa: E731
+    elementwise = lambda m: 2 * m * km._elementwise_bytes_per_token / km._hbm_rate  # noqa: E731
+    assert km._token_terms_s(8) == pytest.approx(gemms(8) + elementwise(8) + allreduces(8, 1.0), rel=1e-12)
+    assert km._token_terms_s(9) == pytest.approx(gemms(9) + elementwise(9) + allreduces(9, 2.0), rel=1e-12)
 
 
 def test_large_steps_run_eager_and_are_not_padded(tables: Path) -> None:
@@ -600,11 +633,12 @@ def test_moe_and_mla_that_cannot_be_priced_are_refused_by_name(
 
 def test_a_granular_mla_decode_step_by_hand(tmp_path: Path) -> None:
     """SGLang has no MLA module tables: the projections are GEMMs, the attention kernel and
-    the absorbed BMMs come from their own tables (tp 1: 4 heads, no all-reduce, no padding)."""
+    the absorbed BMMs come from their own tables (tp 1: 4 heads, no all-reduce; a decode
+    batch of 4 is one of SGLang's CUDA-graph sizes, so no padding)."""
     tables = write_moe_mla_tables(tmp_path / "granular", backend="sglang", module=False)
     cfg = _cfg(tables, per_iteration_overhead_s=1e-4, per_layer_overhead_s=2e-6, elementwise_kernel_s=3e-6)
     km = KernelCostModel(TINY_MLA, resolve_gpu("h100-sxm"), cfg, tp=1, backend="sglang", max_num_seqs=8)
-    b, ctx = 3, 3 * 40
+    b, ctx = 4, 4 * 40
     layer = (
         (
             gemm_ms(b, 2112, 7168)  # q/kv down-projection

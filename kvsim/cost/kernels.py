@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from kvsim.backends.defaults import sglang_memory_defaults
 from kvsim.cost.base import Batch
 from kvsim.cost.config import KernelCostConfig
 from kvsim.cost.tables import (
@@ -162,13 +163,41 @@ FITTED: dict[str, Overheads] = {
 #: is min(2 x max_num_seqs, 512), or 1,024 on data-center Blackwell.
 _GRAPH_SIZES = [1, 2, 4, *range(8, 256, 8), *range(256, 1024 + 1, 16)]
 
+#: SGLang's decode CUDA-graph batch sizes (python/sglang/srt/model_executor/cuda_graph_runner.py,
+#: get_batch_sizes_to_capture, 0.5.x): 1, 2, 4, 8, multiples of 8 from 16 (up to 256 on GPUs
+#: above 96 GiB), then multiples of 16 up to 512 (above 160 GB), cut at cuda_graph_max_bs.
+_SGLANG_GRAPH_SIZES = [1, 2, 4, 8, *range(16, 257, 8), *range(272, 512 + 1, 16)]
 
-def graph_padded(tokens: int, max_graph_tokens: int) -> int:
+
+def graph_padded(tokens: int, max_graph_tokens: int, sizes: list[int] = _GRAPH_SIZES) -> int:
     """The token count a CUDA-graph-captured step runs at (unchanged when not captured)."""
     if tokens > max_graph_tokens:
         return tokens
-    i = np.searchsorted(_GRAPH_SIZES, tokens)
-    return int(_GRAPH_SIZES[int(i)]) if i < len(_GRAPH_SIZES) else tokens
+    i = np.searchsorted(sizes, tokens)
+    return int(sizes[int(i)]) if i < len(sizes) else tokens
+
+
+def graph_capture(
+    backend: str, system: str, gpu: GpuSpec, tp: int, max_num_seqs: int
+) -> tuple[int, list[int]]:
+    """(largest CUDA-graph-captured token count, capture sizes) of an engine's steps; 0: none.
+
+    vLLM captures every step up to min(2 x max_num_seqs, 512), 1,024 on data-center
+    Blackwell (`_GRAPH_SIZES`). SGLang captures its decode batches up to cuda_graph_max_bs,
+    its default for the GPU's memory and TP (`sglang_memory_defaults`: 256 below 160 GiB at
+    tp < 4, else 512), and no more than it runs at once; a prefill batch of as few tokens
+    is priced as captured too (the step's token count is all this model sees). TensorRT-LLM
+    is priced uncaptured: its all-reduce table has one variant and its fitted constants are
+    zero (`FITTED`)."""
+    if backend == "vllm":
+        cap = 1024 if system in ("b200_sxm", "b300_sxm", "gb200", "gb300") else 512
+        return min(2 * max_num_seqs, cap), _GRAPH_SIZES
+    if backend == "sglang":
+        # On GPUs above 35 GiB the capture size follows only the GPU's memory and TP; the
+        # 0.5.5 rules stand for the releases the kernel tables were measured on.
+        _, graphs, _ = sglang_memory_defaults("0.5.5", gpu, tp)
+        return min(graphs, max_num_seqs), _SGLANG_GRAPH_SIZES
+    return 0, _GRAPH_SIZES
 
 
 @dataclass(frozen=True)
@@ -468,8 +497,9 @@ class KernelCostModel:
         q_heads = model.num_attention_heads // tp
         kv_heads = max(1, model.num_kv_heads // tp)
         inter = model.intermediate_size // tp
-        graph_cap = 1024 if self.source.system in ("b200_sxm", "b300_sxm", "gb200", "gb300") else 512
-        self.max_graph_tokens = min(2 * max_num_seqs, graph_cap) if self.source.backend == "vllm" else 0
+        self.max_graph_tokens, self._graph_sizes = graph_capture(
+            self.source.backend, self.source.system, gpu, tp, max_num_seqs
+        )
 
         gemm = self.source.table("gemm", "gemm_perf")
         w = self.warnings
@@ -736,7 +766,7 @@ class KernelCostModel:
         cached = self._by_tokens.get(tokens)
         if cached is not None:
             return cached
-        m = graph_padded(tokens, self.max_graph_tokens)
+        m = graph_padded(tokens, self.max_graph_tokens, self._graph_sizes)
         allreduce = 0.0
         if self._allreduce is not None:
             curve = self._allreduce[0] if m <= self.max_graph_tokens else self._allreduce[1]

@@ -175,22 +175,33 @@ class HybridKvManager(FullAttentionManager):
         return np.rint(read / (full + window)).astype(np.int64)
 
     def serve_decode(self, req: Request, nc: int) -> int:
-        """`FullAttentionManager.serve_decode` in one pass over the groups."""
+        """`FullAttentionManager.serve_decode` in one pass over the groups: the window
+        groups drop what left the window; then, if a group's table lacks the slot,
+        `_allocate_upto` (the allocator's path), else the block the token fills is
+        registered in every group (`_register_filled`)."""
         bs, window = self.block_size, self.window
         views = req.group_views
         assert views is not None
         w = window.sliding_window
         n_skip = max(0, nc - w + 1) // bs
+        first_window = self.num_full_groups - 1  # group 0, the request itself, is full
+        new_slot = len(req.blocks) * bs <= nc
         ns = NO_SPAN
-        for view in views[self.num_full_groups - 1 :]:
-            k = view.num_skipped_blocks
-            if k < n_skip and k < len(view.blocks):  # blocks left the window: drop them
-                window.drop_skipped_at(view, nc)
+        for g, view in enumerate(views):
+            if len(view.blocks) * bs <= nc:
+                new_slot = True
+            if g >= first_window:
                 k = view.num_skipped_blocks
-            if k < ns:
-                ns = k
-        if not self._allocate_upto(req, nc + 1, nc + 1):
-            return 0
+                if k < n_skip and k < len(view.blocks):  # blocks left the window: drop them
+                    self._drop_window_blocks(view, nc, n_skip)
+                    k = view.num_skipped_blocks
+                if k < ns:
+                    ns = k
+        if new_slot:
+            if not self._allocate_upto(req, nc + 1, nc + 1):
+                return 0
+        elif self.enable_caching and (nc + 1) % bs == 0:
+            self._register_filled(req, views, (nc + 1) // bs)
         n = len(req.blocks)
         j = n * bs - nc
         if self.enable_caching and j > 1:
@@ -198,6 +209,38 @@ class HybridKvManager(FullAttentionManager):
         if ns < n:
             j = min(j, (ns + 1) * bs + w - 1 - nc)
         return j
+
+    def _drop_window_blocks(self, view: Request, nc: int, n_skip: int) -> None:
+        """`SlidingWindowManager.drop_skipped_at(view, nc)`; the usual case (one block
+        leaves, no sink in the way) without its lists."""
+        window = self.window
+        first = view.num_skipped_blocks
+        if first >= window.num_sink_blocks and n_skip == first + 1:
+            blocks = view.blocks
+            block = blocks[first]
+            blocks[first] = None
+            view.num_skipped_blocks = n_skip
+            if block is not None:
+                self.pool.free_blocks((block,))
+        else:
+            window.drop_skipped_at(view, nc)
+
+    def _register_filled(self, req: Request, views: list[Request], num_full: int) -> None:
+        """`cache_full_blocks(view, num_full)` in every group, the usual case (one private
+        block: `BlockPool.mark_private`) without its arithmetic."""
+        bs, pool, n_full = self.block_size, self.pool, self.num_full_groups
+        private_from = req.private_from_token
+        for g, view in enumerate((req, *views)):
+            start = view.num_cached_blocks
+            if num_full <= start:
+                continue
+            if num_full == start + 1 and private_from <= start * bs:
+                block = view.blocks[start]
+                if block is not None:
+                    pool.mark_private(block)
+                view.num_cached_blocks = num_full
+            else:
+                FullAttentionManager.cache_full_blocks(self if g < n_full else self.window, view, num_full)
 
     def next_decode_event(self, req: Request, nc: int) -> int:
         """`SlidingWindowManager.next_decode_event` over the groups (their tables have one
@@ -338,8 +381,11 @@ class HybridKvManager(FullAttentionManager):
         num_full = min(end, num_tokens) // bs
         caching, n_full = self.enable_caching, self.num_full_groups
         for g, view in enumerate(views):
-            if required > len(view.blocks):
-                view.blocks.extend(pool.get_new_blocks(required - len(view.blocks)))
+            lacking = required - len(view.blocks)
+            if lacking == 1:  # a decode's next block (`get_one_block`: get_new_blocks(1))
+                view.blocks.append(pool.get_one_block())
+            elif lacking > 0:
+                view.blocks.extend(pool.get_new_blocks(lacking))
             if caching and num_full > view.num_cached_blocks:
                 FullAttentionManager.cache_full_blocks(self if g < n_full else self.window, view, num_full)
         return True

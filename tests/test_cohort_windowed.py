@@ -241,3 +241,23 @@ def test_no_decode_run_while_the_window_may_let_a_waiting_request_in() -> None:
     reqs = [spec(0, 40, output=300), spec(1, 40, output=10, arrival=0.05)]
     res = _both(scenario, requests=reqs)
     assert res.iterations.num_waiting.max() == 1 and res.summary["num_finished"] == 2
+
+
+@pytest.mark.parametrize("case", ["load-snapshots", "delayed-index", "write-through-pool", "dram-nvme"])
+def test_a_cluster_of_windowed_replicas_equals_the_oracle(case: str) -> None:
+    """Three routed Mistral replicas (window 256, 4 sinks): load snapshots read pools
+    mid-run (a window frees blocks mid-run, so a snapshot must first catch the pool up:
+    `LiveClusterView.refresh`), a delayed KV-event index, a write-through shared pool and
+    offload tiers, each equal to the oracle."""
+    import yaml
+    from test_cluster import FF_CASES, ROUTED
+
+    scenario = yaml.safe_load((ROOT / "scenarios" / "chat_sessions.yaml").read_text())
+    scenario["model"] = resolve_model("mistral-7b").model_dump() | {
+        "sliding_window": 256,
+        "num_sink_tokens": 4,
+    }
+    ov = [*ROUTED, "workload.num_requests=150", *FF_CASES[case]]
+    lazy = kvsim.run(scenario, overrides=ov)
+    assert_identical(lazy, run_eager(scenario, overrides=ov))
+    assert lazy.summary["num_finished"] == 150

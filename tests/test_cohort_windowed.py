@@ -261,3 +261,18 @@ def test_a_cluster_of_windowed_replicas_equals_the_oracle(case: str) -> None:
     lazy = kvsim.run(scenario, overrides=ov)
     assert_identical(lazy, run_eager(scenario, overrides=ov))
     assert lazy.summary["num_finished"] == 150
+
+
+@pytest.mark.parametrize("model", ["mistral-7b", "gpt-oss-20b"])
+def test_retention_priorities_with_a_window_equal_the_oracle(model: str) -> None:
+    """A timed free queue (blocks of one tenant kept at a priority for 5 s) under heavy
+    eviction: a window's frees enter it mid-run, at the step's time, as stepping's do."""
+    from test_retention import retention_scenario
+
+    spec_ = resolve_model(model).model_dump()
+    if model == "mistral-7b":
+        spec_ |= {"sliding_window": 256}
+    scenario = retention_scenario("retention") | {"model": spec_}
+    lazy = kvsim.run(scenario)
+    assert_identical(lazy, run_eager(scenario))
+    assert lazy.summary["num_evicted_blocks"] > 10_000

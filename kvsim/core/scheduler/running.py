@@ -226,6 +226,7 @@ class RunningPhase(SchedulerBase):
             kv.remove_skipped_blocks(req)
             num_new = max(kv.fit_chunk(req, num_new), 1)
             if not kv.allocate_slots(req, num_new):
+                # every layer group's table has the same length (allocations go to all)
                 need = kv.blocks_per_slot * (-(-(nc + num_new) // kv.block_size) - len(req.blocks))
                 if not self._make_room(req, need, step):
                     return False

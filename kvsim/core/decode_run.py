@@ -27,6 +27,7 @@ import numpy as np
 from kvsim.core.outcome import SchedulerOutput, StepOutcome
 from kvsim.core.request_state import Request
 from kvsim.core.scheduler import Scheduler
+from kvsim.core.windowed_cohort import WindowedCohort
 
 
 @dataclass(slots=True)
@@ -51,9 +52,15 @@ class CohortRun:
     ends: np.ndarray | None = None
     num_advanced: int = 1
     finishing: list[Request] = field(default_factory=list)
+    # A window's cohort (`kvsim.core.windowed_cohort`): each step's context, and the blocks
+    # each step's frees return to the prefix cache's free blocks (None: full attention).
+    contexts: np.ndarray | None = None
+    cached_freed: np.ndarray | None = None
 
     def context_tokens(self) -> np.ndarray:
         """``decode_context_tokens`` of each iteration of the run."""
+        if self.contexts is not None:
+            return self.contexts
         return self.base_context_tokens + self.num_seqs * np.arange(self.num_steps, dtype=np.int64)
 
     def advance(self, num_started: int, on_step: Callable[[int], None] | None = None) -> None:
@@ -69,10 +76,13 @@ class CohortRun:
             if co.step in co.due:
                 if timed:
                     pool.set_time(float(starts[j]))
-                before = pool.num_evicted
+                before, cached_before = pool.num_evicted, pool.num_cached_free
                 num_new, self.finishing = sched.schedule_cohort_only()
                 self.new_blocks[j] += num_new
-                self.evicted[j] += pool.num_evicted - before
+                evicted = pool.num_evicted - before
+                self.evicted[j] += evicted
+                if self.cached_freed is not None:
+                    self.cached_freed[j] += pool.num_cached_free - cached_before + evicted
                 if on_step is not None:
                     self.num_advanced = j + 1
                     on_step(j)
@@ -112,9 +122,9 @@ def plan_cohort_run(sched: Scheduler, out: SchedulerOutput, max_steps: int) -> C
     if k < 2:
         return None
     k = 1 + co.steps_until_blocks_run_out(s + 1, k - 1, sched.pool.num_free_blocks)
-    if k < 2:
+    if k < 2 or sched.admission_may_open():
         return None
-    return CohortRun(
+    run = CohortRun(
         scheduler=sched,
         num_steps=k,
         num_seqs=len(co),
@@ -122,3 +132,8 @@ def plan_cohort_run(sched: Scheduler, out: SchedulerOutput, max_steps: int) -> C
         new_blocks=np.zeros(k, dtype=np.int64),
         evicted=np.zeros(k, dtype=np.int64),
     )
+    if isinstance(co, WindowedCohort):
+        run.contexts = co.context_array(k)
+        assert run.contexts[0] == run.base_context_tokens, "the run's first step is the one scheduled"
+        run.cached_freed = np.zeros(k, dtype=np.int64)
+    return run

@@ -22,11 +22,14 @@ entries never collide; group 0 uses the request's own hashes, which routers look
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+
+import numpy as np
 
 from kvsim.core.block import KVBlock
 from kvsim.core.block_pool import BlockPool
-from kvsim.core.kv_manager import FullAttentionManager, SlidingWindowManager, make_kv_manager
+from kvsim.core.kv_manager import NO_SPAN, FullAttentionManager, SlidingWindowManager, make_kv_manager
 from kvsim.core.request_state import NEVER_PRIVATE, Request
 from kvsim.model.kv_sizing import kv_layer_groups
 from kvsim.model.specs import ModelSpec
@@ -78,6 +81,7 @@ class HybridKvManager(FullAttentionManager):
     """Full-attention and sliding-window layer groups of one model, each with its block table."""
 
     supports_decode_fast_path = False
+    windowed = True
 
     def __init__(
         self,
@@ -97,6 +101,16 @@ class HybridKvManager(FullAttentionManager):
         self.num_full_groups, self.num_window_groups = num_full_groups, num_window_groups
         self.num_full_layers, self.num_window_layers = layer_counts
         self._pending: dict[int, list[list[KVBlock | None]]] = {}  # hits of groups 1.., by request
+        self.blocks_per_slot = num_full_groups + num_window_groups
+        # Past the span, attended_tokens(n) = round((full * n + window * span) / layers): it
+        # grows by full * period / layers every `attended_period` tokens, an even number
+        # so that round()'s ties-to-even land alike (`kvsim.core.windowed_cohort`).
+        full, layers = self.num_full_layers, self.num_full_layers + self.num_window_layers
+        period = layers // math.gcd(full, layers)
+        if full * period // layers % 2:
+            period *= 2
+        self.attended_period = period
+        self.attended_increment = full * period // layers
 
     # -- groups ------------------------------------------------------------------------
     def groups(self, req: Request) -> list[tuple[FullAttentionManager, Request]]:
@@ -134,13 +148,110 @@ class HybridKvManager(FullAttentionManager):
         return len(self.all_blocks(req))
 
     def remove_skipped_blocks(self, req: Request) -> None:
+        self.drop_skipped_at(req, req.num_computed_tokens)
+
+    def drop_skipped_at(self, req: Request, nc: int) -> None:
         if req.group_views is None:
             self.groups(req)
         assert req.group_views is not None
         window = self.window
         # The window groups, in group order (group 0, the request itself, is full attention).
         for view in req.group_views[self.num_full_groups - 1 :]:
-            window.remove_skipped_blocks(view)
+            window.drop_skipped_at(view, nc)
+
+    @property
+    def attended_span(self) -> int:
+        return self.window.attended_span
+
+    def saturated_attended(self, n: int) -> int:
+        full, window = self.num_full_layers, self.num_window_layers
+        return round((full * n + window * self.window.attended_span) / (full + window))
+
+    def saturated_attended_array(self, n: np.ndarray) -> np.ndarray:
+        """`saturated_attended` of each of ``n``: the same float division, and np.rint
+        rounds ties to even as round() does."""
+        full, window = self.num_full_layers, self.num_window_layers
+        read = full * n + window * self.window.attended_span
+        return np.rint(read / (full + window)).astype(np.int64)
+
+    def serve_decode(self, req: Request, nc: int) -> int:
+        """`FullAttentionManager.serve_decode` in one pass over the groups: the window
+        groups drop what left the window; then, if a group's table lacks the slot,
+        `_allocate_upto` (the allocator's path), else the block the token fills is
+        registered in every group (`_register_filled`)."""
+        bs, window = self.block_size, self.window
+        views = req.group_views
+        assert views is not None
+        w = window.sliding_window
+        n_skip = max(0, nc - w + 1) // bs
+        first_window = self.num_full_groups - 1  # group 0, the request itself, is full
+        new_slot = len(req.blocks) * bs <= nc
+        ns = NO_SPAN
+        for g, view in enumerate(views):
+            if len(view.blocks) * bs <= nc:
+                new_slot = True
+            if g >= first_window:
+                k = view.num_skipped_blocks
+                if k < n_skip and k < len(view.blocks):  # blocks left the window: drop them
+                    self._drop_window_blocks(view, nc, n_skip)
+                    k = view.num_skipped_blocks
+                if k < ns:
+                    ns = k
+        if new_slot:
+            if not self._allocate_upto(req, nc + 1, nc + 1):
+                return 0
+        elif self.enable_caching and (nc + 1) % bs == 0:
+            self._register_filled(req, views, (nc + 1) // bs)
+        n = len(req.blocks)
+        j = n * bs - nc
+        if self.enable_caching and j > 1:
+            j -= 1
+        if ns < n:
+            j = min(j, (ns + 1) * bs + w - 1 - nc)
+        return j
+
+    def _drop_window_blocks(self, view: Request, nc: int, n_skip: int) -> None:
+        """`SlidingWindowManager.drop_skipped_at(view, nc)`; the usual case (one block
+        leaves, no sink in the way) without its lists."""
+        window = self.window
+        first = view.num_skipped_blocks
+        if first >= window.num_sink_blocks and n_skip == first + 1:
+            blocks = view.blocks
+            block = blocks[first]
+            blocks[first] = None
+            view.num_skipped_blocks = n_skip
+            if block is not None:
+                self.pool.free_blocks((block,))
+        else:
+            window.drop_skipped_at(view, nc)
+
+    def _register_filled(self, req: Request, views: list[Request], num_full: int) -> None:
+        """`cache_full_blocks(view, num_full)` in every group, the usual case (one private
+        block: `BlockPool.mark_private`) without its arithmetic."""
+        bs, pool, n_full = self.block_size, self.pool, self.num_full_groups
+        private_from = req.private_from_token
+        for g, view in enumerate((req, *views)):
+            start = view.num_cached_blocks
+            if num_full <= start:
+                continue
+            if num_full == start + 1 and private_from <= start * bs:
+                block = view.blocks[start]
+                if block is not None:
+                    pool.mark_private(block)
+                view.num_cached_blocks = num_full
+            else:
+                FullAttentionManager.cache_full_blocks(self if g < n_full else self.window, view, num_full)
+
+    def next_decode_event(self, req: Request, nc: int) -> int:
+        """`SlidingWindowManager.next_decode_event` over the groups (their tables have one
+        length; each window group's blocks leave from its own skipped prefix)."""
+        j = FullAttentionManager.next_decode_event(self, req, nc)
+        views = req.group_views
+        assert views is not None
+        ns = min(view.num_skipped_blocks for view in views[self.num_full_groups - 1 :])
+        if ns < len(req.blocks):
+            j = min(j, (ns + 1) * self.block_size + self.window.sliding_window - 1 - nc)
+        return j
 
     def decode_slot_ready(self, req: Request, nc: int) -> bool:
         """`FullAttentionManager.decode_slot_ready` in every group (a window group's
@@ -246,12 +357,20 @@ class HybridKvManager(FullAttentionManager):
     def _allocate_no_hits(self, req: Request, num_new_tokens: int) -> bool:
         """`allocate_slots` without prefix hits (every decode and later chunk): the same
         blocks taken, group by group, and the same blocks registered, minus the hit lists."""
+        return self._allocate_upto(req, req.num_computed_tokens + num_new_tokens, req.num_tokens)
+
+    def decode_alloc_at(self, req: Request, nc: int) -> bool:
+        """`SlidingWindowManager.decode_alloc_at` in every group: `_allocate_no_hits` for
+        the decode of token ``nc``."""
+        return self._allocate_upto(req, nc + 1, nc + 1)
+
+    def _allocate_upto(self, req: Request, end: int, num_tokens: int) -> bool:
+        """`_allocate_no_hits` for slots up to token ``end`` of a request of ``num_tokens``."""
         bs, pool = self.block_size, self.pool
         if req.group_views is None:
             self.groups(req)
         assert req.group_views is not None
         views = (req, *req.group_views)
-        end = req.num_computed_tokens + num_new_tokens
         required = -(-end // bs)
         need = 0
         for view in views:
@@ -259,11 +378,14 @@ class HybridKvManager(FullAttentionManager):
                 need += required - len(view.blocks)
         if need > pool.num_free_blocks:
             return False
-        num_full = min(end, req.num_tokens) // bs
+        num_full = min(end, num_tokens) // bs
         caching, n_full = self.enable_caching, self.num_full_groups
         for g, view in enumerate(views):
-            if required > len(view.blocks):
-                view.blocks.extend(pool.get_new_blocks(required - len(view.blocks)))
+            lacking = required - len(view.blocks)
+            if lacking == 1:  # a decode's next block (`get_one_block`: get_new_blocks(1))
+                view.blocks.append(pool.get_one_block())
+            elif lacking > 0:
+                view.blocks.extend(pool.get_new_blocks(lacking))
             if caching and num_full > view.num_cached_blocks:
                 FullAttentionManager.cache_full_blocks(self if g < n_full else self.window, view, num_full)
         return True

@@ -18,10 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from kvsim.core.block import PRIVATE, KVBlock
 from kvsim.core.block_pool import BlockPool
 from kvsim.core.request_state import NEVER_PRIVATE, Request
 from kvsim.request import DEFAULT_RETENTION_PRIORITY
+
+#: `FullAttentionManager.attended_span`: every token is attended, however many.
+NO_SPAN = 1 << 62
 
 
 class FullAttentionManager:
@@ -30,6 +35,12 @@ class FullAttentionManager:
     #: Whether a decode whose slot is allocated can skip the allocator (the scheduler's
     #: hot path) and runs of decode iterations can be fast-forwarded.
     supports_decode_fast_path = True
+    #: Whether blocks leave a window as a request advances: a decode's block events then
+    #: include window exits, and the decode cohort asks the manager for them
+    #: (`next_decode_event`, `drop_skipped_at`, `decode_alloc_at`).
+    windowed = False
+    #: Blocks a decode takes when its token starts a new block (one per layer group).
+    blocks_per_slot = 1
 
     def __init__(self, pool: BlockPool, block_size: int) -> None:
         if block_size < 1:
@@ -68,6 +79,64 @@ class FullAttentionManager:
         rejected on arrival. (``num_hit_blocks``: prefix blocks found, about to be attached.)
         """
         return num_new_tokens
+
+    # -- the decode cohort's view of a decode (`kvsim.core.windowed_cohort`) ------------
+    def drop_skipped_at(self, req: Request, nc: int) -> None:
+        """`remove_skipped_blocks` for ``req`` as if ``nc`` tokens were computed (a decode
+        cohort member's own counters lag behind)."""
+
+    def decode_alloc_at(self, req: Request, nc: int) -> bool:
+        """`allocate_slots(req, 1)` for the decode of token ``nc`` (no hits: a running
+        request has none; ``num_tokens`` is ``nc + 1``), with ``nc`` given: the block its
+        slot starts, the block its token fills registered. False, changing nothing, when
+        the block is not free."""
+        bs = self.block_size
+        need = nc // bs + 1 - len(req.blocks)
+        if need > 0:
+            if need > self.pool.num_free_blocks:
+                return False
+            req.blocks.extend(self.pool.get_new_blocks(need))
+        if self.enable_caching:
+            num_full = (nc + 1) // bs
+            if num_full > req.num_cached_blocks:
+                self.cache_full_blocks(req, num_full)
+        return True
+
+    def next_decode_event(self, req: Request, nc: int) -> int:
+        """Steps from the decode of token ``nc`` (handled) to the next decode of ``req`` that
+        is not `decode_slot_ready`: its token starts a new block or (with caching) fills
+        one; with a window, also the next block leaving it."""
+        j = len(req.blocks) * self.block_size - nc
+        if self.enable_caching and j > 1:
+            j -= 1
+        return j
+
+    def serve_decode(self, req: Request, nc: int) -> int:
+        """A decode cohort member's decode of token ``nc`` at one of its events: stepping's
+        allocator path for it (`drop_skipped_at`, then `decode_alloc_at`), and the steps to
+        its next event (`next_decode_event`); 0 if its new block is not free (only the
+        drop done)."""
+        self.drop_skipped_at(req, nc)
+        if not self.decode_alloc_at(req, nc):
+            return 0
+        return self.next_decode_event(req, nc)
+
+    @property
+    def attended_span(self) -> int:
+        """`attended_tokens(n)` is ``n`` below this, `saturated_attended(n)` from it on."""
+        return NO_SPAN
+
+    #: saturated_attended(n + attended_period) == saturated_attended(n) + attended_increment
+    attended_period = 1
+    attended_increment = 1
+
+    def saturated_attended(self, n: int) -> int:
+        """`attended_tokens(n)` for ``n >= attended_span``."""
+        return n
+
+    def saturated_attended_array(self, n: np.ndarray) -> np.ndarray:
+        """`saturated_attended` of each of ``n``."""
+        return n
 
     # -- prefix lookup -------------------------------------------------------------
     def get_computed_blocks(self, req: Request) -> list[KVBlock]:
@@ -283,6 +352,7 @@ class SlidingWindowManager(FullAttentionManager):
     """
 
     supports_decode_fast_path = False
+    windowed = True
 
     def __init__(
         self, pool: BlockPool, block_size: int, sliding_window: int, num_sink_tokens: int = 0
@@ -359,7 +429,12 @@ class SlidingWindowManager(FullAttentionManager):
         )
 
     def remove_skipped_blocks(self, req: Request) -> None:
-        n_skip = min(self._first_attended_block(req.num_computed_tokens), len(req.blocks))
+        self.drop_skipped_at(req, req.num_computed_tokens)
+
+    def drop_skipped_at(self, req: Request, nc: int) -> None:
+        """`remove_skipped_blocks` for ``req`` as if ``nc`` tokens were computed (a decode
+        cohort member's own counters lag behind)."""
+        n_skip = min(self._first_attended_block(nc), len(req.blocks))
         if n_skip <= req.num_skipped_blocks:
             return
         blocks = req.blocks
@@ -375,6 +450,27 @@ class SlidingWindowManager(FullAttentionManager):
         req.blocks = []
         req.num_cached_blocks = 0
         req.num_skipped_blocks = 0
+
+    # -- the decode cohort's view of a decode (`kvsim.core.windowed_cohort`) ------------
+    def next_decode_event(self, req: Request, nc: int) -> int:
+        j = super().next_decode_event(req, nc)
+        n, ns = len(req.blocks), req.num_skipped_blocks
+        if ns < n:  # the first token whose window starts past block ns
+            j = min(j, (ns + 1) * self.block_size + self.sliding_window - 1 - nc)
+        return j
+
+    @property
+    def attended_span(self) -> int:
+        return self.sliding_window + self.num_sink_tokens
+
+    #: Past the span a window reads the window and the sinks: a constant.
+    attended_increment = 0
+
+    def saturated_attended(self, n: int) -> int:
+        return self.sliding_window + self.num_sink_tokens
+
+    def saturated_attended_array(self, n: np.ndarray) -> np.ndarray:
+        return np.full_like(n, self.sliding_window + self.num_sink_tokens)
 
 
 def make_kv_manager(

@@ -348,7 +348,8 @@ class ReplicaEngine:
             kv_blocks_cached=state.kv_blocks_cached,
             kv_tokens_stored=state.kv_tokens_stored,
             new_blocks=new_blocks,
-            evicted=evicted,
+            # the drop in cached free blocks: evictions, less what a window freed cached
+            evicted=evicted if run.cached_freed is None else evicted - np.cumsum(run.cached_freed[:m]),
         )
         self._record_run_evictions(start, ends[:m], evicted)
         for stamp, n, num_bytes in self._run_writes:

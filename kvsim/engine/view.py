@@ -217,6 +217,8 @@ class LiveClusterView(ClusterView):
 
     def refresh(self) -> None:
         """Take a load snapshot (``load_refresh_s`` mode)."""
+        for r in self._live:  # a pool mid-run first catches up with the iterations already started
+            r.sync()
         snap = [(r.num_outstanding, r.num_running, r.num_waiting, r.kv_usage) for r in self._live]
         self.snapshot = snap
         keys = [s[0] if a else None for s, a in zip(snap, self.active, strict=True)]

@@ -89,6 +89,7 @@ class SchedulerBase:
     can_fork: bool
     cohort: DecodeCohort | None
     explicit: dict[Request, None]
+    windowed: bool
 
     def materialize(self) -> None:
         """Make every running request's counters exact (the cohort's members included)."""

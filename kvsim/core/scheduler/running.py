@@ -139,24 +139,28 @@ class RunningPhase(SchedulerBase):
         if not tokens_fit:
             self.materialize()
             return False
-        bs = self.kv.block_size
+        kv = self.kv
+        bs = kv.block_size
         members = co.members
         step.num_lazy = len(co)
         step.num_fast_decodes, step.fast_decode_ctx = len(co), co.context_tokens()
         step.budget -= len(co)
+        explicit = self._explicit_windowed if self.windowed else self._schedule_explicit
         for req in todo:
             if not blocks_fit and req.status is not Status.RUNNING:
                 continue  # preempted earlier in this iteration
             if req in members:  # due: a block boundary, or its last token
                 if not blocks_fit:
                     nc = req.num_computed_tokens + s - req.lazy_step
-                    if len(req.blocks) * bs == nc and not self._make_room(req, 1, step):
+                    if self.windowed:  # stepping drops what left the window before allocating
+                        kv.drop_skipped_at(req, nc)
+                    if len(req.blocks) * bs == nc and not self._make_room(req, kv.blocks_per_slot, step):
                         break
                 if self._serve_due(req, s):  # update finishes it: counted already, now explicit
                     self.explicit[req] = None
                     step.scheduled[req] = 0
                     step.num_lazy -= 1
-            elif not self._schedule_explicit(req, step):
+            elif not explicit(req, step):
                 break
         else:
             return True
@@ -205,6 +209,44 @@ class RunningPhase(SchedulerBase):
         step.budget -= num_new
         return True
 
+    def _explicit_windowed(self, req: Request, step: Step) -> bool:
+        """`_schedule_explicit` with a sliding window or hybrid groups: a decode takes the
+        step-by-step phase 1's hot path if its slot is ready (after dropping what left the
+        window), else its allocator path; a prefill chunk its `_schedule_chunk`. False if
+        it had to preempt itself."""
+        co = self.cohort
+        assert co is not None
+        kv = self.kv
+        nc = req.num_computed_tokens
+        decode = req.num_tokens - nc == 1 and req.num_output_tokens
+        if not decode or not (
+            kv.decode_slot_ready(req, nc) or (_drop_skipped(kv, req) and kv.decode_slot_ready(req, nc))
+        ):
+            num_new = 1 if decode else self._chunk(req.num_tokens - nc, step)
+            kv.remove_skipped_blocks(req)
+            num_new = max(kv.fit_chunk(req, num_new), 1)
+            if not kv.allocate_slots(req, num_new):
+                # every layer group's table has the same length (allocations go to all)
+                need = kv.blocks_per_slot * (-(-(nc + num_new) // kv.block_size) - len(req.blocks))
+                if not self._make_room(req, need, step):
+                    return False
+                fits = kv.allocate_slots(req, num_new)
+                assert fits, "room was made for it"
+            if not decode:
+                step.scheduled[req] = num_new
+                step.budget -= num_new
+                return True
+        step.num_fast_decodes += 1
+        step.fast_decode_ctx += kv.attended_tokens(nc + 1)
+        step.budget -= 1
+        if co.accepts(req):
+            co.join(req)
+            del self.explicit[req]
+            step.num_lazy += 1
+        else:
+            step.scheduled[req] = 0
+        return True
+
     def _make_room(self, req: Request, need: int, step: Step) -> bool:
         """Preempt, as the step-by-step phase 1 does, until ``need`` new blocks are free for
         ``req``; False if ``req`` itself had to go. A victim scheduled earlier in this
@@ -235,7 +277,7 @@ class RunningPhase(SchedulerBase):
         self._catch_up_private_block(req, int(decoded))
         step.num_lazy -= 1
         step.num_fast_decodes -= 1
-        step.fast_decode_ctx -= req.num_computed_tokens + 1
+        step.fast_decode_ctx -= self.kv.attended_tokens(req.num_computed_tokens + 1)
         step.budget += 1
 
     def _join_cohort(self, step: Step) -> None:
@@ -275,6 +317,14 @@ class RunningPhase(SchedulerBase):
         assert co is not None
         nc = req.num_computed_tokens + s - req.lazy_step
         kv = self.kv
+        if self.windowed:  # stepping's allocator path for this decode (its counters lag)
+            j = kv.serve_decode(req, nc)
+            assert j, "the free blocks were checked before the iteration"
+            if req.lazy_finish == s:
+                co.leave(req)
+                return True
+            co.file(req, j)  # type: ignore[attr-defined]  # a WindowedCohort
+            return False
         if not decode_in_place(req, nc, kv.block_size, kv.enable_caching):
             fits = self._decode_at_block_boundary(req, nc)
             assert fits, "the free blocks were checked before the iteration"
@@ -307,4 +357,5 @@ class RunningPhase(SchedulerBase):
             need = -(-(nc + n) // bs) - len(req.blocks)
             if need > 0:
                 blocks += need
-        return tokens <= step.budget, blocks <= self.pool.num_free_blocks
+        # Every layer group takes a block at once; what a window frees is not counted.
+        return tokens <= step.budget, blocks * self.kv.blocks_per_slot <= self.pool.num_free_blocks

@@ -23,6 +23,7 @@ from kvsim.core.scheduler.base import NO_LIMIT, Step
 from kvsim.core.scheduler.running import RunningPhase
 from kvsim.core.scheduler.update import UpdatePhase
 from kvsim.core.speculative import Speculator
+from kvsim.core.windowed_cohort import WindowedCohort
 from kvsim.cost.base import Batch
 from kvsim.kv.swap import SwapSpace
 from kvsim.registry import SCHEDULING_POLICIES
@@ -85,22 +86,28 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
         self.cohort: DecodeCohort | None = None
         self.explicit: dict[Request, None] = {}
         self._next_run_seq = 0
+        self.windowed = False  # the cohort is a WindowedCohort (blocks leave a window)
 
     def enable_cohort(self) -> bool:
         """Advance plain decoders lazily from now on, where this engine's decode hot path
-        applies (full attention, a KV cache, no speculation); returns whether it does.
+        applies (full attention, or a sliding window / hybrid groups with paged blocks; a
+        KV cache; no speculation); returns whether it does.
 
         With the cohort, iterations cost what changes in them, and running requests'
         counters are exact only after `materialize` (the engine calls it when it stops);
         `SchedulerOutput.tokens` then lists the requests outside the cohort.
         """
-        applies = type(self.kv) is FullAttentionManager and self.kv_cache_enabled and self.speculator is None
-        if applies and not self.running and self.cohort is None:
-            self.cohort = DecodeCohort(
-                self.pool,
-                self.kv.block_size,
-                self.max_model_len or NO_LIMIT,
-                paged=type(self.allocator) is PagedAllocator,
+        kv = self.kv
+        paged = type(self.allocator) is PagedAllocator
+        windowed = kv.windowed and paged
+        applies = (type(kv) is FullAttentionManager or windowed) and self.kv_cache_enabled
+        if applies and self.speculator is None and not self.running and self.cohort is None:
+            limit = self.max_model_len or NO_LIMIT
+            self.windowed = windowed
+            self.cohort = (
+                WindowedCohort(self.pool, kv, limit)
+                if windowed
+                else DecodeCohort(self.pool, kv.block_size, limit, paged=paged)
             )
         return self.cohort is not None
 
@@ -115,10 +122,22 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
         arrivals behind a head the last schedule could not admit.
 
         Meant for the start of a decode run (every running request decodes, nobody
-        admitted): until the run ends free blocks only shrink, so the head stays blocked."""
+        admitted): until the run ends free blocks only shrink, so the head stays blocked
+        (not with a window, which frees blocks as it slides: then only a full batch)."""
         if len(self.running) >= self.max_num_seqs:
             return True
-        return bool(len(self.queue)) and getattr(self.queue, "arrivals_queue_behind", False)
+        return (
+            bool(len(self.queue))
+            and not self.windowed
+            and getattr(self.queue, "arrivals_queue_behind", False)
+        )
+
+    def admission_may_open(self) -> bool:
+        """Whether a decode run's frees could let a waiting or swapped request in before
+        it ends: a window frees blocks as it slides, and the batch has room."""
+        return (
+            self.windowed and bool(len(self.queue) or self.swapped) and len(self.running) < self.max_num_seqs
+        )
 
     def has_work(self) -> bool:
         return bool(self.running or self.swapped or len(self.queue))

@@ -551,8 +551,10 @@ def resolve_engine(
     gpu: GpuSpec | None = None,
     tp: int = 1,
     model: ModelSpec | None = None,
+    attention_dp: int = 1,
 ) -> EngineConfig:
-    """``engine`` with every knob it leaves unset at its backend's default.
+    """``engine`` with every knob it leaves unset at its backend's default (``attention_dp``:
+    the ranks of an instance sharing its experts, for the KV pool SGLang sizes from).
 
     The result keeps ``model_fields_set`` (what the user set), so resolving again, for
     another GPU, still knows which knobs are the user's. SGLang's max_running_requests
@@ -562,17 +564,19 @@ def resolve_engine(
     unset = {k: v for k, v in values.items() if k not in engine.model_fields_set}
     resolved = _with_values(engine, unset)
     if engine.backend == "sglang" and "max_num_seqs" in unset and gpu is not None and model is not None:
-        from_pool = _sglang_pool_default(resolved, gpu, tp, model)
+        from_pool = _sglang_pool_default(resolved, gpu, tp, model, attention_dp)
         if from_pool is not None:
             resolved = _with_values(resolved, {"max_num_seqs": from_pool})
     return resolved
 
 
-def _sglang_pool_default(engine: EngineConfig, gpu: GpuSpec, tp: int, model: ModelSpec) -> int | None:
+def _sglang_pool_default(
+    engine: EngineConfig, gpu: GpuSpec, tp: int, model: ModelSpec, attention_dp: int = 1
+) -> int | None:
     from kvsim.model.kv_sizing import engine_kv_capacity
 
     try:
-        cap = engine_kv_capacity(model, gpu, tp, engine, use_override=False)
+        cap = engine_kv_capacity(model, gpu, tp, engine, use_override=False, attention_dp=attention_dp)
     except ValueError:
         return None
     pool = cap.num_blocks * cap.block_size

@@ -23,11 +23,14 @@ signed error as the bias) per (model, GPU, backend), for the rows constants were
 (h200_sxm) and the held-out rest apart, beside NVIDIA's estimator on the same rows when its
 predictions are there (``--peer``, default benchmarks/results/aiconfigurator_silicon.json.gz).
 
-Rows kvsim does not model are "unsupported", with the reason: disaggregated serving,
-pipeline, attention-data or expert parallelism (issue 22), and what the kernels cost model
-refuses by name (an MoE shape or precision its ``moe`` table lacks, MLA outside vLLM's
-module tables). A mixture-of-experts row runs at its checkpoint's own precision when the
-row's moe_quant_mode names it (`moe_quantization`).
+A row's parallel layout becomes the replica group's: ``tp`` = tp_size, ``attention_dp`` =
+attention_dp_size (an instance of that many ranks, each its own batch and KV pool, the
+router spreading the client's requests over them) and, for a mixture of experts, ``moe_tp``
+/ ``moe_ep`` = moe_tp_size / moe_ep_size (`parallel_layout`). Rows kvsim does not model are
+"unsupported", with the reason: disaggregated serving, pipeline parallelism, and what the
+kernels cost model refuses by name (an MoE shape, precision or moe_tp x moe_ep layout its
+``moe`` table lacks, MLA outside its tables). A mixture-of-experts row runs at its
+checkpoint's own precision when the row's moe_quant_mode names it (`moe_quantization`).
 """
 
 from __future__ import annotations
@@ -157,6 +160,19 @@ def moe_quantization(model: Any, row: dict[str, str]) -> str | None:
     return None if same else QUANTIZATION.get(row.get("gemm_quant_mode") or "")
 
 
+def parallel_layout(row: dict[str, str], is_moe: bool) -> dict[str, int]:
+    """The replica group's attention_dp, moe_tp and moe_ep as the row's columns give them (an
+    instance of attention_dp_size ranks of tp_size GPUs; the checks refuse a row whose
+    moe_tp_size x moe_ep_size is not tp_size x attention_dp_size)."""
+    layout = {"attention_dp": _int(row.get("attention_dp_size")) or 1}
+    if is_moe:
+        layout["moe_tp"] = (
+            _int(row.get("moe_tp_size")) or (_int(row.get("tp_size")) or 1) * layout["attention_dp"]
+        )
+        layout["moe_ep"] = _int(row.get("moe_ep_size")) or 1
+    return layout
+
+
 def scenario_for(
     row: dict[str, str], harness: dict[str, str] | None, extra: dict[str, Any]
 ) -> dict[str, Any]:
@@ -168,8 +184,6 @@ def scenario_for(
         raise ValueError("unsupported: disaggregated serving (issue 22)")
     if (_int(row.get("pp_size")) or 1) > 1:
         raise ValueError("unsupported: pipeline parallelism")
-    if (_int(row.get("attention_dp_size")) or 1) > 1:
-        raise ValueError("unsupported: attention data parallelism (issue 22)")
     try:
         model = resolve_model(row["model_path"])
         gpu = resolve_gpu(row["system"])
@@ -180,11 +194,6 @@ def scenario_for(
         raise ValueError(f"unsupported: weight precision {quant!r}")
     quantization = QUANTIZATION[quant]
     if model.is_moe:
-        tp_row = _int(row.get("tp_size")) or 1
-        if (_int(row.get("moe_ep_size")) or 1) > 1:
-            raise ValueError("unsupported: expert parallelism (moe_ep_size > 1; issue 22 item 2)")
-        if (_int(row.get("moe_tp_size")) or tp_row) != tp_row:
-            raise ValueError("unsupported: moe_tp_size differs from tp_size (issue 22 item 2)")
         quantization = moe_quantization(model, row)
     precision = row.get("precision") or ""
     concurrency = _int((harness or {}).get("concurrency")) or _int(row.get("batch_size"))
@@ -209,7 +218,15 @@ def scenario_for(
         # A MoE row's model as its Hugging Face id resolved (an FP8 / NVFP4 repository's alias
         # carries its expert precision, which the preset's name alone would lose).
         "model": model.model_dump() if model.is_moe else model.name,
-        "replicas": [{"gpu": gpu.name, "tp": tp, "engine": engine, "cost_model": {"kind": "kernels"}}],
+        "replicas": [
+            {
+                "gpu": gpu.name,
+                "tp": tp,
+                **parallel_layout(row, model.is_moe),
+                "engine": engine,
+                "cost_model": {"kind": "kernels"},
+            }
+        ],
         "workload": {
             "kind": "bench_serve",
             "max_concurrency": concurrency,

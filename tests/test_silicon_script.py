@@ -61,10 +61,7 @@ def test_rows_kvsim_does_not_model_say_why_without_running() -> None:
     cases = {
         "disagg": _row("d", mode="disagg"),
         "pipeline": _row("p", pp_size="2"),
-        "attention data": _row("a", attention_dp_size="4"),
         "Qwen3.5-397B-A17B": _row("m", model_path="Qwen/Qwen3.5-397B-A17B"),  # no preset
-        "expert parallelism": _row("e", model_path="openai/gpt-oss-120b", moe_ep_size="4"),
-        "moe_tp_size differs": _row("t", model_path="openai/gpt-oss-120b", tp_size="2", moe_tp_size="1"),
         "weight precision 'int2'": _row("w", gemm_quant_mode="int2"),
         "no concurrency": _row("c", batch_size=""),
     }
@@ -72,6 +69,24 @@ def test_rows_kvsim_does_not_model_say_why_without_running() -> None:
         with pytest.raises(ValueError, match=r"^unsupported: ") as info:
             silicon.scenario_for(row, None, {})
         assert why in str(info.value), (why, str(info.value))
+
+
+def test_a_rows_parallel_layout_becomes_the_groups() -> None:
+    """attention_dp_size, moe_tp_size and moe_ep_size are the replica group's attention_dp,
+    moe_tp and moe_ep (issue 22 item 2); a dense row's attention DP is data-parallel ranks."""
+    row = _row("ep", backend="trtllm", backend_version="1.2.0rc5", model_path="deepseek-ai/DeepSeek-R1",
+               tp_size="1", attention_dp_size="8", moe_tp_size="1", moe_ep_size="8")  # fmt: skip
+    group = silicon.scenario_for(row, None, {})["replicas"][0]
+    assert (group["tp"], group["attention_dp"], group["moe_tp"], group["moe_ep"]) == (1, 8, 1, 8)
+    mixed = _row("tp", model_path="openai/gpt-oss-120b", tp_size="4", moe_tp_size="2", moe_ep_size="2")
+    group = silicon.scenario_for(mixed, None, {})["replicas"][0]
+    assert (group["tp"], group["attention_dp"], group["moe_tp"], group["moe_ep"]) == (4, 1, 2, 2)
+    dense = silicon.scenario_for(_row("dp", attention_dp_size="4"), None, {})["replicas"][0]
+    assert dense["attention_dp"] == 4 and "moe_ep" not in dense
+    # A layout whose experts do not span the instance's GPUs is refused by the scenario check.
+    bad = _row("bad", model_path="openai/gpt-oss-120b", tp_size="4", moe_tp_size="2", moe_ep_size="4")
+    status = silicon.simulate((bad, None, {}))["status"]
+    assert status.startswith("unsupported: ") and "moe_tp x moe_ep = 2 x 4 = 8 must equal" in status, status
 
 
 def test_moe_rows_run_at_their_checkpoints_precision() -> None:

@@ -19,8 +19,15 @@ from test_kernels import TINY_MOE, _cfg, moe_ms, write_moe_mla_tables
 import kvsim
 from kvsim.cost.base import Batch
 from kvsim.cost.kernels import KernelCostModel
+from kvsim.cost.roofline import RooflineCostModel
 from kvsim.model.kv_sizing import GIB, kv_capacity, weight_bytes, weight_bytes_per_gpu
-from kvsim.model.moe import routed_expert_params
+from kvsim.model.moe import (
+    expected_distinct_experts,
+    expert_params_per_layer,
+    non_expert_layer_params,
+    routed_expert_params,
+    shared_expert_params,
+)
 from kvsim.model.presets import resolve_gpu, resolve_model
 from kvsim.model.specs import WEIGHT_DTYPE_BYTES
 from kvsim.scenario.loading import load_scenario
@@ -263,3 +270,35 @@ def test_an_instance_of_ranks_runs_and_counts_its_gpus() -> None:
     assert set(result.requests["replica_id"]) == {"replica-0", "replica-1"}  # round robin over the ranks
     s = result.summary
     assert s["gpu_hours"] * 3600 == pytest.approx(2 * 2 * s["sim_time_s"], rel=1e-9)  # 2 ranks x tp 2
+
+
+def test_the_roofline_prices_the_same_layouts() -> None:
+    """Mixtral (32 MoE layers, hidden 4096, top-2 of 8, 16-bit) on one rank of tp 2 in an
+    instance of 2 ranks (4 GPUs), 128 decoding tokens a rank: the rank's attention
+    all-reduce per layer, then dispatch + combine all-to-alls (moe_ep 4) or all-gather +
+    reduce-scatter over the 2 ranks (moe_tp 4); experts read for both ranks' tokens, 1/4 each."""
+    mixtral = resolve_model("mixtral-8x7b")
+    batch = Batch(num_decode_seqs=128, decode_context_tokens=128 * 500)
+    h, act, k = 4096, 2.0, 2
+    attention = 32 * 2.0 * (2 - 1) / 2 * h * act
+    ep = RooflineCostModel(mixtral, H100, tp=2, attention_dp=2, moe_ep=4).terms(batch)
+    assert ep.num_allreduces == 32 + 2 * 32
+    assert ep.allreduce_bus_bytes == pytest.approx(
+        128 * (attention + 2 * 32 * k * h * act * 3 / 4 / 2), rel=1e-12
+    )
+    split = RooflineCostModel(mixtral, H100, tp=2, attention_dp=2, moe_ep=1).terms(batch)
+    assert split.allreduce_bus_bytes == pytest.approx(
+        128 * (attention + 2 * 32 * (2 - 1) * h * act), rel=1e-12
+    )
+    wbytes = WEIGHT_DTYPE_BYTES[mixtral.weight_dtype]
+    dense = (
+        (non_expert_layer_params(mixtral) + shared_expert_params(mixtral) + h * mixtral.vocab_size)
+        * wbytes
+        / 2
+    )
+    experts = expected_distinct_experts(8, 2, 2 * 128) * 32 * expert_params_per_layer(mixtral) * wbytes / 4
+    assert ep.weight_bytes == pytest.approx(dense + experts, rel=1e-12)
+    # FLOPs per token do not change: twice the tokens over twice the GPUs.
+    assert ep.linear_flops == RooflineCostModel(mixtral, H100, tp=2).terms(batch).linear_flops
+    with pytest.raises(ValueError, match="mixture-of-experts"):
+        RooflineCostModel(resolve_model("llama-3-8b"), H100, attention_dp=2, moe_ep=2)

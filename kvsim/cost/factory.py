@@ -104,8 +104,9 @@ def _constant(config: ConstantCostConfig, r: Replica) -> CostModel:
 @COST_MODELS.register("roofline")
 def _roofline(config: RooflineCostConfig, r: Replica) -> CostModel:
     return RooflineCostModel(
-        r.model, r.gpu, config, tp=r.tp, kv_cache_dtype=r.kv_cache_dtype, expert_parallel=r.expert_parallel
-    )
+        r.model, r.gpu, config, tp=r.tp, kv_cache_dtype=r.kv_cache_dtype,
+        attention_dp=r.attention_dp, moe_ep=r.moe_ep,
+    )  # fmt: skip
 
 
 @COST_MODELS.register("profile")
@@ -122,7 +123,8 @@ def _profile(config: ProfileCostConfig, r: Replica) -> CostModel:
             fitted,
             tp=r.tp,
             kv_cache_dtype=r.kv_cache_dtype,
-            expert_parallel=r.expert_parallel,
+            attention_dp=r.attention_dp,
+            moe_ep=r.moe_ep,
         )
     return CalibratedCostModel(
         profile,

@@ -274,21 +274,22 @@ def test_an_instance_of_ranks_runs_and_counts_its_gpus() -> None:
 
 def test_the_roofline_prices_the_same_layouts() -> None:
     """Mixtral (32 MoE layers, hidden 4096, top-2 of 8, 16-bit) on one rank of tp 2 in an
-    instance of 2 ranks (4 GPUs), 128 decoding tokens a rank: the rank's attention
+    instance of 2 ranks (4 GPUs), 2 decoding tokens a rank: the rank's attention
     all-reduce per layer, then dispatch + combine all-to-alls (moe_ep 4) or all-gather +
     reduce-scatter over the 2 ranks (moe_tp 4); experts read for both ranks' tokens, 1/4 each."""
     mixtral = resolve_model("mixtral-8x7b")
-    batch = Batch(num_decode_seqs=128, decode_context_tokens=128 * 500)
+    n = 2  # few enough that both ranks' tokens activate more experts than one rank's
+    batch = Batch(num_decode_seqs=n, decode_context_tokens=n * 500)
     h, act, k = 4096, 2.0, 2
     attention = 32 * 2.0 * (2 - 1) / 2 * h * act
     ep = RooflineCostModel(mixtral, H100, tp=2, attention_dp=2, moe_ep=4).terms(batch)
     assert ep.num_allreduces == 32 + 2 * 32
     assert ep.allreduce_bus_bytes == pytest.approx(
-        128 * (attention + 2 * 32 * k * h * act * 3 / 4 / 2), rel=1e-12
+        n * (attention + 2 * 32 * k * h * act * 3 / 4 / 2), rel=1e-12
     )
     split = RooflineCostModel(mixtral, H100, tp=2, attention_dp=2, moe_ep=1).terms(batch)
     assert split.allreduce_bus_bytes == pytest.approx(
-        128 * (attention + 2 * 32 * (2 - 1) * h * act), rel=1e-12
+        n * (attention + 2 * 32 * (2 - 1) * h * act), rel=1e-12
     )
     wbytes = WEIGHT_DTYPE_BYTES[mixtral.weight_dtype]
     dense = (
@@ -296,7 +297,7 @@ def test_the_roofline_prices_the_same_layouts() -> None:
         * wbytes
         / 2
     )
-    experts = expected_distinct_experts(8, 2, 2 * 128) * 32 * expert_params_per_layer(mixtral) * wbytes / 4
+    experts = expected_distinct_experts(8, 2, 2 * n) * 32 * expert_params_per_layer(mixtral) * wbytes / 4
     assert ep.weight_bytes == pytest.approx(dense + experts, rel=1e-12)
     # FLOPs per token do not change: twice the tokens over twice the GPUs.
     assert ep.linear_flops == RooflineCostModel(mixtral, H100, tp=2).terms(batch).linear_flops

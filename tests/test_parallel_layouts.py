@@ -232,6 +232,8 @@ def test_layouts_are_checked_with_the_field_named() -> None:
                 ],
             }
         )
+    with pytest.raises(Exception, match="count x attention_dp = 65536 x 2 ranks exceeds"):
+        load_scenario({**base, "replicas": [{"count": 65536, "attention_dp": 2}]})
     # A dense model's data-parallel ranks are plain replicas.
     load_scenario({"model": "llama-3-8b", "replicas": [{"attention_dp": 2}]})
 
@@ -288,9 +290,7 @@ def test_the_roofline_prices_the_same_layouts() -> None:
         n * (attention + 2 * 32 * k * h * act * 3 / 4 / 2), rel=1e-12
     )
     split = RooflineCostModel(mixtral, H100, tp=2, attention_dp=2, moe_ep=1).terms(batch)
-    assert split.allreduce_bus_bytes == pytest.approx(
-        n * (attention + 2 * 32 * (2 - 1) * h * act), rel=1e-12
-    )
+    assert split.allreduce_bus_bytes == pytest.approx(n * (attention + 2 * 32 * (2 - 1) * h * act), rel=1e-12)
     wbytes = WEIGHT_DTYPE_BYTES[mixtral.weight_dtype]
     dense = (
         (non_expert_layer_params(mixtral) + shared_expert_params(mixtral) + h * mixtral.vocab_size)

@@ -476,6 +476,12 @@ class ReplicaGroup(_CostHolder):
     def _moe_layout_spans_the_instance(self) -> ReplicaGroup:
         """moe_tp x moe_ep = tp x attention_dp: the experts live on the instance's GPUs, all of them."""
         gpus = self.gpus_per_instance
+        most = max(self.count, self.autoscale.max_count if self.autoscale is not None else 0)
+        if most * self.attention_dp > MAX_REPLICAS_PER_GROUP:
+            raise ValueError(
+                f"count x attention_dp = {most} x {self.attention_dp} ranks exceeds {MAX_REPLICAS_PER_GROUP:,} "
+                "replicas per group"
+            )
         if self.expert_parallel and (self.moe_ep not in (None, gpus) or self.moe_tp not in (None, 1)):
             raise ValueError(
                 f"expert_parallel means moe_ep = tp x attention_dp = {gpus} and moe_tp = 1; "

@@ -26,7 +26,9 @@ predictions are there (``--peer``, default benchmarks/results/aiconfigurator_sil
 A row's parallel layout becomes the replica group's: ``tp`` = tp_size, ``attention_dp`` =
 attention_dp_size (an instance of that many ranks, each its own batch and KV pool, the
 router spreading the client's requests over them) and, for a mixture of experts, ``moe_tp``
-/ ``moe_ep`` = moe_tp_size / moe_ep_size (`parallel_layout`). Rows kvsim does not model are
+/ ``moe_ep`` = moe_tp_size / moe_ep_size (`parallel_layout`; rows whose columns count X x Y
+GPUs for the ``tpX_epY`` launch their id names run on X GPUs, a defect of the data the
+function documents). Rows kvsim does not model are
 "unsupported", with the reason: disaggregated serving, pipeline parallelism, and what the
 kernels cost model refuses by name (an MoE shape, precision or moe_tp x moe_ep layout its
 ``moe`` table lacks, MLA outside its tables). A mixture-of-experts row runs at its
@@ -41,6 +43,7 @@ import gzip
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -160,16 +163,35 @@ def moe_quantization(model: Any, row: dict[str, str]) -> str | None:
     return None if same else QUANTIZATION.get(row.get("gemm_quant_mode") or "")
 
 
+#: A launch the row's id names, ``..._tpX_epY_...`` or ``..._tpX_0_epY_0_...``.
+_LAUNCH = re.compile(r"_tp(\d+)(?:_0)?_ep(\d+)(?:_|$)")
+
+
 def parallel_layout(row: dict[str, str], is_moe: bool) -> dict[str, int]:
-    """The replica group's attention_dp, moe_tp and moe_ep as the row's columns give them (an
-    instance of attention_dp_size ranks of tp_size GPUs; the checks refuse a row whose
-    moe_tp_size x moe_ep_size is not tp_size x attention_dp_size)."""
-    layout = {"attention_dp": _int(row.get("attention_dp_size")) or 1}
+    """The replica group's tp, attention_dp, moe_tp and moe_ep: an instance of
+    attention_dp_size ranks of tp_size GPUs, its experts moe_tp_size x moe_ep_size (the
+    checks refuse a row whose two products differ), as the row's columns give them.
+
+    One exception, a defect of the data: rows whose id names the launch ``tpX_epY`` while
+    their columns multiply to X x Y GPUs (X > 1, Y > 1; aiconfigurator-core 0.12.0's
+    2026_04_06_* single-node rows: tp 64 or attention DP 64 with moe 8 x 8 on one 8-GPU
+    node). Each repeats, measurement for measurement, a 2026_03_25_* row whose columns give
+    X GPUs: ``..._1024x1024_c64_tp8_ep8_953`` (tp 64, moe 8 x 8) and
+    ``..._1024x1024_c64_tp8_0_ep8_0_1245`` (tp 8, moe 1 x 8) both measured TTFT 972.8 ms,
+    TPOT 23.42 ms. They run as X GPUs: tp X (or attention DP X at tp 1), moe X/Y x Y.
+    """
+    tp = _int(row.get("tp_size")) or 1
+    dp = _int(row.get("attention_dp_size")) or 1
+    moe_tp, moe_ep = _int(row.get("moe_tp_size")) or tp * dp, _int(row.get("moe_ep_size")) or 1
+    launch = _LAUNCH.search(row.get("id", ""))
+    if launch and is_moe:
+        x, y = int(launch[1]), int(launch[2])
+        if x > 1 and y > 1 and tp * dp == moe_tp * moe_ep == x * y:
+            tp, dp = (1, x) if dp > 1 else (x, 1)
+            moe_tp, moe_ep = max(1, x // y), y
+    layout = {"tp": tp, "attention_dp": dp}
     if is_moe:
-        layout["moe_tp"] = (
-            _int(row.get("moe_tp_size")) or (_int(row.get("tp_size")) or 1) * layout["attention_dp"]
-        )
-        layout["moe_ep"] = _int(row.get("moe_ep_size")) or 1
+        layout.update(moe_tp=moe_tp, moe_ep=moe_ep)
     return layout
 
 

@@ -81,6 +81,21 @@ def test_a_rows_parallel_layout_becomes_the_groups() -> None:
     mixed = _row("tp", model_path="openai/gpt-oss-120b", tp_size="4", moe_tp_size="2", moe_ep_size="2")
     group = silicon.scenario_for(mixed, None, {})["replicas"][0]
     assert (group["tp"], group["attention_dp"], group["moe_tp"], group["moe_ep"]) == (4, 1, 2, 2)
+    # The 2026_04_06 rows whose columns count X x Y GPUs for a launch their id names tpX_epY
+    # run on X GPUs, as the 2026_03_25 rows they repeat measurement for measurement.
+    for cols, want in (
+        ({"tp_size": "64"}, (8, 1, 1, 8)),
+        ({"tp_size": "1", "attention_dp_size": "64"}, (1, 8, 1, 8)),
+    ):
+        dup = _row("2026_04_06_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024_c64_tp8_ep8_953",
+                   model_path="deepseek-ai/DeepSeek-R1", moe_tp_size="8", moe_ep_size="8", **cols)  # fmt: skip
+        group = silicon.scenario_for(dup, None, {})["replicas"][0]
+        assert (group["tp"], group["attention_dp"], group["moe_tp"], group["moe_ep"]) == want
+    same = _row(
+        "x_c64_tp8_ep8_9", model_path="deepseek-ai/DeepSeek-R1", tp_size="8", moe_ep_size="8", moe_tp_size="1"
+    )
+    group = silicon.scenario_for(same, None, {})["replicas"][0]
+    assert (group["tp"], group["attention_dp"], group["moe_tp"], group["moe_ep"]) == (8, 1, 1, 8)
     dense = silicon.scenario_for(_row("dp", attention_dp_size="4"), None, {})["replicas"][0]
     assert dense["attention_dp"] == 4 and "moe_ep" not in dense
     # A layout whose experts do not span the instance's GPUs is refused by the scenario check.

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_kernels import TINY_MOE, _cfg, moe_ms, write_moe_mla_tables
+from pandas.testing import assert_frame_equal
+from test_kernels import TINY_MOE, _cfg, decode_ms, gemm_ms, moe_ms, write_moe_mla_tables
 
 import kvsim
 from kvsim.cost.base import Batch
@@ -140,6 +141,58 @@ def test_expert_parallel_ranks_exchange_tokens_by_all_to_all(tables: Path) -> No
     assert dp._moe_comm is not None
     assert dp._moe_comm(64) == pytest.approx((ht_us(64, "dispatch") + ht_us(64, "combine")) * 1e-6)
     assert dp._moe_comm(1024) == pytest.approx(2 * 0.1 * 1024e-6 + 130e-6)  # past the low-latency grid
+
+
+def test_an_expert_parallel_rank_s_decode_step_by_hand(tables: Path) -> None:
+    """The whole step of one rank (tp 1) of an instance of 2 ranks with moe_ep 2: 3 decodes
+    at 40 tokens each, padded to the graph of 4; layer 0 dense, layer 1 MoE."""
+    km = _model(tables, tp=1, attention_dp=2, moe_ep=2)
+    b, m, hbm = 3, 4, km._hbm_rate
+    qkv_o = gemm_ms(m, (4 + 2) * 16, 64) + gemm_ms(m, 64, 64)  # 4 q heads + 2 x 1 KV head of 16
+    norms_rope_kv = 2 * 4 * 64 * 2 + 2 * 5 * 16 * 2 + 2 * 1 * 16 * (2 + 2)
+    dense = (
+        (qkv_o + gemm_ms(m, 2 * 192, 64) + gemm_ms(m, 64, 192)) * 1e-3  # active width 3 x 64
+        + m * (norms_rope_kv + 3 * 192 * 2) / hbm
+        + 5 * 3e-6
+        + 2e-6  # tp 1: no all-reduce
+    )
+    experts = ep_ms(2 * m, 64, 2) * SKEW["power_law_1.01"]  # both ranks' 8 tokens, busiest rank
+    all_to_all = (ll_us(m, "dispatch") + ll_us(m, "combine")) * 1e-6
+    moe = (
+        (qkv_o + gemm_ms(m, 16, 64) + gemm_ms(m, 128, 64) + gemm_ms(m, 64, 64) + experts) * 1e-3
+        + m * (norms_rope_kv + 3 * 64 * 2) / hbm  # the shared expert's SiLU x mul
+        + 5 * 3e-6
+        + all_to_all
+        + 2e-6
+    )
+    expected = dense + moe + gemm_ms(b, 256, 64) * 1e-3 + 2 * decode_ms(b, 39, 4) * 1e-3 + 1e-4
+    assert km.step_time_s(Batch(num_decode_seqs=b, decode_context_tokens=b * 40)) == pytest.approx(
+        expected, rel=1e-12
+    )
+
+
+def test_fast_forward_equals_stepping_with_attention_dp(tables: Path) -> None:
+    spec = TINY_MOE.model_copy(update={"num_kv_heads": 1})
+    cost = {"kind": "kernels", "tables": str(tables), "system": "toy_sxm"}
+    engine = {"max_num_seqs": 8, "max_num_batched_tokens": 64, "num_gpu_blocks_override": 400}
+    scenario = {
+        "model": spec.model_dump(),
+        "replicas": [
+            {"gpu": "h100-sxm", "tp": 1, "attention_dp": 2, "moe_ep": 2, "cost_model": cost, "engine": engine}
+        ],
+        "workload": {
+            "kind": "synthetic",
+            "num_requests": 60,
+            "arrival": {"kind": "poisson", "rate_per_s": 200},
+            "prompt_tokens": {"kind": "uniform", "min_tokens": 8, "max_tokens": 200},
+            "output_tokens": {"kind": "uniform", "min_tokens": 1, "max_tokens": 300},
+        },
+    }
+    fast = kvsim.run(scenario)
+    slow = kvsim.run({**scenario, "sim": {"fast_forward": False}})
+    assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    assert_frame_equal(fast.iterations, slow.iterations, check_exact=True)
+    assert set(fast.iterations["replica_id"]) == {"replica-0", "replica-1"}
 
 
 def test_the_slowest_rank_sets_the_step_through_the_load_knob(tables: Path) -> None:

@@ -10,6 +10,7 @@ slowest rank, and how an instance of attention-DP ranks becomes replicas with it
 from __future__ import annotations
 
 import itertools
+import shlex
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +19,7 @@ from pandas.testing import assert_frame_equal
 from test_kernels import TINY_MOE, _cfg, decode_ms, gemm_ms, moe_ms, write_moe_mla_tables
 
 import kvsim
+from kvsim.backends.launch import launch_commands
 from kvsim.cost.base import Batch
 from kvsim.cost.kernels import KernelCostModel
 from kvsim.cost.roofline import RooflineCostModel
@@ -356,3 +358,27 @@ def test_the_roofline_prices_the_same_layouts() -> None:
     assert ep.linear_flops == RooflineCostModel(mixtral, H100, tp=2).terms(batch).linear_flops
     with pytest.raises(ValueError, match="mixture-of-experts"):
         RooflineCostModel(resolve_model("llama-3-8b"), H100, attention_dp=2, moe_ep=2)
+
+
+def test_launch_commands_spell_the_layout() -> None:
+    """One instance of attention_dp ranks is one engine launch on tp x attention_dp GPUs."""
+    base = {"model": "mixtral-8x7b", "workload": {"num_requests": 1}}
+    group = {"count": 2, "tp": 1, "attention_dp": 4, "moe_ep": 4}
+    vllm, sglang, trtllm = (
+        launch_commands(load_scenario({**base, "replicas": [{**group, "engine": {"backend": b}}]}))[0]
+        for b in ("vllm", "sglang", "trtllm")
+    )
+    assert (vllm.replicas, vllm.gpus_per_replica) == (2, 4)
+    args = shlex.split(vllm.command)
+    assert args[3:8] == [
+        "--tensor-parallel-size",
+        "1",
+        "--data-parallel-size",
+        "4",
+        "--enable-expert-parallel",
+    ]
+    args = shlex.split(sglang.command)
+    assert args[5:12] == ["--tp", "4", "--dp", "4", "--enable-dp-attention", "--ep-size", "4"]
+    args = shlex.split(trtllm.command)
+    assert args[2:4] == ["--tp_size", "4"] and args[args.index("--ep_size") + 1] == "4"
+    assert trtllm.config_file.startswith("enable_attention_dp: true\n")

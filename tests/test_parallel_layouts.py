@@ -33,6 +33,8 @@ from kvsim.model.moe import (
 )
 from kvsim.model.presets import resolve_gpu, resolve_model
 from kvsim.model.specs import WEIGHT_DTYPE_BYTES
+from kvsim.planning.pricing import PriceTable, price_usage, usage_of
+from kvsim.request import RequestSpec, Segment
 from kvsim.scenario.loading import load_scenario
 from kvsim.scenario.resolved import resolve_group
 
@@ -382,3 +384,20 @@ def test_launch_commands_spell_the_layout() -> None:
     args = shlex.split(trtllm.command)
     assert args[2:4] == ["--tp_size", "4"] and args[args.index("--ep_size") + 1] == "4"
     assert trtllm.config_file.startswith("enable_attention_dp: true\n")
+
+
+def test_an_instance_is_priced_for_all_its_gpus() -> None:
+    """Two requests on one instance of 2 ranks x tp 2 at 0.1 s a step: 4 GPUs for the whole
+    span, busy time counted per rank x tp 2 (round robin: one request on each rank)."""
+    specs = [RequestSpec(0, 0.0, (Segment(7, 96),), 3), RequestSpec(1, 10.0, (Segment(8, 96),), 2)]
+    result = kvsim.run(
+        {"model": "mixtral-8x7b", "replicas": [{"gpu": "h100-sxm", "tp": 2, "attention_dp": 2, "moe_ep": 4,
+                                                "cost_model": {"kind": "constant", "step_time_s": 0.1}}]},
+        requests=specs,
+    )  # fmt: skip
+    (g,) = usage_of(result).groups
+    assert (g.tp, g.replicas) == (2, 2)
+    assert g.gpu_seconds == pytest.approx(4 * 10.2)
+    assert g.busy_prefill_gpu_s + g.busy_decode_gpu_s == pytest.approx((2 + 3) * 0.1 * 2)
+    prices = PriceTable.model_validate({"label": "t", "gpus": {"h100-sxm": {"usd_per_gpu_hour": 3.6}}})
+    assert price_usage(usage_of(result), prices).usd_per_hour == pytest.approx(4 * 3.6)

@@ -262,7 +262,7 @@ def usage_of(result: Result) -> Usage:
             GroupUsage(
                 gpu=resolve_gpu(group.gpu).name,
                 tp=group.tp,
-                replicas=group.count,
+                replicas=group.count * group.attention_dp,  # an instance's ranks, tp GPUs each
                 gpu_seconds=gpu_seconds,
                 busy_prefill_gpu_s=float((dur[mine] * prefill_part[mine]).sum()) * group.tp,
                 busy_decode_gpu_s=float((dur[mine] * decode_part[mine]).sum()) * group.tp,

@@ -15,8 +15,8 @@ come back as follows (the ``kernels`` cost model, `kvsim.cost.kernels`):
                            experts), else NCCL's ``alltoall`` on N GPUs, each sending its tokens'
                            top-k copies: message = tokens x top-k x hidden elements.
     D > 1, moe_tp > 1      the ranks' tokens all-gathered before the experts and reduce-scattered
-                           after (vLLM's default ``allgather_reducescatter`` all2all backend,
-                           TensorRT-LLM's attention-DP path): NCCL ``all_gather`` + ``reduce_scatter``
+                           after (as vLLM's ``allgather_reducescatter`` all2all backend and
+                           TensorRT-LLM's attention-DP path do): NCCL ``all_gather`` + ``reduce_scatter``
                            on the D ranks, message = the instance's tokens x hidden elements.
 
 The tables are aiconfigurator-core 0.12.0's ``systems/data/<system>/comm/<backend>/<version>/

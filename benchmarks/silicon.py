@@ -24,6 +24,13 @@ signed error as the bias) per (model, GPU, backend), for the rows constants were
 (h200_sxm) and the held-out rest apart, beside NVIDIA's estimator on the same rows when its
 predictions are there (``--peer``, default benchmarks/results/aiconfigurator_silicon.json.gz).
 
+A row's parallel layout becomes the replica group's: ``tp`` = tp_size, ``attention_dp`` =
+attention_dp_size (an instance of that many ranks, each its own batch and KV pool, the
+router spreading the client's requests over them) and, for a mixture of experts, ``moe_tp``
+/ ``moe_ep`` = moe_tp_size / moe_ep_size (`parallel_layout`; rows whose columns count X x Y
+GPUs for the ``tpX_epY`` launch their id names run on X GPUs, a defect of the data the
+function documents).
+
 A disaggregated row (``mode`` disagg, `disagg_scenario_for`) becomes two replica groups:
 ``prefill_num_workers`` replicas of role prefill and ``decode_num_workers`` of role decode,
 each with its stage's tp (and attention_dp / moe_tp / moe_ep where the layout is not plain
@@ -34,10 +41,10 @@ TTFT and TPOT the client sees (`client_times`: the first token comes from the de
 worker, after the KV transfer) and kvsim's own, which end at the prefill
 (``prefill_ttft_ms``, ``prefill_tpot_ms``).
 
-Rows kvsim does not model are "unsupported", with the reason: pipeline, attention-data or
-expert parallelism (issue 22), a disaggregated row without worker counts or concurrency,
-and what the kernels cost model refuses by name (an MoE shape or precision its ``moe``
-table lacks, MLA outside vLLM's module tables). A mixture-of-experts row runs at its
+Rows kvsim does not model are "unsupported", with the reason: pipeline parallelism, a
+disaggregated row without worker counts or concurrency, and what the kernels cost model
+refuses by name (an MoE shape, precision or moe_tp x moe_ep layout its ``moe`` table lacks,
+MLA outside its tables). A mixture-of-experts row runs at its
 checkpoint's own precision when the row's moe_quant_mode names it (`moe_quantization`).
 """
 
@@ -175,6 +182,38 @@ def moe_quantization(model: Any, row: dict[str, str]) -> str | None:
     return None if same else gemm
 
 
+#: A launch the row's id names, ``..._tpX_epY_...`` or ``..._tpX_0_epY_0_...``.
+_LAUNCH = re.compile(r"_tp(\d+)(?:_0)?_ep(\d+)(?:_|$)")
+
+
+def parallel_layout(row: dict[str, str], is_moe: bool) -> dict[str, int]:
+    """The replica group's tp, attention_dp, moe_tp and moe_ep: an instance of
+    attention_dp_size ranks of tp_size GPUs, its experts moe_tp_size x moe_ep_size (the
+    checks refuse a row whose two products differ), as the row's columns give them.
+
+    One exception, a defect of the data: rows whose id names the launch ``tpX_epY`` while
+    their columns multiply to X x Y GPUs (X > 1, Y > 1; aiconfigurator-core 0.12.0's
+    2026_04_06_* single-node rows: tp 64 or attention DP 64 with moe 8 x 8 on one 8-GPU
+    node). Each repeats, measurement for measurement, a 2026_03_25_* row whose columns give
+    X GPUs: ``..._1024x1024_c64_tp8_ep8_953`` (tp 64, moe 8 x 8) and
+    ``..._1024x1024_c64_tp8_0_ep8_0_1245`` (tp 8, moe 1 x 8) both measured TTFT 972.8 ms,
+    TPOT 23.42 ms. They run as X GPUs: tp X (or attention DP X at tp 1), moe X/Y x Y.
+    """
+    tp = _int(row.get("tp_size")) or 1
+    dp = _int(row.get("attention_dp_size")) or 1
+    moe_tp, moe_ep = _int(row.get("moe_tp_size")) or tp * dp, _int(row.get("moe_ep_size")) or 1
+    launch = _LAUNCH.search(row.get("id", ""))
+    if launch and is_moe:
+        x, y = int(launch[1]), int(launch[2])
+        if x > 1 and y > 1 and tp * dp == moe_tp * moe_ep == x * y:
+            tp, dp = (1, x) if dp > 1 else (x, 1)
+            moe_tp, moe_ep = max(1, x // y), y
+    layout = {"tp": tp, "attention_dp": dp}
+    if is_moe:
+        layout.update(moe_tp=moe_tp, moe_ep=moe_ep)
+    return layout
+
+
 def scenario_for(
     row: dict[str, str], harness: dict[str, str] | None, extra: dict[str, Any]
 ) -> dict[str, Any]:
@@ -188,8 +227,6 @@ def scenario_for(
         raise ValueError(f"unsupported: mode {row.get('mode')!r}")
     if (_int(row.get("pp_size")) or 1) > 1:
         raise ValueError("unsupported: pipeline parallelism")
-    if (_int(row.get("attention_dp_size")) or 1) > 1:
-        raise ValueError("unsupported: attention data parallelism (issue 22)")
     try:
         model = resolve_model(row["model_path"])
         gpu = resolve_gpu(row["system"])
@@ -200,11 +237,6 @@ def scenario_for(
         raise ValueError(f"unsupported: weight precision {quant!r}")
     quantization = QUANTIZATION[quant]
     if model.is_moe:
-        tp_row = _int(row.get("tp_size")) or 1
-        if (_int(row.get("moe_ep_size")) or 1) > 1:
-            raise ValueError("unsupported: expert parallelism (moe_ep_size > 1; issue 22 item 2)")
-        if (_int(row.get("moe_tp_size")) or tp_row) != tp_row:
-            raise ValueError("unsupported: moe_tp_size differs from tp_size (issue 22 item 2)")
         quantization = moe_quantization(model, row)
     precision = row.get("precision") or ""
     concurrency = _int((harness or {}).get("concurrency")) or _int(row.get("batch_size"))
@@ -229,7 +261,15 @@ def scenario_for(
         # A MoE row's model as its Hugging Face id resolved (an FP8 / NVFP4 repository's alias
         # carries its expert precision, which the preset's name alone would lose).
         "model": model.model_dump() if model.is_moe else model.name,
-        "replicas": [{"gpu": gpu.name, "tp": tp, "engine": engine, "cost_model": {"kind": "kernels"}}],
+        "replicas": [
+            {
+                "gpu": gpu.name,
+                "tp": tp,
+                **parallel_layout(row, model.is_moe),
+                "engine": engine,
+                "cost_model": {"kind": "kernels"},
+            }
+        ],
         "workload": {
             "kind": "bench_serve",
             "max_concurrency": concurrency,

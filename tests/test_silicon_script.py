@@ -77,10 +77,7 @@ def test_rows_kvsim_does_not_model_say_why_without_running() -> None:
         "has no concurrency": _disagg("dc", silicon_data_source=""),
         "mode 'afd'": _row("f", mode="afd"),
         "pipeline": _row("p", pp_size="2"),
-        "attention data": _row("a", attention_dp_size="4"),
         "Qwen3-Next-80B-A3B": _row("m", model_path="Qwen/Qwen3-Next-80B-A3B-Instruct"),  # no preset
-        "expert parallelism": _row("e", model_path="openai/gpt-oss-120b", moe_ep_size="4"),
-        "moe_tp_size differs": _row("t", model_path="openai/gpt-oss-120b", tp_size="2", moe_tp_size="1"),
         "weight precision 'int2'": _row("w", gemm_quant_mode="int2"),
         "no concurrency": _row("c", batch_size=""),
     }
@@ -88,6 +85,39 @@ def test_rows_kvsim_does_not_model_say_why_without_running() -> None:
         with pytest.raises(ValueError, match=r"^unsupported: ") as info:
             silicon.scenario_for(row, None, {})
         assert why in str(info.value), (why, str(info.value))
+
+
+def test_a_rows_parallel_layout_becomes_the_groups() -> None:
+    """attention_dp_size, moe_tp_size and moe_ep_size are the replica group's attention_dp,
+    moe_tp and moe_ep (issue 22 item 2); a dense row's attention DP is data-parallel ranks."""
+    row = _row("ep", backend="trtllm", backend_version="1.2.0rc5", model_path="deepseek-ai/DeepSeek-R1",
+               tp_size="1", attention_dp_size="8", moe_tp_size="1", moe_ep_size="8")  # fmt: skip
+    group = silicon.scenario_for(row, None, {})["replicas"][0]
+    assert (group["tp"], group["attention_dp"], group["moe_tp"], group["moe_ep"]) == (1, 8, 1, 8)
+    mixed = _row("tp", model_path="openai/gpt-oss-120b", tp_size="4", moe_tp_size="2", moe_ep_size="2")
+    group = silicon.scenario_for(mixed, None, {})["replicas"][0]
+    assert (group["tp"], group["attention_dp"], group["moe_tp"], group["moe_ep"]) == (4, 1, 2, 2)
+    # The 2026_04_06 rows whose columns count X x Y GPUs for a launch their id names tpX_epY
+    # run on X GPUs, as the 2026_03_25 rows they repeat measurement for measurement.
+    for cols, want in (
+        ({"tp_size": "64"}, (8, 1, 1, 8)),
+        ({"tp_size": "1", "attention_dp_size": "64"}, (1, 8, 1, 8)),
+    ):
+        dup = _row("2026_04_06_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024_c64_tp8_ep8_953",
+                   model_path="deepseek-ai/DeepSeek-R1", moe_tp_size="8", moe_ep_size="8", **cols)  # fmt: skip
+        group = silicon.scenario_for(dup, None, {})["replicas"][0]
+        assert (group["tp"], group["attention_dp"], group["moe_tp"], group["moe_ep"]) == want
+    same = _row(
+        "x_c64_tp8_ep8_9", model_path="deepseek-ai/DeepSeek-R1", tp_size="8", moe_ep_size="8", moe_tp_size="1"
+    )
+    group = silicon.scenario_for(same, None, {})["replicas"][0]
+    assert (group["tp"], group["attention_dp"], group["moe_tp"], group["moe_ep"]) == (8, 1, 1, 8)
+    dense = silicon.scenario_for(_row("dp", attention_dp_size="4"), None, {})["replicas"][0]
+    assert dense["attention_dp"] == 4 and "moe_ep" not in dense
+    # A layout whose experts do not span the instance's GPUs is refused by the scenario check.
+    bad = _row("bad", model_path="openai/gpt-oss-120b", tp_size="4", moe_tp_size="2", moe_ep_size="4")
+    status = silicon.simulate((bad, None, {}))["status"]
+    assert status.startswith("unsupported: ") and "moe_tp x moe_ep = 2 x 4 = 8 must equal" in status, status
 
 
 def test_moe_rows_run_at_their_checkpoints_precision() -> None:

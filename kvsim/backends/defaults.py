@@ -552,8 +552,10 @@ def resolve_engine(
     gpu: GpuSpec | None = None,
     tp: int = 1,
     model: ModelSpec | None = None,
+    attention_dp: int = 1,
 ) -> EngineConfig:
-    """``engine`` with every knob it leaves unset at its backend's default.
+    """``engine`` with every knob it leaves unset at its backend's default (``attention_dp``:
+    the ranks of an instance sharing its experts, for the KV pool SGLang sizes from).
 
     The result keeps ``model_fields_set`` (what the user set), so resolving again, for
     another GPU, still knows which knobs are the user's. SGLang's max_running_requests
@@ -563,7 +565,7 @@ def resolve_engine(
     unset = {k: v for k, v in values.items() if k not in engine.model_fields_set}
     resolved = _with_values(engine, unset)
     if engine.backend == "sglang" and "max_num_seqs" in unset and gpu is not None and model is not None:
-        from_pool = _sglang_pool_default(resolved, gpu, tp, model)
+        from_pool = _sglang_pool_default(resolved, gpu, tp, model, attention_dp)
         if from_pool is not None:
             resolved = _with_values(resolved, {"max_num_seqs": from_pool})
     if (
@@ -572,20 +574,22 @@ def resolve_engine(
         and model is not None
         and model.num_linear_attention_layers
     ):
-        cap = _sglang_state_cap(resolved, gpu, tp, model)
+        cap = _sglang_state_cap(resolved, gpu, tp, model, attention_dp)
         if cap is not None and cap < resolved.max_num_seqs:
             resolved = _with_values(resolved, {"max_num_seqs": cap})
     return resolved
 
 
-def _sglang_state_cap(engine: EngineConfig, gpu: GpuSpec, tp: int, model: ModelSpec) -> int | None:
+def _sglang_state_cap(
+    engine: EngineConfig, gpu: GpuSpec, tp: int, model: ModelSpec, attention_dp: int = 1
+) -> int | None:
     """SGLang's cap on running requests of a linear-attention model, set or not: the state
     slots its pool holds over three, or all of them with prefix caching (the radix cache) off
     (`kvsim.model.kv_sizing.sglang_linear_max_running_requests`)."""
     from kvsim.model.kv_sizing import engine_kv_capacity, sglang_linear_max_running_requests
 
     try:
-        cap = engine_kv_capacity(model, gpu, tp, engine, use_override=False)
+        cap = engine_kv_capacity(model, gpu, tp, engine, use_override=False, attention_dp=attention_dp)
     except ValueError:
         return None
     if cap.linear_state_pool_bytes_per_shard <= 0:
@@ -595,11 +599,13 @@ def _sglang_state_cap(engine: EngineConfig, gpu: GpuSpec, tp: int, model: ModelS
     )
 
 
-def _sglang_pool_default(engine: EngineConfig, gpu: GpuSpec, tp: int, model: ModelSpec) -> int | None:
+def _sglang_pool_default(
+    engine: EngineConfig, gpu: GpuSpec, tp: int, model: ModelSpec, attention_dp: int = 1
+) -> int | None:
     from kvsim.model.kv_sizing import engine_kv_capacity
 
     try:
-        cap = engine_kv_capacity(model, gpu, tp, engine, use_override=False)
+        cap = engine_kv_capacity(model, gpu, tp, engine, use_override=False, attention_dp=attention_dp)
     except ValueError:
         return None
     pool = cap.num_blocks * cap.block_size

@@ -7,7 +7,9 @@ engine knobs the scenario resolved (`kvsim.backends.defaults`: every knob the pl
 set, and the backend's defaults for the rest) written as that engine's flags:
 
     kvsim knob               vllm serve                 sglang.launch_server        trtllm-serve
-    tp                       --tensor-parallel-size     --tp                        --tp_size
+    tp                       --tensor-parallel-size     --tp (x attention_dp)       --tp_size (x attention_dp)
+    attention_dp             --data-parallel-size       --dp, --enable-dp-attention enable_attention_dp
+    moe_ep > 1               --enable-expert-parallel   --ep-size                   --ep_size
     max_num_seqs             --max-num-seqs             --max-running-requests      --max_batch_size
     max_num_batched_tokens   --max-num-batched-tokens   --chunked-prefill-size      --max_num_tokens
     kv_cache_dtype           --kv-cache-dtype           --kv-cache-dtype            kv_cache_config.dtype
@@ -78,6 +80,16 @@ def model_id(scenario: Scenario) -> str:
 def _vllm(group: ReplicaGroup, model: str, notes: list[str]) -> tuple[list[str], str]:
     e = group.engine
     args = ["vllm", "serve", model, "--tensor-parallel-size", str(group.tp)]
+    moe_tp, moe_ep = group.moe_layout
+    if group.attention_dp > 1:
+        args += ["--data-parallel-size", str(group.attention_dp)]
+    if moe_ep > 1:
+        args.append("--enable-expert-parallel")
+        if moe_tp > 1:
+            notes.append(
+                f"vLLM's expert parallelism spans all tp x data-parallel GPUs: moe_tp {moe_tp} x moe_ep "
+                f"{moe_ep} has no vLLM flag (kvsim simulated it anyway)"
+            )
     args += ["--max-num-seqs", str(e.max_num_seqs), "--max-num-batched-tokens", str(e.max_num_batched_tokens)]
     args += ["--kv-cache-dtype", _kv_dtype("vllm", e.kv_cache_dtype, notes)]
     args.append("--enable-prefix-caching" if e.enable_prefix_caching else "--no-enable-prefix-caching")
@@ -97,7 +109,20 @@ def _vllm(group: ReplicaGroup, model: str, notes: list[str]) -> tuple[list[str],
 
 def _sglang(group: ReplicaGroup, model: str, notes: list[str]) -> tuple[list[str], str]:
     e = group.engine
-    args = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp", str(group.tp)]
+    # SGLang's --tp counts the instance's GPUs; --dp of them run attention as data-parallel ranks.
+    args = [
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        model,
+        "--tp",
+        str(group.gpus_per_instance),
+    ]
+    if group.attention_dp > 1:
+        args += ["--dp", str(group.attention_dp), "--enable-dp-attention"]
+    if group.moe_layout[1] > 1:
+        args += ["--ep-size", str(group.moe_layout[1])]
     args += [
         "--max-running-requests",
         str(e.max_num_seqs),
@@ -118,7 +143,22 @@ def _sglang(group: ReplicaGroup, model: str, notes: list[str]) -> tuple[list[str
 
 def _trtllm(group: ReplicaGroup, model: str, notes: list[str]) -> tuple[list[str], str]:
     e = group.engine
-    args = ["trtllm-serve", model, "--tp_size", str(group.tp), "--max_batch_size", str(e.max_num_seqs)]
+    # TensorRT-LLM's tp_size counts the instance's GPUs; attention DP runs attention at tp 1 on each.
+    args = [
+        "trtllm-serve",
+        model,
+        "--tp_size",
+        str(group.gpus_per_instance),
+        "--max_batch_size",
+        str(e.max_num_seqs),
+    ]
+    if group.moe_layout[1] > 1:
+        args += ["--ep_size", str(group.moe_layout[1])]
+    if group.attention_dp > 1 and group.tp > 1:
+        notes.append(
+            f"TensorRT-LLM's attention DP runs one rank per GPU (attention_dp = tp_size); tp {group.tp} "
+            f"x attention_dp {group.attention_dp} has no flag (kvsim simulated it anyway)"
+        )
     args += ["--max_num_tokens", str(e.max_num_batched_tokens)]
     args += ["--kv_cache_free_gpu_memory_fraction", f"{e.gpu_memory_utilization:g}"]
     if e.max_model_len is not None:
@@ -132,6 +172,8 @@ def _trtllm(group: ReplicaGroup, model: str, notes: list[str]) -> tuple[list[str
     config = (
         f"enable_chunked_prefill: {str(e.enable_chunked_prefill).lower()}\nkv_cache_config:\n" + "\n".join(kv)
     )
+    if group.attention_dp > 1:
+        config = "enable_attention_dp: true\n" + config
     args += ["--extra_llm_api_options", "extra_llm_api_options.yaml"]
     if e.quantization is not None:
         notes.append(
@@ -182,7 +224,7 @@ def launch_commands(scenario: Scenario) -> list[GroupLaunch]:
                 group=group.name,
                 role=group.role,
                 replicas=group.count,
-                gpus_per_replica=group.tp,
+                gpus_per_replica=group.gpus_per_instance,
                 command=shlex.join(args),
                 config_file=config,
                 notes=notes,

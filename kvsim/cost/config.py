@@ -190,6 +190,14 @@ class KernelCostConfig(FrozenModel):
         description="Shortest time of one elementwise kernel, seconds (aiconfigurator-core's "
         "mem_empirical_constant_latency is 3 us); None: the backend's fitted value.",
     )
+    expert_load: Literal["balanced", "power_law_1.01", "power_law_1.2"] = Field(
+        default="power_law_1.01",
+        description="Mixture of experts: how tokens spread over the experts, as the moe tables were "
+        "measured (their distribution column): balanced, or drawn from a power law of exponent 1.01 "
+        "or 1.2 (a few hot experts). Each row times the expert-parallel rank the routing loads most, "
+        "so with expert parallelism the slowest rank sets the step. Default: aiconfigurator's own "
+        "default workload (power_law_1.01).",
+    )
 
 
 #: The built-in kinds (their builders are registered in `kvsim.cost.factory`).

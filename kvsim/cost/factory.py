@@ -86,6 +86,11 @@ class Replica:
     max_num_seqs: int = 256
     #: Folder that relative paths in the config are relative to (the scenario's).
     base_dir: Path | None = None
+    #: The parallel layout (`kvsim.scenario.schema.ReplicaGroup`): this replica is one rank of
+    #: an instance of attention_dp ranks whose experts span tp x attention_dp GPUs as moe_tp x moe_ep.
+    attention_dp: int = 1
+    moe_tp: int | None = None
+    moe_ep: int = 1
 
 
 Builder = Callable[[Any, Replica], CostModel]
@@ -99,8 +104,9 @@ def _constant(config: ConstantCostConfig, r: Replica) -> CostModel:
 @COST_MODELS.register("roofline")
 def _roofline(config: RooflineCostConfig, r: Replica) -> CostModel:
     return RooflineCostModel(
-        r.model, r.gpu, config, tp=r.tp, kv_cache_dtype=r.kv_cache_dtype, expert_parallel=r.expert_parallel
-    )
+        r.model, r.gpu, config, tp=r.tp, kv_cache_dtype=r.kv_cache_dtype,
+        attention_dp=r.attention_dp, moe_ep=r.moe_ep,
+    )  # fmt: skip
 
 
 @COST_MODELS.register("profile")
@@ -117,7 +123,8 @@ def _profile(config: ProfileCostConfig, r: Replica) -> CostModel:
             fitted,
             tp=r.tp,
             kv_cache_dtype=r.kv_cache_dtype,
-            expert_parallel=r.expert_parallel,
+            attention_dp=r.attention_dp,
+            moe_ep=r.moe_ep,
         )
     return CalibratedCostModel(
         profile,
@@ -135,11 +142,6 @@ def _kernels(config: KernelCostConfig, r: Replica) -> CostModel:
 
 
 def _kernel_model(config: KernelCostConfig, r: Replica) -> CostModel:
-    if r.expert_parallel:
-        raise ProfileError(
-            "cost_model kind kernels prices experts split by tensor parallelism (moe_tp = tp); "
-            "expert_parallel needs the roofline (issue 22)"
-        )
     return KernelCostModel(
         r.model,
         r.gpu,
@@ -149,6 +151,9 @@ def _kernel_model(config: KernelCostConfig, r: Replica) -> CostModel:
         backend=r.backend,
         max_num_seqs=r.max_num_seqs,
         base_dir=r.base_dir,
+        attention_dp=r.attention_dp,
+        moe_tp=r.moe_tp,
+        moe_ep=r.moe_ep,
     )
 
 
@@ -165,14 +170,25 @@ def build_cost_model(
     draft_model: ModelSpec | None = None,
     backend: str = "vllm",
     max_num_seqs: int = 256,
+    attention_dp: int = 1,
+    moe_tp: int | None = None,
+    moe_ep: int | None = None,
 ) -> CostModel:
     """The cost model of one replica; ``base_dir`` resolves relative profile paths (the scenario's folder).
 
-    ``expert_parallel`` (a mixture of experts placed whole on the GPUs) is priced by the roofline.
-    With ``speculative`` decoding the target's model is wrapped in a `SpeculativeCostModel`
-    whose draft (``draft_model``, or an EAGLE head) is priced by the roofline.
+    ``expert_parallel`` (a mixture of experts placed whole on the GPUs) is the shorthand of
+    moe_ep = tp x attention_dp; ``attention_dp``, ``moe_tp`` and ``moe_ep`` are the group's
+    parallel layout (the replica is one attention-DP rank). With ``speculative`` decoding the
+    target's model is wrapped in a `SpeculativeCostModel` whose draft (``draft_model``, or an
+    EAGLE head) is priced by the roofline.
     """
-    replica = Replica(model, gpu, tp, kv_cache_dtype, expert_parallel, backend, max_num_seqs, base_dir)
+    gpus = tp * attention_dp
+    if moe_ep is None:
+        moe_ep = gpus if expert_parallel else (gpus // moe_tp if moe_tp else 1)
+    replica = Replica(
+        model, gpu, tp, kv_cache_dtype, expert_parallel or moe_ep > 1, backend, max_num_seqs, base_dir,
+        attention_dp=attention_dp, moe_tp=moe_tp, moe_ep=moe_ep,
+    )  # fmt: skip
     if config.kind not in COST_MODELS:
         raise ProfileError(COST_MODELS.unknown(config.kind))
     builder: Builder = COST_MODELS[config.kind]
@@ -208,4 +224,7 @@ def group_cost_model(
         draft_model=group.draft_model,
         backend=group.engine.backend,
         max_num_seqs=group.engine.max_num_seqs,
+        attention_dp=group.config.attention_dp,
+        moe_tp=group.config.moe_layout[0],
+        moe_ep=group.config.moe_layout[1],
     )

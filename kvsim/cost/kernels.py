@@ -54,6 +54,7 @@ import pandas as pd
 from kvsim.backends.defaults import sglang_memory_defaults
 from kvsim.cost.base import Batch
 from kvsim.cost.config import KernelCostConfig
+from kvsim.cost.moe_comm import all_to_all_curve, gather_scatter_curve
 from kvsim.cost.tables import (
     MS,
     Curve,
@@ -373,6 +374,7 @@ def moe_curve(
     moe_ep: int,
     what: str,
     warn: list[str],
+    distribution: str = MOE_DISTRIBUTION,
 ) -> Curve:
     """Latency (s) of one MoE layer's routed experts as a function of the step's tokens.
 
@@ -384,7 +386,11 @@ def moe_curve(
     knows. The expert width interpolates linearly between measured widths (and scales in
     proportion past them, with a warning), as a GEMM's n does. Where several kernels were
     measured for the dtype, each token count takes the fastest, as for the dense GEMMs;
-    routing follows `MOE_DISTRIBUTION` where measured, else the balanced rows.
+    routing follows ``distribution`` (the table's column: balanced, power_law_1.01,
+    power_law_1.2; default `MOE_DISTRIBUTION`) where measured, else the balanced rows.
+    With expert parallelism (moe_ep > 1) ``num_tokens`` counts the tokens of every rank that
+    shares the experts, and a row times the expert-parallel rank the routing loads most: the
+    slowest rank sets the layer's time.
     """
     rows = frame[frame["moe_dtype"] == dtype]
     if rows.empty:
@@ -410,7 +416,7 @@ def moe_curve(
         )
     rows = rows[layout]
     if "distribution" in rows.columns:
-        for choice in (MOE_DISTRIBUTION, "balanced"):
+        for choice in (distribution, "balanced"):
             if (rows["distribution"] == choice).any():
                 rows = rows[rows["distribution"] == choice]
                 break
@@ -479,10 +485,23 @@ class KernelCostModel:
         backend: str = "vllm",
         max_num_seqs: int = 256,
         base_dir: Path | None = None,
+        attention_dp: int = 1,
+        moe_tp: int | None = None,
+        moe_ep: int = 1,
     ) -> None:
-        if tp < 1:
-            raise ValueError('"tp" must be >= 1')
+        if tp < 1 or attention_dp < 1 or moe_ep < 1:
+            raise ValueError('"tp", "attention_dp" and "moe_ep" must be >= 1')
         self.model, self.gpu, self.config, self.tp = model, gpu, config, tp
+        # The parallel layout (`kvsim.cost.moe_comm`): this model prices one rank of tp GPUs;
+        # its MoE layers run on the instance's tp x attention_dp GPUs, split moe_tp x moe_ep.
+        self.attention_dp, self.moe_ep = attention_dp, moe_ep
+        self.moe_tp = tp * attention_dp // moe_ep if moe_tp is None else moe_tp
+        if self.moe_tp * moe_ep != tp * attention_dp:
+            raise ValueError(
+                f"moe_tp x moe_ep = {self.moe_tp} x {moe_ep} must equal tp x attention_dp = {tp} x {attention_dp}"
+            )
+        if moe_ep > 1 and not model.is_moe:
+            raise ValueError(f"moe_ep {moe_ep}: {model.name} is not a mixture of experts")
         self.source = resolve_source(config, gpu, backend, base_dir)
         self.warnings: list[str] = []
         gemm_dtype = GEMM_DTYPES.get(model.weight_dtype)
@@ -507,6 +526,7 @@ class KernelCostModel:
         # priced at the active width, intermediate_size x (top-k + shared): DeepSeek-V3's
         # and Kimi-K2.5's real 18,432 = 9 x 2,048 (ModelSpec has no field for it).
         self._moe: Curve | None = None
+        self._moe_comm: Curve | None = None
         self._moe_layer_gemms: list[Curve] = []
         self._num_moe_layers = 0
         mlp_inter = inter
@@ -700,8 +720,10 @@ class KernelCostModel:
         self._moe = moe_curve(
             self._moe_table(moe_dtype), moe_dtype, hidden=model.hidden_size,
             inter=model.intermediate_size, topk=model.num_experts_per_token, num_experts=model.num_experts,
-            moe_tp=self.tp, moe_ep=1, what="MoE experts", warn=w,
+            moe_tp=self.moe_tp, moe_ep=self.moe_ep, what="MoE experts", warn=w,
+            distribution=self.config.expert_load,
         )  # fmt: skip
+        self._moe_comm = self._moe_comm_curve(expert_dtype)
         gemm_dtype = GEMM_DTYPES[model.weight_dtype]
         h, shared = model.hidden_size, model.num_shared_experts * inter
         self._moe_layer_gemms = [
@@ -726,6 +748,23 @@ class KernelCostModel:
             return gemm_curve(gemm, gemm_dtype, n, k, what, self.warnings)
 
         return GdnKernels(self.model, self.tp, self.source, build, self.warnings)
+
+    def _moe_comm_curve(self, expert_dtype: str) -> Curve | None:
+        """What a MoE layer exchanges beyond the rank's all-reduce, by the rank's tokens
+        (`kvsim.cost.moe_comm`): nothing without attention DP (the all-reduce after the
+        experts sums them, as after a dense MLP); all-to-alls with expert parallelism alone;
+        all-gather + reduce-scatter when the experts are also split (moe_tp > 1)."""
+        if self.attention_dp == 1:
+            return None
+        model, w = self.model, self.warnings
+        assert model.num_experts is not None and model.num_experts_per_token is not None
+        if self.moe_tp == 1:
+            return all_to_all_curve(
+                self.source, ep=self.moe_ep, tp=self.tp, hidden=model.hidden_size,
+                topk=model.num_experts_per_token, num_experts=model.num_experts,
+                expert_dtype=expert_dtype, warn=w,
+            )  # fmt: skip
+        return gather_scatter_curve(self.source, ranks=self.attention_dp, hidden=model.hidden_size, warn=w)
 
     def _allreduce_curves(self) -> tuple[Curve, Curve]:
         """(CUDA graph, eager) all-reduce latency by message elements on ``tp`` GPUs."""
@@ -767,19 +806,28 @@ class KernelCostModel:
         if cached is not None:
             return cached
         m = graph_padded(tokens, self.max_graph_tokens, self._graph_sizes)
-        allreduce = 0.0
+        one_allreduce = 0.0
         if self._allreduce is not None:
             curve = self._allreduce[0] if m <= self.max_graph_tokens else self._allreduce[1]
             # The tables' message_size counts elements (aiconfigurator's collector,
             # collector/network/collect_all_reduce.py, allocates [tokens, 4096] tensors of it).
-            allreduce = 2 * curve(float(m * self.model.hidden_size))
+            one_allreduce = curve(float(m * self.model.hidden_size))
+        allreduce = 2 * one_allreduce  # after attention and after the MLP
         layer = self._layer_s(m, self._gemms, 0.0, 0, allreduce)
         if self._moe is None:
             t = self.model.num_layers * layer
         else:
-            moe_gemms = [*self._moe_layer_gemms, self._moe]
+            # The experts run on the tokens of every rank of the instance (ranks in lockstep,
+            # as many tokens each); with attention DP their exchange replaces the MLP's all-reduce.
+            experts = self._moe(m * self.attention_dp)
+            comm = allreduce if self._moe_comm is None else one_allreduce + self._moe_comm(m)
             moe_layer = self._layer_s(
-                m, moe_gemms, self._moe_elementwise_bytes, self._moe_elementwise_kernels, allreduce
+                m,
+                self._moe_layer_gemms,
+                self._moe_elementwise_bytes,
+                self._moe_elementwise_kernels,
+                comm,
+                experts,
             )
             num_moe = self._num_moe_layers
             t = (self.model.num_layers - num_moe) * layer + num_moe * moe_layer
@@ -789,17 +837,22 @@ class KernelCostModel:
         return t
 
     def _layer_s(
-        self, m: int, gemms: list[Curve], extra_bytes: float, extra_kernels: int, allreduce: float
+        self,
+        m: int,
+        gemms: list[Curve],
+        extra_bytes: float,
+        extra_kernels: int,
+        comm: float,
+        experts: float = 0.0,
     ) -> float:
-        """One layer's token-count terms at m tokens: its GEMMs (or expert kernel), its
-        elementwise kernels, its all-reduces and the per-layer overhead."""
-        layer = sum(curve(m) for curve in gemms)
+        """One layer's token-count terms at m tokens: its GEMMs and expert kernel, its
+        elementwise kernels, its all-reduces (and MoE exchange) and the per-layer overhead."""
+        layer = sum(curve(m) for curve in gemms) + experts
         layer += (
             m * (self._elementwise_bytes_per_token + extra_bytes) / self._hbm_rate
             + (self._elementwise_kernels + extra_kernels) * self.overheads.elementwise_kernel_s
         )
-        if self._allreduce is not None:
-            layer += allreduce
+        layer += comm
         layer += self.overheads.per_layer_overhead_s
         return layer
 

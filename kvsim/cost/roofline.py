@@ -27,6 +27,17 @@ phases (dispatch, combine), each GPU sending the k copies of its 1/tp share of t
 (tp-1)/tp of them to other GPUs (tokens spread over the GPUs, as with vLLM's data-parallel
 attention); expected per-GPU weight traffic is the same as under TP, load imbalance is
 not modelled. All-to-all phases count in ``num_allreduces`` / ``allreduce_bus_bytes``.
+
+Attention data parallelism (``attention_dp`` = D ranks of tp GPUs, one model per rank): the
+experts span all N = tp x D GPUs, so a rank's step reads the experts its instance's tokens
+(its own x D, ranks in lockstep) activate, 1/N of each per GPU; its FLOPs per token are
+unchanged (D x the tokens over D x the GPUs). Each layer keeps the rank's attention
+all-reduce (tp > 1; dense layers their MLP's too) and its MoE layers exchange tokens:
+with ``moe_ep`` = N (expert parallelism) dispatch and combine all-to-alls, each GPU
+sending k copies of its 1/tp share of the rank's tokens, (N-1)/N of them away (the formula
+above with N for tp); with the experts split (moe_ep < N) an all-gather and a
+reduce-scatter of the instance's tokens over the D ranks, (D-1) x h x act_bytes bus bytes
+per token each (ring). moe_ep between 1 and N without attention DP is priced as TP.
 Attended pairs of a prefill chunk of q new tokens after c cached ones: q*c + q(q+1)/2
 (causal); of a decode, its context. KV tokens touched: q + c per chunk (read the cache,
 write the chunk), the context per decode.
@@ -113,14 +124,21 @@ class RooflineCostModel:
         tp: int = 1,
         kv_cache_dtype: str = "auto",
         expert_parallel: bool = False,
+        attention_dp: int = 1,
+        moe_ep: int | None = None,
     ) -> None:
-        if tp < 1:
-            raise ValueError('"tp" must be >= 1')
-        if expert_parallel and not model.is_moe:
+        if tp < 1 or attention_dp < 1:
+            raise ValueError('"tp" and "attention_dp" must be >= 1')
+        gpus = tp * attention_dp  # the instance the experts span
+        moe_ep = (gpus if expert_parallel else 1) if moe_ep is None else moe_ep
+        if (expert_parallel or moe_ep > 1) and not model.is_moe:
             raise ValueError('"expert_parallel" needs a mixture-of-experts model')
+        if moe_ep < 1 or gpus % moe_ep:
+            raise ValueError(f'"moe_ep" {moe_ep} must divide tp x attention_dp = {gpus}')
         cfg = config or RooflineCostConfig()
         self.model, self.gpu, self.config, self.tp = model, gpu, cfg, tp
-        self.expert_parallel = expert_parallel
+        self.attention_dp, self.moe_ep = attention_dp, moe_ep
+        self.expert_parallel = moe_ep == gpus > 1
         wbytes = WEIGHT_DTYPE_BYTES[model.weight_dtype]
         # Activations travel in 16-bit even when weights are quantised.
         act_bytes = 2.0 if wbytes < 2 else wbytes
@@ -141,7 +159,7 @@ class RooflineCostModel:
             ebytes = WEIGHT_DTYPE_BYTES[model.expert_weight_dtype or model.weight_dtype]
             dense = non_expert_layer_params(model) + shared_expert_params(model) + lm_params
             self._weight_bytes = dense * wbytes / tp
-            self._expert_bytes = num_moe_layers(model) * expert_params_per_layer(model) * ebytes / tp
+            self._expert_bytes = num_moe_layers(model) * expert_params_per_layer(model) * ebytes / gpus
         self._kv_bytes_per_token = kv_bytes_per_token(model, kv_cache_dtype, tp)
         self._flops_rate = gpu.peak_flops(compute_dtype(model.weight_dtype, gpu)) * cfg.compute_efficiency
         self._bytes_rate = gpu.hbm_bandwidth_bytes_per_s * cfg.memory_efficiency
@@ -154,15 +172,18 @@ class RooflineCostModel:
         self._ar_bus_bytes_per_token = (
             self._num_allreduces * 2.0 * (tp - 1) / tp * model.hidden_size * act_bytes
         )
-        if expert_parallel and tp > 1:
-            # MoE layers: attention all-reduce + dispatch and combine all-to-alls (see above).
+        if self.expert_parallel or (attention_dp > 1 and model.is_moe):
+            # MoE layers: the rank's attention all-reduce (tp > 1) + the exchange (see above).
             n_moe = num_moe_layers(model)
             k = model.num_experts_per_token or 1
-            n_allreduce = 2 * model.num_layers - n_moe
+            n_allreduce = (2 * model.num_layers - n_moe) if tp > 1 else 0
+            if self.expert_parallel:  # dispatch + combine all-to-alls over the instance
+                moe_bytes = 2 * n_moe * k * model.hidden_size * act_bytes * (gpus - 1) / gpus / tp
+            else:  # all-gather + reduce-scatter of the instance's tokens over the D ranks
+                moe_bytes = 2 * n_moe * (attention_dp - 1) * model.hidden_size * act_bytes
             self._num_allreduces = n_allreduce + 2 * n_moe
             self._ar_bus_bytes_per_token = (
-                n_allreduce * 2.0 * (tp - 1) / tp * model.hidden_size * act_bytes
-                + 2 * n_moe * k * model.hidden_size * act_bytes * (tp - 1) / tp / tp
+                n_allreduce * 2.0 * (tp - 1) / tp * model.hidden_size * act_bytes + moe_bytes
             )
         self.allreduce_latency_s = (
             cfg.allreduce_latency_s if cfg.allreduce_latency_s is not None else gpu.interconnect_latency_s
@@ -219,8 +240,11 @@ class RooflineCostModel:
         if distinct is None:
             m = self.model
             assert m.num_experts is not None and m.num_experts_per_token is not None
-            distinct = expected_distinct_experts(
-                m.num_experts, m.num_experts_per_token, n_tokens, self.config.expert_routing_zipf_exponent
+            distinct = expected_distinct_experts(  # over the tokens of every attention-DP rank
+                m.num_experts,
+                m.num_experts_per_token,
+                n_tokens * self.attention_dp,
+                self.config.expert_routing_zipf_exponent,
             )
             self._distinct[n_tokens] = distinct
         return self._weight_bytes + distinct * self._expert_bytes

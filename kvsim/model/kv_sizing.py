@@ -286,6 +286,22 @@ def weight_bytes(model: ModelSpec) -> float:
     )
 
 
+def weight_bytes_per_gpu(model: ModelSpec, tp: int, attention_dp: int = 1) -> float:
+    """Weight bytes on one GPU of a rank of ``tp`` GPUs in an instance of ``attention_dp`` ranks.
+
+    Without attention data parallelism every weight is split over tp (``weight_bytes / tp``).
+    With it, each rank holds the attention, dense-layer and embedding weights split over its
+    own tp GPUs, while the routed experts are split over all tp x attention_dp GPUs of the
+    instance (moe_tp x moe_ep: how they are split does not change the bytes per GPU).
+    """
+    if attention_dp == 1:
+        return weight_bytes(model) / tp
+    experts = (
+        routed_expert_params(model) * WEIGHT_DTYPE_BYTES[model.expert_weight_dtype or model.weight_dtype]
+    )
+    return (weight_bytes(model) - experts) / tp + experts / (tp * attention_dp)
+
+
 def activation_reserve_estimate(
     model: ModelSpec,
     *,
@@ -374,10 +390,12 @@ def engine_kv_capacity(
     *,
     use_override: bool = True,
     draft_model: ModelSpec | None = None,
+    attention_dp: int = 1,
 ) -> KvCapacity:
     """`kv_capacity` with the knobs of a replica group's ``engine`` section.
 
-    ``draft_model``: the speculative draft model whose weights and KV share the GPU.
+    ``draft_model``: the speculative draft model whose weights and KV share the GPU;
+    ``attention_dp``: the ranks of an instance sharing its experts (`weight_bytes_per_gpu`).
     """
     reserve = engine.activation_reserve_gib
     return kv_capacity(
@@ -385,6 +403,7 @@ def engine_kv_capacity(
         gpu,
         draft_model=draft_model,
         tp=tp,
+        attention_dp=attention_dp,
         kv_cache_dtype=engine.kv_cache_dtype,
         block_size=engine.block_size,
         gpu_memory_utilization=engine.gpu_memory_utilization,
@@ -410,6 +429,7 @@ def kv_capacity(
     num_gpu_blocks_override: int | None = None,
     draft_model: ModelSpec | None = None,
     backend: str = "vllm",
+    attention_dp: int = 1,
 ) -> KvCapacity:
     """KV blocks one TP shard can hold after weights and activations (vLLM's rule; with
     ``backend="trtllm"``, TensorRT-LLM's: gpu_memory_utilization of what is left).
@@ -420,13 +440,15 @@ def kv_capacity(
     ``draft_model`` adds its weights, and its KV to every block (vLLM keeps the draft's
     layers in the same KV cache, one block table for both). A linear-attention model's
     request states are reserved first (`linear_state_pool_bytes`, by ``backend``).
+    ``attention_dp`` > 1: one rank of an instance whose experts span tp x attention_dp GPUs
+    (`weight_bytes_per_gpu`).
     """
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     per_token_shard = kv_bytes_per_token(model, kv_cache_dtype, tp)
-    weights = weight_bytes(model) / tp
+    weights = weight_bytes_per_gpu(model, tp, attention_dp)
     if draft_model is not None:
         per_token_shard += kv_bytes_per_token(draft_model, kv_cache_dtype, tp)
         weights += weight_bytes(draft_model) / tp

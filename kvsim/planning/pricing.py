@@ -240,7 +240,7 @@ def usage_of(result: Result) -> Usage:
     replica_group: dict[str, int] = {}
     for index, group in enumerate(scenario.replicas):
         most = max(group.count, group.autoscale.max_count if group.autoscale else 0)
-        for i in range(most):
+        for i in range(most * group.attention_dp):  # an instance's ranks are replicas too
             replica_group[f"{group.name}-{i}"] = index
     prefill = it["prefill_tokens"].to_numpy(dtype=float)
     decode = it["decode_tokens"].to_numpy(dtype=float)
@@ -251,17 +251,18 @@ def usage_of(result: Result) -> Usage:
     decode_part = 1.0 - prefill_part  # a step of neither kind (a swap alone) counts as decode's
     group_of = it["replica_id"].map(replica_group).to_numpy()
     fleet_seconds = float(result.summary.get("gpu_hours", float("nan"))) * 3600.0
-    total_gpus = sum(g.count * g.tp for g in scenario.replicas)
+    total_gpus = sum(g.count * g.gpus_per_instance for g in scenario.replicas)
     groups = []
     for index, group in enumerate(scenario.replicas):
         mine = group_of == index
-        share = group.count * group.tp / total_gpus
-        gpu_seconds = fleet_seconds * share if math.isfinite(fleet_seconds) else span * group.count * group.tp
+        gpus = group.count * group.gpus_per_instance
+        share = gpus / total_gpus
+        gpu_seconds = fleet_seconds * share if math.isfinite(fleet_seconds) else span * gpus
         groups.append(
             GroupUsage(
                 gpu=resolve_gpu(group.gpu).name,
                 tp=group.tp,
-                replicas=group.count,
+                replicas=group.count * group.attention_dp,  # an instance's ranks, tp GPUs each
                 gpu_seconds=gpu_seconds,
                 busy_prefill_gpu_s=float((dur[mine] * prefill_part[mine]).sum()) * group.tp,
                 busy_decode_gpu_s=float((dur[mine] * decode_part[mine]).sum()) * group.tp,

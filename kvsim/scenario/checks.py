@@ -219,6 +219,13 @@ def _autoscale_problems(group: ReplicaGroup, where: str) -> Problems:
     if auto is None:
         return []
     problems: Problems = []
+    if group.attention_dp > 1:
+        problems.append(
+            (
+                f"{where}.autoscale",
+                "unsupported: autoscaling a group with attention_dp > 1 (instances of ranks)",
+            )
+        )
     if not auto.min_count <= group.count <= auto.max_count:
         problems.append(
             (
@@ -283,18 +290,7 @@ def _group_fits(model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, where: str)
     if bad_tp:
         return [(f"{where}.tp", bad_tp)]
     problems: Problems = []
-    if group.expert_parallel and (model.num_experts is None or model.num_experts % group.tp):
-        problems.append(
-            (
-                f"{where}.expert_parallel",
-                f"expert parallelism places num_experts / tp whole experts on each GPU: {model.name} "
-                + (
-                    "is not a mixture of experts"
-                    if model.num_experts is None
-                    else f"has {model.num_experts} experts, not a multiple of tp={group.tp}"
-                ),
-            )
-        )
+    problems += _moe_layout_problems(model, group, where)
     if engine.max_model_len is not None and engine.max_model_len > model.max_model_len:
         problems.append(
             (
@@ -305,7 +301,9 @@ def _group_fits(model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, where: str)
     draft, draft_problems = _draft_model(model, group, where)
     if draft_problems:
         return problems + draft_problems
-    cap = engine_kv_capacity(model, gpu, group.tp, engine, use_override=False, draft_model=draft)
+    cap = engine_kv_capacity(
+        model, gpu, group.tp, engine, use_override=False, draft_model=draft, attention_dp=group.attention_dp
+    )
     if cap.weight_bytes_per_shard > cap.budget_bytes:
         allows = (
             f"{_gib(gpu.memory_bytes)} x gpu_memory_utilization {engine.gpu_memory_utilization}"
@@ -317,7 +315,7 @@ def _group_fits(model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, where: str)
             (
                 f"{where}.tp",
                 f"{model.name} weights need {_gib(cap.weight_bytes_per_shard)} per GPU "
-                f"({_gib(weight_bytes(model))} / tp={group.tp}) but {gpu.name} allows "
+                f"({_gib(weight_bytes(model))} / tp={group.tp}{_dp_note(group)}) but {gpu.name} allows "
                 f"{_gib(cap.budget_bytes)} ({allows}); raise tp or pick a larger GPU",
             )
         )
@@ -342,6 +340,36 @@ def _group_fits(model: ModelSpec, gpu: GpuSpec, group: ReplicaGroup, where: str)
         # vLLM refuses to start; SGLang and TensorRT-LLM cap the length (kvsim.scenario.resolved.served_max_model_len)
         problems += _max_model_len_fits(model, gpu, group, cap, where)
     return problems
+
+
+def _dp_note(group: ReplicaGroup) -> str:
+    return f", experts / (tp x attention_dp={group.attention_dp})" if group.attention_dp > 1 else ""
+
+
+def _moe_layout_problems(model: ModelSpec, group: ReplicaGroup, where: str) -> Problems:
+    """Expert parallelism (moe_ep > 1) needs experts, and a whole number of them per rank."""
+    moe_ep = group.moe_layout[1]
+    if moe_ep == 1:
+        return []
+    name = "expert_parallel" if group.expert_parallel else "moe_ep" if group.moe_ep is not None else "moe_tp"
+    if model.num_experts is None:
+        return [
+            (
+                f"{where}.{name}",
+                f"{model.name} is not a mixture of experts: expert parallelism (moe_ep={moe_ep}) does not "
+                "apply (attention_dp alone serves a dense model as data-parallel replicas)",
+            )
+        ]
+    if model.num_experts % moe_ep:
+        degree = "tp" if group.expert_parallel and group.attention_dp == 1 else "moe_ep"
+        return [
+            (
+                f"{where}.{name}",
+                f"expert parallelism places num_experts / moe_ep whole experts on each GPU group: "
+                f"{model.name} has {model.num_experts} experts, not a multiple of {degree}={moe_ep}",
+            )
+        ]
+    return []
 
 
 def _draft_model(model: ModelSpec, group: ReplicaGroup, where: str) -> tuple[ModelSpec | None, Problems]:

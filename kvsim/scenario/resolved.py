@@ -91,8 +91,9 @@ class GroupPlan:
 
     @property
     def initial_count(self) -> int:
-        """Replicas taking requests at the start (all of replica_names without autoscaling)."""
-        return self.config.count
+        """Replicas taking requests at the start (all of replica_names without autoscaling):
+        count instances of attention_dp ranks each."""
+        return self.config.count * self.config.attention_dp
 
     @property
     def name(self) -> str:
@@ -171,7 +172,7 @@ def resolve_group(model: ModelSpec, group: ReplicaGroup, index: int = 0) -> Grou
     eng = group.engine
     model = served_model(model, eng.quantization)
     draft = draft_model_of(eng)
-    cap = engine_kv_capacity(model, gpu, group.tp, eng, draft_model=draft)
+    cap = engine_kv_capacity(model, gpu, group.tp, eng, draft_model=draft, attention_dp=group.attention_dp)
     per_shard = cap.bytes_per_block_per_shard
     tiers = _local_tiers(group, per_shard, int(eng.cpu_offload_gib * GIB // per_shard))
     kv = KvGeometry(
@@ -182,7 +183,9 @@ def resolve_group(model: ModelSpec, group: ReplicaGroup, index: int = 0) -> Grou
         num_swap_blocks=int(eng.swap_space_gib * GIB // per_shard),
         num_offload_blocks=sum(t.capacity_blocks for t in tiers if t.kind == "dram"),
     )
-    count = group.autoscale.max_count if group.autoscale is not None else group.count
+    # An instance of attention_dp ranks is attention_dp replicas of tp GPUs each (the
+    # router spreads requests over the ranks); the cost model prices their shared experts.
+    count = (group.autoscale.max_count if group.autoscale is not None else group.count) * group.attention_dp
     return GroupPlan(
         index=index,
         config=group,

@@ -392,11 +392,15 @@ class AutoscaleConfig(FrozenModel):
 
 
 class ReplicaGroup(_CostHolder):
-    """``count`` identical replicas (one GPU, or one tensor-parallel group, each)."""
+    """``count`` identical instances: one GPU, one tensor-parallel group, or (attention_dp > 1)
+    attention_dp ranks of tp GPUs each sharing one mixture of experts."""
 
     name: Name = Field(default="replica", min_length=1, description="Group name; replica ids are NAME-INDEX.")
     count: int = Field(
-        default=1, ge=1, le=MAX_REPLICAS_PER_GROUP, description="Number of replicas in this group."
+        default=1,
+        ge=1,
+        le=MAX_REPLICAS_PER_GROUP,
+        description="Number of replicas (instances: attention_dp ranks each) in this group.",
     )
     gpu: str | GpuSpec = Field(default="h100-sxm", description="GPU preset name or an inline GPU spec.")
     tp: int = Field(default=1, ge=1, le=MAX_TP, description="Tensor-parallel degree (GPUs per replica).")
@@ -411,9 +415,35 @@ class ReplicaGroup(_CostHolder):
     )
     expert_parallel: bool = Field(
         default=False,
-        description="Mixture of experts: place whole experts on the tp GPUs (num_experts / tp each) "
-        "and exchange tokens by all-to-all, as vLLM's --enable-expert-parallel does, instead of "
-        "splitting every expert over them (tensor parallelism).",
+        description="Mixture of experts: place whole experts on the instance's GPUs (moe_ep = tp x "
+        "attention_dp, moe_tp = 1), as vLLM's --enable-expert-parallel does, instead of splitting "
+        "every expert over them (tensor parallelism). Shorthand for moe_ep; set one or the other.",
+    )
+    attention_dp: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_TP,
+        description="Attention data parallelism: one instance is attention_dp ranks of tp GPUs each, "
+        "every rank its own scheduler, batch (engine.max_num_seqs each) and KV pool, the attention "
+        "weights replicated per rank and the experts of a mixture of experts split over all "
+        "tp x attention_dp GPUs (moe_tp x moe_ep). The router spreads requests over the ranks; "
+        "count counts instances. A dense model's ranks are plain data-parallel replicas.",
+    )
+    moe_tp: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_TP,
+        description="Mixture of experts: GPUs each expert is split over (tensor parallelism inside "
+        "the experts). moe_tp x moe_ep = tp x attention_dp. None: tp x attention_dp / moe_ep.",
+    )
+    moe_ep: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_TP,
+        description="Mixture of experts: expert-parallel degree, whole experts placed on moe_ep GPU "
+        "groups (num_experts / moe_ep each) with tokens exchanged between them. moe_tp x moe_ep = "
+        "tp x attention_dp. None: 1, or tp x attention_dp with expert_parallel, or tp x "
+        "attention_dp / moe_tp.",
     )
     offload: OffloadConfig | None = Field(
         default=None,
@@ -424,6 +454,51 @@ class ReplicaGroup(_CostHolder):
         default=None,
         description="Add and remove replicas of this group with the load (None: count is fixed).",
     )
+
+    @property
+    def gpus_per_instance(self) -> int:
+        """GPUs of one instance: tp x attention_dp (the moe_tp x moe_ep GPUs the experts span)."""
+        return self.tp * self.attention_dp
+
+    @property
+    def moe_layout(self) -> tuple[int, int]:
+        """(moe_tp, moe_ep) as given or defaulted (see the fields); the rule is checked at load."""
+        gpus = self.gpus_per_instance
+        if self.moe_tp is not None and self.moe_ep is not None:
+            return self.moe_tp, self.moe_ep
+        if self.moe_ep is not None:
+            return max(1, gpus // self.moe_ep), self.moe_ep
+        if self.moe_tp is not None:
+            return self.moe_tp, max(1, gpus // self.moe_tp)
+        return (1, gpus) if self.expert_parallel else (gpus, 1)
+
+    @model_validator(mode="after")
+    def _moe_layout_spans_the_instance(self) -> ReplicaGroup:
+        """moe_tp x moe_ep = tp x attention_dp: the experts live on the instance's GPUs, all of them."""
+        gpus = self.gpus_per_instance
+        most = max(self.count, self.autoscale.max_count if self.autoscale is not None else 0)
+        if most * self.attention_dp > MAX_REPLICAS_PER_GROUP:
+            raise ValueError(
+                f"count x attention_dp = {most} x {self.attention_dp} ranks exceeds {MAX_REPLICAS_PER_GROUP:,} "
+                "replicas per group"
+            )
+        if self.expert_parallel and (self.moe_ep not in (None, gpus) or self.moe_tp not in (None, 1)):
+            raise ValueError(
+                f"expert_parallel means moe_ep = tp x attention_dp = {gpus} and moe_tp = 1; "
+                f"got moe_tp={self.moe_tp}, moe_ep={self.moe_ep}: set moe_tp / moe_ep or expert_parallel"
+            )
+        for name, value in (("moe_tp", self.moe_tp), ("moe_ep", self.moe_ep)):
+            if value is not None and gpus % value:
+                raise ValueError(
+                    f"{name}={value} does not divide tp x attention_dp = {self.tp} x {self.attention_dp} = {gpus}"
+                )
+        moe_tp, moe_ep = self.moe_layout
+        if moe_tp * moe_ep != gpus:
+            raise ValueError(
+                f"moe_tp x moe_ep = {moe_tp} x {moe_ep} = {moe_tp * moe_ep} must equal "
+                f"tp x attention_dp = {self.tp} x {self.attention_dp} = {gpus}"
+            )
+        return self
 
 
 class RouterViewConfig(FrozenModel):
@@ -745,7 +820,9 @@ class Scenario(FrozenModel):
             except KvsimError:
                 gpu = None
             served = served_model(model, group.engine.quantization) if model is not None else None
-            engine = resolve_engine(group.engine, gpu=gpu, tp=group.tp, model=served)
+            engine = resolve_engine(
+                group.engine, gpu=gpu, tp=group.tp, model=served, attention_dp=group.attention_dp
+            )
             if engine is not group.engine:
                 group = group.model_copy()
                 object.__setattr__(group, "engine", engine)  # resolved defaults; fields_set unchanged

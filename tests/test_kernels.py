@@ -523,6 +523,24 @@ def test_moe_expert_widths_interpolate_and_scale_with_a_warning(moe_tables: Path
     assert warn == ["MoE: expert width 512 outside the measured 64..256"]
 
 
+def test_an_unmeasured_moe_tp_is_priced_as_each_gpus_share_of_the_width(moe_tables: Path) -> None:
+    """inter_size is the width before the moe_tp split, so moe_tp 4 (measured: 1 and 2) is
+    priced as a quarter of moe_tp 1's time at the full width (each GPU's share)."""
+    frame = pd.read_parquet(moe_tables / "toy_sxm" / "moe" / "vllm" / "1.0.0" / "moe_perf.parquet")
+    warn: list[str] = []
+    curve = moe_curve(frame, "bfloat16", hidden=64, inter=128, topk=2, num_experts=4, moe_tp=4, moe_ep=1,
+                      what="MoE experts", warn=warn)  # fmt: skip
+    assert curve(16) == pytest.approx(moe_ms(16, 128, 1) * 1e-3 / 4, rel=1e-12)
+    assert warn == [
+        "MoE experts: moe_tp 4 x moe_ep 1 not measured; priced as 1/4 of moe_tp 1 x moe_ep 1 "
+        "(each GPU's share of the expert width)"
+    ]
+    measured = moe_curve(frame, "bfloat16", hidden=64, inter=128, topk=2, num_experts=4, moe_tp=2, moe_ep=1,
+                         what="MoE experts", warn=warn)  # fmt: skip
+    assert measured(16) == pytest.approx(moe_ms(16, 128, 2) * 1e-3, rel=1e-12)  # its own rows when measured
+    assert len(warn) == 1
+
+
 def test_a_moe_decode_step_by_hand(moe_tables: Path) -> None:
     cfg = _cfg(
         moe_tables, per_iteration_overhead_s=1e-4, per_layer_overhead_s=2e-6, elementwise_kernel_s=3e-6
@@ -615,10 +633,12 @@ def test_moe_and_mla_that_cannot_be_priced_are_refused_by_name(
         KernelCostModel(TINY_MOE.model_copy(update={"expert_weight_dtype": "fp8"}), gpu, cfg, tp=2)
     with pytest.raises(ProfileError, match="no bfloat16 MoE measured for hidden 64, top-4 of 4 experts"):
         KernelCostModel(TINY_MOE.model_copy(update={"num_experts_per_token": 4}), gpu, cfg, tp=2)
+    frame = pd.read_parquet(moe_tables / "toy_sxm" / "moe" / "vllm" / "1.0.0" / "moe_perf.parquet")
     with pytest.raises(
-        ProfileError, match=r"moe_tp 4 x moe_ep 1 not measured .*\(measured tp x ep: 1x1, 2x1\)"
+        ProfileError, match=r"moe_tp 2 x moe_ep 2 not measured .*\(measured tp x ep: 1x1, 2x1\)"
     ):
-        KernelCostModel(TINY_MOE.model_copy(update={"num_kv_heads": 4}), gpu, cfg, tp=4)
+        moe_curve(frame, "bfloat16", hidden=64, inter=128, topk=2, num_experts=4, moe_tp=2, moe_ep=2,
+                  what="MoE experts", warn=[])  # fmt: skip
     with pytest.raises(ProfileError, match=r"hidden_size 64 \(measured 7168\)"):
         KernelCostModel(TINY.model_copy(update={"kv_lora_rank": 512, "qk_rope_head_dim": 64}), gpu, cfg, tp=2)
     with pytest.raises(ProfileError, match=r"8 query heads per GPU not measured \(measured: 1, 2, 4\)"):

@@ -390,7 +390,8 @@ def moe_curve(
     power_law_1.2; default `MOE_DISTRIBUTION`) where measured, else the balanced rows.
     With expert parallelism (moe_ep > 1) ``num_tokens`` counts the tokens of every rank that
     shares the experts, and a row times the expert-parallel rank the routing loads most: the
-    slowest rank sets the layer's time.
+    slowest rank sets the layer's time. A moe_tp > 1 layout the table lacks is priced as
+    1/moe_tp of its moe_tp 1 rows (each GPU's share of the width), with a warning.
     """
     rows = frame[frame["moe_dtype"] == dtype]
     if rows.empty:
@@ -406,6 +407,17 @@ def moe_curve(
         )
     rows = rows[key]
     layout = (rows["moe_tp_size"] == moe_tp) & (rows["moe_ep_size"] == moe_ep)
+    unsplit = (rows["moe_tp_size"] == 1) & (rows["moe_ep_size"] == moe_ep)
+    share = 1.0
+    if not layout.any() and moe_tp > 1 and unsplit.any():
+        # Each GPU of a moe_tp x moe_ep layout runs moe_tp 1's kernel on 1/moe_tp of every
+        # expert's width (the table's inter_size is the width before the split): its weights
+        # read and its FLOPs, priced in proportion (the routing's fixed part shrinks with it).
+        warn.append(
+            f"{what}: moe_tp {moe_tp} x moe_ep {moe_ep} not measured; priced as 1/{moe_tp} of "
+            f"moe_tp 1 x moe_ep {moe_ep} (each GPU's share of the expert width)"
+        )
+        layout, share = unsplit, 1.0 / moe_tp
     if not layout.any():
         pairs = sorted(
             {(int(t), int(e)) for t, e in zip(rows["moe_tp_size"], rows["moe_ep_size"], strict=True)}
@@ -429,7 +441,7 @@ def moe_curve(
     ys = np.zeros(len(m_grid))
     for measured, w in parts:
         ys += Curve(measured.index.to_numpy(float), measured.to_numpy(float) * MS).at(m_grid) * w
-    return Curve(m_grid, ys)
+    return Curve(m_grid, ys * share)
 
 
 def mla_module_grid(

@@ -108,6 +108,30 @@ def engine_flags(row: dict[str, str], harness: dict[str, str], concurrency: int)
     return flags
 
 
+#: vLLM's MXFP4 experts with MXFP8 activations: SemiAnalysis' gpt-oss-120b vLLM scripts on B200
+#: export VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (InferenceMAX benchmarks/gptoss_fp4_b200_docker.sh
+#: at e06929c7 (2025-11-01), InferenceX benchmarks/single_node/gptoss_fp4_b200.sh at d2c2acb1
+#: (2026-02-25, the v0.15.1 runs)), so vLLM runs FlashInfer's trtllm-gen MXFP4 x MXFP8 kernel
+#: (SM100_FI_MXFP4_MXFP8_TRTLLM) instead of its 16-bit-activation default. vLLM 0.24.0's moe
+#: table measures that kernel at two other models' shapes only; SGLang 0.5.14's, which calls
+#: the same FlashInfer kernel, has gpt-oss's (at hidden 4,096, top-6 of 256, where both
+#: measure it, SGLang's rows are 0.97x vLLM's, median over 27 token counts, on b300_sxm and gb200).
+VLLM_MXFP8_MOE = {"mxfp4_moe_activation": "mxfp8", "moe_tables_backend": "sglang"}
+
+
+def cost_model_flags(row: dict[str, str], harness: dict[str, str]) -> dict[str, Any]:
+    """The kernels cost model's knobs a row's launch script implies (`VLLM_MXFP8_MOE`), else none."""
+    single_node = harness.get("harness") in ("inferencemax-single-node", "inferencex-single-node")
+    if (
+        single_node
+        and row["backend"] == "vllm"
+        and "gpt-oss" in row["model_path"]
+        and row["system"] == "b200_sxm"
+    ):
+        return dict(VLLM_MXFP8_MOE)
+    return {}
+
+
 #: The harness whose settings are assumed, not documented (docs/validation.md): the
 #: sensitivity runs (`--assume`) change only its rows.
 ASSUMED_HARNESS = "nvidia-gap-analysis"
@@ -267,7 +291,7 @@ def scenario_for(
                 "tp": tp,
                 **parallel_layout(row, model.is_moe),
                 "engine": engine,
-                "cost_model": {"kind": "kernels"},
+                "cost_model": {"kind": "kernels", **cost_model_flags(row, h)},
             }
         ],
         "workload": {

@@ -144,6 +144,24 @@ def test_moe_rows_run_at_their_checkpoints_precision() -> None:
     assert silicon.scenario_for(row, None, {})["replicas"][0]["engine"]["quantization"] == "fp8_block"
 
 
+def test_vllm_gpt_oss_on_b200_runs_its_experts_with_mxfp8_activations_as_launched() -> None:
+    """SemiAnalysis' vLLM gpt-oss B200 scripts export VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1:
+    those rows' MXFP4 experts take MXFP8 activations (priced from SGLang's table of the same
+    FlashInfer kernel); H200 rows, TensorRT-LLM rows and other harnesses keep the defaults."""
+    single = {"harness": "inferencex-single-node"}
+    row = _row("g", model_path="openai/gpt-oss-120b", system="b200_sxm", gemm_quant_mode="nvfp4",
+               moe_quant_mode="nvfp4", backend="vllm", backend_version="0.15.1")  # fmt: skip
+    cost = silicon.scenario_for(row, single, {})["replicas"][0]["cost_model"]
+    assert cost == {"kind": "kernels", "mxfp4_moe_activation": "mxfp8", "moe_tables_backend": "sglang"}
+    for other, harness in (
+        ({"system": "h200_sxm"}, single),
+        ({"backend": "trtllm", "backend_version": "1.2.0rc2"}, single),
+        ({}, {"harness": "nvidia-gap-analysis"}),
+    ):
+        cost = silicon.scenario_for({**row, **other}, harness, {})["replicas"][0]["cost_model"]
+        assert cost == {"kind": "kernels"}, other
+
+
 def test_a_row_becomes_the_benchmark_as_it_was_run() -> None:
     harness = {"concurrency": "4", "num_prompts": "40", "num_warmups": "8", "random_range_ratio": "0.8",
                "harness": "inferencemax-single-node"}  # fmt: skip

@@ -811,3 +811,35 @@ def test_a_newer_moe_table_with_the_dtype_at_other_shapes_only_falls_back(tmp_pa
         "MoE experts: no w4a8_mxfp4_mxfp8 at this shape in trtllm 2.0.0's moe table; read from 1.0.0's"
         in warnings
     )
+
+
+def _add_fp8_block_rows(root: Path, backend: str, factor: float) -> None:
+    path = root / "toy_sxm" / "gemm" / backend / "1.0.0" / "gemm_perf.parquet"
+    frame = pd.read_parquet(path)
+    block = frame.assign(gemm_dtype="fp8_block", kernel_source="block", latency=frame["latency"] * factor)
+    pd.concat([frame, block]).to_parquet(path)
+
+
+def test_vllm_block_fp8_gemms_take_sglangs_rows_of_the_same_kernel(tmp_path: Path) -> None:
+    # vLLM's fp8_block rows 10x the bf16 ones (host time in them), SGLang's 0.5x (or none).
+    spec = TINY.model_copy(update={"weight_dtype": "fp8_block", "num_kv_heads": 2})
+
+    def qkv_ms(sglang_rows: bool, **kw: object) -> tuple[float, list[str]]:
+        root = tmp_path / f"t{sglang_rows}{len(kw)}"
+        write_tables(root, backend="vllm")
+        write_tables(root, backend="sglang")
+        _add_fp8_block_rows(root, "vllm", 10.0)
+        if sglang_rows:
+            _add_fp8_block_rows(root, "sglang", 0.5)
+        km = KernelCostModel(spec, resolve_gpu("h100-sxm"), _cfg(root, **kw), tp=2, max_num_seqs=8)
+        return km._gemms[0](16) * 1e3, km.warnings  # QKV: n (2 + 2) x 16 = 64, k 64
+
+    got, warnings = qkv_ms(True)
+    assert got == pytest.approx(gemm_ms(16, 64, 64) * 0.5, rel=1e-12)
+    assert "fp8_block GEMMs: priced from sglang's gemm table (cost_model.fp8_block_gemm_backend)" in warnings
+    got, warnings = qkv_ms(False)  # SGLang's table lacks them: vLLM's own, with a warning
+    assert got == pytest.approx(gemm_ms(16, 64, 64) * 10.0, rel=1e-12)
+    assert "fp8_block GEMMs: no sglang table with them on toy_sxm; vllm's own" in warnings
+    assert qkv_ms(True, fp8_block_gemm_backend="vllm")[0] == pytest.approx(
+        gemm_ms(16, 64, 64) * 10.0, rel=1e-12
+    )

@@ -206,6 +206,12 @@ class KernelCostConfig(FrozenModel):
         "TensorRT-LLM and SGLang on Blackwell, 16 bits elsewhere and for vLLM, which quantizes to "
         "MXFP8 only with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1: set mxfp8 then).",
     )
+    fp8_block_gemm_backend: Literal["vllm", "sglang", "trtllm"] | None = Field(
+        default=None,
+        description="Whose gemm table prices block-scaled fp8 GEMMs (fp8_block weights); None: the "
+        "engine's own, except vLLM's, whose fp8_block rows time the host's work too (58-260 us at any "
+        "small shape): SGLang's table of the same DeepGEMM kernel (kvsim.cost.kernels.FP8_BLOCK_GEMM_TABLES).",
+    )
     moe_tables_backend: Literal["vllm", "sglang", "trtllm"] | None = Field(
         default=None,
         description="Whose moe table prices the routed experts (its newest version with the experts' "

@@ -144,6 +144,16 @@ def mxfp4_moe_activation(backend: str, system: str, requested: str = "auto") -> 
     return "bf16"
 
 
+#: Whose ``gemm`` table prices an engine's block-scaled fp8 GEMMs when not its own. vLLM
+#: 0.24.0's fp8_block rows (aiconfigurator-core 0.12.0) time its Python op, host work
+#: included: flat floors of 58 us (FlashInferFp8BlockScaledMMKernel, m < 32), 85 us
+#: (DeepGemmFp8BlockScaledMMKernel, m >= 32) and 175 us (CutlassFp8BlockScaledMMKernel) on
+#: h200_sxm at every shape up to n = k = 8,192 (180-260 us for DeepGEMM on b200_sxm), where
+#: its own per-tensor fp8 GEMM takes 6-9 us; the same DeepGEMM kernel in SGLang 0.5.14's
+#: table (sglang_deepgemm_gemm_nt_f8f8bf16) takes 7-11 us at m 1-64, n 2,048, k 3,072 on
+#: h200_sxm (TensorRT-LLM 1.3.0rc20's deepgemm 8 us on b200_sxm). A captured decode step
+#: (vLLM's CUDA graphs) pays the kernel, not the host: SGLang's rows stand in for vLLM's.
+FP8_BLOCK_GEMM_TABLES: dict[str, str] = {"vllm": "sglang"}
 #: Expert routing the MoE tables were measured with that kvsim reads: aiconfigurator's
 #: default workload (``workload_distribution = "power_law"``, alpha 1.01), the tokens'
 #: experts drawn from a power law, so the busiest expert sets the kernel's time.
@@ -566,6 +576,8 @@ class KernelCostModel:
 
         gemm = self.source.table("gemm", "gemm_perf")
         w = self.warnings
+        if gemm_dtype == "fp8_block":
+            gemm = self._fp8_block_rows(gemm)
         # A mixture of experts (`_moe_layer_gemms`, `_moe`): its dense first layers are
         # priced at the active width, intermediate_size x (top-k + shared): DeepSeek-V3's
         # and Kimi-K2.5's real 18,432 = 9 x 2,048 (ModelSpec has no field for it).
@@ -681,6 +693,28 @@ class KernelCostModel:
         self._by_tokens: dict[int, float] = {}
         self._by_seqs: dict[int, float] = {}
         self._pcie_bw = gpu.pcie_bandwidth_bytes_per_s
+
+    def _fp8_block_rows(self, gemm: pd.DataFrame) -> pd.DataFrame:
+        """The engine's GEMM table with its fp8_block rows from ``fp8_block_gemm_backend``'s
+        table (default `FP8_BLOCK_GEMM_TABLES`: SGLang's for vLLM), its newest version on the
+        same system; the engine's own rows, with a warning, where that table lacks them."""
+        src = self.source
+        other = self.config.fp8_block_gemm_backend or FP8_BLOCK_GEMM_TABLES.get(src.backend, src.backend)
+        if other == src.backend:
+            return gemm
+        rows = pd.DataFrame()
+        if src.index.versions(src.system, "gemm", other):
+            frame = KernelSource(src.index, src.system, other, None).table("gemm", "gemm_perf")
+            rows = frame[frame["gemm_dtype"] == "fp8_block"]
+        if rows.empty:
+            self.warnings.append(
+                f"fp8_block GEMMs: no {other} table with them on {src.system}; {src.backend}'s own"
+            )
+            return gemm
+        self.warnings.append(
+            f"fp8_block GEMMs: priced from {other}'s gemm table (cost_model.fp8_block_gemm_backend)"
+        )
+        return pd.concat([gemm[gemm["gemm_dtype"] != "fp8_block"], rows], ignore_index=True)
 
     def _check_mla(self, model: ModelSpec, tp: int) -> bool:
         """Refuse, by name, an MLA model the tables do not measure; True when the engine has

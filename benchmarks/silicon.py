@@ -119,9 +119,35 @@ def engine_flags(row: dict[str, str], harness: dict[str, str], concurrency: int)
 VLLM_MXFP8_MOE = {"mxfp4_moe_activation": "mxfp8", "moe_tables_backend": "sglang"}
 
 
+#: TensorRT-LLM's block-fp8 experts on B200 with ``moe_config: backend: TRTLLM``: InferenceX's
+#: benchmarks/dsr1_fp8_b200_trt.sh from ec7bafae (2026-01-29, #594; the 1.2.0rc6 runs) sets it
+#: except at ISL 1,024 / OSL 8,192 with C >= 256 (DEEPGEMM; DEEPGEMM everywhere before). That is
+#: the trtllm-gen FP8 block-scale MoE, which TensorRT-LLM 1.3.0rc20's moe table does not measure
+#: (its fp8_block rows are DeepGEMM's, 2.7x slower at 4 tokens, moe_tp 8); FlashInfer exposes the
+#: same kernel, measured in SGLang 0.5.14's table (sglang_flashinfer_trtllm_moe; vLLM 0.24.0's
+#: trtllmfp8expertsmonolithic within 8% of it at moe_tp 8).
+TRTLLM_GEN_FP8_MOE = {"moe_tables_backend": "sglang"}
+
+
 def cost_model_flags(row: dict[str, str], harness: dict[str, str]) -> dict[str, Any]:
-    """The kernels cost model's knobs a row's launch script implies (`VLLM_MXFP8_MOE`), else none."""
+    """The kernels cost model's knobs a row's launch script implies (`VLLM_MXFP8_MOE`,
+    `TRTLLM_GEN_FP8_MOE`), else none."""
     single_node = harness.get("harness") in ("inferencemax-single-node", "inferencex-single-node")
+    deepgemm = (
+        row.get("isl") == "1024"
+        and row.get("osl") == "8192"
+        and (_int(harness.get("concurrency")) or 0) >= 256
+    )
+    if (
+        harness.get("harness") == "inferencex-single-node"
+        and row["backend"] == "trtllm"
+        and "DeepSeek" in row["model_path"]
+        and row.get("moe_quant_mode") == "fp8"
+        and row["system"] == "b200_sxm"
+        and (row.get("backend_version") or "").startswith("1.2.0rc6")
+        and not deepgemm
+    ):
+        return dict(TRTLLM_GEN_FP8_MOE)
     if (
         single_node
         and row["backend"] == "vllm"

@@ -120,8 +120,10 @@ VLLM_MXFP8_MOE = {"mxfp4_moe_activation": "mxfp8", "moe_tables_backend": "sglang
 
 
 #: TensorRT-LLM's block-fp8 experts on B200 with ``moe_config: backend: TRTLLM``: InferenceX's
-#: benchmarks/dsr1_fp8_b200_trt.sh from ec7bafae (2026-01-29, #594; the 1.2.0rc6 runs) sets it
-#: except at ISL 1,024 / OSL 8,192 with C >= 256 (DEEPGEMM; DEEPGEMM everywhere before). That is
+#: 1.2.0rc6 runs of DeepSeek-R1 fp8 set it: benchmarks/dsr1_fp8_b200_trt.sh from ec7bafae
+#: (2026-01-29, #594; the 1.2.0rc6.post2 rows) except at ISL 1,024 / OSL 8,192 with C >= 256,
+#: and benchmarks/dsr1_fp8_b200_trt_mtp.sh from 5d517074 (2026-02-05, #632; the .post3 rows,
+#: MTP speculative decoding) except with attention DP; DEEPGEMM otherwise and before. That is
 #: the trtllm-gen FP8 block-scale MoE, which TensorRT-LLM 1.3.0rc20's moe table does not measure
 #: (its fp8_block rows are DeepGEMM's, 2.7x slower at 4 tokens, moe_tp 8); FlashInfer exposes the
 #: same kernel, measured in SGLang 0.5.14's table (sglang_flashinfer_trtllm_moe; vLLM 0.24.0's
@@ -129,24 +131,30 @@ VLLM_MXFP8_MOE = {"mxfp4_moe_activation": "mxfp8", "moe_tables_backend": "sglang
 TRTLLM_GEN_FP8_MOE = {"moe_tables_backend": "sglang"}
 
 
-def cost_model_flags(row: dict[str, str], harness: dict[str, str]) -> dict[str, Any]:
-    """The kernels cost model's knobs a row's launch script implies (`VLLM_MXFP8_MOE`,
-    `TRTLLM_GEN_FP8_MOE`), else none."""
-    single_node = harness.get("harness") in ("inferencemax-single-node", "inferencex-single-node")
-    deepgemm = (
-        row.get("isl") == "1024"
-        and row.get("osl") == "8192"
-        and (_int(harness.get("concurrency")) or 0) >= 256
-    )
-    if (
+def trtllm_gen_fp8_moe(row: dict[str, str], harness: dict[str, str]) -> bool:
+    """Whether a row ran `TRTLLM_GEN_FP8_MOE` (its launch script's MoE backend TRTLLM)."""
+    version = row.get("backend_version") or ""
+    if not (
         harness.get("harness") == "inferencex-single-node"
         and row["backend"] == "trtllm"
         and "DeepSeek" in row["model_path"]
         and row.get("moe_quant_mode") == "fp8"
         and row["system"] == "b200_sxm"
-        and (row.get("backend_version") or "").startswith("1.2.0rc6")
-        and not deepgemm
     ):
+        return False
+    if version.startswith("1.2.0rc6.post2"):
+        long_decode = row.get("isl") == "1024" and row.get("osl") == "8192"
+        return not (long_decode and (_int(harness.get("concurrency")) or 0) >= 256)
+    if version.startswith("1.2.0rc6.post3"):
+        return (_int(row.get("attention_dp_size")) or 1) == 1
+    return False
+
+
+def cost_model_flags(row: dict[str, str], harness: dict[str, str]) -> dict[str, Any]:
+    """The kernels cost model's knobs a row's launch script implies (`VLLM_MXFP8_MOE`,
+    `TRTLLM_GEN_FP8_MOE`), else none."""
+    single_node = harness.get("harness") in ("inferencemax-single-node", "inferencex-single-node")
+    if trtllm_gen_fp8_moe(row, harness):
         return dict(TRTLLM_GEN_FP8_MOE)
     if (
         single_node

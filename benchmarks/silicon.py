@@ -108,6 +108,64 @@ def engine_flags(row: dict[str, str], harness: dict[str, str], concurrency: int)
     return flags
 
 
+#: vLLM's MXFP4 experts with MXFP8 activations: SemiAnalysis' gpt-oss-120b vLLM scripts on B200
+#: export VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (InferenceMAX benchmarks/gptoss_fp4_b200_docker.sh
+#: at e06929c7 (2025-11-01), InferenceX benchmarks/single_node/gptoss_fp4_b200.sh at d2c2acb1
+#: (2026-02-25, the v0.15.1 runs)), so vLLM runs FlashInfer's trtllm-gen MXFP4 x MXFP8 kernel
+#: (SM100_FI_MXFP4_MXFP8_TRTLLM) instead of its 16-bit-activation default. vLLM 0.24.0's moe
+#: table measures that kernel at two other models' shapes only; SGLang 0.5.14's, which calls
+#: the same FlashInfer kernel, has gpt-oss's (at hidden 4,096, top-6 of 256, where both
+#: measure it, SGLang's rows are 0.97x vLLM's, median over 27 token counts, on b300_sxm and gb200).
+VLLM_MXFP8_MOE = {"mxfp4_moe_activation": "mxfp8", "moe_tables_backend": "sglang"}
+
+
+#: TensorRT-LLM's block-fp8 experts on B200 with ``moe_config: backend: TRTLLM``: InferenceX's
+#: 1.2.0rc6 runs of DeepSeek-R1 fp8 set it: benchmarks/dsr1_fp8_b200_trt.sh from ec7bafae
+#: (2026-01-29, #594; the 1.2.0rc6.post2 rows) except at ISL 1,024 / OSL 8,192 with C >= 256,
+#: and benchmarks/dsr1_fp8_b200_trt_mtp.sh from 5d517074 (2026-02-05, #632; the .post3 rows,
+#: MTP speculative decoding) except with attention DP; DEEPGEMM otherwise and before. That is
+#: the trtllm-gen FP8 block-scale MoE, which TensorRT-LLM 1.3.0rc20's moe table does not measure
+#: (its fp8_block rows are DeepGEMM's, 2.7x slower at 4 tokens, moe_tp 8); FlashInfer exposes the
+#: same kernel, measured in SGLang 0.5.14's table (sglang_flashinfer_trtllm_moe; vLLM 0.24.0's
+#: trtllmfp8expertsmonolithic within 8% of it at moe_tp 8).
+TRTLLM_GEN_FP8_MOE = {"moe_tables_backend": "sglang"}
+
+
+def trtllm_gen_fp8_moe(row: dict[str, str], harness: dict[str, str]) -> bool:
+    """Whether a row ran `TRTLLM_GEN_FP8_MOE` (its launch script's MoE backend TRTLLM)."""
+    version = row.get("backend_version") or ""
+    if not (
+        harness.get("harness") == "inferencex-single-node"
+        and row["backend"] == "trtllm"
+        and "DeepSeek" in row["model_path"]
+        and row.get("moe_quant_mode") == "fp8"
+        and row["system"] == "b200_sxm"
+    ):
+        return False
+    if version.startswith("1.2.0rc6.post2"):
+        long_decode = row.get("isl") == "1024" and row.get("osl") == "8192"
+        return not (long_decode and (_int(harness.get("concurrency")) or 0) >= 256)
+    if version.startswith("1.2.0rc6.post3"):
+        return (_int(row.get("attention_dp_size")) or 1) == 1
+    return False
+
+
+def cost_model_flags(row: dict[str, str], harness: dict[str, str]) -> dict[str, Any]:
+    """The kernels cost model's knobs a row's launch script implies (`VLLM_MXFP8_MOE`,
+    `TRTLLM_GEN_FP8_MOE`), else none."""
+    single_node = harness.get("harness") in ("inferencemax-single-node", "inferencex-single-node")
+    if trtllm_gen_fp8_moe(row, harness):
+        return dict(TRTLLM_GEN_FP8_MOE)
+    if (
+        single_node
+        and row["backend"] == "vllm"
+        and "gpt-oss" in row["model_path"]
+        and row["system"] == "b200_sxm"
+    ):
+        return dict(VLLM_MXFP8_MOE)
+    return {}
+
+
 #: The harness whose settings are assumed, not documented (docs/validation.md): the
 #: sensitivity runs (`--assume`) change only its rows.
 ASSUMED_HARNESS = "nvidia-gap-analysis"
@@ -267,7 +325,7 @@ def scenario_for(
                 "tp": tp,
                 **parallel_layout(row, model.is_moe),
                 "engine": engine,
-                "cost_model": {"kind": "kernels"},
+                "cost_model": {"kind": "kernels", **cost_model_flags(row, h)},
             }
         ],
         "workload": {

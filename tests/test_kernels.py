@@ -9,6 +9,7 @@ model must scale in proportion.
 from __future__ import annotations
 
 import itertools
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ from pandas.testing import assert_frame_equal
 import kvsim
 from kvsim.cost.base import Batch
 from kvsim.cost.config import KernelCostConfig
-from kvsim.cost.kernels import KernelCostModel, graph_capture, graph_padded, moe_curve
+from kvsim.cost.kernels import KernelCostModel, graph_capture, graph_padded, moe_curve, mxfp4_moe_activation
 from kvsim.cost.tables import Curve, Grid, package_tables_root, version_key
 from kvsim.errors import ProfileError
 from kvsim.model.presets import resolve_gpu
@@ -715,7 +716,9 @@ def test_a_newer_moe_table_without_the_dtype_falls_back_to_the_newest_with_it(mo
     bf16.assign(moe_dtype="fp8", latency=bf16["latency"] * 3).to_parquet(folder / "moe_perf.parquet")
     km = KernelCostModel(TINY_MOE, resolve_gpu("h100-sxm"), _cfg(moe_tables), tp=2, max_num_seqs=8)
     assert km._moe is not None and km._moe(16) == pytest.approx(moe_ms(16, 64, 2) * 1e-3, rel=1e-12)
-    assert "MoE experts: no bfloat16 in vllm 2.0.0's moe table; read from 1.0.0's" in km.warnings
+    assert (
+        "MoE experts: no bfloat16 at this shape in vllm 2.0.0's moe table; read from 1.0.0's" in km.warnings
+    )
     fp8 = TINY_MOE.model_copy(update={"expert_weight_dtype": "fp8"})
     km8 = KernelCostModel(fp8, resolve_gpu("h100-sxm"), _cfg(moe_tables), tp=2, max_num_seqs=8)
     assert km8._moe is not None and km8._moe(16) == pytest.approx(moe_ms(16, 64, 2) * 3e-3, rel=1e-12)
@@ -728,4 +731,115 @@ def test_a_version_folder_without_a_moe_table_falls_back(moe_tables: Path) -> No
     pd.DataFrame([{"latency": 1.0, "num_tokens": 1}]).to_parquet(folder / "wideep_moe_perf.parquet")
     km = KernelCostModel(TINY_MOE, resolve_gpu("h100-sxm"), _cfg(moe_tables), tp=2, max_num_seqs=8)
     assert km._moe is not None and km._moe(16) == pytest.approx(moe_ms(16, 64, 2) * 1e-3, rel=1e-12)
-    assert "MoE experts: no bfloat16 in vllm 2.0.0's moe table; read from 1.0.0's" in km.warnings
+    assert (
+        "MoE experts: no bfloat16 at this shape in vllm 2.0.0's moe table; read from 1.0.0's" in km.warnings
+    )
+
+
+def write_mxfp4_tables(root: Path) -> Path:
+    """The MoE toy tables of three engines on a Hopper-like toy_sxm and on b200_sxm (a copy):
+    MXFP4 experts with 16-bit activations at 0.5x the bf16 rows (``w4a16_mxfp4``) and, for
+    SGLang and TensorRT-LLM only, with MXFP8 activations at 0.2x (``w4a8_mxfp4_mxfp8``)."""
+    for backend in ("vllm", "sglang", "trtllm"):
+        write_moe_mla_tables(root, backend=backend)
+        if backend != "vllm":
+            path = root / "toy_sxm" / "moe" / backend / "1.0.0" / "moe_perf.parquet"
+            frame = pd.read_parquet(path)
+            bf16 = frame[frame["moe_dtype"] == "bfloat16"]
+            w4a8 = bf16.assign(moe_dtype="w4a8_mxfp4_mxfp8", latency=bf16["latency"] * 0.2)
+            pd.concat([frame, w4a8]).to_parquet(path)
+    shutil.copytree(root / "toy_sxm", root / "b200_sxm")
+    return root
+
+
+MXFP4_TINY = TINY_MOE.model_copy(update={"expert_weight_dtype": "mxfp4", "num_kv_heads": 1})  # tp 1
+
+
+def mxfp4_moe_ms(
+    tables: Path, backend: str, system: str, tokens: int = 16, **kw: object
+) -> tuple[float, list[str]]:
+    """One MoE layer's routed experts (ms) at ``tokens`` on tp 1, and the model's warnings."""
+    cfg = KernelCostConfig(tables=str(tables), system=system, **kw)  # type: ignore[arg-type]
+    km = KernelCostModel(MXFP4_TINY, resolve_gpu("h100-sxm"), cfg, tp=1, backend=backend, max_num_seqs=8)
+    assert km._moe is not None
+    return km._moe(tokens) * 1e3, km.warnings
+
+
+def test_mxfp4_experts_take_the_activation_precision_each_engine_runs(tmp_path: Path) -> None:
+    root = write_mxfp4_tables(tmp_path / "t")
+    bf16_act, mxfp8_act = moe_ms(16, 64, 1) * 0.5, moe_ms(16, 64, 1) * 0.2  # width 64, moe_tp 1
+    # Hopper (toy_sxm): 16-bit activations on every engine.
+    for backend in ("vllm", "sglang", "trtllm"):
+        assert mxfp4_moe_ms(root, backend, "toy_sxm")[0] == pytest.approx(bf16_act, rel=1e-12), backend
+    # Blackwell: TensorRT-LLM and SGLang quantize the activations to MXFP8, vLLM does not by default.
+    assert mxfp4_moe_ms(root, "trtllm", "b200_sxm")[0] == pytest.approx(mxfp8_act, rel=1e-12)
+    assert mxfp4_moe_ms(root, "sglang", "b200_sxm")[0] == pytest.approx(mxfp8_act, rel=1e-12)
+    assert mxfp4_moe_ms(root, "vllm", "b200_sxm")[0] == pytest.approx(bf16_act, rel=1e-12)
+    # Forced either way (vLLM with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1; SGLang's bf16 precision).
+    got, warnings = mxfp4_moe_ms(
+        root, "vllm", "b200_sxm", mxfp4_moe_activation="mxfp8", moe_tables_backend="sglang"
+    )
+    assert got == pytest.approx(mxfp8_act, rel=1e-12)
+    assert "MoE experts: priced from sglang's moe table (cost_model.moe_tables_backend)" in warnings
+    forced = mxfp4_moe_ms(root, "sglang", "b200_sxm", mxfp4_moe_activation="bf16")[0]
+    assert forced == pytest.approx(bf16_act, rel=1e-12)
+    assert mxfp4_moe_activation("trtllm", "rtx_pro_6000_server") == "mxfp8"  # sm120 >= 100
+    assert mxfp4_moe_activation("sglang", "rtx_pro_6000_server") == "bf16"
+
+
+def test_mxfp4_x_mxfp8_experts_a_table_lacks_are_refused_by_name(tmp_path: Path) -> None:
+    root = write_mxfp4_tables(tmp_path / "t")
+    with pytest.raises(
+        ProfileError,
+        match=r"vllm's moe tables on b200_sxm: no w4a8_mxfp4_mxfp8 MoE was measured on this system "
+        r"\(measured: bfloat16, w4a16_mxfp4\) \(MXFP4 experts: cost_model.mxfp4_moe_activation",
+    ):
+        mxfp4_moe_ms(root, "vllm", "b200_sxm", mxfp4_moe_activation="mxfp8")
+
+
+def test_a_newer_moe_table_with_the_dtype_at_other_shapes_only_falls_back(tmp_path: Path) -> None:
+    # TensorRT-LLM 1.3.0rc23 on b200_sxm: MXFP4 x MXFP8 experts at two other models' shapes only.
+    root = write_mxfp4_tables(tmp_path / "t")
+    folder = root / "b200_sxm" / "moe" / "trtllm" / "2.0.0"
+    folder.mkdir(parents=True)
+    frame = pd.read_parquet(root / "b200_sxm" / "moe" / "trtllm" / "1.0.0" / "moe_perf.parquet")
+    other = frame[frame["moe_dtype"] == "w4a8_mxfp4_mxfp8"].assign(hidden_size=128)
+    other.to_parquet(folder / "moe_perf.parquet")
+    got, warnings = mxfp4_moe_ms(root, "trtllm", "b200_sxm")
+    assert got == pytest.approx(moe_ms(16, 64, 1) * 0.2, rel=1e-12)
+    assert (
+        "MoE experts: no w4a8_mxfp4_mxfp8 at this shape in trtllm 2.0.0's moe table; read from 1.0.0's"
+        in warnings
+    )
+
+
+def _add_fp8_block_rows(root: Path, backend: str, factor: float) -> None:
+    path = root / "toy_sxm" / "gemm" / backend / "1.0.0" / "gemm_perf.parquet"
+    frame = pd.read_parquet(path)
+    block = frame.assign(gemm_dtype="fp8_block", kernel_source="block", latency=frame["latency"] * factor)
+    pd.concat([frame, block]).to_parquet(path)
+
+
+def test_vllm_block_fp8_gemms_take_sglangs_rows_of_the_same_kernel(tmp_path: Path) -> None:
+    # vLLM's fp8_block rows 10x the bf16 ones (host time in them), SGLang's 0.5x (or none).
+    spec = TINY.model_copy(update={"weight_dtype": "fp8_block", "num_kv_heads": 2})
+
+    def qkv_ms(sglang_rows: bool, **kw: object) -> tuple[float, list[str]]:
+        root = tmp_path / f"t{sglang_rows}{len(kw)}"
+        write_tables(root, backend="vllm")
+        write_tables(root, backend="sglang")
+        _add_fp8_block_rows(root, "vllm", 10.0)
+        if sglang_rows:
+            _add_fp8_block_rows(root, "sglang", 0.5)
+        km = KernelCostModel(spec, resolve_gpu("h100-sxm"), _cfg(root, **kw), tp=2, max_num_seqs=8)
+        return km._gemms[0](16) * 1e3, km.warnings  # QKV: n (2 + 2) x 16 = 64, k 64
+
+    got, warnings = qkv_ms(True)
+    assert got == pytest.approx(gemm_ms(16, 64, 64) * 0.5, rel=1e-12)
+    assert "fp8_block GEMMs: priced from sglang's gemm table (cost_model.fp8_block_gemm_backend)" in warnings
+    got, warnings = qkv_ms(False)  # SGLang's table lacks them: vLLM's own, with a warning
+    assert got == pytest.approx(gemm_ms(16, 64, 64) * 10.0, rel=1e-12)
+    assert "fp8_block GEMMs: no sglang table with them on toy_sxm; vllm's own" in warnings
+    assert qkv_ms(True, fp8_block_gemm_backend="vllm")[0] == pytest.approx(
+        gemm_ms(16, 64, 64) * 10.0, rel=1e-12
+    )

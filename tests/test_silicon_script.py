@@ -144,6 +144,53 @@ def test_moe_rows_run_at_their_checkpoints_precision() -> None:
     assert silicon.scenario_for(row, None, {})["replicas"][0]["engine"]["quantization"] == "fp8_block"
 
 
+def test_vllm_gpt_oss_on_b200_runs_its_experts_with_mxfp8_activations_as_launched() -> None:
+    """SemiAnalysis' vLLM gpt-oss B200 scripts export VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1:
+    those rows' MXFP4 experts take MXFP8 activations (priced from SGLang's table of the same
+    FlashInfer kernel); H200 rows, TensorRT-LLM rows and other harnesses keep the defaults."""
+    single = {"harness": "inferencex-single-node"}
+    row = _row("g", model_path="openai/gpt-oss-120b", system="b200_sxm", gemm_quant_mode="nvfp4",
+               moe_quant_mode="nvfp4", backend="vllm", backend_version="0.15.1")  # fmt: skip
+    cost = silicon.scenario_for(row, single, {})["replicas"][0]["cost_model"]
+    assert cost == {"kind": "kernels", "mxfp4_moe_activation": "mxfp8", "moe_tables_backend": "sglang"}
+    for other, harness in (
+        ({"system": "h200_sxm"}, single),
+        ({"backend": "trtllm", "backend_version": "1.2.0rc2"}, single),
+        ({}, {"harness": "nvidia-gap-analysis"}),
+    ):
+        cost = silicon.scenario_for({**row, **other}, harness, {})["replicas"][0]["cost_model"]
+        assert cost == {"kind": "kernels"}, other
+
+
+def test_trtllm_deepseek_fp8_on_b200_runs_the_trtllm_gen_moe_its_script_chose() -> None:
+    """InferenceX's DeepSeek-R1 fp8 TensorRT-LLM B200 script (1.2.0rc6 runs) sets MoE backend
+    TRTLLM except at 1k/8k with C >= 256, its MTP script (.post3) except with attention DP
+    (DEEPGEMM then: the table's own kernel)."""
+    harness = {"harness": "inferencex-single-node", "concurrency": "16"}
+    row = _row("d", model_path="deepseek-ai/DeepSeek-R1", system="b200_sxm", gemm_quant_mode="fp8",
+               moe_quant_mode="fp8", backend="trtllm", backend_version="1.2.0rc6.post2", tp_size="8",
+               isl="1024", osl="8192")  # fmt: skip
+    cost = silicon.scenario_for(row, harness, {})["replicas"][0]["cost_model"]
+    assert cost == {"kind": "kernels", "moe_tables_backend": "sglang"}
+    mtp = {**row, "backend_version": "1.2.0rc6.post3"}  # the MTP script: TRTLLM unless attention DP
+    assert (
+        silicon.scenario_for(mtp, {**harness, "concurrency": "256"}, {})["replicas"][0]["cost_model"] == cost
+    )
+    dp = {"backend_version": "1.2.0rc6.post3", "tp_size": "1", "attention_dp_size": "8", "moe_tp_size": "1",
+          "moe_ep_size": "8"}  # fmt: skip
+    cases = [
+        ({}, "256"),
+        ({"backend_version": "1.1.0rc2.post2"}, "16"),
+        ({"system": "h200_sxm"}, "16"),
+        (dp, "16"),
+    ]
+    for other, conc in cases:
+        h = {**harness, "concurrency": conc}
+        assert silicon.scenario_for({**row, **other}, h, {})["replicas"][0]["cost_model"] == {
+            "kind": "kernels"
+        }
+
+
 def test_a_row_becomes_the_benchmark_as_it_was_run() -> None:
     harness = {"concurrency": "4", "num_prompts": "40", "num_warmups": "8", "random_range_ratio": "0.8",
                "harness": "inferencemax-single-node"}  # fmt: skip

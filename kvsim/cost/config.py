@@ -198,6 +198,27 @@ class KernelCostConfig(FrozenModel):
         "so with expert parallelism the slowest rank sets the step. Default: aiconfigurator's own "
         "default workload (power_law_1.01).",
     )
+    mxfp4_moe_activation: Literal["auto", "bf16", "mxfp8"] = Field(
+        default="auto",
+        description="MXFP4 experts (gpt-oss): the precision of the activations the expert kernel "
+        "multiplies them with, which picks the moe table's rows (w4a16_mxfp4 or w4a8_mxfp4_mxfp8). "
+        "auto: the engine's default on the GPU (kvsim.cost.kernels.mxfp4_moe_activation: MXFP8 for "
+        "TensorRT-LLM and SGLang on Blackwell, 16 bits elsewhere and for vLLM, which quantizes to "
+        "MXFP8 only with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1: set mxfp8 then).",
+    )
+    fp8_block_gemm_backend: Literal["vllm", "sglang", "trtllm"] | None = Field(
+        default=None,
+        description="Whose gemm table prices block-scaled fp8 GEMMs (fp8_block weights); None: the "
+        "engine's own, except vLLM's, whose fp8_block rows time the host's work too (58-260 us at any "
+        "small shape): SGLang's table of the same DeepGEMM kernel (kvsim.cost.kernels.FP8_BLOCK_GEMM_TABLES).",
+    )
+    moe_tables_backend: Literal["vllm", "sglang", "trtllm"] | None = Field(
+        default=None,
+        description="Whose moe table prices the routed experts (its newest version with the experts' "
+        "dtype at the model's shape); None: the engine's own. For an engine whose table lacks a kernel "
+        "it runs (vLLM 0.24.0's lacks MXFP4 x MXFP8 experts at gpt-oss's shape: the same FlashInfer "
+        "kernel SGLang's table measures).",
+    )
 
 
 #: The built-in kinds (their builders are registered in `kvsim.cost.factory`).

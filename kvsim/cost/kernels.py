@@ -100,9 +100,8 @@ GEMM_DTYPES: dict[str, str] = {
     "int4": "int4_wo",
 }
 #: Expert weight precision -> the ``moe`` table's moe_dtype (aiconfigurator-core 0.12.0,
-#: systems/data/<system>/moe/<backend>/<version>/moe_perf.parquet). MXFP4 experts are
-#: measured as weight-only (16-bit activations, gpt-oss's kernels on Hopper); nvfp4 only
-#: on Blackwell systems.
+#: systems/data/<system>/moe/<backend>/<version>/moe_perf.parquet); nvfp4 only on Blackwell
+#: systems. MXFP4 experts by the activations the engine feeds them: `MXFP4_MOE_DTYPES`.
 MOE_DTYPES: dict[str, str] = {
     "bf16": "bfloat16",
     "fp16": "bfloat16",
@@ -112,6 +111,49 @@ MOE_DTYPES: dict[str, str] = {
     "mxfp4": "w4a16_mxfp4",
     "int4": "int4_wo",
 }
+#: MXFP4 experts: the moe table's dtype by activation precision (16-bit activations: the
+#: weight-only kernels; MXFP8: activations quantized to MXFP8 before the expert GEMMs,
+#: FlashInfer's / TensorRT-LLM's trtllm-gen kernel, about 1.3x-5x faster per layer on B200).
+MXFP4_MOE_DTYPES: dict[str, str] = {"bf16": "w4a16_mxfp4", "mxfp8": "w4a8_mxfp4_mxfp8"}
+#: Systems of compute capability 10.x (data-center Blackwell) and 12.x (RTX PRO 6000).
+SM100_SYSTEMS = ("b200_sxm", "b300_sxm", "gb200", "gb300")
+SM120_SYSTEMS = ("rtx_pro_6000_server",)
+
+
+def mxfp4_moe_activation(backend: str, system: str, requested: str = "auto") -> str:
+    """The activation precision (bf16 or mxfp8) of an engine's MXFP4 expert kernel on a system.
+
+    - TensorRT-LLM: ``ModelConfig.get_mxfp4_quant_algo`` (tensorrt_llm/_torch/model_config.py,
+      NVIDIA/TensorRT-LLM at 1a0dc5f): W4A8_MXFP4_MXFP8 when get_sm_version() >= 100 and the
+      MoE backend is not TRITON (W4A8_MXFP4_FP8 then: not measured), else W4A16_MXFP4
+      (Hopper); OVERRIDE_QUANT_ALGO can force another.
+    - SGLang: on Blackwell its FlashInfer MXFP4 MoE quantizes the input with mxfp8_quantize
+      unless --flashinfer-mxfp4-moe-precision bf16 (default "default";
+      python/sglang/srt/layers/quantization/mxfp4.py, Mxfp4MoEMethod.apply); Hopper: 16 bits.
+    - vLLM: 16-bit activations by default on every GPU (0.1x get_mxfp4_backend,
+      vllm/model_executor/layers/quantization/mxfp4.py: SM100_FI_MXFP4_BF16 unless
+      VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1; 0.32.0's oracle/mxfp4.py puts
+      FLASHINFER_TRTLLM_MXFP4_BF16 first for gpt-oss); MXFP8 only when asked (``requested``).
+    """
+    if requested != "auto":
+        return requested
+    if backend == "trtllm" and system in SM100_SYSTEMS + SM120_SYSTEMS:
+        return "mxfp8"
+    if backend == "sglang" and system in SM100_SYSTEMS:
+        return "mxfp8"
+    return "bf16"
+
+
+#: Whose ``gemm`` table prices an engine's block-scaled fp8 GEMMs when not its own. vLLM
+#: 0.24.0's fp8_block rows (aiconfigurator-core 0.12.0) time its Python op, host work
+#: included: flat floors of 58 us (FlashInferFp8BlockScaledMMKernel, m < 32), 85 us
+#: (DeepGemmFp8BlockScaledMMKernel, m >= 32) and 175 us (CutlassFp8BlockScaledMMKernel) on
+#: h200_sxm at every shape up to n = k = 8,192 (180-260 us for DeepGEMM on b200_sxm), where
+#: its own per-tensor fp8 GEMM takes 6-9 us; the same DeepGEMM kernel in SGLang 0.5.14's
+#: table (sglang_deepgemm_gemm_nt_f8f8bf16) takes 7-11 us at m 1-64, n 2,048, k 3,072 on
+#: h200_sxm (TensorRT-LLM 1.3.0rc20's deepgemm 8 us on b200_sxm). A captured decode step
+#: (vLLM's CUDA graphs) pays the kernel, not the host: SGLang's rows stand in for vLLM's.
+FP8_BLOCK_GEMM_TABLES: dict[str, str] = {"vllm": "sglang"}
 #: Expert routing the MoE tables were measured with that kvsim reads: aiconfigurator's
 #: default workload (``workload_distribution = "power_law"``, alpha 1.01), the tokens'
 #: experts drawn from a power law, so the busiest expert sets the kernel's time.
@@ -534,6 +576,8 @@ class KernelCostModel:
 
         gemm = self.source.table("gemm", "gemm_perf")
         w = self.warnings
+        if gemm_dtype == "fp8_block":
+            gemm = self._fp8_block_rows(gemm)
         # A mixture of experts (`_moe_layer_gemms`, `_moe`): its dense first layers are
         # priced at the active width, intermediate_size x (top-k + shared): DeepSeek-V3's
         # and Kimi-K2.5's real 18,432 = 9 x 2,048 (ModelSpec has no field for it).
@@ -650,6 +694,28 @@ class KernelCostModel:
         self._by_seqs: dict[int, float] = {}
         self._pcie_bw = gpu.pcie_bandwidth_bytes_per_s
 
+    def _fp8_block_rows(self, gemm: pd.DataFrame) -> pd.DataFrame:
+        """The engine's GEMM table with its fp8_block rows from ``fp8_block_gemm_backend``'s
+        table (default `FP8_BLOCK_GEMM_TABLES`: SGLang's for vLLM), its newest version on the
+        same system; the engine's own rows, with a warning, where that table lacks them."""
+        src = self.source
+        other = self.config.fp8_block_gemm_backend or FP8_BLOCK_GEMM_TABLES.get(src.backend, src.backend)
+        if other == src.backend:
+            return gemm
+        rows = pd.DataFrame()
+        if src.index.versions(src.system, "gemm", other):
+            frame = KernelSource(src.index, src.system, other, None).table("gemm", "gemm_perf")
+            rows = frame[frame["gemm_dtype"] == "fp8_block"]
+        if rows.empty:
+            self.warnings.append(
+                f"fp8_block GEMMs: no {other} table with them on {src.system}; {src.backend}'s own"
+            )
+            return gemm
+        self.warnings.append(
+            f"fp8_block GEMMs: priced from {other}'s gemm table (cost_model.fp8_block_gemm_backend)"
+        )
+        return pd.concat([gemm[gemm["gemm_dtype"] != "fp8_block"], rows], ignore_index=True)
+
     def _check_mla(self, model: ModelSpec, tp: int) -> bool:
         """Refuse, by name, an MLA model the tables do not measure; True when the engine has
         module tables (vLLM, TensorRT-LLM), False for the granular ones (SGLang)."""
@@ -695,27 +761,48 @@ class KernelCostModel:
             curves.append(Curve(best.index.to_numpy(float), best.to_numpy(float) * MS))
         return curves[0], curves[1]
 
-    def _moe_table(self, moe_dtype: str) -> pd.DataFrame:
+    def _moe_source(self) -> KernelSource:
+        """Whose moe table: the engine's, or ``moe_tables_backend``'s (its newest versions)."""
+        other = self.config.moe_tables_backend
+        if other is None or other == self.source.backend:
+            return self.source
+        self.warnings.append(f"MoE experts: priced from {other}'s moe table (cost_model.moe_tables_backend)")
+        return KernelSource(self.source.index, self.source.system, other, None)
+
+    def _moe_table(self, src: KernelSource, moe_dtype: str) -> pd.DataFrame:
         """The ``moe`` table of the engine's version (else the newest). When that version's
         folder has no ``moe_perf`` (SGLang 0.5.16 on b200_sxm measured only its wide-EP
-        tables) or, no version having been asked for, lacks ``moe_dtype`` (TensorRT-LLM
-        1.3.0rc23 on h200_sxm re-measured only bf16 and fp8 experts), the newest version
-        whose table has it, with a warning."""
-        src = self.source
+        tables) or, no version having been asked for, lacks ``moe_dtype`` at the model's
+        hidden size, top-k and expert count (TensorRT-LLM 1.3.0rc23 on h200_sxm re-measured
+        only bf16 and fp8 experts; on b200_sxm MXFP4 x MXFP8 experts at two other models'
+        shapes, not gpt-oss's), the newest version whose table has it, with a warning."""
+        model = self.model
+
+        def has(frame: pd.DataFrame) -> bool:
+            return bool(
+                (
+                    (frame["moe_dtype"] == moe_dtype)
+                    & (frame["hidden_size"] == model.hidden_size)
+                    & (frame["topk"] == model.num_experts_per_token)
+                    & (frame["num_experts"] == model.num_experts)
+                ).any()
+            )
+
         versions = src.index.versions(src.system, "moe", src.backend)
         chosen = src.version_for("moe") or (versions[-1] if versions else None)
         first = src.index.folder(src.system, "moe", src.backend, chosen) / "moe_perf.parquet"
         if first.is_file():
             frame = read_table(first)
-            if (frame["moe_dtype"] == moe_dtype).any() or src.version_for("moe") is not None:
+            if has(frame) or src.version_for("moe") is not None:
                 return frame
         for version in reversed(versions):
             path = src.index.folder(src.system, "moe", src.backend, version) / "moe_perf.parquet"
             if version != chosen and path.is_file():
                 other = read_table(path)
-                if (other["moe_dtype"] == moe_dtype).any():
+                if has(other):
                     self.warnings.append(
-                        f"MoE experts: no {moe_dtype} in {src.backend} {chosen}'s moe table; read from {version}'s"
+                        f"MoE experts: no {moe_dtype} at this shape in {src.backend} {chosen}'s moe table; "
+                        f"read from {version}'s"
                     )
                     return other
         return read_table(first)  # refused by name below, or reported missing by the reader
@@ -726,15 +813,28 @@ class KernelCostModel:
         model, w = self.model, self.warnings
         assert model.num_experts is not None and model.num_experts_per_token is not None
         expert_dtype = model.expert_weight_dtype or model.weight_dtype
+        src = self._moe_source()
         moe_dtype = MOE_DTYPES.get(expert_dtype)
+        if expert_dtype == "mxfp4":
+            activation = mxfp4_moe_activation(src.backend, src.system, self.config.mxfp4_moe_activation)
+            moe_dtype = MXFP4_MOE_DTYPES[activation]
         if moe_dtype is None:
             raise ProfileError(f"no MoE kernel tables for {expert_dtype} experts")
-        self._moe = moe_curve(
-            self._moe_table(moe_dtype), moe_dtype, hidden=model.hidden_size,
-            inter=model.intermediate_size, topk=model.num_experts_per_token, num_experts=model.num_experts,
-            moe_tp=self.moe_tp, moe_ep=self.moe_ep, what="MoE experts", warn=w,
-            distribution=self.config.expert_load,
-        )  # fmt: skip
+        try:
+            self._moe = moe_curve(
+                self._moe_table(src, moe_dtype), moe_dtype, hidden=model.hidden_size,
+                inter=model.intermediate_size, topk=model.num_experts_per_token, num_experts=model.num_experts,
+                moe_tp=self.moe_tp, moe_ep=self.moe_ep, what="MoE experts", warn=w,
+                distribution=self.config.expert_load,
+            )  # fmt: skip
+        except ProfileError as err:
+            hint = (
+                " (MXFP4 experts: cost_model.mxfp4_moe_activation picks the activations, "
+                "cost_model.moe_tables_backend another engine's table)"
+                if expert_dtype == "mxfp4"
+                else ""
+            )
+            raise ProfileError(f"{src.backend}'s moe tables on {src.system}: {err}{hint}") from err
         self._moe_comm = self._moe_comm_curve(expert_dtype)
         gemm_dtype = GEMM_DTYPES[model.weight_dtype]
         h, shared = model.hidden_size, model.num_shared_experts * inter

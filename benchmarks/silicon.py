@@ -42,7 +42,8 @@ worker, after the KV transfer) and kvsim's own, which end at the prefill
 (``prefill_ttft_ms``, ``prefill_tpot_ms``).
 
 Rows kvsim does not model are "unsupported", with the reason: pipeline parallelism, a
-disaggregated row without worker counts or concurrency, and what the kernels cost model
+disaggregated row without worker counts or concurrency, DeepSeek's MTP speculative-decoding
+runs (`mtp_run`: no acceptance rate recorded), and what the kernels cost model
 refuses by name (an MoE shape, precision or moe_tp x moe_ep layout its ``moe`` table lacks,
 MLA outside its tables). A mixture-of-experts row runs at its
 checkpoint's own precision when the row's moe_quant_mode names it (`moe_quantization`).
@@ -148,6 +149,22 @@ def trtllm_gen_fp8_moe(row: dict[str, str], harness: dict[str, str]) -> bool:
     if version.startswith("1.2.0rc6.post3"):
         return (_int(row.get("attention_dp_size")) or 1) == 1
     return False
+
+
+def mtp_run(row: dict[str, str], harness: dict[str, str]) -> bool:
+    """Whether a row ran DeepSeek's multi-token prediction as speculative decoding: InferenceX's
+    DeepSeek-R1 TensorRT-LLM B200 runs on the 1.2.0rc6.post3 image, launched by
+    benchmarks/dsr1_fp8_b200_trt_mtp.sh (#632, 2026-02-05: ``speculative_config: decoding_type:
+    MTP``, ``num_nextn_predict_layers`` 3, 1 with attention DP) and its nvfp4 twin (#642,
+    2026-02-06). The rows do not record how many drafted tokens were accepted, so kvsim cannot
+    replay them (its speculative decoding needs an acceptance rate)."""
+    return (
+        harness.get("harness") == "inferencex-single-node"
+        and row["backend"] == "trtllm"
+        and "DeepSeek" in row["model_path"]
+        and row["system"] == "b200_sxm"
+        and (row.get("backend_version") or "").startswith("1.2.0rc6.post3")
+    )
 
 
 def cost_model_flags(row: dict[str, str], harness: dict[str, str]) -> dict[str, Any]:
@@ -290,6 +307,8 @@ def scenario_for(
         gpu = resolve_gpu(row["system"])
     except Exception as exc:  # an unknown name: a preset kvsim does not have
         raise ValueError(f"unsupported: {exc}") from None
+    if mtp_run(row, harness or {}):
+        raise ValueError("unsupported: an MTP speculative-decoding run whose acceptance rate is not recorded")
     quant = row.get("gemm_quant_mode") or ""
     if quant not in QUANTIZATION:
         raise ValueError(f"unsupported: weight precision {quant!r}")

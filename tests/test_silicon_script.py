@@ -87,6 +87,21 @@ def test_rows_kvsim_does_not_model_say_why_without_running() -> None:
         assert why in str(info.value), (why, str(info.value))
 
 
+def test_deepseek_mtp_runs_are_refused_by_name() -> None:
+    """InferenceX's DeepSeek-R1 TensorRT-LLM B200 runs on the 1.2.0rc6.post3 image ran MTP
+    speculative decoding (acceptance not recorded); the .post2 runs and other harnesses run."""
+    harness = {"harness": "inferencex-single-node", "concurrency": "4"}
+    row = _row("mtp", backend="trtllm", backend_version="1.2.0rc6.post3", model_path="deepseek-ai/DeepSeek-R1",
+               system="b200_sxm", tp_size="8", moe_tp_size="8", moe_ep_size="1", gemm_quant_mode="fp8")  # fmt: skip
+    with pytest.raises(ValueError, match=r"^unsupported: an MTP speculative-decoding run"):
+        silicon.scenario_for(row, harness, {})
+    assert silicon.mtp_run(row, harness)
+    assert not silicon.mtp_run({**row, "backend_version": "1.2.0rc6.post2"}, harness)
+    assert not silicon.mtp_run(row, {"harness": "inferencemax-single-node"})
+    assert not silicon.mtp_run({**row, "system": "h200_sxm"}, harness)
+    silicon.scenario_for({**row, "backend_version": "1.2.0rc6.post2"}, harness, {})  # runs
+
+
 def test_a_rows_parallel_layout_becomes_the_groups() -> None:
     """attention_dp_size, moe_tp_size and moe_ep_size are the replica group's attention_dp,
     moe_tp and moe_ep (issue 22 item 2); a dense row's attention DP is data-parallel ranks."""
@@ -172,17 +187,16 @@ def test_trtllm_deepseek_fp8_on_b200_runs_the_trtllm_gen_moe_its_script_chose() 
                isl="1024", osl="8192")  # fmt: skip
     cost = silicon.scenario_for(row, harness, {})["replicas"][0]["cost_model"]
     assert cost == {"kind": "kernels", "moe_tables_backend": "sglang"}
-    mtp = {**row, "backend_version": "1.2.0rc6.post3"}  # the MTP script: TRTLLM unless attention DP
-    assert (
-        silicon.scenario_for(mtp, {**harness, "concurrency": "256"}, {})["replicas"][0]["cost_model"] == cost
-    )
-    dp = {"backend_version": "1.2.0rc6.post3", "tp_size": "1", "attention_dp_size": "8", "moe_tp_size": "1",
-          "moe_ep_size": "8"}  # fmt: skip
+    # The MTP script (.post3: refused as MTP runs, `mtp_run`): TRTLLM unless attention DP.
+    mtp = {**row, "backend_version": "1.2.0rc6.post3"}
+    assert silicon.trtllm_gen_fp8_moe(mtp, {**harness, "concurrency": "256"})
+    dp = {"tp_size": "1", "attention_dp_size": "8", "moe_tp_size": "1", "moe_ep_size": "8"}
+    assert not silicon.trtllm_gen_fp8_moe({**mtp, **dp}, harness)
     cases = [
         ({}, "256"),
         ({"backend_version": "1.1.0rc2.post2"}, "16"),
         ({"system": "h200_sxm"}, "16"),
-        (dp, "16"),
+        ({**dp, "backend_version": "1.2.0rc6.post2"}, "256"),
     ]
     for other, conc in cases:
         h = {**harness, "concurrency": conc}

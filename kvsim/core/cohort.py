@@ -142,6 +142,12 @@ class DecodeCohort:
                 j -= 1
         else:  # a contiguous reservation outlasts its request: due only when it finishes
             j = req.lazy_finish - s
+        self.file(req, j)
+
+    def file(self, req: Request, j: int) -> None:
+        """File member ``req`` under its next event, ``j`` steps after the one being
+        scheduled, or its finish if that comes first."""
+        s = self.step
         to_finish = req.lazy_finish - s
         if to_finish < j:
             j = to_finish

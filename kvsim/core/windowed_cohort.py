@@ -76,22 +76,9 @@ class WindowedCohort(DecodeCohort):
         self.refile(req, nc)
 
     def refile(self, req: Request, nc: int) -> None:
-        self.file(req, self.kv.next_decode_event(req, nc))
-
-    def file(self, req: Request, j: int) -> None:
-        """File member ``req`` under its next event, ``j`` steps after the one being
-        scheduled, or its finish if that comes first."""
-        s = self.step
+        j = self.kv.next_decode_event(req, nc)
         assert j > 0, "a decode's events after the one being scheduled"
-        to_finish = req.lazy_finish - s
-        if to_finish < j:
-            j = to_finish
-        req.lazy_due = s + j
-        due = self.due.get(s + j)
-        if due is None:
-            self.due[s + j] = [req]
-        else:
-            due.append(req)
+        self.file(req, j)
 
     def leave(self, req: Request) -> None:
         b = req.num_computed_tokens - req.lazy_step

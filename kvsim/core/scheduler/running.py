@@ -323,7 +323,7 @@ class RunningPhase(SchedulerBase):
             if req.lazy_finish == s:
                 co.leave(req)
                 return True
-            co.file(req, j)  # type: ignore[attr-defined]  # a WindowedCohort
+            co.file(req, j)
             return False
         if not decode_in_place(req, nc, kv.block_size, kv.enable_caching):
             fits = self._decode_at_block_boundary(req, nc)

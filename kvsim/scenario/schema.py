@@ -65,6 +65,9 @@ MAX_HOST_GIB = 1024.0**2
 MAX_REPLICAS_PER_GROUP = 65_536
 MAX_TP = 1024
 MAX_GROUPS = 128
+#: Most iterations an engine may leave arrivals unseen or hold prompts back (the engines take
+#: any int; a million iterations is hours of serving).
+MAX_RECV_INTERVAL = 1_000_000
 #: Most points per replica on a consistent-hash ring.
 MAX_HASH_VIRTUAL_NODES = 4096
 #: Largest simulated time limit, seconds; largest seed (exact in JSON and in the dashboard).
@@ -271,11 +274,50 @@ class EngineConfig(FrozenModel):
         default=None,
         description="Speculative decoding (vLLM's speculative_config); None: off.",
     )
+    scheduler_recv_interval: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_RECV_INTERVAL,
+        description="SGLang's --scheduler-recv-interval (backend sglang only): while it decodes, "
+        "the scheduler takes new requests in only once every N decode iterations (at once after a "
+        "prefill batch, and when idle); requests sent in between wait unseen. 1: every iteration.",
+    )
+    batch_wait_timeout_iters: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_RECV_INTERVAL,
+        description="TensorRT-LLM's batch_wait_timeout_iters (backend trtllm only): while requests "
+        "decode, new prompts are held for up to this many iterations, until the iteration's "
+        "scheduled tokens with theirs reach batch_wait_max_tokens_ratio of the token budget. 0: off.",
+    )
+    batch_wait_max_tokens_ratio: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="TensorRT-LLM's batch_wait_max_tokens_ratio (backend trtllm only): the share of "
+        "max_num_batched_tokens at which held prompts start at once. 0: off (holding needs both).",
+    )
     enable_kv_cache: bool = Field(
         default=True,
         description="False prices every decode step as recomputing the whole sequence, as a model "
         "without a KV cache must (the quadratic-cost demonstration); memory accounting is unchanged.",
     )
+
+    @model_validator(mode="after")
+    def _intake_knobs_of_their_backend(self) -> EngineConfig:
+        """SGLang's recv interval and TensorRT-LLM's batch waiting are theirs alone."""
+        if self.scheduler_recv_interval != 1 and self.backend != "sglang":
+            raise ValueError(
+                f"scheduler_recv_interval is SGLang's --scheduler-recv-interval: it needs backend "
+                f"sglang, not {self.backend}"
+            )
+        waits = self.batch_wait_timeout_iters or self.batch_wait_max_tokens_ratio
+        if waits and self.backend != "trtllm":
+            raise ValueError(
+                f"batch_wait_timeout_iters / batch_wait_max_tokens_ratio are TensorRT-LLM's batch "
+                f"waiting: they need backend trtllm, not {self.backend}"
+            )
+        return self
 
     @field_validator("scheduling_policy")
     @classmethod

@@ -8,6 +8,7 @@ returns the requests that left.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from kvsim.core.allocators import PagedAllocator, make_allocator
@@ -87,6 +88,18 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
         self.explicit: dict[Request, None] = {}
         self._next_run_seq = 0
         self.windowed = False  # the cohort is a WindowedCohort (blocks leave a window)
+        # Intake (`_poll_inbox`, `_batch_wait_over`): SGLang takes arrivals in every
+        # recv_interval decode iterations (they wait unseen in the inbox meanwhile);
+        # TensorRT-LLM may hold new prompts back for batch_wait_iters iterations.
+        self.recv_interval = config.scheduler_recv_interval
+        self.inbox: list[Request] = []
+        self._recv_count = 0  # SchedulerRecvSkipper's counter: +1 per decode iteration
+        ratio = config.batch_wait_max_tokens_ratio
+        self.batch_wait_iters = config.batch_wait_timeout_iters if ratio > 0 else 0
+        self.batch_wait_tokens = math.ceil(ratio * config.max_num_batched_tokens - 1e-9)
+        self._waited = 0  # iterations the queue has been held back (batch_wait_iters_count)
+        self._held = False  # the last schedule held the queue back
+        self._timed_out = False  # the last schedule stopped holding it back at the timeout
 
     def enable_cohort(self) -> bool:
         """Advance plain decoders lazily from now on, where this engine's decode hot path
@@ -113,8 +126,8 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
 
     @property
     def num_waiting(self) -> int:
-        """Requests waiting for admission, swapped-out ones included."""
-        return len(self.queue) + len(self.swapped)
+        """Requests waiting for admission, swapped-out ones and those not yet taken in included."""
+        return len(self.queue) + len(self.swapped) + len(self.inbox)
 
     def arrivals_wait_for_now(self) -> bool:
         """Whether no request arriving now could be admitted by the next schedule unless
@@ -124,8 +137,10 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
         Meant for the start of a decode run (every running request decodes, nobody
         admitted): until the run ends free blocks only shrink, so the head stays blocked
         (not with a window, which frees blocks as it slides: then only a full batch)."""
-        if len(self.running) >= self.max_num_seqs:
-            return True
+        if len(self.running) >= self.max_num_seqs or self.recv_interval > 1:
+            return True  # with a recv interval a run ends where the scheduler next polls
+        if self._held:
+            return False  # batch waiting: an arrival's tokens may end the wait
         return (
             bool(len(self.queue))
             and not self.windowed
@@ -140,7 +155,27 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
         )
 
     def has_work(self) -> bool:
-        return bool(self.running or self.swapped or len(self.queue))
+        return bool(self.running or self.swapped or len(self.queue) or self.inbox)
+
+    def run_step_cap(self) -> int | None:
+        """Most iterations a decode run starting with the one just scheduled may span before
+        intake changes what is scheduled: the next poll of the inbox (every run ends there,
+        so arrivals ride along), or the end of a batch wait. None: no cap."""
+        cap = None
+        if self.recv_interval > 1:  # the poll comes before iteration recv_interval - count + 1
+            cap = max(1, self.recv_interval - self._recv_count + 1)
+        if self._held:  # the wait ends before iteration batch_wait_iters - waited + 1
+            held = self.batch_wait_iters - self._waited + 1
+            cap = held if cap is None else min(cap, held)
+        elif self._timed_out:  # nothing started after the wait: the next iteration waits anew
+            cap = 1
+        return cap
+
+    def note_run_steps(self, n: int) -> None:
+        """``n`` more decode iterations of a run happened without their own `schedule`."""
+        self._recv_count += n
+        if self._held:
+            self._waited += n
 
     def add_request(self, req: Request) -> KvEvent | None:
         """Queue a new request; returns its rejection (and marks it) if it can never run.
@@ -171,7 +206,10 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
         if reason:
             return self._reject(req, needed_blocks, reason)
         req.status = Status.WAITING
-        self.queue.push(req)
+        if self.recv_interval > 1 and self.running:
+            self.inbox.append(req)  # unseen until the scheduler next polls
+        else:
+            self.queue.push(req)
         if req.spec.beam_group is not None:
             if self.can_fork:
                 self.beams.add(req)
@@ -183,6 +221,9 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
         """Decide the next iteration: which requests compute how many tokens."""
         # The cap on one request's prefill chunk stops a long prompt from starving others;
         # with nobody else running or waiting there is nobody to starve (vLLM 0.32).
+        if self.recv_interval > 1:
+            self._poll_inbox()
+        self._held = self._timed_out = False
         alone = len(self.running) + self.num_waiting <= 1
         step = Step(self.max_num_batched_tokens, 0 if alone else self.long_prefill_threshold)
         self.pool.set_time(now)  # retention priorities expire by it
@@ -193,10 +234,55 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
                 self._join_cohort(step)
         if not step.num_preempted:
             self._resume_swapped(step)
-            self._admit_waiting(step, now)
+            if not self.batch_wait_iters or self._batch_wait_over(step):
+                self._admit_waiting(step, now)
             if not step.scheduled and not self.running and not self.swapped and len(self.queue):
                 self._reject_unschedulable(step, now)
-        return self._make_output(step, self.pool.num_evicted - evicted_before)
+        out = self._make_output(step, self.pool.num_evicted - evicted_before)
+        if self.recv_interval > 1:  # a decode iteration counts 1, any other polls next time
+            self._recv_count += self.recv_interval if out.num_prefill_seqs else 1
+        return out
+
+    def _poll_inbox(self) -> None:
+        """SGLang's SchedulerRecvSkipper (python/sglang/srt/managers/scheduler_recv_skipper.py,
+        0.5.x): the scheduler reads new requests when its counter, +1 per decode iteration
+        and +1,000 per other batch, reaches --scheduler-recv-interval; idle, it spins and
+        reads them at once."""
+        if self._recv_count >= self.recv_interval or not self.running:
+            self._recv_count = 0
+            for req in self.inbox:
+                self.queue.push(req)
+            self.inbox.clear()
+
+    def _batch_wait_over(self, step: Step) -> bool:
+        """TensorRT-LLM's batch waiting (PyExecutor._waiting_requests, tensorrt_llm/_torch/
+        pyexecutor/py_executor.py, 1.1-1.2; TP only, not with attention DP): when an
+        iteration schedules both generation and context requests, the context requests
+        wait unless batch_wait_timeout_iters iterations have waited or the scheduled tokens
+        (generation + context) reach batch_wait_max_tokens_ratio x max_num_tokens.
+        kvsim holds new admissions back (a prompt already chunking goes on)."""
+        scheduled = self.max_num_batched_tokens - step.budget
+        if not len(self.queue) or not self.running or not scheduled or len(self.running) >= self.max_num_seqs:
+            return True  # no generation or no context request: nothing to wait for
+        if self._waited < self.batch_wait_iters:
+            need = self.batch_wait_tokens - scheduled
+            if need > step.budget:
+                reach = False
+            else:
+                queued = 0
+                for req in self.queue:
+                    queued += req.num_tokens - req.num_computed_tokens
+                    if queued >= need:
+                        break
+                reach = queued >= need
+            if not reach:
+                self._waited += 1
+                self._held = True
+                return False
+        else:
+            self._timed_out = True
+        self._waited = 0
+        return True
 
     def _make_output(self, step: Step, num_evicted: int) -> SchedulerOutput:
         """Classify what was scheduled; the hot path's decodes (marked 0) are counted already."""

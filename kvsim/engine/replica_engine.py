@@ -217,7 +217,7 @@ class ReplicaEngine:
         sched = self.scheduler
         if not self.fast_forward or sched.cohort is None:
             return None
-        cap = sched.run_step_cap()  # intake: the run ends where the scheduler would take requests
+        cap = sched.run_step_cap() if sched.intake else None  # where intake changes the schedule
         return plan_cohort_run(sched, out, MAX_RUN_STEPS if cap is None else min(cap, MAX_RUN_STEPS))
 
     def price_step(self, out: SchedulerOutput) -> PricedStep:
@@ -336,7 +336,8 @@ class ReplicaEngine:
                 ([0], np.searchsorted(np.asarray(arrivals), ends[: m - 1], side="right"))
             )
         new_blocks, evicted, outcome = run.commit(m, ends, dts)
-        self.scheduler.note_run_steps(m - 1)  # the first step was scheduled; the others were not
+        if self.scheduler.intake:  # the first step was scheduled; the others were not
+            self.scheduler.note_run_steps(m - 1)
         if self.scheduler.pool.kv_events:  # the last step's registrations
             self._drain(float(ends[m - 1]))
         self.recorder.add_decode_run(

@@ -100,6 +100,7 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
         self._waited = 0  # iterations the queue has been held back (batch_wait_iters_count)
         self._held = False  # the last schedule held the queue back
         self._timed_out = False  # the last schedule stopped holding it back at the timeout
+        self.intake = self.recv_interval > 1 or self.batch_wait_iters > 0  # either rule applies
 
     def enable_cohort(self) -> bool:
         """Advance plain decoders lazily from now on, where this engine's decode hot path
@@ -221,9 +222,9 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
         """Decide the next iteration: which requests compute how many tokens."""
         # The cap on one request's prefill chunk stops a long prompt from starving others;
         # with nobody else running or waiting there is nobody to starve (vLLM 0.32).
-        if self.recv_interval > 1:
+        if self.intake:
             self._poll_inbox()
-        self._held = self._timed_out = False
+            self._held = self._timed_out = False
         alone = len(self.running) + self.num_waiting <= 1
         step = Step(self.max_num_batched_tokens, 0 if alone else self.long_prefill_threshold)
         self.pool.set_time(now)  # retention priorities expire by it
@@ -239,7 +240,7 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
             if not step.scheduled and not self.running and not self.swapped and len(self.queue):
                 self._reject_unschedulable(step, now)
         out = self._make_output(step, self.pool.num_evicted - evicted_before)
-        if self.recv_interval > 1:  # a decode iteration counts 1, any other polls next time
+        if self.intake:  # a decode iteration counts 1, any other reads next time
             self._recv_count += self.recv_interval if out.num_prefill_seqs else 1
         return out
 
@@ -248,7 +249,7 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
         0.5.x): the scheduler reads new requests when its counter, +1 per decode iteration
         and +1,000 per other batch, reaches --scheduler-recv-interval; idle, it spins and
         reads them at once."""
-        if self._recv_count >= self.recv_interval or not self.running:
+        if self.recv_interval > 1 and (self._recv_count >= self.recv_interval or not self.running):
             self._recv_count = 0
             for req in self.inbox:
                 self.queue.push(req)

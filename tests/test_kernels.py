@@ -586,6 +586,25 @@ def test_a_moe_decode_step_by_hand(moe_tables: Path) -> None:
     assert got_bare == pytest.approx(expected_bare, rel=1e-12)
 
 
+def test_a_step_with_a_prompt_takes_at_least_the_eager_host_time_of_its_moe_layers(moe_tables: Path) -> None:
+    # TINY_MOE has one MoE layer (and one dense): a step with a prompt chunk takes at least
+    # 1 x 50 ms; a decode step and a prefill longer than that keep their kernels' time.
+    base = KernelCostModel(TINY_MOE, resolve_gpu("h100-sxm"), _cfg(moe_tables), tp=2, max_num_seqs=8)
+    eager = KernelCostModel(
+        TINY_MOE, resolve_gpu("h100-sxm"), _cfg(moe_tables, eager_moe_layer_host_s=0.05), tp=2, max_num_seqs=8
+    )
+    assert eager._num_moe_layers == 1
+    mixed = Batch(prefill_chunks=[(16, 0)], num_decode_seqs=2, decode_context_tokens=60)
+    assert base.step_time_s(mixed) < 0.05
+    assert eager.step_time_s(mixed) == 0.05
+    decode = Batch(num_decode_seqs=2, decode_context_tokens=60)
+    assert eager.step_time_s(decode) == base.step_time_s(decode)
+    slow = KernelCostModel(
+        TINY_MOE, resolve_gpu("h100-sxm"), _cfg(moe_tables, eager_moe_layer_host_s=1e-6), tp=2, max_num_seqs=8
+    )
+    assert slow.step_time_s(mixed) == base.step_time_s(mixed)  # the kernels take longer than the host
+
+
 def test_mxfp4_experts_read_their_own_rows(moe_tables: Path) -> None:
     spec = TINY_MOE.model_copy(update={"expert_weight_dtype": "mxfp4"})
     km = KernelCostModel(spec, resolve_gpu("h100-sxm"), _cfg(moe_tables), tp=2, max_num_seqs=8)

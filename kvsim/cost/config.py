@@ -176,6 +176,15 @@ class KernelCostConfig(FrozenModel):
         description="Fixed time per transformer layer per iteration beyond the measured kernels "
         "(launch gaps), seconds; None: the backend's fitted value.",
     )
+    eager_moe_layer_host_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_STEP_TIME_S,
+        description="Mixture of experts: host time per MoE layer of a step with a prompt in it, which "
+        "SGLang and TensorRT-LLM run without CUDA graphs, kernel by kernel from Python; such a step "
+        "takes at least MoE layers x this, seconds. None: the backend's value fitted on H200 "
+        "deployments (kvsim.cost.kernels.EAGER_MOE_LAYER_HOST_S; 0 for vLLM).",
+    )
     elementwise_memory_efficiency: float = Field(
         default=0.8,
         gt=0,

@@ -200,6 +200,13 @@ FITTED: dict[str, Overheads] = {
     "trtllm": Overheads(0.0, 0.0, 0.0),
 }
 
+#: Host time per mixture-of-experts layer of a step that runs without CUDA graphs, seconds:
+#: SGLang and TensorRT-LLM capture decode batches only, so a step with a prompt in it runs
+#: eagerly, each kernel launched from Python, and takes at least (MoE layers x this) however
+#: few its tokens (`KernelCostModel.step_time_s`). Fitted on h200_sxm rows only; vLLM's
+#: compiled piecewise graphs: 0.
+EAGER_MOE_LAYER_HOST_S: dict[str, float] = {"vllm": 0.0, "sglang": 0.0, "trtllm": 0.0}
+
 
 #: vLLM's CUDA-graph capture sizes (vllm/config/vllm.py, _set_cudagraph_sizes, 0.32.0):
 #: 1, 2, 4, multiples of 8 below 256, then multiples of 16 up to the largest size, which
@@ -585,6 +592,7 @@ class KernelCostModel:
         self._moe_comm: Curve | None = None
         self._moe_layer_gemms: list[Curve] = []
         self._num_moe_layers = 0
+        self._eager_floor_s = 0.0  # a step with a prompt takes at least this (`EAGER_MOE_LAYER_HOST_S`)
         mlp_inter = inter
         if model.is_moe:
             assert model.num_experts is not None and model.num_experts_per_token is not None
@@ -624,6 +632,10 @@ class KernelCostModel:
         ]
         if model.is_moe:
             self._init_moe(gemm, inter, attention_gemms)
+            per_layer = config.eager_moe_layer_host_s
+            if per_layer is None:
+                per_layer = EAGER_MOE_LAYER_HOST_S.get(self.source.backend, 0.0)
+            self._eager_floor_s = self._num_moe_layers * per_layer
         # Linear-attention layers (Qwen3.5): their projections replace the QKV / O GEMMs, their
         # conv and delta-rule kernels the attention (`kvsim.cost.linear_attention`).
         self._attention_gemms, self._attn_layers = attention_gemms, model.num_kv_layers
@@ -1017,7 +1029,7 @@ class KernelCostModel:
         t = self._token_terms_s(tokens) + self._lm_head_s(seqs)
         if self._gdn is not None:
             t += linear + self._gdn.decode_s(batch.num_decode_seqs)
-        return t + self._attn_layers * attention + self._per_step_s
+        return max(t + self._attn_layers * attention + self._per_step_s, self._eager_floor_s)
 
     def decode_steps_s(self, num_seqs: int, context_tokens: np.ndarray) -> np.ndarray:
         ctx = np.asarray(context_tokens, dtype=np.float64)

@@ -67,6 +67,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from launch_flags import launch_flags  # noqa: E402
 
 from kvsim.cost.tables import package_tables_root  # noqa: E402
 
@@ -100,9 +103,10 @@ INFERENCEMAX_70B: dict[str, dict[str, Any]] = {
 
 
 def engine_flags(row: dict[str, str], harness: dict[str, str], concurrency: int) -> dict[str, Any]:
-    """The engine knobs a row's harness set on the command line (`INFERENCEMAX_70B`), else none."""
+    """The engine knobs a row's harness set on the command line: the Llama-3.1-70B InferenceMAX
+    scripts' (`INFERENCEMAX_70B`), the MoE single-node scripts' (`launch_flags`), else none."""
     if harness.get("harness") != "inferencemax-single-node" or "Llama-3.1-70B" not in row["model_path"]:
-        return {}
+        return launch_flags(row, harness)
     flags = dict(INFERENCEMAX_70B.get(row["backend"], {}))
     if row["backend"] == "vllm":
         flags["max_num_seqs"] = 512 if row["system"] == "b200_sxm" else concurrency

@@ -205,6 +205,32 @@ def test_trtllm_deepseek_fp8_on_b200_runs_the_trtllm_gen_moe_its_script_chose() 
         }
 
 
+def test_a_moe_row_runs_with_the_engine_flags_its_launch_script_set() -> None:
+    """InferenceX's dsr1_fp8_b200.sh as of 2026-03-25 (64c20b6b5): --max-running-requests 128,
+    --chunked-prefill-size 32768, --mem-fraction-static 0.82, --disable-radix-cache and
+    --scheduler-recv-interval 30 from 16 clients (10 below); benchmarks/launch_flags.py."""
+    harness = {"harness": "inferencex-single-node", "concurrency": "32"}
+    source = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=32; measured=2026-03-25T16:34:14Z"
+    row = _row("2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_1024x1024_c32_tp8_0_ep1_0_269",
+               silicon_data_source=source, model_path="deepseek-ai/DeepSeek-R1", system="b200_sxm",
+               gemm_quant_mode="fp8", moe_quant_mode="fp8", precision="fp8", backend="sglang",
+               backend_version="0.5.9", tp_size="8", moe_tp_size="8", moe_ep_size="1", attention_dp_size="1",
+               isl="1024", osl="1024", batch_size="32")  # fmt: skip
+    engine = silicon.scenario_for(row, harness, {})["replicas"][0]["engine"]
+    assert {k: engine[k] for k in ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
+                                   "enable_prefix_caching", "scheduler_recv_interval")} == {  # fmt: skip
+        "max_num_seqs": 128,
+        "max_num_batched_tokens": 32768,
+        "gpu_memory_utilization": 0.82,
+        "enable_prefix_caching": False,
+        "scheduler_recv_interval": 30,
+    }
+    few = silicon.scenario_for(row, {**harness, "concurrency": "8"}, {})["replicas"][0]["engine"]
+    assert few["scheduler_recv_interval"] == 10
+    # Not an InferenceX single-node row: the engine's defaults.
+    assert "scheduler_recv_interval" not in silicon.scenario_for(row, None, {})["replicas"][0]["engine"]
+
+
 def test_a_row_becomes_the_benchmark_as_it_was_run() -> None:
     harness = {"concurrency": "4", "num_prompts": "40", "num_warmups": "8", "random_range_ratio": "0.8",
                "harness": "inferencemax-single-node"}  # fmt: skip

@@ -203,9 +203,19 @@ FITTED: dict[str, Overheads] = {
 #: Host time per mixture-of-experts layer of a step that runs without CUDA graphs, seconds:
 #: SGLang and TensorRT-LLM capture decode batches only, so a step with a prompt in it runs
 #: eagerly, each kernel launched from Python, and takes at least (MoE layers x this) however
-#: few its tokens (`KernelCostModel.step_time_s`). Fitted on h200_sxm rows only; vLLM's
-#: compiled piecewise graphs: 0.
-EAGER_MOE_LAYER_HOST_S: dict[str, float] = {"vllm": 0.0, "sglang": 0.0, "trtllm": 0.0}
+#: few its tokens (`KernelCostModel.step_time_s`). The measured TTFT at 4 clients says as
+#: much: DeepSeek-R1 on 8 B200s with TensorRT-LLM takes 210 ms for a 1k prompt and 224 ms
+#: for an 8k one (silicon_sample.csv), where the kernels of the 1k prefill take ~40 ms.
+#: Fitted on h200_sxm rows only, each engine's MoE rows of InferenceX's launch scripts
+#: (`benchmarks/silicon.py`, `--set replicas.0.cost_model.eager_moe_layer_host_s=X`, every
+#: 3rd of 120 SGLang rows, every 2nd of 185 TensorRT-LLM rows; objective median |TTFT error|
+#: + median |TPOT error|, docs/validation.md): SGLang 0.698 at 0 -> 0.294 at 4.5 ms (grid
+#: 0, 2, 3, 4, 4.5, 5, 6 ms). TensorRT-LLM's fit, 0.961 -> 0.484 at 3.5 ms (0, 2, 3, 3.5, 4,
+#: 4.5, 5, 6, 8 ms), is not adopted: the same launch scripts' rows at 4 clients take 2-3x less
+#: on B200 than on H200 (gpt-oss-120b 1k prompts: 39-41 ms against 81-117 ms), a host that
+#: one constant per layer does not carry; with it the held-out gpt-oss B200 rows went from
+#: -68% to +150% TTFT. vLLM, whose compiled piecewise CUDA graphs launch few kernels: 0.
+EAGER_MOE_LAYER_HOST_S: dict[str, float] = {"vllm": 0.0, "sglang": 4.5e-3, "trtllm": 0.0}
 
 
 #: vLLM's CUDA-graph capture sizes (vllm/config/vllm.py, _set_cudagraph_sizes, 0.32.0):

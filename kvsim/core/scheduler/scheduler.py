@@ -8,7 +8,6 @@ returns the requests that left.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 
 from kvsim.core.allocators import PagedAllocator, make_allocator
@@ -88,15 +87,18 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
         self.explicit: dict[Request, None] = {}
         self._next_run_seq = 0
         self.windowed = False  # the cohort is a WindowedCohort (blocks leave a window)
-        # Intake (`_poll_inbox`, `_batch_wait_over`): SGLang takes arrivals in every
-        # recv_interval decode iterations (they wait unseen in the inbox meanwhile);
-        # TensorRT-LLM may hold new prompts back for batch_wait_iters iterations.
+        self._init_intake(config)
+
+    def _init_intake(self, config: EngineConfig) -> None:
+        """Intake (`_poll_inbox`, `_batch_wait_over`): SGLang takes arrivals in every
+        recv_interval decode iterations (they wait unseen in the inbox meanwhile);
+        TensorRT-LLM may hold new prompts back for batch_wait_iters iterations."""
         self.recv_interval = config.scheduler_recv_interval
         self.inbox: list[Request] = []
         self._recv_count = 0  # SchedulerRecvSkipper's counter: +1 per decode iteration
         ratio = config.batch_wait_max_tokens_ratio
         self.batch_wait_iters = config.batch_wait_timeout_iters if ratio > 0 else 0
-        self.batch_wait_tokens = math.ceil(ratio * config.max_num_batched_tokens - 1e-9)
+        self.batch_wait_tokens = ratio * config.max_num_batched_tokens  # compared as TensorRT-LLM does
         self._waited = 0  # iterations the queue has been held back (batch_wait_iters_count)
         self._held = False  # the last schedule held the queue back
         self._timed_out = False  # the last schedule stopped holding it back at the timeout

@@ -210,15 +210,18 @@ def test_a_moe_row_runs_with_the_engine_flags_its_launch_script_set() -> None:
     --chunked-prefill-size 32768, --mem-fraction-static 0.82, --disable-radix-cache and
     --scheduler-recv-interval 30 from 16 clients (10 below); benchmarks/launch_flags.py."""
     harness = {"harness": "inferencex-single-node", "concurrency": "32"}
-    source = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=32; measured=2026-03-25T16:34:14Z"
+    source = (
+        "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=32; measured=2026-03-25T16:34:14Z"
+    )
     row = _row("2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_1024x1024_c32_tp8_0_ep1_0_269",
                silicon_data_source=source, model_path="deepseek-ai/DeepSeek-R1", system="b200_sxm",
                gemm_quant_mode="fp8", moe_quant_mode="fp8", precision="fp8", backend="sglang",
                backend_version="0.5.9", tp_size="8", moe_tp_size="8", moe_ep_size="1", attention_dp_size="1",
                isl="1024", osl="1024", batch_size="32")  # fmt: skip
     engine = silicon.scenario_for(row, harness, {})["replicas"][0]["engine"]
-    assert {k: engine[k] for k in ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
-                                   "enable_prefix_caching", "scheduler_recv_interval")} == {  # fmt: skip
+    knobs = ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "enable_prefix_caching",
+             "scheduler_recv_interval")  # fmt: skip
+    assert {k: engine[k] for k in knobs} == {
         "max_num_seqs": 128,
         "max_num_batched_tokens": 32768,
         "gpu_memory_utilization": 0.82,

@@ -139,10 +139,18 @@ def dsr1_fp8_h200_sgl(c: Ctx) -> dict[str, Any]:
     return sgl(512 if (c.isl, c.osl) == (1024, 1024) else 256, 32768, 0.82)(c)
 
 
+#: attention_dp_config the TensorRT-LLM scripts write when DP_ATTENTION is true: DeepSeek-R1's
+#: (dsr1_*_trt*.sh) batching_wait_iters 0, enable_balance, timeout_iters 60; gpt-oss-120b's
+#: (gptoss_fp4_b200_trt*.sh) enable_balance alone, at TensorRT-LLM's defaults (50, 10).
+_DSR1_BALANCE = {"timeout_iters": 60, "batching_wait_iters": 0}
+_GPTOSS_BALANCE: dict[str, int] = {}
+
+
 def trt(mem: float, *, floor: int = 0, tokens: int | None = None, batch: int | None = None,
-        batch_conc: bool = False) -> Rule:  # fmt: skip
+        batch_conc: bool = False, balance: dict[str, int] | None = None) -> Rule:  # fmt: skip
     """TensorRT-LLM: --max_num_tokens (formula or fixed), free_gpu_memory_fraction,
-    enable_block_reuse: false, --max_batch_size (fixed or $CONC)."""
+    enable_block_reuse: false, --max_batch_size (fixed or $CONC), attention_dp_config's
+    balancing (``balance``) with attention DP."""
 
     def rule(c: Ctx) -> dict[str, Any]:
         f: dict[str, Any] = {
@@ -154,6 +162,8 @@ def trt(mem: float, *, floor: int = 0, tokens: int | None = None, batch: int | N
             f["max_num_seqs"] = c.conc
         elif batch is not None:
             f["max_num_seqs"] = batch
+        if balance is not None and c.dp_attention:
+            f["attention_dp_balance"] = dict(balance)
         return f
 
     return rule
@@ -167,7 +177,7 @@ def dsr1_fp8_b200_trt_jan(c: Ctx) -> dict[str, Any]:
         mem = 0.7
     elif (c.isl, c.osl) == (8192, 1024) and c.tp == 4:
         mem = 0.75
-    f = trt(mem, floor=8192)(c)
+    f = trt(mem, floor=8192, balance=_DSR1_BALANCE)(c)
     if (c.isl, c.osl) == (1024, 1024) and c.conc >= 64:
         f["batch_wait_timeout_iters"] = 40
         f["batch_wait_max_tokens_ratio"] = 0.8
@@ -212,10 +222,9 @@ _SGL_DSR1_FP8 = ("max-prefill-tokens 32768; cuda-graph-max-bs 128; stream-interv
                  "SGLANG_ENABLE_FLASHINFER_GEMM=true")  # fmt: skip
 _SGL_QWEN = ("max-prefill-tokens 32768; cuda-graph-max-bs $CONC; stream-interval 30; tokenizer-worker-num 6; "
              "trtllm_mha; flashinfer_trtllm MoE; NCCL_NVLS_ENABLE=1; context-length ISL+OSL+20")  # fmt: skip
-_TRT_DSR1 = ("stream_interval 10; cuda_graph max_batch_size {cg}; fp8 KV; moe backend {moe}; with attention DP: "
-             "attention_dp_config batching_wait_iters 0, timeout_iters 60, enable_balance")  # fmt: skip
+_TRT_DSR1 = "stream_interval 10; cuda_graph max_batch_size {cg}; fp8 KV; moe backend {moe}"
 _TRT_GPTOSS = ("stream_interval 20; num_postprocess_workers 4; cuda_graph max_batch_size $CONC; "
-               "TRTLLM_ENABLE_PDL=1; with attention DP enable_balance")  # fmt: skip
+               "TRTLLM_ENABLE_PDL=1")  # fmt: skip
 _VLLM_GPTOSS = "max-cudagraph-capture-size (cuda-graph-sizes) 2048; fp8 KV (B200)"
 
 VERSIONS: tuple[Version, ...] = (
@@ -309,7 +318,7 @@ VERSIONS: tuple[Version, ...] = (
         "9596d23d7",
         "2025-10-29T17:37:58-05:00",
         "2025-11-03T12:05:50-06:00",
-        trt(0.8),
+        trt(0.8, balance=_DSR1_BALANCE),
         _TRT_DSR1.format(cg=512, moe="TRTLLM, CUTLASS with DP") + "; the script sets EP_SIZE / "
         "DP_ATTENTION itself from TP, ISL/OSL and CONC",
     ),
@@ -319,7 +328,7 @@ VERSIONS: tuple[Version, ...] = (
         "d22bf9ca9",
         "2025-11-21T15:44:54-06:00",
         "2026-01-12T20:32:21+00:00",
-        trt(0.8),
+        trt(0.8, balance=_DSR1_BALANCE),
         _TRT_DSR1.format(cg=512, moe="TRTLLM or CUTLASS by C"),
     ),
     Version(
@@ -328,7 +337,7 @@ VERSIONS: tuple[Version, ...] = (
         "2ee1e0018",
         "2026-01-12T20:32:21+00:00",
         "2026-01-21T15:05:08-08:00",
-        trt(0.8),
+        trt(0.8, balance=_DSR1_BALANCE),
         _TRT_DSR1.format(cg=512, moe="TRTLLM or CUTLASS by C"),
     ),
     Version(
@@ -337,7 +346,7 @@ VERSIONS: tuple[Version, ...] = (
         "6eecc0e66",
         "2026-02-03T09:34:14-08:00",
         "2026-02-19T14:06:23-08:00",
-        trt(0.8, floor=8192),
+        trt(0.8, floor=8192, balance=_DSR1_BALANCE),
         _TRT_DSR1.format(cg="$CONC ($CONC/4 with DP)", moe="TRTLLM, CUTLASS with DP")
         + "; piecewise CUDA graphs at 1k/1k TP 8 EP 8",
     ),
@@ -347,7 +356,7 @@ VERSIONS: tuple[Version, ...] = (
         "9596d23d7",
         "2025-10-29T17:37:58-05:00",
         "2025-11-03T12:05:50-06:00",
-        trt(0.8),
+        trt(0.8, balance=_DSR1_BALANCE),
         _TRT_DSR1.format(cg=256, moe="DEEPGEMM") + "; the script sets EP_SIZE=TP and DP_ATTENTION by C",
     ),
     Version(
@@ -356,7 +365,7 @@ VERSIONS: tuple[Version, ...] = (
         "d22bf9ca9",
         "2025-11-21T15:44:54-06:00",
         "2026-01-12T20:32:21+00:00",
-        trt(0.8),
+        trt(0.8, balance=_DSR1_BALANCE),
         _TRT_DSR1.format(cg=256, moe="DEEPGEMM"),
     ),
     Version(
@@ -365,7 +374,7 @@ VERSIONS: tuple[Version, ...] = (
         "2ee1e0018",
         "2026-01-12T20:32:21+00:00",
         "2026-01-21T15:05:08-08:00",
-        trt(0.8),
+        trt(0.8, balance=_DSR1_BALANCE),
         _TRT_DSR1.format(cg=256, moe="DEEPGEMM"),
     ),
     Version(
@@ -384,7 +393,7 @@ VERSIONS: tuple[Version, ...] = (
         "9596d23d7",
         "2025-10-29T17:37:58-05:00",
         "2025-11-03T12:05:50-06:00",
-        trt(0.75),
+        trt(0.75, balance=_DSR1_BALANCE),
         _TRT_DSR1.format(cg=128, moe="CUTLASS") + "; the script sets EP_SIZE=TP and DP_ATTENTION by C",
     ),
     Version(
@@ -393,7 +402,7 @@ VERSIONS: tuple[Version, ...] = (
         "d22bf9ca9",
         "2025-11-21T15:44:54-06:00",
         "2026-01-12T20:32:21+00:00",
-        trt(0.75),
+        trt(0.75, balance=_DSR1_BALANCE),
         _TRT_DSR1.format(cg=128, moe="CUTLASS"),
     ),
     Version(
@@ -402,7 +411,7 @@ VERSIONS: tuple[Version, ...] = (
         "2ee1e0018",
         "2026-01-12T20:32:21+00:00",
         "2026-01-21T15:05:08-08:00",
-        trt(0.75),
+        trt(0.75, balance=_DSR1_BALANCE),
         _TRT_DSR1.format(cg=128, moe="CUTLASS"),
     ),
     Version(
@@ -411,7 +420,7 @@ VERSIONS: tuple[Version, ...] = (
         "b30c3398a",
         "2026-01-27T21:37:42+00:00",
         "2026-02-19T14:06:23-08:00",
-        trt(0.75, floor=8192),
+        trt(0.75, floor=8192, balance=_DSR1_BALANCE),
         _TRT_DSR1.format(cg=128, moe="CUTLASS"),
     ),
     # --- gpt-oss-120b, TensorRT-LLM -------------------------------------------------------
@@ -421,7 +430,7 @@ VERSIONS: tuple[Version, ...] = (
         "ac1998a50",
         "2025-10-20T19:08:25-04:00",
         "2025-11-03T12:05:50-06:00",
-        trt(0.85, tokens=20000, batch=512),
+        trt(0.85, tokens=20000, batch=512, balance=_GPTOSS_BALANCE),
         _TRT_GPTOSS + "; the script sets EP_SIZE=TP and DP_ATTENTION at C>=256; NCCL_GRAPH_REGISTER=0",
     ),
     Version(
@@ -430,7 +439,7 @@ VERSIONS: tuple[Version, ...] = (
         "17d5e204f",
         "2025-11-03T12:05:50-06:00",
         "2025-11-21T15:44:54-06:00",
-        trt(0.85, tokens=20000, batch=512),
+        trt(0.85, tokens=20000, batch=512, balance=_GPTOSS_BALANCE),
         _TRT_GPTOSS + "; NCCL_GRAPH_REGISTER=0",
     ),
     Version(
@@ -439,7 +448,7 @@ VERSIONS: tuple[Version, ...] = (
         "06667a51e",
         "2025-12-02T17:01:04-06:00",
         "2026-01-07T15:36:40+00:00",
-        trt(0.85, tokens=20000, batch=512),
+        trt(0.85, tokens=20000, batch=512, balance=_GPTOSS_BALANCE),
         _TRT_GPTOSS + "; with DP: TRTLLM_MOE_ALLTOALL_BACKEND=mnnvlthroughput",
     ),
     Version(
@@ -448,7 +457,7 @@ VERSIONS: tuple[Version, ...] = (
         "156fef3fc",
         "2025-12-17T09:55:29-06:00",
         "2026-01-12T20:32:21+00:00",
-        trt(0.85, tokens=20000, batch=512),
+        trt(0.85, tokens=20000, batch=512, balance=_GPTOSS_BALANCE),
         _TRT_GPTOSS + "; NCCL_GRAPH_REGISTER=0 (docker)",
     ),
     Version(
@@ -457,7 +466,7 @@ VERSIONS: tuple[Version, ...] = (
         "b30c3398a",
         "2026-01-27T21:37:42+00:00",
         "2026-02-19T14:06:23-08:00",
-        trt(0.85, tokens=20000, batch=512),
+        trt(0.85, tokens=20000, batch=512, balance=_GPTOSS_BALANCE),
         _TRT_GPTOSS,
     ),
     Version(
@@ -467,8 +476,7 @@ VERSIONS: tuple[Version, ...] = (
         "2025-10-29T17:37:58-05:00",
         "2025-11-03T12:05:50-06:00",
         trt(0.85, tokens=20000, batch_conc=True),
-        _TRT_GPTOSS.replace("; with attention DP enable_balance", "")
-        + "; TRITON MoE; ep_size=$TP; no attention DP",
+        _TRT_GPTOSS + "; TRITON MoE; ep_size=$TP; no attention DP",
     ),
     Version(
         "gptoss_fp4_h200_trt",

@@ -75,6 +75,15 @@ CASES = {
     "dsr1_b200_trtllm_fp8_agg_1024x1024_c64_cfg75": {
         "max_num_batched_tokens": 8192, "gpu_memory_utilization": 0.8, **OFF,
         "batch_wait_timeout_iters": 40, "batch_wait_max_tokens_ratio": 0.8},
+    # TensorRT-LLM with attention DP: dsr1_fp4_b200_trt.sh at 6eecc0e66 writes attention_dp_config
+    # batching_wait_iters 0, enable_balance, timeout_iters 60 ...
+    "dsr1_b200_trtllm_fp4_agg_1024x1024_c256_cfg191": {
+        "max_num_batched_tokens": 8192, "gpu_memory_utilization": 0.8, **OFF,
+        "attention_dp_balance": {"timeout_iters": 60, "batching_wait_iters": 0}},
+    # ... gptoss_fp4_b200_trt.sh at b30c3398a enable_balance alone (TensorRT-LLM's defaults).
+    "2026_04_06_gpt_oss_120b_b200_sxm_trtllm_fp4_agg_1024x1024_c256_tp2_ep2_1741": {
+        "max_num_batched_tokens": 20000, "gpu_memory_utilization": 0.85, **OFF, "max_num_seqs": 512,
+        "attention_dp_balance": {}},
     # TensorRT-LLM, gptoss_fp4_h200_trt_slurm.sh at d22bf9ca9: --max_batch_size $CONC, 20000 tokens.
     "2026_04_06_gpt_oss_120b_h200_sxm_trtllm_fp4_agg_1024x8192_c64_tp1_ep1_153": {
         "max_num_batched_tokens": 20000, "gpu_memory_utilization": 0.85, **OFF, "max_num_seqs": 64},

@@ -35,6 +35,10 @@ class Batch:
     #: Speculative decoding: the last ``num_verify_chunks`` prefill chunks are verify passes,
     #: (1 + draft tokens, context) each, priced as chunks (`kvsim.cost.speculative`).
     num_verify_chunks: int = 0
+    #: Attention data parallelism in lockstep (`kvsim.engine.lockstep`): the tokens the MoE
+    #: layers of this step run on, gathered from every rank of the instance. None: every rank
+    #: as this one (its own tokens x attention_dp), as ranks stepping alike are.
+    moe_tokens: int | None = None
 
     @property
     def num_prefill_tokens(self) -> int:

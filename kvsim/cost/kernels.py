@@ -712,7 +712,7 @@ class KernelCostModel:
             )
         )
         self._per_step_s = self.overheads.per_iteration_overhead_s
-        self._by_tokens: dict[int, float] = {}
+        self._by_tokens: dict[int | tuple[int, int], float] = {}
         self._by_seqs: dict[int, float] = {}
         self._pcie_bw = gpu.pcie_bandwidth_bytes_per_s
 
@@ -933,10 +933,13 @@ class KernelCostModel:
 
     # -- the pieces of a step ---------------------------------------------------------------
 
-    def _token_terms_s(self, tokens: int) -> float:
+    def _token_terms_s(self, tokens: int, moe_tokens: int | None = None) -> float:
         """Everything in a step that depends only on its token count: GEMMs, elementwise
-        kernels and all-reduces of every layer, and the per-layer overhead."""
-        cached = self._by_tokens.get(tokens)
+        kernels and all-reduces of every layer, and the per-layer overhead. ``moe_tokens``:
+        the tokens the experts run on across the instance's ranks in lockstep (None: this
+        rank's x attention_dp)."""
+        key: int | tuple[int, int] = tokens if moe_tokens is None else (tokens, moe_tokens)
+        cached = self._by_tokens.get(key)
         if cached is not None:
             return cached
         m = graph_padded(tokens, self.max_graph_tokens, self._graph_sizes)
@@ -953,7 +956,7 @@ class KernelCostModel:
         else:
             # The experts run on the tokens of every rank of the instance (ranks in lockstep,
             # as many tokens each); with attention DP their exchange replaces the MLP's all-reduce.
-            experts = self._moe(m * self.attention_dp)
+            experts = self._moe(m * self.attention_dp if moe_tokens is None else max(moe_tokens, m))
             comm = allreduce if self._moe_comm is None else one_allreduce + self._moe_comm(m)
             moe_layer = self._layer_s(
                 m,
@@ -967,7 +970,7 @@ class KernelCostModel:
             t = (self.model.num_layers - num_moe) * layer + num_moe * moe_layer
         if self._gdn is not None:  # linear layers: their projections in place of QKV / O
             t += self._gdn.layers * (self._gdn.gemms_s(m) - sum(c(m) for c in self._attention_gemms))
-        self._by_tokens[tokens] = t
+        self._by_tokens[key] = t
         return t
 
     def _layer_s(
@@ -1023,7 +1026,7 @@ class KernelCostModel:
             if batch.num_decode_seqs == 0:
                 return 0.0
             ctx = np.array([batch.decode_context_tokens], dtype=np.float64)
-            return float(self.decode_steps_s(batch.num_decode_seqs, ctx)[0])
+            return float(self.decode_steps_s(batch.num_decode_seqs, ctx, batch.moe_tokens)[0])
         tokens, seqs = batch.num_decode_seqs, batch.num_decode_seqs
         extra = linear = 0.0
         for q, c in batch.prefill_chunks:
@@ -1036,16 +1039,18 @@ class KernelCostModel:
             attention = float(self._decode_attention_s(batch.num_decode_seqs, ctx)[0]) + extra
         else:
             attention = self._attention_floor + extra
-        t = self._token_terms_s(tokens) + self._lm_head_s(seqs)
+        t = self._token_terms_s(tokens, batch.moe_tokens) + self._lm_head_s(seqs)
         if self._gdn is not None:
             t += linear + self._gdn.decode_s(batch.num_decode_seqs)
         return max(t + self._attn_layers * attention + self._per_step_s, self._eager_floor_s)
 
-    def decode_steps_s(self, num_seqs: int, context_tokens: np.ndarray) -> np.ndarray:
+    def decode_steps_s(
+        self, num_seqs: int, context_tokens: np.ndarray, moe_tokens: int | None = None
+    ) -> np.ndarray:
         ctx = np.asarray(context_tokens, dtype=np.float64)
         if num_seqs == 0:
             return np.zeros(len(ctx))
-        t = self._token_terms_s(num_seqs) + self._lm_head_s(num_seqs)
+        t = self._token_terms_s(num_seqs, moe_tokens) + self._lm_head_s(num_seqs)
         if self._gdn is not None:
             t += self._gdn.decode_s(num_seqs)
         return t + self._attn_layers * self._decode_attention_s(num_seqs, ctx) + self._per_step_s

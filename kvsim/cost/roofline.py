@@ -154,7 +154,7 @@ class RooflineCostModel:
         # Mixture of experts: the constant part (non-expert layers, LM head, shared experts)
         # plus the bytes of one distinct routed expert over all MoE layers (per GPU).
         self._expert_bytes = 0.0
-        self._distinct: dict[int, float] = {}  # expected distinct experts by tokens in the step
+        self._distinct: dict[int, float] = {}  # expected distinct experts by the tokens routed
         if model.is_moe:
             ebytes = WEIGHT_DTYPE_BYTES[model.expert_weight_dtype or model.weight_dtype]
             dense = non_expert_layer_params(model) + shared_expert_params(model) + lm_params
@@ -200,7 +200,7 @@ class RooflineCostModel:
         pairs, kv_tokens, n_tokens, n_seqs = _tally(batch)
         return RooflineTerms(
             linear_flops=self._linear_flops_per_token * n_tokens + self._lm_flops_per_seq * n_seqs,
-            weight_bytes=self._weights_read(n_tokens) if n_tokens else 0.0,
+            weight_bytes=self._weights_read(n_tokens, batch.moe_tokens) if n_tokens else 0.0,
             attention_flops=self._attn_flops_per_pair * pairs + self._gdn_flops_per_token * n_tokens,
             kv_bytes=self._kv_bytes_per_token * kv_tokens + self._gdn_state_bytes_per_seq * n_seqs,
             num_allreduces=self._num_allreduces if n_tokens else 0,
@@ -213,7 +213,7 @@ class RooflineCostModel:
         pairs, kv_tokens, n_tokens, n_seqs = _tally(batch)
         if n_tokens == 0:
             return 0.0
-        t = self._linear_s(n_tokens, n_seqs)
+        t = self._linear_s(n_tokens, n_seqs, batch.moe_tokens)
         attn_compute = (
             self._attn_flops_per_pair * pairs + self._gdn_flops_per_token * n_tokens
         ) / self._flops_rate
@@ -225,28 +225,30 @@ class RooflineCostModel:
         t += self._fixed_s
         return t
 
-    def _linear_s(self, n_tokens: int, n_seqs: int) -> float:
+    def _linear_s(self, n_tokens: int, n_seqs: int, moe_tokens: int | None = None) -> float:
         flops = self._linear_flops_per_token * n_tokens + self._lm_flops_per_seq * n_seqs
-        weights = self._weights_read(n_tokens)
+        weights = self._weights_read(n_tokens, moe_tokens)
         if self._sum:
             return flops / self._flops_rate + weights / self._bytes_rate
         return max(flops / self._flops_rate, weights / self._bytes_rate)
 
-    def _weights_read(self, n_tokens: int) -> float:
-        """Weight bytes one step over ``n_tokens`` tokens reads on one GPU."""
+    def _weights_read(self, n_tokens: int, moe_tokens: int | None = None) -> float:
+        """Weight bytes one step over ``n_tokens`` tokens reads on one GPU (``moe_tokens``:
+        the instance's tokens in the experts, `Batch.moe_tokens`)."""
         if not self._expert_bytes:
             return self._weight_bytes
-        distinct = self._distinct.get(n_tokens)
+        routed = n_tokens * self.attention_dp if moe_tokens is None else max(moe_tokens, n_tokens)
+        distinct = self._distinct.get(routed)
         if distinct is None:
             m = self.model
             assert m.num_experts is not None and m.num_experts_per_token is not None
             distinct = expected_distinct_experts(  # over the tokens of every attention-DP rank
                 m.num_experts,
                 m.num_experts_per_token,
-                n_tokens * self.attention_dp,
+                routed,
                 self.config.expert_routing_zipf_exponent,
             )
-            self._distinct[n_tokens] = distinct
+            self._distinct[routed] = distinct
         return self._weight_bytes + distinct * self._expert_bytes
 
     def expected_distinct_experts(self, n_tokens: int) -> float:
@@ -254,7 +256,7 @@ class RooflineCostModel:
         if not self._expert_bytes:
             return 0.0
         self._weights_read(n_tokens)
-        return self._distinct[n_tokens]
+        return self._distinct[n_tokens * self.attention_dp]
 
     def decode_steps_s(self, num_seqs: int, context_tokens: np.ndarray) -> np.ndarray:
         # Same operations, in the same order, as step_time_s for a pure-decode batch.

@@ -63,7 +63,10 @@ class Replica:
         on_finish: Callable[[Request], None],
         on_handoff: Callable[[Request], None] | None = None,
         on_reject: Callable[[Request, str], None] | None = None,
+        drive: bool = True,
     ) -> None:
+        """``drive``: run the replica's own engine loop; False for an attention-DP rank, whose
+        instance steps it with the others (`kvsim.engine.lockstep.Lockstep`)."""
         self.env = env
         self.engine = engine
         self.index = engine.index
@@ -90,7 +93,7 @@ class Replica:
         # and whether they may: their times give each iteration's waiting count.
         self._run_rides = False
         self._run_arrivals: list[float] = []
-        self.process = env.process(self._loop())
+        self.process = env.process(self._loop()) if drive else None
 
     def attached(self) -> None:
         """The engine was (re)attached: a new engine after a cold restart starts afresh."""
@@ -156,12 +159,14 @@ class Replica:
         self._waiting_changed()
         if self._wake is not None:
             wake, self._wake = self._wake, None
-            wake.succeed()
+            if not wake.triggered:  # an instance's ranks share one wake-up
+                wake.succeed()
         elif self._in_run:
             if self._run_rides:  # it cannot be admitted before the run ends: no cut
                 self._run_arrivals.append(self.env.now)
             else:
                 self._in_run = False
+                assert self.process is not None
                 self.process.interrupt()
 
     def _rejected(self, req: Request, reason: str) -> None:
@@ -199,12 +204,7 @@ class Replica:
             now = self.clock
             if max_time is not None and now >= max_time:
                 return
-            running_before = engine.num_running if self.admission_window_s is not None else 0
-            out = engine.schedule(now)
-            self._after_schedule(now, out, running_before)
-            for req in out.rejected:  # nothing could ever schedule them
-                self._add_outstanding(-1)
-                self._rejected(req, "unschedulable")
+            out = self.schedule(now)
             if not out.tokens and not out.num_lazy_decodes:  # not with an empty pool, but never spin
                 yield from self._sleep()
                 continue
@@ -213,6 +213,17 @@ class Replica:
                 yield from self._step(now, out)
             else:
                 yield from self._decode_run(now, run)
+
+    def schedule(self, now: float) -> SchedulerOutput:
+        """Schedule the iteration starting at ``now``; tell the cluster what that did."""
+        engine = self.engine
+        running_before = engine.num_running if self.admission_window_s is not None else 0
+        out = engine.schedule(now)
+        self._after_schedule(now, out, running_before)
+        for req in out.rejected:  # nothing could ever schedule them
+            self._add_outstanding(-1)
+            self._rejected(req, "unschedulable")
+        return out
 
     def _after_schedule(self, now: float, out: SchedulerOutput, running_before: int) -> None:
         """Tell the cluster layer what scheduling did."""

@@ -15,6 +15,7 @@ from kvsim.cost.factory import group_cost_model
 from kvsim.engine.build import build_scheduler
 from kvsim.engine.fleet import Fleet
 from kvsim.engine.index import KvEventIndex
+from kvsim.engine.lockstep import Lockstep
 from kvsim.engine.replica import Replica, ReplicaLinks
 from kvsim.engine.replica_engine import ReplicaEngine
 from kvsim.engine.transfers import TransferService
@@ -38,6 +39,7 @@ class ClusterWiring:
     engine_class: type[ReplicaEngine]
     groups: list[GroupPlan]
     replicas: list[Replica]
+    instances: list[Lockstep]
     entry_replicas: list[Replica]
     decode_replicas: list[Replica]
     recorder: Recorder
@@ -81,6 +83,7 @@ class ClusterWiring:
         self.replicas = [
             self._build_replica(i, name, group, costs[group.index]) for i, (name, group) in enumerate(layout)
         ]
+        self.instances = self._build_instances(costs)
         roles = [g.role for g in self.groups]
         # The replicas each router chooses among, and the views it sees them through.
         self.entry_replicas = [r for r, role in zip(self.replicas, roles, strict=True) if role != "decode"]
@@ -120,7 +123,33 @@ class ClusterWiring:
             on_finish=self._on_done,
             on_handoff=self._on_handoff if group.role == "prefill" else None,
             on_reject=self._on_replica_reject,
+            drive=not self._in_lockstep(group),
         )
+
+    def _in_lockstep(self, group: GroupPlan) -> bool:
+        """Whether the group's replicas are attention-DP ranks sharing a mixture of experts."""
+        model = group.served or self.plan.model
+        return group.config.attention_dp > 1 and model.num_experts is not None
+
+    def _build_instances(self, costs: dict[int, CostModel]) -> list[Lockstep]:
+        """The attention-DP instances, each stepping its ranks together (`kvsim.engine.lockstep`)."""
+        instances = []
+        for group in self.plan.groups:
+            if not self._in_lockstep(group):
+                continue
+            dp, cost = group.config.attention_dp, costs[group.index]
+            ranks = [r for r in self.replicas if self.groups[r.index] is group]
+            for first in range(0, len(ranks), dp):
+                instances.append(
+                    Lockstep(
+                        self.env,
+                        ranks[first : first + dp],
+                        group.engine.backend,
+                        getattr(cost, "max_graph_tokens", 0),
+                        group.engine.attention_dp_balance,
+                    )
+                )
+        return instances
 
     def _entry_index(self) -> KvEventIndex | None:
         """The KV-event index of the entry replicas, if the router may read cached prefixes."""

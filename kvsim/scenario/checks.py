@@ -347,7 +347,18 @@ def _dp_note(group: ReplicaGroup) -> str:
 
 
 def _moe_layout_problems(model: ModelSpec, group: ReplicaGroup, where: str) -> Problems:
-    """Expert parallelism (moe_ep > 1) needs experts, and a whole number of them per rank."""
+    """Expert parallelism (moe_ep > 1) needs experts, and a whole number of them per rank;
+    attention-DP balancing needs ranks that step together (a mixture of experts, attention_dp > 1)."""
+    if group.engine.attention_dp_balance is not None and (
+        group.attention_dp == 1 or model.num_experts is None
+    ):
+        return [
+            (
+                f"{where}.engine.attention_dp_balance",
+                "balances the attention-DP ranks of a mixture of experts, which step together: it needs "
+                f"attention_dp > 1 and experts ({model.name}, attention_dp={group.attention_dp})",
+            )
+        ]
     moe_ep = group.moe_layout[1]
     if moe_ep == 1:
         return []

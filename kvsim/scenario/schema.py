@@ -143,6 +143,34 @@ class SpeculativeConfig(FrozenModel):
         return total
 
 
+class AttentionDpBalance(FrozenModel):
+    """TensorRT-LLM's attention-DP balancing (``attention_dp_config: {enable_balance: true,
+    timeout_iters, batching_wait_iters}``, tensorrt_llm/llmapi/llm_args.py AttentionDpConfig;
+    PyExecutor._balance_adp_requests, tensorrt_llm/_torch/pyexecutor/py_executor.py, 1.1-1.2).
+
+    The instance's ranks step in lockstep; every iteration, unless every rank has a prompt to
+    start and room for it, new prompts are held (a counter +1, released when it reaches
+    ``timeout_iters`` or some rank has nothing decoding); once every rank has one and every rank
+    decodes, they are held ``batching_wait_iters`` iterations more. The counter runs whether
+    or not anything waits, as the engine's does, so a held prompt waits 0 to timeout_iters.
+    """
+
+    timeout_iters: int = Field(
+        default=50,
+        ge=0,
+        le=MAX_RECV_INTERVAL,
+        description="Iterations prompts are held while some rank has none to start (TensorRT-LLM's "
+        "default 50).",
+    )
+    batching_wait_iters: int = Field(
+        default=10,
+        ge=0,
+        le=MAX_RECV_INTERVAL,
+        description="Iterations prompts are held more once every rank has one, while every rank "
+        "decodes (TensorRT-LLM's default 10).",
+    )
+
+
 class EngineConfig(FrozenModel):
     """Serving-engine knobs of one replica, with vLLM's names.
 
@@ -297,6 +325,12 @@ class EngineConfig(FrozenModel):
         description="TensorRT-LLM's batch_wait_max_tokens_ratio (backend trtllm only): the share of "
         "max_num_batched_tokens at which held prompts start at once. 0: off (holding needs both).",
     )
+    attention_dp_balance: AttentionDpBalance | None = Field(
+        default=None,
+        description="TensorRT-LLM's attention_dp_config with enable_balance (backend trtllm, a "
+        "mixture of experts with attention_dp > 1 only): the instance's ranks start new prompts "
+        "together, holding them up to timeout_iters iterations. None: off (the engine's default).",
+    )
     enable_kv_cache: bool = Field(
         default=True,
         description="False prices every decode step as recomputing the whole sequence, as a model "
@@ -310,6 +344,11 @@ class EngineConfig(FrozenModel):
             raise ValueError(
                 f"scheduler_recv_interval is SGLang's --scheduler-recv-interval: it needs backend "
                 f"sglang, not {self.backend}"
+            )
+        if self.attention_dp_balance is not None and self.backend != "trtllm":
+            raise ValueError(
+                f"attention_dp_balance is TensorRT-LLM's attention_dp_config enable_balance: it needs "
+                f"backend trtllm, not {self.backend}"
             )
         waits = self.batch_wait_timeout_iters or self.batch_wait_max_tokens_ratio
         if waits and self.backend != "trtllm":
@@ -468,8 +507,9 @@ class ReplicaGroup(_CostHolder):
         description="Attention data parallelism: one instance is attention_dp ranks of tp GPUs each, "
         "every rank its own scheduler, batch (engine.max_num_seqs each) and KV pool, the attention "
         "weights replicated per rank and the experts of a mixture of experts split over all "
-        "tp x attention_dp GPUs (moe_tp x moe_ep). The router spreads requests over the ranks; "
-        "count counts instances. A dense model's ranks are plain data-parallel replicas.",
+        "tp x attention_dp GPUs (moe_tp x moe_ep), the ranks stepping together (the busiest "
+        "rank's iteration is everyone's). The router spreads requests over the ranks; count "
+        "counts instances. A dense model's ranks are plain data-parallel replicas.",
     )
     moe_tp: int | None = Field(
         default=None,

@@ -103,6 +103,9 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
         self._held = False  # the last schedule held the queue back
         self._timed_out = False  # the last schedule stopped holding it back at the timeout
         self.intake = self.recv_interval > 1 or self.batch_wait_iters > 0  # either rule applies
+        #: Set by an attention-DP instance for one schedule (`kvsim.engine.lockstep`): no new
+        #: admission this iteration (prompts already chunking go on).
+        self.hold_admissions = False
 
     def enable_cohort(self) -> bool:
         """Advance plain decoders lazily from now on, where this engine's decode hot path
@@ -237,10 +240,12 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
                 self._join_cohort(step)
         if not step.num_preempted:
             self._resume_swapped(step)
-            if not self.batch_wait_iters or self._batch_wait_over(step):
+            if self.hold_admissions:  # the instance's ranks start prompts together
+                pass
+            elif not self.batch_wait_iters or self._batch_wait_over(step):
                 self._admit_waiting(step, now)
-            if not step.scheduled and not self.running and not self.swapped and len(self.queue):
-                self._reject_unschedulable(step, now)
+                if not step.scheduled and not self.running and not self.swapped and len(self.queue):
+                    self._reject_unschedulable(step, now)
         out = self._make_output(step, self.pool.num_evicted - evicted_before)
         if self.intake:  # a decode iteration counts 1, any other reads next time
             self._recv_count += self.recv_interval if out.num_prefill_seqs else 1

@@ -1011,6 +1011,14 @@ class KernelCostModel:
             extra += self._mla_kv_b(q)
         return extra
 
+    def _decode_attention_1(self, num_seqs: int, context: int) -> float:
+        """`_decode_attention_s` at one context, in plain floats (the same operations)."""
+        step = max(context / num_seqs - 1.0, 1.0)
+        if self._mla_bmm is not None:
+            pre, post = self._mla_bmm
+            return self._decode(float(num_seqs), step) + (pre(num_seqs) + post(num_seqs))
+        return self._decode(float(num_seqs), step)
+
     def _decode_attention_s(self, num_seqs: int, context: np.ndarray) -> np.ndarray:
         """Decode attention for ``num_seqs`` requests at a total ``context`` (each row)."""
         step = np.maximum(context / num_seqs - 1.0, 1.0)  # the tables' step: tokens before this one
@@ -1022,11 +1030,18 @@ class KernelCostModel:
     # -- the CostModel protocol -----------------------------------------------------------
 
     def step_time_s(self, batch: Batch) -> float:
-        if not batch.prefill_chunks:
-            if batch.num_decode_seqs == 0:
+        n = batch.num_decode_seqs
+        if not batch.prefill_chunks:  # decode_steps_s at one context, in plain floats
+            if n == 0:
                 return 0.0
-            ctx = np.array([batch.decode_context_tokens], dtype=np.float64)
-            return float(self.decode_steps_s(batch.num_decode_seqs, ctx, batch.moe_tokens)[0])
+            t = self._token_terms_s(n, batch.moe_tokens) + self._lm_head_s(n)
+            if self._gdn is not None:
+                t += self._gdn.decode_s(n)
+            return (
+                t
+                + self._attn_layers * self._decode_attention_1(n, batch.decode_context_tokens)
+                + self._per_step_s
+            )
         tokens, seqs = batch.num_decode_seqs, batch.num_decode_seqs
         extra = linear = 0.0
         for q, c in batch.prefill_chunks:
@@ -1035,8 +1050,7 @@ class KernelCostModel:
             extra += self._chunk_extra_s(q, c)
             linear += self._gdn.chunk_s(q) if self._gdn is not None else 0.0
         if batch.num_decode_seqs:
-            ctx = np.array([batch.decode_context_tokens], dtype=np.float64)
-            attention = float(self._decode_attention_s(batch.num_decode_seqs, ctx)[0]) + extra
+            attention = self._decode_attention_1(batch.num_decode_seqs, batch.decode_context_tokens) + extra
         else:
             attention = self._attention_floor + extra
         t = self._token_terms_s(tokens, batch.moe_tokens) + self._lm_head_s(seqs)

@@ -147,6 +147,10 @@ def test_grids_fill_unmeasured_cells_from_their_column_then_their_row() -> None:
     # Batch 4 was never measured: proportional to batch 2's, as a memory-bound kernel.
     assert g(4, 10) == 4.0 and g(4, 20) == 8.0
     assert g(3, 15) == 4.5  # halfway between batch 2 (3.0 at y 15) and batch 4 (6.0)
+    # One point in plain floats (an iteration's hot path) is the numpy path's, bit for bit.
+    ys = np.array([1, 10, 12.5, 15, 20, 33.3, 80], dtype=float)
+    for x in (0.5, 1, 1.7, 2, 3, 4, 9.25):
+        assert list(g.at(x, ys)) == [g(x, y) for y in ys]
 
 
 def test_gemms_are_the_tables_on_the_grid_and_between_it(tables: Path) -> None:

@@ -3,7 +3,8 @@
 The rows of aiconfigurator-core's silicon_sample.csv that SemiAnalysis' InferenceX (earlier
 InferenceMAX) measured on one node ran a launch script from SemiAnalysisAI/InferenceX; the script
 sets engine flags that change TTFT and TPOT (SGLang's --scheduler-recv-interval, running-request
-caps, chunk sizes; TensorRT-LLM's --max_num_tokens and batch waiting; vLLM's --max-num-seqs ...).
+caps, chunk sizes; TensorRT-LLM's --max_num_tokens, batch waiting and attention-DP balancing;
+vLLM's --max-num-seqs ...).
 `launch_flags` returns those a kvsim engine has a knob for, for the script version in force when
 the row was measured; `describe` says which script and commit that is.
 
@@ -32,7 +33,8 @@ How a row finds its script (all of it checked against the repository's history):
 Only versions that measured rows use are transcribed; a row in force of another version gives {}.
 Keys (kvsim's names): max_num_seqs, max_num_batched_tokens, gpu_memory_utilization,
 enable_prefix_caching, scheduler_recv_interval, batch_wait_timeout_iters,
-batch_wait_max_tokens_ratio -- present only where the script sets the flag.
+batch_wait_max_tokens_ratio, attention_dp_balance (TensorRT-LLM's attention_dp_config with
+enable_balance, on rows with attention DP) -- present only where the script sets the flag.
 """
 
 from __future__ import annotations

@@ -609,6 +609,27 @@ def test_a_step_with_a_prompt_takes_at_least_the_eager_host_time_of_its_moe_laye
     assert slow.step_time_s(mixed) == base.step_time_s(mixed)  # the kernels take longer than the host
 
 
+def test_vllm_pays_the_eager_host_time_only_beyond_its_cuda_graphs(tmp_path: Path) -> None:
+    # vLLM captures steps up to min(2 x max_num_seqs, 512) = 16 tokens here (a prompt's
+    # step runs piecewise graphs): 12 prompt + 2 decode tokens keep their kernels' time, 16 +
+    # 2 pay the floor. SGLang runs any step with a prompt without graphs: 12 + 2 pays it.
+    def model(backend: str, tables: Path) -> tuple[KernelCostModel, KernelCostModel]:
+        def km(**kw: object) -> KernelCostModel:
+            cfg = _cfg(tables, backend=backend, **kw)
+            return KernelCostModel(TINY_MOE, resolve_gpu("h100-sxm"), cfg, tp=2, max_num_seqs=8)
+
+        return km(), km(eager_moe_layer_host_s=0.05)
+
+    small = Batch(prefill_chunks=[(12, 0)], num_decode_seqs=2, decode_context_tokens=60)
+    large = Batch(prefill_chunks=[(16, 0)], num_decode_seqs=2, decode_context_tokens=60)
+    base, eager = model("vllm", write_moe_mla_tables(tmp_path / "vllm"))
+    assert eager.max_graph_tokens == 16
+    assert eager.step_time_s(small) == base.step_time_s(small) < 0.05
+    assert eager.step_time_s(large) == 0.05
+    _, sglang = model("sglang", write_moe_mla_tables(tmp_path / "sglang", backend="sglang"))
+    assert sglang.step_time_s(small) == 0.05
+
+
 def test_mxfp4_experts_read_their_own_rows(moe_tables: Path) -> None:
     spec = TINY_MOE.model_copy(update={"expert_weight_dtype": "mxfp4"})
     km = KernelCostModel(spec, resolve_gpu("h100-sxm"), _cfg(moe_tables), tp=2, max_num_seqs=8)

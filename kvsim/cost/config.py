@@ -181,9 +181,10 @@ class KernelCostConfig(FrozenModel):
         ge=0,
         le=MAX_STEP_TIME_S,
         description="Mixture of experts: host time per MoE layer of a step with a prompt in it, which "
-        "SGLang and TensorRT-LLM run without CUDA graphs, kernel by kernel from Python; such a step "
-        "takes at least MoE layers x this, seconds. None: the backend's value fitted on H200 "
-        "deployments (kvsim.cost.kernels.EAGER_MOE_LAYER_HOST_S; 0 for vLLM).",
+        "SGLang and TensorRT-LLM run without CUDA graphs, kernel by kernel from Python (vLLM: a step "
+        "beyond its CUDA-graph sizes); such a step takes at least MoE layers x this, seconds. None: "
+        "the backend's value fitted on H200 deployments (kvsim.cost.kernels.EAGER_MOE_LAYER_HOST_S; "
+        "0 for vLLM and TensorRT-LLM).",
     )
     elementwise_memory_efficiency: float = Field(
         default=0.8,

@@ -337,6 +337,7 @@ def scenario_for(
     if version is not None:
         engine["backend_version"] = version
     engine.update(engine_flags(row, h, concurrency))
+    layout = parallel_layout(row, model.is_moe)
     scenario: dict[str, Any] = {
         "name": row["id"][:200],
         # A MoE row's model as its Hugging Face id resolved (an FP8 / NVFP4 repository's alias
@@ -346,11 +347,12 @@ def scenario_for(
             {
                 "gpu": gpu.name,
                 "tp": tp,
-                **parallel_layout(row, model.is_moe),
+                **layout,
                 "engine": engine,
                 "cost_model": {"kind": "kernels", **cost_model_flags(row, h)},
             }
         ],
+        "router": {"kind": rank_dispatch(row["backend"], layout["attention_dp"])},
         "workload": {
             "kind": "bench_serve",
             "max_concurrency": concurrency,
@@ -364,6 +366,17 @@ def scenario_for(
         "seed": 0,
     }
     return _apply(scenario, extra)
+
+
+def rank_dispatch(backend: str, attention_dp: int) -> str:
+    """How the engine hands a new request to one of its attention-DP ranks, as a kvsim router:
+    vLLM's front end picks the engine core with the least load (DPLBAsyncMPClient, waiting x 4
+    + running, vllm/v1/engine/core_client.py) and TensorRT-LLM the rank with the fewest active
+    requests and tokens (ExecutorRequestQueue._balance_requests_across_ranks,
+    tensorrt_llm/_torch/pyexecutor/executor_request_queue.py): least_loaded. SGLang's data-
+    parallel controller dispatches round_robin (--load-balance-method's default, 0.5.x), as
+    does one replica alone."""
+    return "least_loaded" if attention_dp > 1 and backend in ("vllm", "trtllm") else "round_robin"
 
 
 # --------------------------------------------------------------------------- disaggregated rows

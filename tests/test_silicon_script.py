@@ -135,6 +135,23 @@ def test_a_rows_parallel_layout_becomes_the_groups() -> None:
     assert status.startswith("unsupported: ") and "moe_tp x moe_ep = 2 x 4 = 8 must equal" in status, status
 
 
+def test_requests_reach_attention_dp_ranks_as_each_engine_dispatches_them() -> None:
+    """vLLM's and TensorRT-LLM's front ends give a new request to the least-loaded rank;
+    SGLang's data-parallel controller deals them round robin, as to replicas without DP."""
+    kinds = {}
+    for backend, dp in (("vllm", "4"), ("trtllm", "8"), ("sglang", "8"), ("vllm", "1")):
+        row = _row(f"{backend}{dp}", backend=backend, model_path="deepseek-ai/DeepSeek-R1",
+                   tp_size="1" if dp != "1" else "8", attention_dp_size=dp, moe_tp_size="1",
+                   moe_ep_size="8" if dp != "4" else "4")  # fmt: skip
+        kinds[backend, dp] = silicon.scenario_for(row, None, {})["router"]["kind"]
+    assert kinds == {
+        ("vllm", "4"): "least_loaded",
+        ("trtllm", "8"): "least_loaded",
+        ("sglang", "8"): "round_robin",
+        ("vllm", "1"): "round_robin",
+    }
+
+
 def test_moe_rows_run_at_their_checkpoints_precision() -> None:
     """aiconfigurator labels gpt-oss's MXFP4 experts "nvfp4" (on an H200, which has no FP4
     tensor cores) and block-scaled fp8 checkpoints "fp8": the preset's own precision is

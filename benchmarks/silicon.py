@@ -25,8 +25,9 @@ signed error as the bias) per (model, GPU, backend), for the rows constants were
 predictions are there (``--peer``, default benchmarks/results/aiconfigurator_silicon.json.gz).
 
 A row's parallel layout becomes the replica group's: ``tp`` = tp_size, ``attention_dp`` =
-attention_dp_size (an instance of that many ranks, each its own batch and KV pool, the
-router spreading the client's requests over them) and, for a mixture of experts, ``moe_tp``
+attention_dp_size (an instance of that many ranks, each its own batch and KV pool, stepping
+together, the router spreading the client's requests over them as the engine does,
+`rank_dispatch`) and, for a mixture of experts, ``moe_tp``
 / ``moe_ep`` = moe_tp_size / moe_ep_size (`parallel_layout`; rows whose columns count X x Y
 GPUs for the ``tpX_epY`` launch their id names run on X GPUs, a defect of the data the
 function documents).

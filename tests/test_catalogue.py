@@ -53,6 +53,22 @@ HEADLINE = (
 # scenario with its overrides and copying the summary values; say why in the commit.
 GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
+        "attention_dp_balance.yaml",
+        {"workload.num_prompts": 256, "workload.max_concurrency": 64},
+        {
+            "num_finished": 256,
+            "total_kv_blocks": 309192,
+            "num_preemptions": 0,
+            "num_swaps": 0,
+            "prefix_cache_hit_rate": 0.0,
+            "ttft_p50_s": 0.7014775651653292,
+            "ttft_p99_s": 2.3643939233256486,
+            "max_itl_p99_s": 0.3200047873366856,
+            "throughput_tokens_per_s": 2210.5423391624568,
+            "kv_usage_peak": 0.015110352143651841,
+        },
+    ),
+    (
         "bench_serve_startup_wave.yaml",
         {"workload.num_prompts": 128, "workload.num_warmups": 32, "workload.max_concurrency": 32},
         {
@@ -820,6 +836,20 @@ def test_disaggregation_removes_prefill_interference_from_decodes() -> None:
     assert pd_["max_itl_p99_s"] < 0.5 * colocated["max_itl_p99_s"]  # decodes never wait for a prefill
     assert pd_["tpot_p99_s"] < colocated["tpot_p99_s"]
     assert pd_["ttft_p99_s"] > colocated["ttft_p99_s"]  # one GPU does every prefill
+
+
+def test_attention_dp_balancing_trades_ttft_for_throughput() -> None:
+    # TensorRT-LLM's balancing starts the ranks' prompts together: fewer decode iterations
+    # stalled by one rank's prefill (TPOT and throughput better), prompts held (TTFT worse).
+    ov = {"workload.num_prompts": 640}
+    held = kvsim.run(SCENARIOS / "attention_dp_balance.yaml", overrides=ov).summary
+    free = kvsim.run(
+        SCENARIOS / "attention_dp_balance.yaml",
+        overrides={**ov, "replicas.0.engine.attention_dp_balance": None},
+    ).summary
+    assert held["ttft_p50_s"] > 3 * free["ttft_p50_s"]
+    assert held["tpot_p50_s"] < 0.95 * free["tpot_p50_s"]
+    assert held["throughput_tokens_per_s"] > 1.03 * free["throughput_tokens_per_s"]
 
 
 def test_retention_none_keeps_the_chat_tiers_history() -> None:

@@ -1064,7 +1064,7 @@ class KernelCostModel:
         t = self._token_terms_s(tokens, batch.moe_tokens) + self._lm_head_s(seqs)
         if self._gdn is not None:
             t += linear + self._gdn.decode_s(batch.num_decode_seqs)
-        t += self._attn_layers * attention + self._per_step_s
+        t = t + self._attn_layers * attention + self._per_step_s  # (t + a) + b, as before
         return max(t, self._eager_floor_s) if tokens > self._eager_above_tokens else t
 
     def decode_steps_s(

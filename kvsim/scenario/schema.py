@@ -310,6 +310,13 @@ class EngineConfig(FrozenModel):
         "the scheduler takes new requests in only once every N decode iterations (at once after a "
         "prefill batch, and when idle); requests sent in between wait unseen. 1: every iteration.",
     )
+    enable_mixed_chunk: bool = Field(
+        default=False,
+        description="SGLang's --enable-mixed-chunk (backend sglang only). False, SGLang's default: an "
+        "iteration runs prompts or decodes, never both; whenever a prompt can start (or one is "
+        "part-way through its chunks) the iteration prefills prompts up to chunked_prefill_size "
+        "and the running decodes wait. True: prompt chunks and decodes share iterations.",
+    )
     batch_wait_timeout_iters: int = Field(
         default=0,
         ge=0,
@@ -339,11 +346,17 @@ class EngineConfig(FrozenModel):
 
     @model_validator(mode="after")
     def _intake_knobs_of_their_backend(self) -> EngineConfig:
-        """SGLang's recv interval and TensorRT-LLM's batch waiting are theirs alone."""
+        """SGLang's recv interval and mixed chunks, TensorRT-LLM's batch waiting and attention-DP
+        balancing are theirs alone."""
         if self.scheduler_recv_interval != 1 and self.backend != "sglang":
             raise ValueError(
                 f"scheduler_recv_interval is SGLang's --scheduler-recv-interval: it needs backend "
                 f"sglang, not {self.backend}"
+            )
+        if self.enable_mixed_chunk and self.backend != "sglang":
+            raise ValueError(
+                f"enable_mixed_chunk is SGLang's --enable-mixed-chunk: it needs backend sglang, "
+                f"not {self.backend} (whose iterations mix prompts and decodes anyway)"
             )
         if self.attention_dp_balance is not None and self.backend != "trtllm":
             raise ValueError(

@@ -19,7 +19,7 @@ from kvsim.core.outcome import CacheStats, KvEvent, SchedulerOutput, SpecDecodeS
 from kvsim.core.queues import RequestQueue
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler.admission import AdmissionPhase
-from kvsim.core.scheduler.base import NO_LIMIT, Step
+from kvsim.core.scheduler.base import NO_LIMIT, Step, run_seq
 from kvsim.core.scheduler.running import RunningPhase
 from kvsim.core.scheduler.update import UpdatePhase
 from kvsim.core.speculative import Speculator
@@ -61,6 +61,9 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
         # Disaggregated serving: a prefill replica hands each request over after its first
         # token; a decode replica admits them with their KV already computed.
         self.hands_off = role == "prefill"
+        # SGLang without --enable-mixed-chunk: an iteration prefills or decodes, prompts first
+        # (`_prefill_batch`). A decode replica's arrivals bring their KV: nothing to prefill.
+        self.prefill_first = config.backend == "sglang" and not config.enable_mixed_chunk and role != "decode"
         # Tokens whose KV the running requests hold (their computed tokens), kept exactly
         # with O(1) work per iteration; shared prefix blocks count once per request.
         self.num_tokens_stored = 0
@@ -234,11 +237,15 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
         step = Step(self.max_num_batched_tokens, 0 if alone else self.long_prefill_threshold)
         self.pool.set_time(now)  # retention priorities expire by it
         evicted_before = self.pool.num_evicted
-        if self.cohort is None or not self._schedule_cohort(step):
+        if self.prefill_first and self._prefill_batch(step, now):
+            pass  # a prompt-only iteration: the decodes wait
+        elif self.cohort is None or not self._schedule_cohort(step):
             self._schedule_running(step)
             if self.cohort is not None and not self.beams:
                 self._join_cohort(step)
-        if not step.num_preempted:
+        if self.prefill_first:
+            pass  # SGLang admits in prompt iterations only (`_prefill_batch`)
+        elif not step.num_preempted:
             self._resume_swapped(step)
             if self.hold_admissions:  # the instance's ranks start prompts together
                 pass
@@ -250,6 +257,47 @@ class Scheduler(RunningPhase, AdmissionPhase, UpdatePhase):
         if self.intake:  # a decode iteration counts 1, any other reads next time
             self._recv_count += self.recv_interval if out.num_prefill_seqs else 1
         return out
+
+    def _prefill_batch(self, step: Step, now: float) -> bool:
+        """SGLang's choice between a prefill batch and a decode batch (Scheduler.
+        get_next_batch_to_run, python/sglang/srt/managers/scheduler.py, 0.5.x, mixed chunks
+        off): the prompt part-way through its chunks goes on, then waiting requests are
+        admitted, head of line first, while the token budget (chunked_prefill_size), the
+        running cap and the blocks allow. If that schedules anything the iteration is
+        theirs alone: the decoding requests wait (cohort members leave the cohort, their
+        counters made exact, and rejoin at the next decode iteration). False, with nothing
+        changed, when no prompt can run: the iteration decodes, and admits nobody.
+
+        Not modelled: SGLang's admission estimate of the running requests' future tokens
+        (`new_token_ratio`), and its retracting decodes when blocks run out (kvsim preempts
+        as vLLM does)."""
+        chunking = [
+            req
+            for req in self.explicit
+            if req.num_tokens - req.num_computed_tokens != 1 or not req.num_output_tokens
+        ]
+        if not chunking and not (len(self.queue) and len(self.running) < self.max_num_seqs):
+            return False
+        if len(chunking) > 1:
+            chunking.sort(key=run_seq)
+        if chunking and self.cohort is not None and len(self.cohort):
+            self.materialize()  # a chunk may preempt a member: every counter exact first
+        running = self.running
+        for req in chunking:
+            if step.budget <= 0 or req.status is not Status.RUNNING:
+                continue  # out of budget, or preempted by a chunk before it
+            if self._schedule_chunk(req, running.index(req), step) < 0:
+                break
+        if not step.num_preempted and not self.hold_admissions:
+            self._resume_swapped(step)
+            self._admit_waiting(step, now)
+            if not step.scheduled and not running and not self.swapped and len(self.queue):
+                self._reject_unschedulable(step, now)
+        if not step.scheduled and not step.num_preempted and not step.rejected:
+            return False
+        if self.cohort is not None and len(self.cohort):
+            self.materialize()  # its members decode nothing in this iteration
+        return True
 
     def _poll_inbox(self) -> None:
         """SGLang's SchedulerRecvSkipper (python/sglang/srt/managers/scheduler_recv_skipper.py,

@@ -210,7 +210,10 @@ FITTED: dict[str, Overheads] = {
 #: (`benchmarks/silicon.py`, `--set replicas.0.cost_model.eager_moe_layer_host_s=X`, every
 #: 3rd of 120 SGLang rows, every 2nd of 185 TensorRT-LLM rows; objective median |TTFT error|
 #: + median |TPOT error|, docs/validation.md): SGLang 0.698 at 0 -> 0.294 at 4.5 ms (grid
-#: 0, 2, 3, 4, 4.5, 5, 6 ms). TensorRT-LLM's fit, 0.961 -> 0.484 at 3.5 ms (0, 2, 3, 3.5, 4,
+#: 0, 2, 3, 4, 4.5, 5, 6 ms) while kvsim mixed SGLang's prompts into decode iterations; refitted
+#: once it prefilled them alone (`Scheduler._prefill_batch`; every 3rd of the 105 InferenceX
+#: H200 SGLang MoE rows; 0, 2.5, 3, 3.5, 4, 4.5, 5.5 ms): 0.82 at 0 -> 0.34 at 4 ms (4.5 ms:
+#: 0.43), and held out (the every-8th sample's SGLang rows) TTFT p90 88% -> 81%. TensorRT-LLM's fit, 0.961 -> 0.484 at 3.5 ms (0, 2, 3, 3.5, 4,
 #: 4.5, 5, 6, 8 ms), is not adopted: the same launch scripts' rows at 4 clients take 2-3x less
 #: on B200 than on H200 (gpt-oss-120b 1k prompts: 39-41 ms against 81-117 ms), a host that
 #: one constant per layer does not carry; with it the held-out gpt-oss B200 rows went from
@@ -220,7 +223,7 @@ FITTED: dict[str, Overheads] = {
 #: 3 ms) gave 1.75 ms (objective 0.568 -> 0.310), not adopted: held out it moved the median
 #: TTFT 36% -> 33% but the p90 69% -> 84%, turning the mixed steps at 128-512 clients into
 #: ~110 ms ones (MiniMax-M2.5 B200 / B300: -25% -> +109% TTFT) where the engine's are not.
-EAGER_MOE_LAYER_HOST_S: dict[str, float] = {"vllm": 0.0, "sglang": 4.5e-3, "trtllm": 0.0}
+EAGER_MOE_LAYER_HOST_S: dict[str, float] = {"vllm": 0.0, "sglang": 4e-3, "trtllm": 0.0}
 
 
 #: vLLM's CUDA-graph capture sizes (vllm/config/vllm.py, _set_cudagraph_sizes, 0.32.0):

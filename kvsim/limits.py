@@ -109,6 +109,9 @@ MIN_ONOFF_ARRIVALS_PER_CYCLE = 0.01
 #: Fixed times of the cost model (a step, a per-layer or per-iteration overhead, a
 #: collective's latency), seconds.
 MAX_STEP_TIME_S = 3600.0
+#: A server front end's time per prompt token (`FrontendConfig`), seconds: a second a token is
+#: far past any tokenizer, and keeps request_s + tokens x it finite.
+MAX_FRONTEND_TOKEN_S = 1.0
 #: Bandwidths (HBM, interconnect, PCIe, all-reduce), bytes per second, and peak compute,
 #: FLOP/s or OP/s. The minimum keeps times (bytes / bandwidth) finite; the maximum is only
 #: finite, so that 1e30 still says "this costs nothing" (a use in the tests).

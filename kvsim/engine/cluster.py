@@ -305,6 +305,17 @@ class Cluster(ClusterWiring):
         if reason:
             self._reject(req, reason, replica.index)
             return
+        frontend = self.groups[replica.index].engine.frontend
+        delay = frontend.request_s + frontend.per_prompt_token_s * req.prompt_tokens
+        if delay > 0.0:  # the server's front end holds it first (`FrontendConfig`)
+            self._in_flight += 1
+            self.env.timeout(delay).callbacks.append(lambda _ev: self._through_frontend(req, replica))
+            return
+        replica.submit(req)
+
+    def _through_frontend(self, req: Request, replica: Replica) -> None:
+        """``req`` leaves ``replica``'s front end for its scheduler."""
+        self._in_flight -= 1
         replica.submit(req)
 
     def _refusal(self, replica: Replica) -> str:

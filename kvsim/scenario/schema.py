@@ -33,6 +33,7 @@ from kvsim.errors import KvsimError
 from kvsim.frozen import FrozenModel, Name
 from kvsim.limits import (
     MAX_BANDWIDTH_BYTES_PER_S,
+    MAX_FRONTEND_TOKEN_S,
     MAX_GPU_MEMORY_BYTES,
     MAX_NUM_REQUESTS,
     MAX_STEP_TIME_S,
@@ -141,6 +142,34 @@ class SpeculativeConfig(FrozenModel):
             run *= p
             total += run
         return total
+
+
+class FrontendConfig(FrozenModel):
+    """The server's work on a request before its scheduler sees it: the HTTP request parsed,
+    the prompt's text tokenized, the request handed to the engine's scheduler process.
+
+    A request routed to the replica joins its scheduler ``request_s + per_prompt_token_s x
+    prompt tokens`` after it was sent; its TTFT and end-to-end latency count that time, the
+    GPU does not (the front end runs on the host, beside the engine). Zero by default: an
+    engine fed token ids in-process (vLLM's ``LLM`` / ``LLMEngine``, kvsim's recorded traces)
+    has no front end in the way. ``benchmarks/silicon.py`` sets the values fitted for a
+    benchmark client sending text prompts to each backend's OpenAI-compatible server
+    (`kvsim.backends.frontend.SERVER_FRONTEND`, docs/validation.md).
+    """
+
+    request_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=MAX_STEP_TIME_S,
+        description="Fixed front-end time of each request (HTTP, input processing, the hand-off to "
+        "the scheduler), seconds.",
+    )
+    per_prompt_token_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=MAX_FRONTEND_TOKEN_S,
+        description="Front-end time per prompt token (tokenizing the text), seconds.",
+    )
 
 
 class AttentionDpBalance(FrozenModel):
@@ -316,6 +345,12 @@ class EngineConfig(FrozenModel):
         "iteration runs prompts or decodes, never both; whenever a prompt can start (or one is "
         "part-way through its chunks) the iteration prefills prompts up to chunked_prefill_size "
         "and the running decodes wait. True: prompt chunks and decodes share iterations.",
+    )
+    frontend: FrontendConfig = Field(
+        default_factory=FrontendConfig,
+        description="The server's time on a request before its scheduler sees it (HTTP, "
+        "tokenization): request_s + per_prompt_token_s x prompt tokens, counted in TTFT, not on "
+        "the GPU. Default 0: token ids fed in-process.",
     )
     batch_wait_timeout_iters: int = Field(
         default=0,

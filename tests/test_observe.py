@@ -74,8 +74,14 @@ def test_token_times_are_the_servers_own(tmp_path: Path) -> None:
         assert np.allclose(np.diff(times), np.diff(writes), atol=JITTER_S)
         ttft = req.loc[rid, "ttft_s"]
         assert ttft == pytest.approx(writes[0] - arrived, abs=JITTER_S)
-        assert ttft == pytest.approx(0.25 + 0.1 * rid, abs=JITTER_S)
-        assert req.loc[rid, "tpot_s"] == pytest.approx(0.1, abs=0.02)
+        # The server waited its scripted first-token delay (its sleep may overshoot on a
+        # loaded machine, never undershoot).
+        assert writes[0] - arrived >= 0.25 + 0.1 * rid - 1e-3
+        # TPOT is the server's own pace (its sleeps may overshoot 0.1 s on a loaded machine,
+        # never undershoot), to the client's reading jitter.
+        server_tpot = (writes[-1] - writes[0]) / (len(writes) - 1)
+        assert server_tpot >= 0.1 - 1e-3
+        assert req.loc[rid, "tpot_s"] == pytest.approx(server_tpot, abs=JITTER_S / (len(writes) - 1))
         assert req.loc[rid, "e2e_s"] == pytest.approx(times[-1] - req.loc[rid, "arrival_s"])
         assert body["max_tokens"] == body["min_tokens"] == req.loc[rid, "output_tokens"]
         assert body["ignore_eos"] is True and body["stream"] is True

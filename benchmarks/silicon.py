@@ -43,8 +43,9 @@ worker, after the KV transfer) and kvsim's own, which end at the prefill
 (``prefill_ttft_ms``, ``prefill_tpot_ms``).
 
 Rows kvsim does not model are "unsupported", with the reason: pipeline parallelism, a
-disaggregated row without worker counts or concurrency, DeepSeek's MTP speculative-decoding
-runs (`mtp_run`: no acceptance rate recorded), and what the kernels cost model
+disaggregated row without worker counts or concurrency, InferenceX's MTP speculative-decoding
+runs (`mtp_run`, from benchmarks/inferencex_spec.py's classification: no acceptance rate
+recorded), and what the kernels cost model
 refuses by name (an MoE shape, precision or moe_tp x moe_ep layout its ``moe`` table lacks,
 MLA outside its tables). A mixture-of-experts row runs at its
 checkpoint's own precision when the row's moe_quant_mode names it (`moe_quantization`).
@@ -76,6 +77,8 @@ from kvsim.cost.tables import package_tables_root  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 HARNESS = RESULTS / "silicon_harness.csv.gz"
+#: Which InferenceX rows may have run MTP speculative decoding (benchmarks/inferencex_spec.py).
+SPEC_DECODING = RESULTS / "silicon_spec_decoding.csv.gz"
 PEER = RESULTS / "aiconfigurator_silicon.json.gz"
 #: The only GPU constants may be fitted on (issue 20's rule); every other GPU is held out.
 FIT_SYSTEM = "h200_sxm"
@@ -157,12 +160,18 @@ def trtllm_gen_fp8_moe(row: dict[str, str], harness: dict[str, str]) -> bool:
 
 
 def mtp_run(row: dict[str, str], harness: dict[str, str]) -> bool:
-    """Whether a row ran DeepSeek's multi-token prediction as speculative decoding: InferenceX's
-    DeepSeek-R1 TensorRT-LLM B200 runs on the 1.2.0rc6.post3 image, launched by
+    """Whether a row ran multi-token prediction (DeepSeek's, Qwen3.5's) as speculative decoding:
+    every row InferenceX measured only with a ``spec-decoding: mtp`` search space
+    (``spec_decoding`` ``mtp`` in the harness record: benchmarks/inferencex_spec.py), among them
+    the DeepSeek-R1 TensorRT-LLM B200 runs on the 1.2.0rc6.post3 image, launched by
     benchmarks/dsr1_fp8_b200_trt_mtp.sh (#632, 2026-02-05: ``speculative_config: decoding_type:
     MTP``, ``num_nextn_predict_layers`` 3, 1 with attention DP) and its nvfp4 twin (#642,
-    2026-02-06). The rows do not record how many drafted tokens were accepted, so kvsim cannot
-    replay them (its speculative decoding needs an acceptance rate)."""
+    2026-02-06), which are also recognised without the classification. The rows do not record
+    how many drafted tokens were accepted, so kvsim cannot replay them (its speculative
+    decoding needs an acceptance rate). Rows InferenceX ran both with and without MTP
+    (``both``) are kept: they cannot be told apart."""
+    if harness.get("spec_decoding") == "mtp":
+        return True
     return (
         harness.get("harness") == "inferencex-single-node"
         and row["backend"] == "trtllm"
@@ -223,8 +232,15 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def harness_by_id(path: Path) -> dict[str, dict[str, str]]:
-    return {row["id"]: row for row in read_csv(path)} if path.is_file() else {}
+def harness_by_id(path: Path, spec_decoding: Path | None = SPEC_DECODING) -> dict[str, dict[str, str]]:
+    """Each row's harness record (silicon_harness.py), with its ``spec_decoding`` class from
+    inferencex_spec.py where that file has the row."""
+    harness = {row["id"]: row for row in read_csv(path)} if path.is_file() else {}
+    if spec_decoding is not None and spec_decoding.is_file():
+        for line in read_csv(spec_decoding):
+            if line["id"] in harness:
+                harness[line["id"]] = {**harness[line["id"]], "spec_decoding": line["spec_decoding"]}
+    return harness
 
 
 def _num(text: str | None) -> float | None:
@@ -396,6 +412,8 @@ def disagg_scenario_for(
     as for an aggregated row. ValueError("unsupported: ...") when kvsim cannot represent it."""
     from kvsim.model.presets import resolve_gpu, resolve_model
 
+    if mtp_run(row, harness or {}):
+        raise ValueError("unsupported: an MTP speculative-decoding run whose acceptance rate is not recorded")
     missing = [f"{s}_num_workers" for s in STAGES if not _int(row.get(f"{s}_num_workers"))]
     if missing:
         raise ValueError(
@@ -702,6 +720,14 @@ def report(rows: list[dict[str, str]], ours: dict[str, dict[str, Any]], peer: di
                 by_kind.setdefault((name, kind), []).append(row)
         for (name, kind), chosen in sorted(by_kind.items()):
             lines.append(_line((name, f"harness {kind}", "all", "all"), chosen, ours, peer))
+        by_spec: dict[tuple[str, str], list[dict[str, str]]] = {}
+        for name in ("fit", "held out"):
+            for row in totals.get(name, []):
+                spec = harness.get(row["id"], {}).get("spec_decoding")
+                if spec:
+                    by_spec.setdefault((name, spec), []).append(row)
+        for (name, spec), chosen in sorted(by_spec.items()):
+            lines.append(_line((name, f"InferenceX MTP {spec}", "all", "all"), chosen, ours, peer))
     lines.append("")
     lines.append("Rows kvsim predicts and the estimator does not (or the reverse) are in one column and")
     lines.append("not the other; `both ok` below compares the two on the same rows only:")

@@ -1,0 +1,296 @@
+"""Which InferenceX rows of silicon_sample.csv may have run MTP speculative decoding.
+
+    python benchmarks/inferencex_spec.py --repo PATH/TO/InferenceX \\
+        [--rows CSV] [--harness benchmarks/results/silicon_harness.csv.gz] \\
+        [--out benchmarks/results/silicon_spec_decoding.csv.gz]
+
+(needs a git clone of SemiAnalysisAI/InferenceX with its history, PyYAML and git; the file it
+writes is committed, so `benchmarks/silicon.py` needs neither.)
+
+InferenceX decides what to measure in ``.github/configs/nvidia-master.yaml``: one entry per
+(model, GPU, engine, precision, image), each with search spaces per ISL/OSL of tensor
+parallelism (``tp``, the GPUs of one instance), ``ep``, ``dp-attn`` and the clients
+(``conc-start`` .. ``conc-end``, doubling, or ``conc-list``), multi-node ones with a
+``prefill`` and a ``decode`` side (``num-worker``, ``tp``, ...). A search space with
+``spec-decoding: mtp`` runs DeepSeek's (or Qwen3.5's) multi-token-prediction heads as
+speculative decoding. Its rows look like the plain ones in silicon_sample.csv: the same
+image, columns and timestamp (e.g. two DeepSeek-R1 SGLang B200 TP 8 rows at 4 clients, ISL
+1,024 / OSL 8,192, both ``measured=2026-03-25T16:34:14Z``, TPOT 5.76 and 8.64 ms), and no
+acceptance rate is recorded.
+
+So each row is matched against the configuration file in force when it was measured (the
+last first-parent commit on main that touched it at or before the row's measurement time,
+`launch_flags._measured`): same model (`launch_flags.MODEL_KEY`), GPU (the runner's first
+word), engine (``dynamo-`` stripped), precision, ISL and OSL, image when the row names one,
+a search space holding the row's clients and GPU count (single node: ``tp`` = the row's
+GPUs, from the ``tpX_epY`` its id names or its columns, and ``dp-attn``; multi node: each
+side's ``tp`` and ``num-worker`` when the row gives them). ``ep`` is not compared: rows
+report SGLang's expert parallelism as 1 where the configuration asks for it.
+
+The classes (column ``spec_decoding``):
+
+- ``mtp``: only search spaces with speculative decoding hold the row (kvsim refuses it:
+  the acceptance rate it would need is not recorded);
+- ``both``: a plain and an MTP search space both hold it (InferenceX ran the point twice;
+  the row does not say which run it is);
+- ``none``: only plain search spaces hold it, or no MTP configuration existed for the
+  model, GPU, engine and ISL/OSL at that time;
+- ``unmatched``: MTP configurations existed for the model, GPU and engine, but no search
+  space holds the row (its columns disagree with the file's).
+
+Rows of other harnesses (NVIDIA's gap analysis), of models InferenceX does not run, ``wip``
+rows from unmerged branches, and rows measured before the file existed (2025-11-03; no MTP
+search space until 2025-12-05) get no line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import csv
+import gzip
+import io
+import re
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import launch_flags  # noqa: E402
+
+CONFIG = ".github/configs/nvidia-master.yaml"
+#: The file's history that can hold silicon_sample.csv's rows (aiconfigurator-core 0.12.0's
+#: newest measurement is 2026-04-22).
+SINCE, UNTIL = "2025-11-01", "2026-04-29"
+OUT = ROOT / "benchmarks" / "results" / "silicon_spec_decoding.csv.gz"
+FIELDS = ("id", "spec_decoding", "configs", "commit")
+ENGINE = {"sglang": "sglang", "trtllm": "trt", "vllm": "vllm"}
+_LAUNCH = re.compile(r"_tp(\d+)(?:_\d)?_ep(\d+)")
+
+
+@dataclass(frozen=True)
+class Space:
+    """One search space of one configuration, flattened."""
+
+    name: str
+    prefix: str
+    gpu: str
+    engine: str
+    precision: str
+    image: str
+    isl: int
+    osl: int
+    entry: dict[str, Any]
+
+    @property
+    def mtp(self) -> bool:
+        value = self.entry.get("spec-decoding")
+        return value is not None and str(value).lower() not in ("", "none", "false")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The configuration file at one commit."""
+
+    commit: str
+    time: float
+    spaces: tuple[Space, ...]
+
+
+def spaces_of(doc: dict[str, Any]) -> tuple[Space, ...]:
+    """Every search space of a parsed nvidia-master.yaml."""
+    out = []
+    for name, cfg in (doc or {}).items():
+        if not isinstance(cfg, dict):
+            continue
+        for seq in cfg.get("seq-len-configs") or []:
+            for entry in seq.get("search-space") or []:
+                out.append(
+                    Space(
+                        name=str(name),
+                        prefix=str(cfg.get("model-prefix", "")),
+                        gpu=str(cfg.get("runner", "")).split("-")[0],
+                        engine=str(cfg.get("framework", "")).removeprefix("dynamo-"),
+                        precision=str(cfg.get("precision", "")),
+                        image=_norm_image(str(cfg.get("image", ""))),
+                        isl=int(seq.get("isl") or 0),
+                        osl=int(seq.get("osl") or 0),
+                        entry=dict(entry),
+                    )
+                )
+    return tuple(out)
+
+
+def _norm_image(image: str) -> str:
+    return image.strip().replace("nvcr.io#", "nvcr.io/")
+
+
+def clients(entry: dict[str, Any]) -> set[int]:
+    """The client counts a search space runs: ``conc-list``, else conc-start doubling to conc-end."""
+    if "conc-list" in entry:
+        return {int(c) for c in entry["conc-list"]}
+    start, end = entry.get("conc-start"), entry.get("conc-end")
+    if start is None or end is None or int(start) < 1:
+        return set()
+    out, c = set(), int(start)
+    while c <= int(end):
+        out.add(c)
+        c *= 2
+    return out
+
+
+def _int(text: str | None, default: int | None = 1) -> int | None:
+    try:
+        return int(float(text)) if text not in (None, "") else default
+    except ValueError:
+        return default
+
+
+def row_gpus(row: dict[str, str]) -> set[int]:
+    """The GPU counts one aggregated instance of the row may have: the ``tpX`` its id names
+    (X GPUs) and its columns' tp x attention DP (the two disagree on some rows:
+    `silicon.parallel_layout`)."""
+    out = {(_int(row.get("tp_size")) or 1) * (_int(row.get("attention_dp_size")) or 1)}
+    launch = _LAUNCH.search(row.get("id", ""))
+    if launch:
+        out.add(int(launch[1]))
+    return out
+
+
+def _side_holds(side: dict[str, Any], row: dict[str, str], stage: str) -> bool:
+    tp = _int(row.get(f"{stage}_tp_size")) or 1
+    dp = _int(row.get(f"{stage}_attention_dp_size")) or 1
+    workers = _int(row.get(f"{stage}_num_workers"), None)
+    if workers is not None and int(side.get("num-worker", 1)) != workers:
+        return False
+    return side.get("tp") in {tp * dp, tp, dp}
+
+
+def holds(space: Space, row: dict[str, str], conc: int) -> bool:
+    """Whether a search space holds the row's deployment and client count."""
+    entry = space.entry
+    if conc not in clients(entry):
+        return False
+    if row.get("mode") == "disagg":
+        prefill, decode = entry.get("prefill"), entry.get("decode")
+        if not isinstance(prefill, dict) or not isinstance(decode, dict):
+            return False
+        return _side_holds(prefill, row, "prefill") and _side_holds(decode, row, "decode")
+    if "prefill" in entry:
+        return False
+    dp_attention = (_int(row.get("attention_dp_size")) or 1) > 1
+    return entry.get("tp") in row_gpus(row) and bool(entry.get("dp-attn", False)) == dp_attention
+
+
+def classify(
+    row: dict[str, str], harness: dict[str, str], calendar: Sequence[Snapshot]
+) -> dict[str, str] | None:
+    """The row's line (`FIELDS`), or None where the question does not arise (see the module)."""
+    if not harness.get("harness", "").startswith(("inferencex", "inferencemax")):
+        return None
+    if "wip=True" in row.get("silicon_data_source", ""):
+        return None
+    prefix = launch_flags.MODEL_KEY.get(row.get("model_path", ""))
+    when = launch_flags._measured(row, harness)
+    if prefix is None or when is None or row.get("backend") not in ENGINE:
+        return None
+    at = bisect.bisect_right([s.time for s in calendar], when) - 1
+    if at < 0:
+        return None
+    snap = calendar[at]
+    gpu, engine = row.get("system", "").removesuffix("_sxm"), ENGINE[row["backend"]]
+    isl, osl = _int(row.get("isl"), 0), _int(row.get("osl"), 0)
+    family = [
+        s
+        for s in snap.spaces
+        if s.prefix == prefix and s.gpu == gpu and s.engine == engine and s.isl == isl and s.osl == osl
+    ]
+    image = _norm_image(launch_flags._image(row))
+    conc = _int(harness.get("concurrency") or row.get("batch_size") or row.get("decode_batch_size"), 0) or 0
+    held = [
+        s
+        for s in family
+        if s.precision == row.get("precision") and (not image or s.image == image) and holds(s, row, conc)
+    ]
+    kinds = {s.mtp for s in held}
+    if not kinds:
+        kind = "unmatched" if any(s.mtp for s in family) else "none"
+    else:
+        kind = "both" if kinds == {True, False} else ("mtp" if kinds == {True} else "none")
+    names = ",".join(sorted({s.name for s in held}))
+    return {"id": row["id"], "spec_decoding": kind, "configs": names, "commit": snap.commit[:12]}
+
+
+def read_calendar(repo: Path) -> list[Snapshot]:
+    """nvidia-master.yaml at every first-parent commit on HEAD that changed it, oldest first."""
+    import yaml
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+        ).stdout
+
+    log = git(
+        "log",
+        "--first-parent",
+        "--format=%H %cI",
+        f"--since={SINCE}",
+        f"--until={UNTIL}",
+        "HEAD",
+        "--",
+        CONFIG,
+    )
+    out = []
+    for line in reversed(log.splitlines()):
+        commit, stamp = line.split()
+        doc = yaml.safe_load(git("show", f"{commit}:{CONFIG}"))
+        out.append(Snapshot(commit, datetime.fromisoformat(stamp).timestamp(), spaces_of(doc)))
+    return out
+
+
+def classify_all(rows: Iterable[dict[str, str]], harness: dict[str, dict[str, str]],
+                 calendar: Sequence[Snapshot]) -> list[dict[str, str]]:  # fmt: skip
+    out = []
+    for row in rows:
+        line = classify(row, harness.get(row["id"], {}), calendar)
+        if line is not None:
+            out.append(line)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import silicon
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repo", type=Path, required=True, help="a git clone of SemiAnalysisAI/InferenceX")
+    parser.add_argument("--rows", type=Path, help="silicon_sample.csv (default: the installed one)")
+    parser.add_argument("--harness", type=Path, default=silicon.HARNESS, help="silicon_harness.py's output")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    rows = silicon.read_csv(args.rows or silicon.default_rows())
+    calendar = read_calendar(args.repo)
+    lines = classify_all(rows, silicon.harness_by_id(args.harness, None), calendar)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(lines)
+    args.out.write_bytes(gzip.compress(buf.getvalue().encode(), mtime=0))
+    head = git_head(args.repo)
+    print(f"{len(lines)} rows from {len(calendar)} versions of {CONFIG} (InferenceX {head}): "
+          + ", ".join(f"{k} {v}" for k, v in Counter(x["spec_decoding"] for x in lines).most_common()))  # fmt: skip
+
+
+def git_head(repo: Path) -> str:
+    return subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

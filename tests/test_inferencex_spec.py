@@ -1,0 +1,171 @@
+"""benchmarks/inferencex_spec.py: which InferenceX rows ran MTP speculative decoding, from the
+configuration file in force when each was measured; and benchmarks/silicon.py refusing them."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvsim.cost.tables import package_tables_root
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+spec_mod = _load("inferencex_spec")
+silicon = _load("silicon")
+Space, Snapshot, classify = spec_mod.Space, spec_mod.Snapshot, spec_mod.classify
+
+SGLANG_IMAGE = "lmsysorg/sglang:v0.5.9-cu130"
+DAY = 86_400.0
+T0 = 1_774_000_000.0  # 2026-03-20, a commit's time
+
+
+def space(entry: dict[str, Any], *, name: str = "dsr1-fp8-b200-sglang", image: str = SGLANG_IMAGE,
+          precision: str = "fp8", isl: int = 1024, osl: int = 8192, engine: str = "sglang") -> Any:  # fmt: skip
+    return Space(name=name, prefix="dsr1", gpu="b200", engine=engine, precision=precision, image=image,
+                 isl=isl, osl=osl, entry=entry)  # fmt: skip
+
+
+def row(**over: str) -> dict[str, str]:
+    """An InferenceX DeepSeek-R1 SGLang B200 row: TP 8, 4 clients, ISL 1,024 / OSL 8,192."""
+    out = {
+        "id": "2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_1024x8192_c4_tp8_0_ep1_0_303",
+        "silicon_data_source": f"source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=4; "
+        f"measured=2026-03-25T16:34:14Z; wip=False; image={SGLANG_IMAGE}",
+        "backend": "sglang", "model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm", "precision": "fp8",
+        "mode": "agg", "isl": "1024", "osl": "8192", "batch_size": "4", "tp_size": "8", "attention_dp_size": "1",
+        "moe_ep_size": "1",
+    }  # fmt: skip
+    out.update(over)
+    return out
+
+
+HARNESS = {"harness": "inferencex-single-node", "concurrency": "4"}
+PLAIN = space({"tp": 8, "ep": 1, "conc-start": 4, "conc-end": 64})
+MTP = space({"tp": 8, "ep": 1, "conc-start": 4, "conc-end": 512, "spec-decoding": "mtp"},
+            name="dsr1-fp8-b200-sglang-mtp")  # fmt: skip
+
+
+def kind(r: dict[str, str], *spaces: Any, harness: dict[str, str] = HARNESS) -> str | None:
+    line = classify(r, harness, [Snapshot("c" * 40, T0, tuple(spaces))])
+    return None if line is None else line["spec_decoding"]
+
+
+def test_client_counts_double_from_start_to_end_or_are_listed() -> None:
+    assert spec_mod.clients({"conc-start": 4, "conc-end": 64}) == {4, 8, 16, 32, 64}
+    assert spec_mod.clients({"conc-start": 4, "conc-end": 48}) == {4, 8, 16, 32}
+    assert spec_mod.clients({"conc-list": [875, 6]}) == {6, 875}
+    assert spec_mod.clients({"tp": 8}) == set()
+
+
+def test_a_point_only_an_mtp_search_space_holds_is_mtp() -> None:
+    assert kind(row(), MTP) == "mtp"
+    assert kind(row(), PLAIN, MTP) == "both"  # ran twice, the row does not say which
+    assert kind(row(), PLAIN) == "none"
+    # 128 clients: beyond the plain space (4..64), inside the MTP one (4..512).
+    assert kind(row(batch_size="128"), PLAIN, MTP, harness={**HARNESS, "concurrency": "128"}) == "mtp"
+
+
+def test_image_precision_gpus_and_lengths_must_match() -> None:
+    assert kind(row(), space(MTP.entry, image="lmsysorg/sglang:v0.5.8-cu130")) == "unmatched"
+    assert kind(row(), space(MTP.entry, precision="fp4")) == "unmatched"
+    tp4 = row(tp_size="4", id=row()["id"].replace("_tp8_", "_tp4_"))
+    assert kind(tp4, MTP) == "unmatched"  # a TP 4 row: the MTP space runs TP 8
+    assert kind(row(attention_dp_size="8", tp_size="1"), MTP) == "unmatched"  # dp-attn differs
+    # Another ISL/OSL, or no MTP configuration at all for the model, GPU and engine: none.
+    assert kind(row(), space(MTP.entry, osl=1024)) == "none"
+    assert kind(row(), space(MTP.entry, engine="trt")) == "none"
+    # A row without an image matches on the rest.
+    plain_source = "source_file=2026-04-06.csv; model=DeepSeek-R1; measured=2026-03-25T00:00:00.000Z"
+    assert kind(row(silicon_data_source=plain_source), MTP) == "mtp"
+
+
+def test_the_launch_the_id_names_gives_the_gpus() -> None:
+    """Rows whose columns count X x Y GPUs for ``tpX_epY`` (silicon.parallel_layout) match tp X."""
+    r = row(id="2026_04_06_deepseek_r1_b200_sxm_sglang_fp8_agg_1024x8192_c4_tp8_ep8_20", tp_size="64")
+    assert kind(r, MTP) == "mtp"
+
+
+def test_the_file_in_force_at_the_measurement_is_used() -> None:
+    before, after = Snapshot("a" * 40, T0, (PLAIN,)), Snapshot("b" * 40, T0 + 10 * DAY, (PLAIN, MTP))
+    line = classify(row(), HARNESS, [before, after])  # measured 2026-03-25: `after` is not yet in force
+    assert line is not None and line["spec_decoding"] == "none" and line["commit"] == "a" * 12
+    late = row(silicon_data_source=row()["silicon_data_source"].replace("2026-03-25T16", "2026-04-05T16"))
+    line = classify(late, HARNESS, [before, after])
+    assert (
+        line is not None
+        and line["spec_decoding"] == "both"
+        and line["configs"] == ("dsr1-fp8-b200-sglang,dsr1-fp8-b200-sglang-mtp")
+    )
+    early = row(silicon_data_source=row()["silicon_data_source"].replace("2026-03-25", "2026-03-01"))
+    assert classify(early, HARNESS, [before, after]) is None  # before the file's first version
+
+
+def test_rows_outside_inferencex_get_no_line() -> None:
+    assert kind(row(), MTP, harness={"harness": "nvidia-gap-analysis", "concurrency": "4"}) is None
+    wip = row(silicon_data_source=row()["silicon_data_source"].replace("wip=False", "wip=True"))
+    assert kind(wip, MTP) is None
+    assert kind(row(model_path="meta-llama/Llama-3.1-70B-Instruct"), MTP) is None
+
+
+def test_disaggregated_rows_match_each_side() -> None:
+    side = {"num-worker": 1, "tp": 8, "ep": 8, "dp-attn": False}
+    mtp = space({"spec-decoding": "mtp", "conc-list": [4, 64], "prefill": side, "decode": {**side, "num-worker": 3}},
+                name="dsr1-fp8-b200-dynamo-sglang-mtp", isl=1024, osl=1024)  # fmt: skip
+    d = row(mode="disagg", isl="1024", osl="1024", batch_size="", tp_size="", prefill_tp_size="8",
+            decode_tp_size="8", prefill_num_workers="", decode_num_workers="")  # fmt: skip
+    harness = {"harness": "inferencex-multi-node-srt-slurm", "concurrency": "64"}
+    assert kind(d, mtp, harness=harness) == "mtp"  # worker counts not given: matched on tp and clients
+    assert kind({**d, "decode_num_workers": "3", "prefill_num_workers": "1"}, mtp, harness=harness) == "mtp"
+    assert kind({**d, "decode_num_workers": "2"}, mtp, harness=harness) == "unmatched"
+    assert kind(d, mtp, harness={**harness, "concurrency": "32"}) == "unmatched"
+    assert kind(row(isl="1024", osl="1024"), mtp) == "unmatched"  # an aggregated row: no single-node space
+
+
+def test_silicon_refuses_mtp_rows_and_keeps_the_ambiguous_ones(tmp_path: Path) -> None:
+    r = row()
+    harness_csv = tmp_path / "h.csv"
+    harness_csv.write_text(f"id,harness,concurrency\n{r['id']},inferencex-single-node,4\n")
+    spec_csv = tmp_path / "s.csv"
+    spec_csv.write_text(f"id,spec_decoding,configs,commit\n{r['id']},mtp,dsr1-fp8-b200-sglang-mtp,abc\n")
+    merged = silicon.harness_by_id(harness_csv, spec_csv)
+    assert merged[r["id"]] == {"id": r["id"], "harness": "inferencex-single-node", "concurrency": "4",
+                               "spec_decoding": "mtp"}  # fmt: skip
+    assert silicon.harness_by_id(harness_csv, None)[r["id"]].get("spec_decoding") is None
+    assert silicon.mtp_run(r, merged[r["id"]])
+    assert not silicon.mtp_run(r, {**merged[r["id"]], "spec_decoding": "both"})
+    assert not silicon.mtp_run(r, {**merged[r["id"]], "spec_decoding": "none"})
+    with pytest.raises(ValueError, match=r"^unsupported: an MTP speculative-decoding run"):
+        silicon.scenario_for(r, merged[r["id"]], {})
+    d = {**r, "mode": "disagg", "prefill_num_workers": "1", "decode_num_workers": "1"}
+    with pytest.raises(ValueError, match=r"^unsupported: an MTP speculative-decoding run"):
+        silicon.disagg_scenario_for(d, merged[r["id"]], {})
+
+
+@pytest.mark.skipif(package_tables_root() is None, reason="aiconfigurator-core is not installed")
+def test_the_committed_classification_covers_the_known_mtp_runs() -> None:
+    """The TensorRT-LLM B200 1.2.0rc6.post3 rows (dsr1_fp8_b200_trt_mtp.sh, InferenceX #632/#642)
+    are MTP by the configuration file too; the classification names only rows of the sample."""
+    rows = {r["id"]: r for r in silicon.read_csv(silicon.default_rows())}
+    harness = silicon.harness_by_id(silicon.HARNESS)
+    lines = silicon.read_csv(silicon.SPEC_DECODING)
+    assert {line["spec_decoding"] for line in lines} <= {"mtp", "both", "none", "unmatched"}
+    assert all(line["id"] in rows for line in lines)
+    post3 = [
+        i for i, r in rows.items() if i in harness and silicon.mtp_run(r, {**harness[i], "spec_decoding": ""})
+    ]
+    assert len(post3) >= 80
+    assert all(harness[i].get("spec_decoding") == "mtp" for i in post3)

@@ -71,7 +71,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from launch_flags import launch_flags  # noqa: E402
+from launch_flags import describe, launch_flags  # noqa: E402
 
 from kvsim.cost.tables import package_tables_root  # noqa: E402
 
@@ -138,6 +138,32 @@ VLLM_MXFP8_MOE = {"mxfp4_moe_activation": "mxfp8", "moe_tables_backend": "sglang
 #: same kernel, measured in SGLang 0.5.14's table (sglang_flashinfer_trtllm_moe; vLLM 0.24.0's
 #: trtllmfp8expertsmonolithic within 8% of it at moe_tp 8).
 TRTLLM_GEN_FP8_MOE = {"moe_tables_backend": "sglang"}
+
+
+#: The first vLLM release that schedules asynchronously by default (``async_scheduling``):
+#: 0.14.0; InferenceX removed its ``--async-scheduling`` flag when moving to it ("now enabled
+#: by default since v0.14.0": SemiAnalysisAI/InferenceX #789, d2c2acb19, and #496).
+VLLM_ASYNC_FROM = (0, 14)
+
+
+def async_scheduling(row: dict[str, str], harness: dict[str, str], stage: str | None = None) -> bool:
+    """Whether the row's engine decided each iteration while the previous one ran
+    (``engine.async_scheduling``): SGLang's overlap scheduler and TensorRT-LLM's (both on by
+    default; the scripts transcribed do not turn them off), vLLM from 0.14 or where the launch
+    script passed ``--async-scheduling`` (`launch_flags.describe`). A TensorRT-LLM prefill
+    worker of a disaggregated deployment runs without it (its context servers set
+    ``disable_overlap_scheduler: true``, as TensorRT-LLM's disaggregated serving requires)."""
+    backend = row.get("backend")
+    if backend == "sglang":
+        return True
+    if backend == "trtllm":
+        return stage != "prefill"
+    if backend != "vllm":
+        return False
+    version = re.match(r"(\d+)\.(\d+)", engine_version(row) or "")
+    if version is not None and (int(version[1]), int(version[2])) >= VLLM_ASYNC_FROM:
+        return True
+    return "async-scheduling" in describe(row, harness)
 
 
 def trtllm_gen_fp8_moe(row: dict[str, str], harness: dict[str, str]) -> bool:
@@ -354,6 +380,7 @@ def scenario_for(
     if version is not None:
         engine["backend_version"] = version
     engine.update(engine_flags(row, h, concurrency))
+    engine["async_scheduling"] = async_scheduling(row, h)
     layout = parallel_layout(row, model.is_moe)
     scenario: dict[str, Any] = {
         "name": row["id"][:200],
@@ -501,6 +528,7 @@ def stage_group(row: dict[str, str], stage: str, is_moe: bool, gpu: str, engine:
     tp, dp = _int(row.get(f"{stage}_tp_size")) or 1, _int(row.get(f"{stage}_attention_dp_size")) or 1
     group: dict[str, Any] = {"name": stage, "count": workers, "role": stage, "gpu": gpu, "tp": tp,
                              "engine": dict(engine), "cost_model": {"kind": "kernels"}}  # fmt: skip
+    group["engine"]["async_scheduling"] = async_scheduling(row, {}, stage)
     if dp > 1:
         group["attention_dp"] = dp
     if is_moe:  # a dense model's moe_* columns say nothing (0, 1 or the tp size)

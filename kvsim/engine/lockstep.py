@@ -92,7 +92,7 @@ class Lockstep:
         ranks = self.ranks
         max_time = ranks[0].engine.max_time_s
         while True:
-            if not any(rank.engine.has_work() for rank in ranks):
+            if not any(rank.engine.has_work() or rank.has_deferred for rank in ranks):
                 yield from self._sleep()
             now = self.clock
             if max_time is not None and now >= max_time:
@@ -107,9 +107,14 @@ class Lockstep:
                         steps.append((rank, out))
                 rank.engine.scheduler.hold_admissions = False
             if not steps:
-                yield from self._sleep()
+                if not any([rank.release_deferred() for rank in ranks]):  # async scheduling's late ones
+                    yield from self._sleep()
                 continue
+            for rank in ranks:
+                rank.stepping = True
             yield from self._step(now, steps)
+            for rank in ranks:
+                rank.stepping = False
 
     def _step(self, now: float, steps: list[tuple[Replica, SchedulerOutput]]) -> Process:
         """One iteration of every busy rank: price each, wait the longest, apply them all."""
@@ -120,6 +125,9 @@ class Lockstep:
         for _, out in steps:
             out.batch.moe_tokens = moe
         priced = [rank.engine.price_step(out) for rank, out in steps]
+        for rank in self.ranks:  # async scheduling: arrivals held back while this was scheduled
+            if rank.has_deferred:
+                rank.release_deferred()
         dt = max(p.duration_s for p in priced)
         if any(rank.transfers is not None for rank, _ in steps):
             t0 = env.now

@@ -11,6 +11,12 @@ one iteration at a time would have admitted it.
 Iteration boundaries come after ordinary events of the same instant (`kvsim.engine.clock`),
 so requests arriving exactly at a boundary are seen by the iteration starting there.
 
+With ``async_scheduling`` (vLLM's, SGLang's and TensorRT-LLM's overlap of scheduling with
+the running iteration) the next iteration was decided while this one ran: a request that
+arrives during an iteration (its end included) is held back and joins the scheduler's queue
+just after the next iteration is scheduled, so it can start in the one after. An idle
+replica takes it at once.
+
 Besides its engine, a replica reports what the cluster layer watches: its unfinished
 requests (``on_load``), its waiting queue (``on_waiting``), its admissions (for estimated
 waits), and it waits for its transfers on links it shares with other transfers
@@ -64,9 +70,11 @@ class Replica:
         on_handoff: Callable[[Request], None] | None = None,
         on_reject: Callable[[Request, str], None] | None = None,
         drive: bool = True,
+        async_scheduling: bool = False,
     ) -> None:
         """``drive``: run the replica's own engine loop; False for an attention-DP rank, whose
-        instance steps it with the others (`kvsim.engine.lockstep.Lockstep`)."""
+        instance steps it with the others (`kvsim.engine.lockstep.Lockstep`).
+        ``async_scheduling``: arrivals during an iteration wait for the one after the next."""
         self.env = env
         self.engine = engine
         self.index = engine.index
@@ -93,6 +101,11 @@ class Replica:
         # and whether they may: their times give each iteration's waiting count.
         self._run_rides = False
         self._run_arrivals: list[float] = []
+        self.async_scheduling = async_scheduling
+        self.stepping = False  # an iteration (or a decode run) is in flight
+        self._run_ends: np.ndarray = np.zeros(0)  # a decode run's iteration ends
+        self._run_last_start = 0.0  # and where its last iteration starts
+        self._deferred: list[Request] = []  # arrivals the next iteration was scheduled without
         self.process = env.process(self._loop()) if drive else None
 
     def attached(self) -> None:
@@ -151,6 +164,14 @@ class Replica:
     # -- arrivals ------------------------------------------------------------------
     def submit(self, req: Request) -> None:
         """Hand a request to this replica at the current simulated time."""
+        if self.stepping and self.async_scheduling and self._defers_now():
+            self._deferred.append(req)
+            self._add_outstanding(1)
+            if self._in_run and not self._run_rides:
+                self._in_run = False  # end the run with the iteration in progress
+                assert self.process is not None
+                self.process.interrupt()
+            return
         reason = self.engine.add_request(req, self.env.now)
         if reason is not None:
             self._rejected(req, reason)
@@ -163,11 +184,46 @@ class Replica:
                 wake.succeed()
         elif self._in_run:
             if self._run_rides:  # it cannot be admitted before the run ends: no cut
-                self._run_arrivals.append(self.env.now)
+                self._run_arrivals.append(self._seen_from())
             else:
                 self._in_run = False
                 assert self.process is not None
                 self.process.interrupt()
+
+    def _seen_from(self) -> float:
+        """When a riding arrival joins the waiting count: now; with async scheduling, at the
+        start of the iteration after the next (it is not in the queue the next one was
+        scheduled from)."""
+        now = self.env.now
+        if not self.async_scheduling:
+            return now
+        ends = self._run_ends
+        return float(ends[int(np.searchsorted(ends, now, side="left")) + 1])
+
+    def _defers_now(self) -> bool:
+        """Whether an arrival now misses the next iteration's schedule: always within a
+        stepped iteration; within a decode run whose arrivals ride to its end (they cannot
+        be admitted before it), only during the run's last iteration."""
+        return not (self._in_run and self._run_rides) or self.env.now > self._run_last_start
+
+    def release_deferred(self) -> bool:
+        """Queue the arrivals held back while the iteration just scheduled was decided; True
+        if there were any."""
+        if not self._deferred:
+            return False
+        deferred, self._deferred = self._deferred, []
+        now = self.env.now
+        for req in deferred:
+            reason = self.engine.add_request(req, now)
+            if reason is not None:
+                self._add_outstanding(-1)
+                self._rejected(req, reason)
+        self._waiting_changed()
+        return True
+
+    @property
+    def has_deferred(self) -> bool:
+        return bool(self._deferred)
 
     def _rejected(self, req: Request, reason: str) -> None:
         """The engine refused ``req``: it can never run here (`kvsim.results.result.REJECT_REASONS`)."""
@@ -199,20 +255,26 @@ class Replica:
         engine = self.engine  # the same engine for good (a cold restart gives it a new scheduler)
         max_time = engine.max_time_s
         while True:
-            if not engine.has_work():
+            if not engine.has_work() and not self._deferred:
                 yield from self._sleep()
             now = self.clock
             if max_time is not None and now >= max_time:
                 return
             out = self.schedule(now)
-            if not out.tokens and not out.num_lazy_decodes:  # not with an empty pool, but never spin
-                yield from self._sleep()
+            if not out.tokens and not out.num_lazy_decodes:
+                if self.release_deferred():
+                    continue  # the held-back arrivals start the next iteration, now
+                yield from self._sleep()  # not with an empty pool, but never spin
                 continue
-            run = engine.plan_run(out)
+            # Held-back arrivals join the queue once this iteration is priced (`_step`); they
+            # may start in the next one: no decode run.
+            run = None if self._deferred else engine.plan_run(out)
+            self.stepping = True
             if run is None:
                 yield from self._step(now, out)
             else:
                 yield from self._decode_run(now, run)
+            self.stepping = False
 
     def schedule(self, now: float) -> SchedulerOutput:
         """Schedule the iteration starting at ``now``; tell the cluster what that did."""
@@ -239,6 +301,8 @@ class Replica:
         """One iteration: price it, record it, wait for its end, apply it."""
         engine = self.engine
         priced = engine.price_step(out)
+        if self._deferred:  # after the iteration's waiting count: it was scheduled without them
+            self.release_deferred()
         dt = priced.duration_s
         if self.transfers is not None:
             t0 = self.env.now
@@ -258,6 +322,8 @@ class Replica:
         m = k
         self._in_run = True
         self._run_rides = engine.arrivals_wait_for_now()
+        self._run_ends = ends
+        self._run_last_start = float(ends[k - 2]) if k > 1 else now
         arrivals = self._run_arrivals = []
         try:
             yield LateTimeout(env, max(float(ends[k - 1]) - env.now, 0.0))

@@ -124,6 +124,7 @@ class ClusterWiring:
             on_handoff=self._on_handoff if group.role == "prefill" else None,
             on_reject=self._on_replica_reject,
             drive=not self._in_lockstep(group),
+            async_scheduling=group.engine.async_scheduling,
         )
 
     def _in_lockstep(self, group: GroupPlan) -> bool:

@@ -346,6 +346,14 @@ class EngineConfig(FrozenModel):
         "part-way through its chunks) the iteration prefills prompts up to chunked_prefill_size "
         "and the running decodes wait. True: prompt chunks and decodes share iterations.",
     )
+    async_scheduling: bool = Field(
+        default=False,
+        description="Schedule each iteration while the one before it runs (vLLM's async_scheduling, "
+        "its default from 0.14; SGLang's and TensorRT-LLM's overlap schedulers, on by default): a "
+        "request that arrives during an iteration joins the one after the next, not the next. "
+        "False: the scheduler decides after each iteration's outcome (vLLM with "
+        "async_scheduling=False, as kvsim's recorded traces run it).",
+    )
     frontend: FrontendConfig = Field(
         default_factory=FrontendConfig,
         description="The server's time on a request before its scheduler sees it (HTTP, "

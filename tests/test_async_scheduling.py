@@ -2,8 +2,8 @@
 current one runs (vLLM's AsyncScheduler, default from 0.14; SGLang's and TensorRT-LLM's overlap
 schedulers), so a request that arrives during an iteration joins the one after the next.
 
-The hand-computed cases run a constant-cost engine: every iteration takes D = 10 ms and the
-token budget is 1,000, so a 100-token prompt is prefilled in one iteration (its first token
+The hand-computed cases run a constant-cost engine (as tests/test_frontend.py's, whose
+helpers they share): every iteration takes D = 10 ms and the token budget is 1,000, so a 100-token prompt is prefilled in one iteration (its first token
 at that iteration's end). Every case also runs on the oracle engine (no decode cohort, no
 fast-forwarded runs) and must agree with it bit for bit.
 """
@@ -15,13 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import spec
-from oracle import run_eager
-from test_cohort import assert_identical
+from test_frontend import D, _by_id, _run
 
 import kvsim
 from kvsim.errors import ScenarioError
-
-D = 0.01
 
 
 def _one(async_scheduling: bool | None = True, backend: str = "vllm", **engine: Any) -> dict[str, Any]:
@@ -34,16 +31,6 @@ def _one(async_scheduling: bool | None = True, backend: str = "vllm", **engine: 
             {"gpu": "h100-sxm", "engine": eng, "cost_model": {"kind": "constant", "step_time_s": D}}
         ],
     }
-
-
-def _run(scenario: dict[str, Any], reqs: list[Any]) -> kvsim.Result:
-    res = kvsim.run(scenario, requests=reqs)
-    assert_identical(res, run_eager(scenario, requests=reqs))
-    return res
-
-
-def _by_id(res: kvsim.Result, column: str) -> list[float]:
-    return res.requests.sort_values("request_id")[column].tolist()
 
 
 def test_an_arrival_during_an_iteration_joins_the_one_after_the_next() -> None:

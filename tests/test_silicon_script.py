@@ -405,3 +405,31 @@ def test_the_sensitivity_assumptions_change_only_the_assumed_harness() -> None:
     assert silicon.assume(documented, 20, 0.5, 0) == documented  # a documented harness is not assumed
     workload = silicon.scenario_for(_row("g", batch_size="8"), moved, {})["workload"]
     assert (workload["num_prompts"], workload["num_warmups"], workload["random_range_ratio"]) == (160, 0, 0.8)
+
+
+def test_each_row_schedules_asynchronously_as_its_engine_did() -> None:
+    """vLLM from 0.14 (or launched with --async-scheduling), SGLang and TensorRT-LLM decide the
+    next iteration while one runs (`silicon.async_scheduling`); TensorRT-LLM's context servers
+    of a disaggregated deployment do not."""
+    engine = silicon.scenario_for(_row("old"), None, {})["replicas"][0]["engine"]  # vLLM 0.12.0
+    assert engine["async_scheduling"] is False
+    new = silicon.scenario_for(_row("new", backend_version="0.15.1"), None, {})
+    assert new["replicas"][0]["engine"]["async_scheduling"] is True
+    assert silicon.async_scheduling(_row("s", backend="sglang", backend_version="0.5.9"), {})
+    assert silicon.async_scheduling(_row("t", backend="trtllm", backend_version="1.2.0rc6"), {})
+    assert not silicon.async_scheduling(_row("t", backend="trtllm"), {}, "prefill")
+    assert silicon.async_scheduling(_row("t", backend="trtllm"), {}, "decode")
+    trt = _disagg("d", backend="trtllm", backend_version="1.2.0rc6")
+    prefill, decode = silicon.scenario_for(trt, None, {})["replicas"]
+    assert (prefill["engine"]["async_scheduling"], decode["engine"]["async_scheduling"]) == (False, True)
+    # gpt-oss-120b's InferenceMAX H100 script (vLLM 0.11.2) passed --async-scheduling.
+    gptoss = _row("2026_04_06_gpt_oss_120b_h100_sxm_vllm_fp4_agg_1024x1024_c512_tp4_ep1_1133",
+                  model_path="openai/gpt-oss-120b", system="h100_sxm", backend_version="0.11.2",
+                  precision="fp4", tp_size="4", batch_size="512",
+                  silicon_data_source="source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=512; "
+                  "measured=2025-12-05T00:00:00.000Z; wip=False")  # fmt: skip
+    harness = {"harness": "inferencemax-single-node", "concurrency": "512"}
+    assert silicon.async_scheduling(gptoss, harness)
+    assert not silicon.async_scheduling(
+        {**gptoss, "model_path": "meta-llama/Llama-3.1-70B-Instruct"}, harness
+    )

@@ -887,3 +887,39 @@ def test_vllm_block_fp8_gemms_take_sglangs_rows_of_the_same_kernel(tmp_path: Pat
     assert qkv_ms(True, fp8_block_gemm_backend="vllm")[0] == pytest.approx(
         gemm_ms(16, 64, 64) * 10.0, rel=1e-12
     )
+
+
+def test_a_verify_step_by_hand(moe_tables: Path) -> None:
+    """A speculative verify pass of q tokens after c is decode attention over the request's KV
+    (read once for its q queries: one row of the decode table for a GQA kernel, q rows for
+    the compute-bound absorbed MLA one), its q tokens through every GEMM and the LM head."""
+    cfg = _cfg(
+        moe_tables, per_iteration_overhead_s=1e-4, per_layer_overhead_s=2e-6, elementwise_kernel_s=3e-6
+    )
+    verify = Batch(prefill_chunks=[(3, 37), (3, 57)], num_verify_chunks=2)
+    gqa = KernelCostModel(TINY_MOE, resolve_gpu("h100-sxm"), cfg, tp=2, max_num_seqs=8)
+    # 2 rows at contexts 38 and 58: the table's step 96 / 2 - 1 = 47, in each of 2 layers.
+    expected = gqa._token_terms_s(6) + gemm_ms(6, 128, 64) * 1e-3 + 2 * decode_ms(2, 47, 2) * 1e-3 + 1e-4
+    assert gqa.step_time_s(verify) == pytest.approx(expected, rel=1e-12)
+    mla = KernelCostModel(TINY_MLA, resolve_gpu("h100-sxm"), cfg, tp=2, max_num_seqs=8)
+    # 3 + 3 rows at contexts 38 and 58: step (3 x 38 + 3 x 58) / 6 - 1 = 47.
+    expected = (
+        mla._token_terms_s(6) + gemm_ms(6, 128, 7168) * 1e-3 + 2 * mla_decode_ms(6, 47, 2) * 1e-3 + 1e-4
+    )
+    assert mla.step_time_s(verify) == pytest.approx(expected, rel=1e-12)
+    # Beside decodes, the verify rows join their attention call.
+    mixed = Batch(prefill_chunks=[(3, 37)], num_verify_chunks=1, num_decode_seqs=1, decode_context_tokens=20)
+    expected = gqa._token_terms_s(4) + gemm_ms(4, 128, 64) * 1e-3 + 2 * decode_ms(2, 28, 2) * 1e-3 + 1e-4
+    assert gqa.step_time_s(mixed) == pytest.approx(expected, rel=1e-12)
+
+
+def test_verify_steps_replay_cuda_graphs_without_the_eager_floor(tmp_path: Path) -> None:
+    tables = write_moe_mla_tables(tmp_path / "sglang", backend="sglang")
+    km = KernelCostModel(
+        TINY_MOE, resolve_gpu("h100-sxm"), _cfg(tables, backend="sglang", eager_moe_layer_host_s=0.05), tp=2,
+        max_num_seqs=8,
+    )  # fmt: skip
+    verify = Batch(prefill_chunks=[(3, 37), (3, 57)], num_verify_chunks=2)
+    assert km.step_time_s(verify) < 0.05
+    with_prompt = Batch(prefill_chunks=[(8, 0), (3, 37), (3, 57)], num_verify_chunks=2)
+    assert km.step_time_s(with_prompt) == 0.05

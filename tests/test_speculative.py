@@ -11,10 +11,11 @@ from kvsim.core.block_pool import BlockPool
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler import Scheduler
 from kvsim.cost.base import Batch, ConstantCostModel
-from kvsim.cost.config import ConstantCostConfig, RooflineCostConfig
+from kvsim.cost.config import ConstantCostConfig, KernelCostConfig, RooflineCostConfig
 from kvsim.cost.factory import build_cost_model
+from kvsim.cost.kernels import KernelCostModel
 from kvsim.cost.roofline import RooflineCostModel
-from kvsim.cost.speculative import SpeculativeCostModel, eagle_head
+from kvsim.cost.speculative import SpeculativeCostModel, eagle_head, mtp_head
 from kvsim.model.kv_sizing import kv_capacity
 from kvsim.model.presets import resolve_gpu, resolve_model
 from kvsim.scenario.loading import load_scenario
@@ -115,6 +116,73 @@ def test_eagle_head_is_one_layer_of_the_target() -> None:
     embed = 128256 * 4096
     assert head.num_layers == 1
     assert head.num_params == pytest.approx((TARGET.num_params - 2 * embed) / 32 + 2 * embed)
+
+
+def test_mtp_head_is_the_models_own_prediction_layer() -> None:
+    # DeepSeek-V3 (config.json: 61 layers, 3 dense, 256 routed + 1 shared experts of width
+    # 2,048, hidden 7,168, vocab 129,280, num_nextn_predict_layers 1): the module is one MoE
+    # layer with every expert, MLA as the target's, a 2h x h projection and the LM head.
+    v3 = resolve_model("deepseek-v3")
+    head = mtp_head(v3)
+    assert (head.num_layers, head.num_dense_layers, head.num_mtp_layers) == (1, 0, 0)
+    assert (head.num_experts, head.num_experts_per_token, head.kv_lora_rank) == (256, 8, 512)
+    non_expert = v3.num_params - 58 * 257 * 3 * 7168 * 2048 - 2 * 129280 * 7168
+    layer = non_expert / 61 + 2 * 7168**2 + 257 * 3 * 7168 * 2048
+    assert head.num_params == pytest.approx(layer + 2 * 129280 * 7168, rel=1e-12)
+    with pytest.raises(ValueError, match="llama-3-8b has no multi-token-prediction layers"):
+        mtp_head(TARGET)
+
+
+def test_mtp_drafts_on_the_targets_kernel_tables() -> None:
+    v3 = resolve_model("deepseek-v3")
+    cfg = SpeculativeConfig(method="mtp", num_speculative_tokens=3, acceptance_rate=0.7)
+    model = build_cost_model(
+        KernelCostConfig(),
+        model=v3,
+        gpu=resolve_gpu("h200"),
+        tp=8,
+        kv_cache_dtype="fp8",
+        speculative=cfg,
+        backend="trtllm",
+    )
+    assert isinstance(model, SpeculativeCostModel) and isinstance(model.draft, KernelCostModel)
+    draft, target = model.draft, model.target
+    assert isinstance(target, KernelCostModel)
+    assert draft.model.num_layers == 1 and draft._per_step_s == 0.0 and draft._eager_floor_s == 0.0
+    # One draft step is one of the target's MoE layers plus its LM head: a decode step of the
+    # target costs 61 layers' worth, the draft's well under a tenth of it.
+    one = Batch(num_decode_seqs=8, decode_context_tokens=8 * 1000)
+    assert 0 < draft.step_time_s(one) < target.step_time_s(one) / 10
+    verify = Batch(prefill_chunks=[(4, 1000)] * 8, num_verify_chunks=8)
+    assert model.step_time_s(verify) == target.step_time_s(verify) + sum(
+        draft.step_time_s(Batch(num_decode_seqs=8, decode_context_tokens=8000 + i * 8)) for i in (1, 2, 3)
+    )
+
+
+def test_mtp_needs_a_model_with_prediction_layers() -> None:
+    scenario = {
+        "model": "llama-3-8b",
+        "replicas": [
+            {
+                "gpu": "h100-sxm",
+                "engine": {
+                    "speculative_config": {
+                        "method": "mtp",
+                        "num_speculative_tokens": 2,
+                        "acceptance_rate": 0.5,
+                    }
+                },
+            }
+        ],
+        "workload": {"kind": "bench_serve", "max_concurrency": 1, "num_prompts": 1},
+    }
+    with pytest.raises(
+        kvsim.ScenarioError,
+        match=r"replicas\.0\.engine\.speculative_config\.method: method mtp .*llama-3-8b has none",
+    ):
+        kvsim.run(scenario)
+    with pytest.raises(ValueError, match="eagle, mtp and ngram take none"):
+        SpeculativeConfig(method="mtp", num_speculative_tokens=1, acceptance_rate=0.5, model="llama-3.2-1b")
 
 
 # --------------------------------------------------------------------------- in the engine

@@ -24,6 +24,7 @@ degree or GPU raises `ProfileError`; it is never silently used (the scenario che
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +42,7 @@ from kvsim.cost.config import (
 from kvsim.cost.kernels import KernelCostModel
 from kvsim.cost.profile import Profile, check_profile_matches, load_profile
 from kvsim.cost.roofline import RooflineCostModel
-from kvsim.cost.speculative import SpeculativeCostModel, eagle_head
+from kvsim.cost.speculative import SpeculativeCostModel, eagle_head, mtp_head
 from kvsim.errors import ProfileError
 from kvsim.model.specs import GpuSpec, ModelSpec
 from kvsim.registry import COST_MODELS
@@ -195,7 +196,23 @@ def build_cost_model(
     target = builder(config, replica)
     if speculative is None:
         return target
-    draft_spec = eagle_head(model) if speculative.method == "eagle" else draft_model
+    if speculative.method == "mtp":
+        head = mtp_head(model)
+        if isinstance(config, ConstantCostConfig):
+            return SpeculativeCostModel(target, None, speculative.num_speculative_tokens)
+        if isinstance(config, KernelCostConfig):
+            # The module's layer on the target's measured kernels; inside the engine's
+            # iteration: no step overhead or eager floor of its own.
+            inside = config.model_copy(
+                update={"per_iteration_overhead_s": 0.0, "eager_moe_layer_host_s": 0.0}
+            )
+            drafted = dataclasses.replace(replica, model=head)
+            return SpeculativeCostModel(
+                target, _kernel_model(inside, drafted), speculative.num_speculative_tokens
+            )
+        draft_spec: ModelSpec | None = head
+    else:
+        draft_spec = eagle_head(model) if speculative.method == "eagle" else draft_model
     if speculative.method == "draft_model" and draft_spec is None:
         raise ValueError("speculative method draft_model needs its draft model's spec")
     draft: CostModel | None = None

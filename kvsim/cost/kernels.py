@@ -1055,20 +1055,35 @@ class KernelCostModel:
             )
         tokens, seqs = batch.num_decode_seqs, batch.num_decode_seqs
         extra = linear = 0.0
-        for q, c in batch.prefill_chunks:
+        chunks = batch.prefill_chunks
+        num_prompts = len(chunks) - batch.num_verify_chunks
+        for q, c in chunks[:num_prompts]:
             tokens += q
             seqs += 1
             extra += self._chunk_extra_s(q, c)
             linear += self._gdn.chunk_s(q) if self._gdn is not None else 0.0
-        if batch.num_decode_seqs:
-            attention = self._decode_attention_1(batch.num_decode_seqs, batch.decode_context_tokens) + extra
-        else:
-            attention = self._attention_floor + extra
+        # Speculative verify passes (q = 1 + drafts tokens after c): decode attention over the
+        # request's KV, which the kernels read once for all q queries (FlashInfer folds them
+        # into the query heads) -- as q rows where the absorbed MLA kernel is compute-bound
+        # (FlashMLA folds them the same way, its work grows with them); logits for every token.
+        rows, context = batch.num_decode_seqs, batch.decode_context_tokens
+        verify_tokens = 0
+        for q, c in chunks[num_prompts:]:
+            tokens += q
+            verify_tokens += q
+            w = q if self._mla else 1
+            rows += w
+            context += w * (c + 1)
+        seqs += verify_tokens
+        attention = (self._decode_attention_1(rows, context) if rows else self._attention_floor) + extra
         t = self._token_terms_s(tokens, batch.moe_tokens) + self._lm_head_s(seqs)
         if self._gdn is not None:
-            t += linear + self._gdn.decode_s(batch.num_decode_seqs)
+            t += linear + self._gdn.decode_s(batch.num_decode_seqs + verify_tokens)
         t = t + self._attn_layers * attention + self._per_step_s  # (t + a) + b, as before
-        return max(t, self._eager_floor_s) if tokens > self._eager_above_tokens else t
+        # Decode and verify steps replay CUDA graphs; a step with a prompt runs eagerly (vLLM:
+        # only beyond its graph sizes).
+        eager = tokens > self._eager_above_tokens and (num_prompts > 0 or self._eager_above_tokens > 0)
+        return max(t, self._eager_floor_s) if eager else t
 
     def decode_steps_s(
         self, num_seqs: int, context_tokens: np.ndarray, moe_tokens: int | None = None

@@ -12,6 +12,9 @@ autoregressive steps over the n verifying requests:
     method        draft cost                                  draft KV
     draft_model   the draft model's own cost model            its own, in the same blocks
     eagle         one decoder layer of the target + LM head   none (kvsim's simplification)
+    mtp           the target's own multi-token-prediction     none (as eagle)
+                  layer (`mtp_head`) + LM head, on the
+                  target's cost model kind
     ngram         none (prompt lookup on the CPU)             none
 
 A constant cost model stands for the whole iteration: no draft cost is added to it.
@@ -22,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvsim.cost.base import Batch, CostModel
-from kvsim.model.moe import embedding_params
+from kvsim.model.moe import embedding_params, expert_params_per_layer, non_expert_layer_params
 from kvsim.model.specs import ModelSpec
 
 
@@ -49,6 +52,39 @@ def eagle_head(model: ModelSpec) -> ModelSpec:
             "num_sliding_window_layers": None,
             "num_sink_tokens": 0,
             "tie_word_embeddings": False,
+        }
+    )
+
+
+def mtp_head(model: ModelSpec) -> ModelSpec:
+    """The draft of ``method: mtp``: the model's own multi-token-prediction module, one decoder
+    layer shaped like its last (attention as the target's full-attention layers, the MoE with
+    every routed and shared expert) that reads the previous token's hidden state through a
+    2h x h projection, and the target's LM head (DeepSeek-V3 technical report, arXiv
+    2412.19437, section 2.2; Qwen3.5's ``mtp_num_hidden_layers``). With several MTP layers
+    (``num_mtp_layers``) the engines measured here chain the first (TensorRT-LLM's MTP with
+    ``num_nextn_predict_layers`` > 1 reuses it; SGLang's EAGLE over MTP the same), so each draft
+    step is one layer. Its parameter count (for the roofline) takes the target's non-expert
+    layer parameters spread evenly over its layers."""
+    if model.num_mtp_layers < 1:
+        raise ValueError(f"{model.name} has no multi-token-prediction layers (num_mtp_layers 0)")
+    h = model.hidden_size
+    layer = non_expert_layer_params(model) / model.num_layers + 2.0 * h * h
+    if model.is_moe:
+        assert model.num_experts is not None
+        layer += (model.num_experts + model.num_shared_experts) * expert_params_per_layer(model)
+    return model.model_copy(
+        update={
+            "name": f"{model.name}-mtp",
+            "num_layers": 1,
+            "num_params": layer + embedding_params(model),
+            "num_active_params": None,
+            "num_dense_layers": 0,
+            "num_mtp_layers": 0,
+            "num_linear_attention_layers": 0,
+            "sliding_window": None,
+            "num_sliding_window_layers": None,
+            "num_sink_tokens": 0,
         }
     )
 

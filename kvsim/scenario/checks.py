@@ -386,6 +386,14 @@ def _moe_layout_problems(model: ModelSpec, group: ReplicaGroup, where: str) -> P
 def _draft_model(model: ModelSpec, group: ReplicaGroup, where: str) -> tuple[ModelSpec | None, Problems]:
     """The speculative draft model, or why it cannot serve ``model`` on this group."""
     spec = group.engine.speculative_config
+    if spec is not None and spec.method == "mtp" and model.num_mtp_layers < 1:
+        return None, [
+            (
+                f"{where}.engine.speculative_config.method",
+                f"method mtp drafts with the model's own multi-token-prediction layers and "
+                f"{model.name} has none (num_mtp_layers 0): use eagle, draft_model or ngram",
+            )
+        ]
     if spec is None or spec.model is None:
         return None, []
     field = f"{where}.engine.speculative_config.model"

@@ -86,11 +86,13 @@ class SpeculativeConfig(FrozenModel):
     "Fast Inference from Transformers via Speculative Decoding", ICML, section 3.1).
     """
 
-    method: Literal["draft_model", "eagle", "ngram"] = Field(
+    method: Literal["draft_model", "eagle", "mtp", "ngram"] = Field(
         default="draft_model",
         description="draft_model: a smaller model with its own weights, cost and KV (`model`); "
         "eagle: a one-layer draft head on the target's hidden states (its cost, no KV of its own "
-        "here); ngram: prompt-lookup drafting on the CPU (free, no KV).",
+        "here); mtp: the target's own multi-token-prediction layer (DeepSeek-V3/R1, Kimi-K2.5, "
+        "GLM-5, Qwen3.5: num_mtp_layers >= 1), priced by the target's cost model kind, no KV of "
+        "its own here; ngram: prompt-lookup drafting on the CPU (free, no KV).",
     )
     num_speculative_tokens: int = Field(
         ge=1, le=32, description="Draft tokens proposed per step (vLLM's num_speculative_tokens)."
@@ -125,7 +127,7 @@ class SpeculativeConfig(FrozenModel):
             if not all(0 <= p <= 1 for p in per_pos):  # also refuses NaN
                 raise ValueError("acceptance_per_position entries must lie in [0, 1]")
         if (self.method == "draft_model") != (self.model is not None):
-            raise ValueError("method draft_model needs `model`; eagle and ngram take none")
+            raise ValueError("method draft_model needs `model`; eagle, mtp and ngram take none")
         return self
 
     def acceptance(self) -> tuple[float, ...]:

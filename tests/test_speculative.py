@@ -143,7 +143,7 @@ def test_mtp_drafts_on_the_targets_kernel_tables() -> None:
         tp=8,
         kv_cache_dtype="fp8",
         speculative=cfg,
-        backend="trtllm",
+        backend="vllm",
     )
     assert isinstance(model, SpeculativeCostModel) and isinstance(model.draft, KernelCostModel)
     draft, target = model.draft, model.target

@@ -889,28 +889,49 @@ def test_vllm_block_fp8_gemms_take_sglangs_rows_of_the_same_kernel(tmp_path: Pat
     )
 
 
-def test_a_verify_step_by_hand(moe_tables: Path) -> None:
-    """A speculative verify pass of q tokens after c is decode attention over the request's KV
-    (read once for its q queries: one row of the decode table for a GQA kernel, q rows for
-    the compute-bound absorbed MLA one), its q tokens through every GEMM and the LM head."""
+def test_a_verify_step_by_hand(moe_tables: Path, tmp_path: Path) -> None:
+    """A speculative verify pass of q tokens after c is decode attention over the request's KV,
+    read once for its q queries (one row of a GQA kernel; MLA: q x h heads, as FlashMLA folds
+    them, where the tables measure that many, else q rows of h heads), its q tokens through
+    every GEMM and the LM head."""
     cfg = _cfg(
         moe_tables, per_iteration_overhead_s=1e-4, per_layer_overhead_s=2e-6, elementwise_kernel_s=3e-6
     )
-    verify = Batch(prefill_chunks=[(3, 37), (3, 57)], num_verify_chunks=2)
     gqa = KernelCostModel(TINY_MOE, resolve_gpu("h100-sxm"), cfg, tp=2, max_num_seqs=8)
+    verify = Batch(prefill_chunks=[(3, 37), (3, 57)], num_verify_chunks=2)
     # 2 rows at contexts 38 and 58: the table's step 96 / 2 - 1 = 47, in each of 2 layers.
     expected = gqa._token_terms_s(6) + gemm_ms(6, 128, 64) * 1e-3 + 2 * decode_ms(2, 47, 2) * 1e-3 + 1e-4
     assert gqa.step_time_s(verify) == pytest.approx(expected, rel=1e-12)
+    # Beside decodes: each priced as its own.
+    mixed = Batch(prefill_chunks=[(3, 37)], num_verify_chunks=1, num_decode_seqs=1, decode_context_tokens=20)
+    attention = decode_ms(1, 19, 2) + decode_ms(1, 37, 2)
+    expected = gqa._token_terms_s(4) + gemm_ms(4, 128, 64) * 1e-3 + 2 * attention * 1e-3 + 1e-4
+    assert gqa.step_time_s(mixed) == pytest.approx(expected, rel=1e-12)
     mla = KernelCostModel(TINY_MLA, resolve_gpu("h100-sxm"), cfg, tp=2, max_num_seqs=8)
-    # 3 + 3 rows at contexts 38 and 58: step (3 x 38 + 3 x 58) / 6 - 1 = 47.
+    # 2 heads per GPU, q = 2: the 4-head module table at 2 rows, step 47.
+    two = Batch(prefill_chunks=[(2, 37), (2, 57)], num_verify_chunks=2)
+    expected = (
+        mla._token_terms_s(4) + gemm_ms(4, 128, 7168) * 1e-3 + 2 * mla_decode_ms(2, 47, 4) * 1e-3 + 1e-4
+    )
+    assert mla.step_time_s(two) == pytest.approx(expected, rel=1e-12)
+    # q = 3: 6 heads are not measured: 6 rows of 2 heads, step (3 x 38 + 3 x 58) / 6 - 1 = 47.
     expected = (
         mla._token_terms_s(6) + gemm_ms(6, 128, 7168) * 1e-3 + 2 * mla_decode_ms(6, 47, 2) * 1e-3 + 1e-4
     )
     assert mla.step_time_s(verify) == pytest.approx(expected, rel=1e-12)
-    # Beside decodes, the verify rows join their attention call.
-    mixed = Batch(prefill_chunks=[(3, 37)], num_verify_chunks=1, num_decode_seqs=1, decode_context_tokens=20)
-    expected = gqa._token_terms_s(4) + gemm_ms(4, 128, 64) * 1e-3 + 2 * decode_ms(2, 28, 2) * 1e-3 + 1e-4
-    assert gqa.step_time_s(mixed) == pytest.approx(expected, rel=1e-12)
+    # (The toy latency grows with batch x heads, so both readings agree here: which table each
+    # used is the model's record of the head counts it looked up.)
+    assert mla._folded[4] is not None and mla._folded[6] is None
+    # SGLang's granular tables: the kernel folded the same way, the absorbed BMMs at every token.
+    granular = write_moe_mla_tables(tmp_path / "granular", backend="sglang", module=False)
+    sg = KernelCostModel(
+        TINY_MLA, resolve_gpu("h100-sxm"), _cfg(granular, backend="sglang"), tp=2, max_num_seqs=8
+    )
+    assert sg._mla_bmm is not None
+    pre, post = sg._mla_bmm
+    assert sg._verify_attention_s([(2, 37), (2, 57)]) == pytest.approx(
+        mla_decode_ms(2, 47, 4) * 1e-3 + pre(4) + post(4), rel=1e-12
+    )
 
 
 def test_verify_steps_replay_cuda_graphs_without_the_eager_floor(tmp_path: Path) -> None:

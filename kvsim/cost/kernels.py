@@ -671,6 +671,13 @@ class KernelCostModel:
                 length_column=length_column, what=what, warn=w,
             )  # fmt: skip
 
+        # MLA decode at other head counts (a verify pass folds its queries into the heads):
+        # the table and its keys, read on demand (`_folded_decode`).
+        self._mla_decode_keys: tuple[str, str, str | None, int] | None = None
+        self._folded: dict[int, Grid | None] = {}
+        if self._mla:
+            table = "mla_generation_module_perf" if mla_module else "generation_mla_perf"
+            self._mla_decode_keys = (table, kv_dtype, gemm_dtype if mla_module else None, q_heads)
         if self._mla and not mla_module:
             self._decode = mla_module_grid(
                 self.source.table("mla", "generation_mla_perf"), heads=q_heads, kv_dtype=kv_dtype,
@@ -1038,6 +1045,45 @@ class KernelCostModel:
             return self._decode.at(float(num_seqs), step) + (pre(num_seqs) + post(num_seqs))
         return self._decode.at(float(num_seqs), step)
 
+    def _folded_decode(self, heads: int) -> Grid | None:
+        """The MLA decode grid at ``heads`` query heads per GPU, None where not measured."""
+        if heads not in self._folded:
+            assert self._mla_decode_keys is not None
+            table, kv_dtype, gemm_dtype, _ = self._mla_decode_keys
+            try:
+                self._folded[heads] = mla_module_grid(
+                    self.source.table("mla", table), heads=heads, kv_dtype=kv_dtype,
+                    gemm_dtype=gemm_dtype, length_column="step", what="MLA verify",
+                )  # fmt: skip
+            except ProfileError:
+                self._folded[heads] = None
+        return self._folded[heads]
+
+    def _verify_attention_s(self, verifies: list[tuple[int, int]]) -> float:
+        """Attention of speculative verify passes of q tokens after c each (`step_time_s`).
+
+        The kernels read each request's KV once for its q queries: FlashInfer's decode folds
+        them into a GQA group, FlashMLA (and TensorRT-LLM's MLA generation kernels) into the
+        query heads, so q queries of h heads cost about one query of q x h heads. A GQA model:
+        one decode row per request. MLA: the decode table at q x h heads per GPU where it is
+        measured (DeepSeek's tables: 128 heads split over tp 1..128), the absorbed BMMs at
+        every token; else q rows of h heads (the compute-bound case: no smaller TP to read).
+        """
+        n = len(verifies)
+        context = sum(c + 1 for _, c in verifies)
+        if not self._mla:
+            return self._decode_attention_1(n, context)
+        assert self._mla_decode_keys is not None
+        q = max(q for q, _ in verifies)  # the engines draft the same k for every request
+        grid = self._folded_decode(self._mla_decode_keys[3] * q)
+        if grid is None:
+            return self._decode_attention_1(n * q, q * context)
+        t = grid(float(n), max(context / n - 1.0, 1.0))
+        if self._mla_bmm is not None:
+            pre, post = self._mla_bmm
+            t += pre(n * q) + post(n * q)
+        return t
+
     # -- the CostModel protocol -----------------------------------------------------------
 
     def step_time_s(self, batch: Batch) -> float:
@@ -1062,23 +1108,23 @@ class KernelCostModel:
             seqs += 1
             extra += self._chunk_extra_s(q, c)
             linear += self._gdn.chunk_s(q) if self._gdn is not None else 0.0
-        # Speculative verify passes (q = 1 + drafts tokens after c): decode attention over the
-        # request's KV, which the kernels read once for all q queries (FlashInfer folds them
-        # into the query heads) -- as q rows where the absorbed MLA kernel is compute-bound
-        # (FlashMLA folds them the same way, its work grows with them); logits for every token.
-        rows, context = batch.num_decode_seqs, batch.decode_context_tokens
-        verify_tokens = 0
-        for q, c in chunks[num_prompts:]:
-            tokens += q
-            verify_tokens += q
-            w = q if self._mla else 1
-            rows += w
-            context += w * (c + 1)
+        # Speculative verify passes (q = 1 + drafts tokens after c): decode attention over
+        # their KV (`_verify_attention_s`), every token through the GEMMs and the LM head.
+        verifies = chunks[num_prompts:]
+        verify_tokens = sum(q for q, _ in verifies)
+        tokens += verify_tokens
         seqs += verify_tokens
-        attention = (self._decode_attention_1(rows, context) if rows else self._attention_floor) + extra
+        if n:
+            attention = self._decode_attention_1(n, batch.decode_context_tokens) + extra
+        elif not verifies:
+            attention = self._attention_floor + extra
+        else:
+            attention = extra
+        if verifies:
+            attention += self._verify_attention_s(verifies)
         t = self._token_terms_s(tokens, batch.moe_tokens) + self._lm_head_s(seqs)
         if self._gdn is not None:
-            t += linear + self._gdn.decode_s(batch.num_decode_seqs + verify_tokens)
+            t += linear + self._gdn.decode_s(n + verify_tokens)
         t = t + self._attn_layers * attention + self._per_step_s  # (t + a) + b, as before
         # Decode and verify steps replay CUDA graphs; a step with a prompt runs eagerly (vLLM:
         # only beyond its graph sizes).

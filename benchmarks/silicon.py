@@ -43,9 +43,10 @@ worker, after the KV transfer) and kvsim's own, which end at the prefill
 (``prefill_ttft_ms``, ``prefill_tpot_ms``).
 
 Rows kvsim does not model are "unsupported", with the reason: pipeline parallelism, a
-disaggregated row without worker counts or concurrency, InferenceX's MTP speculative-decoding
-runs (`mtp_run`, from benchmarks/inferencex_spec.py's classification: no acceptance rate
-recorded), and what the kernels cost model
+disaggregated row without worker counts or concurrency, InferenceX's disaggregated MTP
+speculative-decoding runs (`mtp_run`, from benchmarks/inferencex_spec.py's classification; the
+single-node ones run with the draft length of their launch script, `mtp_draft_tokens`, and
+`MTP_ACCEPTANCE`), and what the kernels cost model
 refuses by name (an MoE shape, precision or moe_tp x moe_ep layout its ``moe`` table lacks,
 MLA outside its tables). A mixture-of-experts row runs at its
 checkpoint's own precision when the row's moe_quant_mode names it (`moe_quantization`).
@@ -190,12 +191,9 @@ def mtp_run(row: dict[str, str], harness: dict[str, str]) -> bool:
     every row InferenceX measured only with a ``spec-decoding: mtp`` search space
     (``spec_decoding`` ``mtp`` in the harness record: benchmarks/inferencex_spec.py), among them
     the DeepSeek-R1 TensorRT-LLM B200 runs on the 1.2.0rc6.post3 image, launched by
-    benchmarks/dsr1_fp8_b200_trt_mtp.sh (#632, 2026-02-05: ``speculative_config: decoding_type:
-    MTP``, ``num_nextn_predict_layers`` 3, 1 with attention DP) and its nvfp4 twin (#642,
-    2026-02-06), which are also recognised without the classification. The rows do not record
-    how many drafted tokens were accepted, so kvsim cannot replay them (its speculative
-    decoding needs an acceptance rate). Rows InferenceX ran both with and without MTP
-    (``both``) are kept: they cannot be told apart."""
+    benchmarks/dsr1_fp8_b200_trt_mtp.sh (#632, 2026-02-05) and its nvfp4 twin (#642,
+    2026-02-06), which are also recognised without the classification. Rows InferenceX ran
+    both with and without MTP (``both``) run without: they cannot be told apart."""
     if harness.get("spec_decoding") == "mtp":
         return True
     return (
@@ -205,6 +203,34 @@ def mtp_run(row: dict[str, str], harness: dict[str, str]) -> bool:
         and row["system"] == "b200_sxm"
         and (row.get("backend_version") or "").startswith("1.2.0rc6.post3")
     )
+
+
+#: Chance each MTP draft token is accepted given the ones before it (``acceptance_rate``): the
+#: rows do not record it. Fitted on the H200 MTP rows only (`--set
+#: replicas.0.engine.speculative_config.acceptance_rate=X` on InferenceX's 12 DeepSeek-R1
+#: TensorRT-LLM H200 rows, grid 0.5-0.9, objective median |TTFT error| + median |TPOT error|:
+#: 0.5 0.41, 0.6 0.46, 0.7 0.44, 0.8 0.54, 0.9 0.57; docs/validation.md, "MTP runs
+#: simulated"). For scale: DeepSeek-V3's report (arXiv 2412.19437, section 5.4.3) measures
+#: 85-90% for its one MTP token on its own evaluation text; InferenceX's prompts are random
+#: tokens.
+MTP_ACCEPTANCE = 0.5
+
+
+def mtp_draft_tokens(row: dict[str, str]) -> int | None:
+    """Draft tokens per step of an aggregated MTP row, as its launch script set them (every
+    version measured rows use, SemiAnalysisAI/InferenceX): TensorRT-LLM
+    (dsr1_fp{4,8}_{b200,h200}_trt_mtp.sh, ``speculative_config: decoding_type: MTP``)
+    ``num_nextn_predict_layers`` 3, 1 with attention DP; SGLang's EAGLE over the MTP layer
+    (``--speculative-eagle-topk 1``) ``--speculative-num-steps`` 2 for DeepSeek-R1
+    (dsr1_fp8_b200_mtp.sh), 3 for Qwen3.5 (qwen3.5_fp8_b200_mtp.sh). None for any other row."""
+    model, backend = row.get("model_path", ""), row.get("backend")
+    if backend == "trtllm" and "DeepSeek" in model:
+        return 1 if (_int(row.get("attention_dp_size")) or 1) > 1 else 3
+    if backend == "sglang" and "DeepSeek" in model:
+        return 2
+    if backend == "sglang" and "Qwen3.5" in model:
+        return 3
+    return None
 
 
 def cost_model_flags(row: dict[str, str], harness: dict[str, str]) -> dict[str, Any]:
@@ -354,8 +380,13 @@ def scenario_for(
         gpu = resolve_gpu(row["system"])
     except Exception as exc:  # an unknown name: a preset kvsim does not have
         raise ValueError(f"unsupported: {exc}") from None
+    drafts = None
     if mtp_run(row, harness or {}):
-        raise ValueError("unsupported: an MTP speculative-decoding run whose acceptance rate is not recorded")
+        drafts = mtp_draft_tokens(row)
+        if drafts is None:
+            raise ValueError(
+                "unsupported: an MTP speculative-decoding run whose draft length kvsim does not know"
+            )
     quant = row.get("gemm_quant_mode") or ""
     if quant not in QUANTIZATION:
         raise ValueError(f"unsupported: weight precision {quant!r}")
@@ -382,6 +413,19 @@ def scenario_for(
     engine.update(engine_flags(row, h, concurrency))
     engine["async_scheduling"] = async_scheduling(row, h)
     layout = parallel_layout(row, model.is_moe)
+    if drafts is not None:
+        engine["speculative_config"] = {
+            "method": "mtp",
+            "num_speculative_tokens": drafts,
+            "acceptance_rate": MTP_ACCEPTANCE,
+        }
+        if row["backend"] == "trtllm":
+            # The MTP scripts' token budget makes room for every request's drafts
+            # (dsr1_fp{4,8}_{b200,h200}_trt_mtp.sh: MAX_NUM_TOKENS = ((MTP + 1) x
+            # MAX_BATCH_SIZE + ISL + 64 + 63) / 64 x 64, MAX_BATCH_SIZE the clients, per rank
+            # with attention DP); the plain script's (`engine_flags`) has no room for them.
+            batch = max(concurrency // layout["attention_dp"], 1)
+            engine["max_num_batched_tokens"] = ((drafts + 1) * batch + isl + 127) // 64 * 64
     scenario: dict[str, Any] = {
         "name": row["id"][:200],
         # A MoE row's model as its Hugging Face id resolved (an FP8 / NVFP4 repository's alias
@@ -440,7 +484,9 @@ def disagg_scenario_for(
     from kvsim.model.presets import resolve_gpu, resolve_model
 
     if mtp_run(row, harness or {}):
-        raise ValueError("unsupported: an MTP speculative-decoding run whose acceptance rate is not recorded")
+        raise ValueError(
+            "unsupported: a disaggregated MTP speculative-decoding run (its workers' draft lengths are not transcribed)"
+        )
     missing = [f"{s}_num_workers" for s in STAGES if not _int(row.get(f"{s}_num_workers"))]
     if missing:
         raise ValueError(

@@ -23,6 +23,9 @@ needs_tables = pytest.mark.skipif(
 
 
 def _load() -> Any:
+    loaded = sys.modules.get("silicon")  # one module object whichever test file loaded it first
+    if loaded is not None:
+        return loaded
     spec = importlib.util.spec_from_file_location("silicon", ROOT / "benchmarks" / "silicon.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -87,19 +90,40 @@ def test_rows_kvsim_does_not_model_say_why_without_running() -> None:
         assert why in str(info.value), (why, str(info.value))
 
 
-def test_deepseek_mtp_runs_are_refused_by_name() -> None:
+def test_deepseek_mtp_runs_draft_as_their_launch_scripts_did() -> None:
     """InferenceX's DeepSeek-R1 TensorRT-LLM B200 runs on the 1.2.0rc6.post3 image ran MTP
-    speculative decoding (acceptance not recorded); the .post2 runs and other harnesses run."""
+    speculative decoding (dsr1_fp8_b200_trt_mtp.sh: 3 draft tokens, 1 with attention DP, at
+    `MTP_ACCEPTANCE`); the .post2 runs and other harnesses run without."""
     harness = {"harness": "inferencex-single-node", "concurrency": "4"}
     row = _row("mtp", backend="trtllm", backend_version="1.2.0rc6.post3", model_path="deepseek-ai/DeepSeek-R1",
                system="b200_sxm", tp_size="8", moe_tp_size="8", moe_ep_size="1", gemm_quant_mode="fp8")  # fmt: skip
-    with pytest.raises(ValueError, match=r"^unsupported: an MTP speculative-decoding run"):
-        silicon.scenario_for(row, harness, {})
+    engine = silicon.scenario_for(row, harness, {})["replicas"][0]["engine"]
+    assert engine["speculative_config"] == {
+        "method": "mtp",
+        "num_speculative_tokens": 3,
+        "acceptance_rate": silicon.MTP_ACCEPTANCE,
+    }
+    dp = {**row, "tp_size": "1", "attention_dp_size": "8", "moe_tp_size": "1", "moe_ep_size": "8"}
+    assert (
+        silicon.scenario_for(dp, harness, {})["replicas"][0]["engine"]["speculative_config"][
+            "num_speculative_tokens"
+        ]
+        == 1
+    )
     assert silicon.mtp_run(row, harness)
     assert not silicon.mtp_run({**row, "backend_version": "1.2.0rc6.post2"}, harness)
     assert not silicon.mtp_run(row, {"harness": "inferencemax-single-node"})
     assert not silicon.mtp_run({**row, "system": "h200_sxm"}, harness)
-    silicon.scenario_for({**row, "backend_version": "1.2.0rc6.post2"}, harness, {})  # runs
+    plain = silicon.scenario_for({**row, "backend_version": "1.2.0rc6.post2"}, harness, {})
+    assert "speculative_config" not in plain["replicas"][0]["engine"]
+    # Each engine's script: SGLang's EAGLE over MTP 2 steps for DeepSeek-R1, 3 for Qwen3.5;
+    # an engine and model no transcribed script ran: refused by name.
+    assert silicon.mtp_draft_tokens({**row, "backend": "sglang"}) == 2
+    assert silicon.mtp_draft_tokens({**row, "backend": "sglang", "model_path": "Qwen/Qwen3.5-397B-A17B"}) == 3
+    assert silicon.mtp_draft_tokens({**row, "backend": "vllm"}) is None
+    mtp = {**harness, "spec_decoding": "mtp"}
+    with pytest.raises(ValueError, match=r"^unsupported: an MTP speculative-decoding run whose draft length"):
+        silicon.scenario_for({**row, "backend": "vllm", "backend_version": "0.15.1"}, mtp, {})
 
 
 def test_a_rows_parallel_layout_becomes_the_groups() -> None:

@@ -44,6 +44,8 @@ fast-forwarded engine and the stepped one agree bit for bit.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -671,13 +673,18 @@ class KernelCostModel:
                 length_column=length_column, what=what, warn=w,
             )  # fmt: skip
 
-        # MLA decode at other head counts (a verify pass folds its queries into the heads):
-        # the table and its keys, read on demand (`_folded_decode`).
-        self._mla_decode_keys: tuple[str, str, str | None, int] | None = None
+        # MLA decode at other head counts (a verify pass folds its queries into the heads),
+        # read on demand (`_folded_decode`).
+        self._q_heads = q_heads
         self._folded: dict[int, Grid | None] = {}
+        self._mla_decode_at: Callable[..., Grid] | None = None
         if self._mla:
-            table = "mla_generation_module_perf" if mla_module else "generation_mla_perf"
-            self._mla_decode_keys = (table, kv_dtype, gemm_dtype if mla_module else None, q_heads)
+            self._mla_decode_at = functools.partial(
+                mla_module_grid,
+                self.source.table("mla", "mla_generation_module_perf" if mla_module else "generation_mla_perf"),
+                kv_dtype=kv_dtype, gemm_dtype=gemm_dtype if mla_module else None, length_column="step",
+                what="MLA verify",
+            )  # fmt: skip
         if self._mla and not mla_module:
             self._decode = mla_module_grid(
                 self.source.table("mla", "generation_mla_perf"), heads=q_heads, kv_dtype=kv_dtype,
@@ -1048,13 +1055,9 @@ class KernelCostModel:
     def _folded_decode(self, heads: int) -> Grid | None:
         """The MLA decode grid at ``heads`` query heads per GPU, None where not measured."""
         if heads not in self._folded:
-            assert self._mla_decode_keys is not None
-            table, kv_dtype, gemm_dtype, _ = self._mla_decode_keys
+            assert self._mla_decode_at is not None
             try:
-                self._folded[heads] = mla_module_grid(
-                    self.source.table("mla", table), heads=heads, kv_dtype=kv_dtype,
-                    gemm_dtype=gemm_dtype, length_column="step", what="MLA verify",
-                )  # fmt: skip
+                self._folded[heads] = self._mla_decode_at(heads=heads)
             except ProfileError:
                 self._folded[heads] = None
         return self._folded[heads]
@@ -1073,9 +1076,8 @@ class KernelCostModel:
         context = sum(c + 1 for _, c in verifies)
         if not self._mla:
             return self._decode_attention_1(n, context)
-        assert self._mla_decode_keys is not None
         q = max(q for q, _ in verifies)  # the engines draft the same k for every request
-        grid = self._folded_decode(self._mla_decode_keys[3] * q)
+        grid = self._folded_decode(self._q_heads * q)
         if grid is None:
             return self._decode_attention_1(n * q, q * context)
         t = grid(float(n), max(context / n - 1.0, 1.0))
@@ -1114,14 +1116,14 @@ class KernelCostModel:
         verify_tokens = sum(q for q, _ in verifies)
         tokens += verify_tokens
         seqs += verify_tokens
-        if n:
-            attention = self._decode_attention_1(n, batch.decode_context_tokens) + extra
-        elif not verifies:
-            attention = self._attention_floor + extra
-        else:
-            attention = extra
         if verifies:
-            attention += self._verify_attention_s(verifies)
+            attention = extra + self._verify_attention_s(verifies)
+            if n:
+                attention += self._decode_attention_1(n, batch.decode_context_tokens)
+        elif n:
+            attention = self._decode_attention_1(n, batch.decode_context_tokens) + extra
+        else:
+            attention = self._attention_floor + extra
         t = self._token_terms_s(tokens, batch.moe_tokens) + self._lm_head_s(seqs)
         if self._gdn is not None:
             t += linear + self._gdn.decode_s(n + verify_tokens)

@@ -333,6 +333,11 @@ def moe_quantization(model: Any, row: dict[str, str]) -> str | None:
 #: A launch the row's id names, ``..._tpX_epY_...`` or ``..._tpX_0_epY_0_...``.
 _LAUNCH = re.compile(r"_tp(\d+)(?:_0)?_ep(\d+)(?:_|$)")
 
+#: GPUs in one NVLink node of the systems whose aggregated rows are single-node deployments
+#: (aiconfigurator-core 0.12.0 systems/<system>.yaml ``num_gpus_per_node``; GB200 and GB300
+#: racks span nodes and are left out).
+NODE_GPUS = {"h100_sxm": 8, "h200_sxm": 8, "b200_sxm": 8, "b300_sxm": 8}
+
 
 def parallel_layout(row: dict[str, str], is_moe: bool) -> dict[str, int]:
     """The replica group's tp, attention_dp, moe_tp and moe_ep: an instance of
@@ -345,16 +350,32 @@ def parallel_layout(row: dict[str, str], is_moe: bool) -> dict[str, int]:
     node). Each repeats, measurement for measurement, a 2026_03_25_* row whose columns give
     X GPUs: ``..._1024x1024_c64_tp8_ep8_953`` (tp 64, moe 8 x 8) and
     ``..._1024x1024_c64_tp8_0_ep8_0_1245`` (tp 8, moe 1 x 8) both measured TTFT 972.8 ms,
-    TPOT 23.42 ms. They run as X GPUs: tp X (or attention DP X at tp 1), moe X/Y x Y.
+    TPOT 23.42 ms. They run as X GPUs: tp X (or attention DP X where tp_size is 1), moe
+    X/Y x Y. Rows with both columns above 1 (tp 4, attention DP 4, moe 1 x 16 for
+    ``tp4_ep4``: vLLM's Kimi-K2.5 and MiniMax-M2.5 rows) ran tensor-parallel attention: their
+    scripts (InferenceX benchmarks/single_node/minimaxm2.5_fp8_b200.sh at bddbf4031,
+    kimik2.5_fp4_b200.sh at 79a42e20a) pass ``--tensor-parallel-size`` and
+    ``--enable-expert-parallel``, no data parallelism.
+
+    The database dump's rows (``..._cfgN``) carry the same defect without naming the launch:
+    151 aggregated MoE rows on 8-GPU nodes count 16 or 64 GPUs, and 89 of them repeat a
+    ``tpX_epY`` row measurement for measurement (``minimaxm2_5_b200_vllm_fp8_agg_1024x1024_
+    c64_cfg691`` and ``2026_04_06_minimax_m2_5_b200_sxm_vllm_fp8_agg_1024x1024_c64_tp4_ep4_
+    1392``). Every named launch has X = Y, so a row of an 8-GPU node system (`NODE_GPUS`)
+    whose columns count N > 8 GPUs, N = X x X, runs as the launch ``tpX_epX`` would.
     """
     tp = _int(row.get("tp_size")) or 1
     dp = _int(row.get("attention_dp_size")) or 1
     moe_tp, moe_ep = _int(row.get("moe_tp_size")) or tp * dp, _int(row.get("moe_ep_size")) or 1
     launch = _LAUNCH.search(row.get("id", ""))
-    if launch and is_moe:
-        x, y = int(launch[1]), int(launch[2])
+    named = (int(launch[1]), int(launch[2])) if launch else None
+    side, node = math.isqrt(tp * dp), NODE_GPUS.get(row.get("system", ""))
+    if named is None and node is not None and node < tp * dp == side * side and side <= node:
+        named = (side, side)
+    if named and is_moe:
+        x, y = named
         if x > 1 and y > 1 and tp * dp == moe_tp * moe_ep == x * y:
-            tp, dp = (1, x) if dp > 1 else (x, 1)
+            tp, dp = (1, x) if tp == 1 else (x, 1)
             moe_tp, moe_ep = max(1, x // y), y
     layout = {"tp": tp, "attention_dp": dp}
     if is_moe:

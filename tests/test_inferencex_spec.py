@@ -102,6 +102,10 @@ def test_the_launch_the_id_names_gives_the_gpus() -> None:
     """Rows whose columns count X x Y GPUs for ``tpX_epY`` (silicon.parallel_layout) match tp X."""
     r = row(id="2026_04_06_deepseek_r1_b200_sxm_sglang_fp8_agg_1024x8192_c4_tp8_ep8_20", tp_size="64")
     assert kind(r, MTP) == "mtp"
+    # The database dump's rows name no launch: X x X > 8 GPUs matches tp X, other counts do not.
+    dump = row(id="dsr1_b200_sglang_fp8_agg_1024x8192_c4_cfg201", tp_size="64")
+    assert kind(dump, MTP) == "mtp"
+    assert kind(row(id="dsr1_b200_sglang_fp8_agg_1024x8192_c4_cfg201", tp_size="32"), MTP) == "unmatched"
 
 
 def test_the_file_in_force_at_the_measurement_is_used() -> None:

@@ -146,6 +146,25 @@ def test_a_rows_parallel_layout_becomes_the_groups() -> None:
                    model_path="deepseek-ai/DeepSeek-R1", moe_tp_size="8", moe_ep_size="8", **cols)  # fmt: skip
         group = silicon.scenario_for(dup, None, {})["replicas"][0]
         assert (group["tp"], group["attention_dp"], group["moe_tp"], group["moe_ep"]) == want
+    # The database dump's rows carry the defect without naming the launch: on an 8-GPU node
+    # X x X > 8 GPUs run as tpX_epX would; tp and DP both above 1 is vLLM's TP attention
+    # with expert parallelism (its Kimi-K2.5 / MiniMax-M2.5 scripts), not attention DP.
+    for cols, want in (
+        ({"tp_size": "64", "moe_tp_size": "8", "moe_ep_size": "8"}, (8, 1, 1, 8)),
+        ({"tp_size": "1", "attention_dp_size": "64", "moe_tp_size": "8", "moe_ep_size": "8"}, (1, 8, 1, 8)),
+        ({"tp_size": "16", "moe_tp_size": "4", "moe_ep_size": "4"}, (4, 1, 1, 4)),
+        ({"tp_size": "4", "attention_dp_size": "4", "moe_tp_size": "1", "moe_ep_size": "16"}, (4, 1, 1, 4)),
+    ):
+        dump = _row("dsr1_b200_sglang_fp4_agg_8192x1024_c64_cfg202", model_path="deepseek-ai/DeepSeek-R1",
+                    system="b200_sxm", **cols)  # fmt: skip
+        group = silicon.scenario_for(dump, None, {})["replicas"][0]
+        assert (group["tp"], group["attention_dp"], group["moe_tp"], group["moe_ep"]) == want, cols
+    # A rack system's rows may span nodes; a count that is no square is left as it is.
+    rack = _row("dsr1_gb200_trtllm_fp4_agg_1024x1024_c64_cfg9", model_path="deepseek-ai/DeepSeek-R1",
+                system="gb200", tp_size="16", moe_tp_size="1", moe_ep_size="16")  # fmt: skip
+    assert silicon.parallel_layout(rack, True) == {"tp": 16, "attention_dp": 1, "moe_tp": 1, "moe_ep": 16}
+    odd = _row("x_cfg3", system="h200_sxm", tp_size="32", moe_tp_size="4", moe_ep_size="8")
+    assert silicon.parallel_layout(odd, True) == {"tp": 32, "attention_dp": 1, "moe_tp": 4, "moe_ep": 8}
     same = _row(
         "x_c64_tp8_ep8_9", model_path="deepseek-ai/DeepSeek-R1", tp_size="8", moe_ep_size="8", moe_tp_size="1"
     )

@@ -294,6 +294,55 @@ def test_a_moe_row_runs_with_the_engine_flags_its_launch_script_set() -> None:
     assert "scheduler_recv_interval" not in silicon.scenario_for(row, None, {})["replicas"][0]["engine"]
 
 
+class _Run:
+    """A kvsim result's two tables, as `silicon.streamed_times` reads them."""
+
+    def __init__(self, requests: dict[str, list[Any]], iterations: dict[str, list[Any]]) -> None:
+        import pandas as pd
+
+        self.requests, self.iterations = pd.DataFrame(requests), pd.DataFrame(iterations)
+
+
+def test_a_trtllm_stream_interval_holds_the_first_token_for_its_iterations() -> None:
+    """Replica a runs 10 ms iterations from 0; b 20 ms ones from 5 ms. Request 1 (a, arrived
+    at 0, first token at the end of iteration 0 = 10 ms, 6 tokens, finished at 60 ms) is seen
+    with iteration 0 + 3 - 1 = 2, ending at 30 ms: TTFT 30 ms, TPOT (60 - 30) / 5 = 6 ms.
+    Request 2 (b, arrived at 5, first at 25 ms, 2 tokens, finished at 45 ms) finishes before
+    its third iteration: it is seen at its finish, TTFT 40 ms, TPOT 0. Request 3 (a, arrived
+    at 20 ms, first at 40 ms, 3 tokens, finished at 60 ms) is seen with iteration 5, ending at
+    60 ms, its finish: TTFT 40 ms, TPOT 0. The warm-up is left out."""
+    run = _Run(
+        {"replica_id": ["a", "b", "a", "a"], "finished": [True, True, True, True],
+         "warmup": [False, False, False, True], "arrival_s": [0.0, 0.005, 0.02, 0.0],
+         "first_token_s": [0.01, 0.025, 0.04, 0.01], "finish_s": [0.06, 0.045, 0.06, 0.06],
+         "output_tokens": [6, 2, 3, 6]},
+        {"replica_id": ["a"] * 6 + ["b"] * 3, "start_s": [0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.005, 0.025, 0.045],
+         "duration_s": [0.01] * 6 + [0.02] * 3},
+    )  # fmt: skip
+    ttft, tpot = silicon.streamed_times(run, 3)
+    assert ttft == pytest.approx((0.030 + 0.040 + 0.040) / 3)
+    assert tpot == pytest.approx((0.006 + 0.0 + 0.0) / 3)
+    ttft, tpot = silicon.streamed_times(run, 1)  # every iteration answered: kvsim's own times
+    assert ttft == pytest.approx((0.01 + 0.02 + 0.02) / 3)
+    assert tpot == pytest.approx((0.01 + 0.02 + 0.01) / 3)
+
+
+def test_only_trtllm_rows_whose_script_set_a_stream_interval_are_held() -> None:
+    """InferenceX's dsr1_fp8_h200_trt_slurm.sh sets stream_interval 10; SGLang's and vLLM's
+    stream intervals send the first token at once; a row without launch flags gets 1."""
+    harness = {"harness": "inferencemax-single-node", "concurrency": "8"}
+    source = "db-dump/2026-04-27; config_id=83; silicon_concurrency=8; measured=2025-12-15T00:00:00.000Z"
+    row = _row("dsr1_h200_trtllm_fp8_agg_8192x1024_c8_cfg83", silicon_data_source=source, backend="trtllm",
+               backend_version="", model_path="deepseek-ai/DeepSeek-R1", gemm_quant_mode="fp8",
+               moe_quant_mode="fp8", precision="fp8", tp_size="8", moe_tp_size="8", moe_ep_size="1",
+               isl="8192", osl="1024", batch_size="8")  # fmt: skip
+    assert "stream_interval 10" in silicon.describe(row, harness)
+    assert silicon.first_chunk_iterations(row, harness) == 10
+    assert silicon.first_chunk_iterations({**row, "backend": "sglang"}, harness) == 1
+    assert silicon.first_chunk_iterations(row, {"harness": "nvidia-gap-analysis"}) == 1
+    assert silicon.first_chunk_iterations({**row, "mode": "disagg"}, harness) == 1
+
+
 def test_a_row_becomes_the_benchmark_as_it_was_run() -> None:
     harness = {"concurrency": "4", "num_prompts": "40", "num_warmups": "8", "random_range_ratio": "0.8",
                "harness": "inferencemax-single-node"}  # fmt: skip

@@ -38,6 +38,17 @@ The classes (column ``spec_decoding``):
 - ``unmatched``: MTP configurations existed for the model, GPU and engine, but no search
   space holds the row (its columns disagree with the file's).
 
+Columns ``prefill_workers`` / ``decode_workers``: for a multi-node row, each side's
+``num-worker`` when every search space holding the row agrees on both (most srt-slurm rows
+of silicon_sample.csv leave ``prefill_num_workers`` / ``decode_num_workers`` empty; they are
+then matched on each side's ``tp`` and the clients alone); empty otherwise.
+
+Column ``draft_tokens``: for an ``mtp`` row of a multi-node search space, the draft length
+its recipe names (TensorRT-LLM's srt-slurm recipes, ``CONFIG_FILE=.../ctx1_gen5_dep8_
+batch16_eplb0_mtp3.yaml``: ``num_nextn_predict_layers`` 3) when every MTP search space
+holding the row names the same one; empty otherwise (single-node rows take theirs from the
+launch scripts: `silicon.mtp_draft_tokens`).
+
 Rows of other harnesses (NVIDIA's gap analysis), of models InferenceX does not run, ``wip``
 rows from unmerged branches, and rows measured before the file existed (2025-11-03; no MTP
 search space until 2025-12-05) get no line.
@@ -71,7 +82,9 @@ CONFIG = ".github/configs/nvidia-master.yaml"
 #: newest measurement is 2026-04-22).
 SINCE, UNTIL = "2025-11-01", "2026-04-29"
 OUT = ROOT / "benchmarks" / "results" / "silicon_spec_decoding.csv.gz"
-FIELDS = ("id", "spec_decoding", "configs", "commit")
+FIELDS = ("id", "spec_decoding", "configs", "commit", "draft_tokens", "prefill_workers", "decode_workers")
+#: A recipe file whose name gives its MTP draft length (``..._mtp3.yaml``, ``..._mtp1_1229.yaml``).
+_RECIPE_MTP = re.compile(r"CONFIG_FILE=\S*_mtp(\d+)(?:_\d+)?\.yaml$")
 ENGINE = {"sglang": "sglang", "trtllm": "trt", "vllm": "vllm"}
 _LAUNCH = re.compile(r"_tp(\d+)(?:_\d)?_ep(\d+)")
 
@@ -231,7 +244,25 @@ def classify(
     else:
         kind = "both" if kinds == {True, False} else ("mtp" if kinds == {True} else "none")
     names = ",".join(sorted({s.name for s in held}))
-    return {"id": row["id"], "spec_decoding": kind, "configs": names, "commit": snap.commit[:12]}
+    drafts = {recipe_drafts(s) for s in held if s.mtp}
+    draft = str(drafts.pop()) if kind == "mtp" and len(drafts) == 1 and None not in drafts else ""
+    sides = {tuple(int((s.entry.get(side) or {}).get("num-worker", 1)) for side in ("prefill", "decode"))
+             for s in held if "prefill" in s.entry}  # fmt: skip
+    workers = [str(n) for n in sides.pop()] if len(sides) == 1 else ["", ""]
+    return {"id": row["id"], "spec_decoding": kind, "configs": names, "commit": snap.commit[:12],
+            "draft_tokens": draft, "prefill_workers": workers[0], "decode_workers": workers[1]}  # fmt: skip
+
+
+def recipe_drafts(space: Space) -> int | None:
+    """The MTP draft length a multi-node search space's recipe names (`_RECIPE_MTP`), or None."""
+    found = set()
+    for side in ("prefill", "decode"):
+        settings = (space.entry.get(side) or {}).get("additional-settings") or []
+        for setting in settings if isinstance(settings, list) else []:
+            match = _RECIPE_MTP.search(str(setting).strip())
+            if match:
+                found.add(int(match[1]))
+    return found.pop() if len(found) == 1 else None
 
 
 def read_calendar(repo: Path) -> list[Snapshot]:

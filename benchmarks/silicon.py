@@ -46,10 +46,11 @@ token shown with the request's N-th iteration, `first_chunk_iterations`) and kvs
 (``engine_ttft_ms``, ``engine_tpot_ms``).
 
 Rows kvsim does not model are "unsupported", with the reason: pipeline parallelism, a
-disaggregated row without worker counts or concurrency, InferenceX's disaggregated MTP
-speculative-decoding runs (`mtp_run`, from benchmarks/inferencex_spec.py's classification; the
-single-node ones run with the draft length of their launch script, `mtp_draft_tokens`, and
-`MTP_ACCEPTANCE`), and what the kernels cost model
+disaggregated row without worker counts or concurrency, InferenceX's MTP
+speculative-decoding runs (`mtp_run`, from benchmarks/inferencex_spec.py's classification)
+whose draft length is not known (the single-node ones run with the draft length of their
+launch script, `mtp_draft_tokens`, the multi-node ones with their recipe's, the decode workers
+drafting; both with `MTP_ACCEPTANCE`), and what the kernels cost model
 refuses by name (an MoE shape, precision or moe_tp x moe_ep layout its ``moe`` table lacks,
 MLA outside its tables). A mixture-of-experts row runs at its
 checkpoint's own precision when the row's moe_quant_mode names it (`moe_quantization`).
@@ -289,13 +290,17 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def harness_by_id(path: Path, spec_decoding: Path | None = SPEC_DECODING) -> dict[str, dict[str, str]]:
-    """Each row's harness record (silicon_harness.py), with its ``spec_decoding`` class from
-    inferencex_spec.py where that file has the row."""
+    """Each row's harness record (silicon_harness.py), with its ``spec_decoding`` class, a
+    multi-node MTP row's recipe ``draft_tokens`` and a multi-node row's ``prefill_workers`` /
+    ``decode_workers`` from InferenceX's configuration (inferencex_spec.py) where that file
+    has the row."""
     harness = {row["id"]: row for row in read_csv(path)} if path.is_file() else {}
     if spec_decoding is not None and spec_decoding.is_file():
         for line in read_csv(spec_decoding):
             if line["id"] in harness:
-                harness[line["id"]] = {**harness[line["id"]], "spec_decoding": line["spec_decoding"]}
+                keys = ("spec_decoding", "draft_tokens", "prefill_workers", "decode_workers")
+                extra = {key: line[key] for key in keys if line.get(key)}
+                harness[line["id"]] = {**harness[line["id"]], **extra}
     return harness
 
 
@@ -505,13 +510,23 @@ def disagg_scenario_for(
     """The kvsim scenario of one disaggregated row: ``prefill_num_workers`` replicas of role
     prefill and ``decode_num_workers`` of role decode, each stage with its own parallel
     layout (`stage_group`), the KV link between them (`kv_link`), and the benchmark client
-    as for an aggregated row. ValueError("unsupported: ...") when kvsim cannot represent it."""
+    as for an aggregated row. Worker counts the row leaves empty come from InferenceX's
+    configuration (the harness record's ``prefill_workers`` / ``decode_workers``); an MTP run
+    (`mtp_run`) drafts on its decode workers with its recipe's ``draft_tokens``.
+    ValueError("unsupported: ...") when kvsim cannot represent it."""
     from kvsim.model.presets import resolve_gpu, resolve_model
 
-    if mtp_run(row, harness or {}):
-        raise ValueError(
-            "unsupported: a disaggregated MTP speculative-decoding run (its workers' draft lengths are not transcribed)"
-        )
+    h = harness or {}
+    drafts = None
+    if mtp_run(row, h):
+        drafts = _int(h.get("draft_tokens"))
+        if not drafts:
+            raise ValueError(
+                "unsupported: a disaggregated MTP speculative-decoding run whose recipe does not name its draft length"
+            )
+    for stage in STAGES:  # the configuration's count where the row leaves it empty
+        if not _int(row.get(f"{stage}_num_workers")) and _int(h.get(f"{stage}_workers")):
+            row = {**row, f"{stage}_num_workers": h[f"{stage}_workers"]}
     missing = [f"{s}_num_workers" for s in STAGES if not _int(row.get(f"{s}_num_workers"))]
     if missing:
         raise ValueError(
@@ -534,11 +549,16 @@ def disagg_scenario_for(
     }
     if engine_version(row) is not None:
         engine["backend_version"] = engine_version(row)
-    h = harness or {}
     concurrency, isl, osl = disagg_concurrency(row, h), _int(row.get("isl")), _int(row.get("osl"))
     if not concurrency or not isl or not osl:
         raise ValueError("unsupported: the row has no concurrency, ISL or OSL")
     groups = [stage_group(row, s, model.is_moe, gpu.name, engine, concurrency, isl) for s in STAGES]
+    if drafts is not None:  # the decode workers draft; a prefill worker samples one token
+        groups[1]["engine"]["speculative_config"] = {
+            "method": "mtp",
+            "num_speculative_tokens": drafts,
+            "acceptance_rate": MTP_ACCEPTANCE,
+        }
     total = sum(g["count"] * worker_gpus(row, s) for g, s in zip(groups, STAGES, strict=True))
     scenario: dict[str, Any] = {
         "name": row["id"][:200],
@@ -661,7 +681,7 @@ def bench_workload(harness: dict[str, str], concurrency: int, isl: int, osl: int
     }
 
 
-def client_times(result: Any) -> tuple[float, float]:
+def client_times(result: Any, speculative: bool = False) -> tuple[float, float]:
     """Mean TTFT and mean TPOT, seconds, of a disaggregated run as the benchmark client sees
     them. kvsim samples a request's first token at the end of its prefill (its ``ttft_s``);
     the client's stream comes from the decode worker, which shows it at the end of its first
@@ -670,8 +690,9 @@ def client_times(result: Any) -> tuple[float, float]:
     counting back from the finish: the decode worker runs the request in each of its
     iterations, one token each, so it is output - 2 iterations before the one that ended at
     ``finish_s`` (a preempted request: the first iteration to start after its KV arrived,
-    ``first_token_s + kv_transfer_s``). TTFT ends there; TPOT is (finish - that) /
-    (output - 2), the decode worker's mean iteration over the rest. Requests that never
+    ``first_token_s + kv_transfer_s``; so for every request when the decode workers draft,
+    ``speculative``, whose iterations give several tokens each). TTFT ends there; TPOT is
+    (finish - that) / (output - 2), the decode worker's mean time a token over the rest. Requests that never
     reached a decode worker (one output token) keep kvsim's own times. Warm-ups and
     unfinished requests are left out, as in the summary."""
     import numpy as np
@@ -684,7 +705,7 @@ def client_times(result: Any) -> tuple[float, float]:
     moved = ~np.isnan(reqs["kv_transfer_s"].to_numpy(dtype=float)) & (out > 2)
     for name in set(reqs["replica_id"][moved]):
         mine = moved & (reqs["replica_id"] == name).to_numpy()
-        first = _first_decode_ends(result.iterations, name, reqs[mine])
+        first = _first_decode_ends(result.iterations, name, reqs[mine], speculative)
         ttft[mine] = first - reqs["arrival_s"].to_numpy(dtype=float)[mine]
         tpot[mine] = (reqs["finish_s"].to_numpy(dtype=float)[mine] - first) / (out[mine] - 2)
     ttft, tpot = ttft[~np.isnan(ttft)], tpot[~np.isnan(tpot)]
@@ -744,7 +765,7 @@ def streamed_times(result: Any, iterations: int) -> tuple[float, float]:
     return (float(ttft.mean()) if len(ttft) else math.nan, float(tpot.mean()) if len(tpot) else math.nan)
 
 
-def _first_decode_ends(iterations: Any, replica: str, reqs: Any) -> Any:
+def _first_decode_ends(iterations: Any, replica: str, reqs: Any, speculative: bool = False) -> Any:
     """End of each request's first iteration on its decode ``replica`` (`client_times`)."""
     import numpy as np
 
@@ -757,6 +778,8 @@ def _first_decode_ends(iterations: Any, replica: str, reqs: Any) -> Any:
     counted = ends[np.maximum(last - (reqs["output_tokens"].to_numpy() - 2), 0)]
     arrived = (reqs["first_token_s"] + reqs["kv_transfer_s"]).to_numpy(dtype=float)
     after = ends[np.searchsorted(starts, arrived - 1e-12, side="left")]
+    if speculative:
+        return after
     return np.where(reqs["num_preemptions"].to_numpy() > 0, after, counted)
 
 
@@ -789,7 +812,8 @@ def simulate(job: tuple[dict[str, str], dict[str, str] | None, dict[str, Any]]) 
         out["mean_tpot_ms"] = 1e3 * s["tpot_mean_s"]
         if row.get("mode") == "disagg":  # the client's view; kvsim's own TTFT ends at the prefill
             out["prefill_ttft_ms"], out["prefill_tpot_ms"] = out["mean_ttft_ms"], out["mean_tpot_ms"]
-            ttft, tpot = client_times(result)
+            drafting = any("speculative_config" in g["engine"] for g in scenario["replicas"])
+            ttft, tpot = client_times(result, drafting)
             out["mean_ttft_ms"], out["mean_tpot_ms"] = 1e3 * ttft, 1e3 * tpot
         elif (chunk := first_chunk_iterations(row, harness or {})) > 1:  # the client's view
             out["engine_ttft_ms"], out["engine_tpot_ms"] = out["mean_ttft_ms"], out["mean_tpot_ms"]

@@ -144,6 +144,36 @@ def test_disaggregated_rows_match_each_side() -> None:
     assert kind(row(isl="1024", osl="1024"), mtp) == "unmatched"  # an aggregated row: no single-node space
 
 
+def test_a_multi_node_row_takes_its_worker_counts_and_draft_length_from_the_configuration() -> None:
+    """The srt-slurm rows leave the worker counts empty: every search space holding the row
+    must agree on both sides' ``num-worker``; an MTP one's recipe names its draft length."""
+    side = {"num-worker": 1, "tp": 8, "ep": 8, "dp-attn": True}
+    recipe = "CONFIG_FILE=recipes/trtllm/b200-fp4/1k1k/mtp/ctx1_gen3_dep8_batch16_eplb0_mtp3.yaml"
+    mtp = space({"spec-decoding": "mtp", "conc-list": [64],
+                 "prefill": {**side, "additional-settings": [recipe]}, "decode": {**side, "num-worker": 3}},
+                name="dsr1-fp4-b200-dynamo-trt-mtp", isl=1024, osl=1024, engine="trt")  # fmt: skip
+    d = row(mode="disagg", backend="trtllm", isl="1024", osl="1024", batch_size="", tp_size="",
+            prefill_tp_size="1", prefill_attention_dp_size="8", decode_tp_size="1",
+            decode_attention_dp_size="8", silicon_data_source=row()["silicon_data_source"].split("; image=")[0])  # fmt: skip
+    harness = {"harness": "inferencex-multi-node-srt-slurm", "concurrency": "64"}
+    line = classify(d, harness, [Snapshot("c" * 40, T0, (mtp,))])
+    assert line is not None and line["spec_decoding"] == "mtp"
+    assert (line["draft_tokens"], line["prefill_workers"], line["decode_workers"]) == ("3", "1", "3")
+    # A second space holding the row with other counts: neither count is known.
+    other = space({**mtp.entry, "prefill": side, "decode": {**side, "num-worker": 5}}, name="dsr1-fp4-b200-dynamo-trt-mtp",
+                  isl=1024, osl=1024, engine="trt")  # fmt: skip
+    line = classify(d, harness, [Snapshot("c" * 40, T0, (mtp, other))])
+    assert line is not None and (line["prefill_workers"], line["decode_workers"]) == ("", "")
+    assert line["draft_tokens"] == ""  # the other recipe names no length
+    assert spec_mod.recipe_drafts(
+        space({"prefill": {"additional-settings": [recipe.replace("mtp3", "mtp1_1229")]}})
+    )
+    assert (
+        spec_mod.recipe_drafts(space({"prefill": {"additional-settings": ["CONFIG_FILE=1k1k.yaml:zip[0]"]}}))
+        is None
+    )
+
+
 def test_silicon_drafts_on_mtp_rows_and_runs_the_ambiguous_ones_without(tmp_path: Path) -> None:
     r = row()
     harness_csv = tmp_path / "h.csv"
@@ -162,9 +192,27 @@ def test_silicon_drafts_on_mtp_rows_and_runs_the_ambiguous_ones_without(tmp_path
     assert engine["speculative_config"]["num_speculative_tokens"] == 2
     both = silicon.scenario_for(r, {**merged[r["id"]], "spec_decoding": "both"}, {})
     assert "speculative_config" not in both["replicas"][0]["engine"]
-    d = {**r, "mode": "disagg", "prefill_num_workers": "1", "decode_num_workers": "1"}
-    with pytest.raises(ValueError, match=r"^unsupported: a disaggregated MTP speculative-decoding run"):
+    d = {**r, "mode": "disagg", "prefill_num_workers": "1", "decode_num_workers": "1", "prefill_tp_size": "8",
+         "decode_tp_size": "8", "prefill_moe_tp_size": "8", "decode_moe_tp_size": "8"}  # fmt: skip
+    with pytest.raises(
+        ValueError, match=r"^unsupported: a disaggregated MTP speculative-decoding run whose recipe"
+    ):
         silicon.disagg_scenario_for(d, merged[r["id"]], {})
+    # With the recipe's draft length the decode workers draft; the prefill worker does not.
+    groups = silicon.disagg_scenario_for(d, {**merged[r["id"]], "draft_tokens": "3"}, {})["replicas"]
+    assert "speculative_config" not in groups[0]["engine"]
+    assert groups[1]["engine"]["speculative_config"] == {
+        "method": "mtp", "num_speculative_tokens": 3, "acceptance_rate": silicon.MTP_ACCEPTANCE}  # fmt: skip
+    # Worker counts the row leaves empty come from the configuration; the row's own win.
+    empty = {**d, "prefill_num_workers": "", "decode_num_workers": ""}
+    plain = {**merged[r["id"]], "spec_decoding": "none"}
+    with pytest.raises(ValueError, match=r"^unsupported: the row has no prefill_num_workers or decode_num"):
+        silicon.disagg_scenario_for(empty, plain, {})
+    counts = {**plain, "prefill_workers": "2", "decode_workers": "3"}
+    groups = silicon.disagg_scenario_for(empty, counts, {})["replicas"]
+    assert (groups[0]["count"], groups[1]["count"]) == (2, 3)
+    groups = silicon.disagg_scenario_for(d, counts, {})["replicas"]
+    assert (groups[0]["count"], groups[1]["count"]) == (1, 1)
 
 
 @pytest.mark.skipif(package_tables_root() is None, reason="aiconfigurator-core is not installed")

@@ -327,6 +327,24 @@ def test_a_trtllm_stream_interval_holds_the_first_token_for_its_iterations() -> 
     assert tpot == pytest.approx((0.01 + 0.02 + 0.01) / 3)
 
 
+def test_drafting_decode_workers_show_the_first_token_after_the_kv_arrived() -> None:
+    """A decode worker runs 10 ms iterations from 0. The request's prompt ended at 12 ms and
+    its KV arrived 5 ms later: the first iteration to start after 17 ms is the one from 20 to
+    30 ms, where a drafting worker (several tokens an iteration) shows the first token: TTFT
+    30 ms, TPOT (60 - 30) / (10 - 2). Counting one token an iteration back from the finish
+    at 60 ms would put it before the KV arrived (clamped to the first iteration, 10 ms)."""
+    run = _Run(
+        {"replica_id": ["d"], "finished": [True], "warmup": [False], "arrival_s": [0.0],
+         "first_token_s": [0.012], "kv_transfer_s": [0.005], "finish_s": [0.06], "output_tokens": [10],
+         "num_preemptions": [0], "ttft_s": [0.012], "tpot_s": [0.048 / 9]},
+        {"replica_id": ["d"] * 10, "start_s": [0.01 * k for k in range(10)], "duration_s": [0.01] * 10},
+    )  # fmt: skip
+    ttft, tpot = silicon.client_times(run, speculative=True)
+    assert (ttft, tpot) == (pytest.approx(0.03), pytest.approx(0.03 / 8))
+    ttft, _ = silicon.client_times(run)
+    assert ttft == pytest.approx(0.01)
+
+
 def test_only_trtllm_rows_whose_script_set_a_stream_interval_are_held() -> None:
     """InferenceX's dsr1_fp8_h200_trt_slurm.sh sets stream_interval 10; SGLang's and vLLM's
     stream intervals send the first token at once; a row without launch flags gets 1."""

@@ -717,12 +717,13 @@ def client_times(result: Any, speculative: bool = False) -> tuple[float, float]:
 #: N-th iteration that produced the request's tokens, not with the first. The rows say so:
 #: on the every-eighth MoE sample kvsim's TTFT fell short of the measured one by about N of
 #: its own steps, whatever the concurrency or prompt length (DeepSeek-R1 / V3, whose scripts
-#: set 10: 5-17 steps, median 10; gpt-oss-120b, 20: 14-22), on the 1.1.0rc2 and 1.2.0rc6
-#: images alike, and by nothing on the rows without it (NVIDIA's gap analysis). TensorRT-LLM's
-#: executor has answered the context step at once since #5836 (July 2025); where the hold
-#: comes from on the serving path is not identified. SGLang and vLLM exempt the first token
-#: from their stream intervals (SGLang's ``len(req.output_ids) == 1``, vLLM's
-#: ``sent_tokens_offset == 0``, v1/engine/output_processor.py) and get no such hold.
+#: set 10: 5-17 steps, median 10; gpt-oss-120b, 20: 14-38, but 3-4 on three B200 runs of
+#: 2025-11), on the 1.1.0rc2 and 1.2.0rc6 images alike, and by nothing on the rows without it
+#: (NVIDIA's gap analysis). TensorRT-LLM's executor has answered the context step at once
+#: since #5836 (July 2025); where the hold comes from on the serving path is not identified.
+#: SGLang and vLLM exempt the first token from their stream intervals (SGLang's
+#: ``len(req.output_ids) == 1``, vLLM's ``sent_tokens_offset == 0``,
+#: v1/engine/output_processor.py) and get no such hold.
 _STREAM_INTERVAL = re.compile(r"stream_interval (\d+)")
 
 

@@ -697,8 +697,7 @@ def client_times(result: Any, speculative: bool = False) -> tuple[float, float]:
     unfinished requests are left out, as in the summary."""
     import numpy as np
 
-    reqs = result.requests
-    reqs = reqs[reqs["finished"].to_numpy(dtype=bool) & ~reqs["warmup"].to_numpy(dtype=bool)]
+    reqs = _measured_requests(result)
     ttft = reqs["ttft_s"].to_numpy(dtype=float).copy()
     tpot = reqs["tpot_s"].to_numpy(dtype=float).copy()
     out = reqs["output_tokens"].to_numpy(dtype=float)
@@ -708,8 +707,7 @@ def client_times(result: Any, speculative: bool = False) -> tuple[float, float]:
         first = _first_decode_ends(result.iterations, name, reqs[mine], speculative)
         ttft[mine] = first - reqs["arrival_s"].to_numpy(dtype=float)[mine]
         tpot[mine] = (reqs["finish_s"].to_numpy(dtype=float)[mine] - first) / (out[mine] - 2)
-    ttft, tpot = ttft[~np.isnan(ttft)], tpot[~np.isnan(tpot)]
-    return (float(ttft.mean()) if len(ttft) else math.nan, float(tpot.mean()) if len(tpot) else math.nan)
+    return _means(ttft, tpot)
 
 
 #: TensorRT-LLM's ``stream_interval`` (the executor answers a streaming request every N of its
@@ -747,22 +745,41 @@ def streamed_times(result: Any, iterations: int) -> tuple[float, float]:
     unfinished requests are left out, as in the summary."""
     import numpy as np
 
-    reqs = result.requests
-    reqs = reqs[reqs["finished"].to_numpy(dtype=bool) & ~reqs["warmup"].to_numpy(dtype=bool)]
+    reqs = _measured_requests(result)
     first = reqs["first_token_s"].to_numpy(dtype=float).copy()
     finish = reqs["finish_s"].to_numpy(dtype=float)
-    steps = result.iterations
     for name in set(reqs["replica_id"]):
         mine = (reqs["replica_id"] == name).to_numpy()
-        ran = steps[steps["replica_id"] == name]
-        ends = np.sort((ran["start_s"] + ran["duration_s"]).to_numpy(dtype=float))
+        _, ends = _replica_steps(result.iterations, name)
         at = np.searchsorted(ends, first[mine] - 1e-12, side="left") + iterations - 1
         first[mine] = ends[np.minimum(at, len(ends) - 1)]
     first = np.minimum(first, finish)
     out = reqs["output_tokens"].to_numpy(dtype=float)
-    ttft = first - reqs["arrival_s"].to_numpy(dtype=float)
     many = out > 1
-    tpot = (finish[many] - first[many]) / (out[many] - 1)
+    return _means(first - reqs["arrival_s"].to_numpy(dtype=float), (finish - first)[many] / (out[many] - 1))
+
+
+def _measured_requests(result: Any) -> Any:
+    """The requests the summary counts: finished, not warm-ups."""
+    reqs = result.requests
+    return reqs[reqs["finished"].to_numpy(dtype=bool) & ~reqs["warmup"].to_numpy(dtype=bool)]
+
+
+def _replica_steps(iterations: Any, replica: str) -> tuple[Any, Any]:
+    """Start and end times of ``replica``'s iterations, in order (they never overlap)."""
+    import numpy as np
+
+    steps = iterations[iterations["replica_id"] == replica]
+    starts = steps["start_s"].to_numpy(dtype=float)
+    order = np.argsort(starts, kind="stable")
+    return starts[order], starts[order] + steps["duration_s"].to_numpy(dtype=float)[order]
+
+
+def _means(ttft: Any, tpot: Any) -> tuple[float, float]:
+    """The two means over the values that are numbers (NaN where there are none)."""
+    import numpy as np
+
+    ttft, tpot = ttft[~np.isnan(ttft)], tpot[~np.isnan(tpot)]
     return (float(ttft.mean()) if len(ttft) else math.nan, float(tpot.mean()) if len(tpot) else math.nan)
 
 
@@ -770,11 +787,7 @@ def _first_decode_ends(iterations: Any, replica: str, reqs: Any, speculative: bo
     """End of each request's first iteration on its decode ``replica`` (`client_times`)."""
     import numpy as np
 
-    steps = iterations[iterations["replica_id"] == replica]
-    starts = steps["start_s"].to_numpy(dtype=float)
-    order = np.argsort(starts, kind="stable")
-    starts = starts[order]
-    ends = starts + steps["duration_s"].to_numpy(dtype=float)[order]
+    starts, ends = _replica_steps(iterations, replica)
     last = np.searchsorted(ends, reqs["finish_s"].to_numpy(dtype=float) - 1e-12, side="left")
     counted = ends[np.maximum(last - (reqs["output_tokens"].to_numpy() - 2), 0)]
     arrived = (reqs["first_token_s"] + reqs["kv_transfer_s"]).to_numpy(dtype=float)

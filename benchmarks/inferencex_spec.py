@@ -61,7 +61,6 @@ import bisect
 import csv
 import gzip
 import io
-import math
 import re
 import subprocess
 import sys
@@ -169,17 +168,16 @@ def _int(text: str | None, default: int | None = 1) -> int | None:
 
 def row_gpus(row: dict[str, str]) -> set[int]:
     """The GPU counts one aggregated instance of the row may have: the ``tpX`` its id names
-    (X GPUs), its columns' tp x attention DP, and X where those count X x X > 8 GPUs (the
-    database dump's rows of the same defect, which do not name the launch: see
-    `silicon.parallel_layout`)."""
-    gpus = (_int(row.get("tp_size")) or 1) * (_int(row.get("attention_dp_size")) or 1)
-    out = {gpus}
+    (X GPUs), its columns' tp x attention DP, and the GPUs `silicon.parallel_layout` runs it
+    on (the database dump's rows of the same defect, which do not name the launch)."""
+    import silicon
+
+    layout = silicon.parallel_layout(row, True)
+    out = {(_int(row.get("tp_size")) or 1) * (_int(row.get("attention_dp_size")) or 1)}
+    out.add(layout["tp"] * layout["attention_dp"])
     launch = _LAUNCH.search(row.get("id", ""))
     if launch:
         out.add(int(launch[1]))
-    side = math.isqrt(gpus)
-    if gpus > 8 and side * side == gpus:
-        out.add(side)
     return out
 
 

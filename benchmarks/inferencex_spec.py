@@ -43,6 +43,11 @@ Columns ``prefill_workers`` / ``decode_workers``: for a multi-node row, each sid
 of silicon_sample.csv leave ``prefill_num_workers`` / ``decode_num_workers`` empty; they are
 then matched on each side's ``tp`` and the clients alone); empty otherwise.
 
+Columns ``prefill_dp_attn`` / ``prefill_ep`` and ``decode_dp_attn`` / ``decode_ep``: a
+multi-node row's side as launched, attention data parallelism (``true`` / ``false``) and the
+expert-parallel degree, when every search space holding the row agrees and gives the side as
+many GPUs per worker as the row counts (`side_layout`); empty otherwise.
+
 Column ``draft_tokens``: for an ``mtp`` row of a multi-node search space, the draft length
 its recipe names (TensorRT-LLM's srt-slurm recipes, ``CONFIG_FILE=.../ctx1_gen5_dep8_
 batch16_eplb0_mtp3.yaml``: ``num_nextn_predict_layers`` 3) when every MTP search space
@@ -81,9 +86,12 @@ CONFIG = ".github/configs/nvidia-master.yaml"
 #: newest measurement is 2026-04-22).
 SINCE, UNTIL = "2025-11-01", "2026-04-29"
 OUT = ROOT / "benchmarks" / "results" / "silicon_spec_decoding.csv.gz"
-FIELDS = ("id", "spec_decoding", "configs", "commit", "draft_tokens", "prefill_workers", "decode_workers")
+FIELDS = ("id", "spec_decoding", "configs", "commit", "draft_tokens", "prefill_workers", "decode_workers",
+          "prefill_dp_attn", "prefill_ep", "decode_dp_attn", "decode_ep")  # fmt: skip
 #: A recipe file whose name gives its MTP draft length (``..._mtp3.yaml``, ``..._mtp1_1229.yaml``).
 _RECIPE_MTP = re.compile(r"CONFIG_FILE=\S*_mtp(\d+)(?:_\d+)?\.yaml$")
+#: A recipe file whose name gives its decode workers' layout (``ctx1_gen4_dep8_batch16_...``).
+_RECIPE_GEN = re.compile(r"CONFIG_FILE=\S*_gen\d+_(dep|tep|dp|tp)(\d+)_")
 ENGINE = {"sglang": "sglang", "trtllm": "trt", "vllm": "vllm"}
 _LAUNCH = re.compile(r"_tp(\d+)(?:_\d)?_ep(\d+)")
 
@@ -247,8 +255,58 @@ def classify(
     sides = {tuple(int((s.entry.get(side) or {}).get("num-worker", 1)) for side in ("prefill", "decode"))
              for s in held if "prefill" in s.entry}  # fmt: skip
     workers = [str(n) for n in sides.pop()] if len(sides) == 1 else ["", ""]
-    return {"id": row["id"], "spec_decoding": kind, "configs": names, "commit": snap.commit[:12],
+    line = {"id": row["id"], "spec_decoding": kind, "configs": names, "commit": snap.commit[:12],
             "draft_tokens": draft, "prefill_workers": workers[0], "decode_workers": workers[1]}  # fmt: skip
+    for stage in ("prefill", "decode"):
+        layout = side_layout(held, row, stage)
+        line[f"{stage}_dp_attn"] = "" if layout is None else str(layout[0]).lower()
+        line[f"{stage}_ep"] = "" if layout is None else str(layout[1])
+    return line
+
+
+def side_layout(held: Sequence[Space], row: dict[str, str], stage: str) -> tuple[bool, int] | None:
+    """A multi-node row's stage as launched, (``dp-attn``, ``ep``), when every search space
+    holding the row gives that side the same ones and as many GPUs per worker (``tp``) as the
+    row's columns count; None otherwise (aggregated rows, spaces that disagree).
+
+    The columns of the srt-slurm rows do not say how a worker's GPUs split: the TensorRT-LLM
+    DeepSeek-R1 B200 1k/1k row ``..._c1600_tp8_0_ep8_0_355`` gives its decode workers tp 8,
+    attention DP 1, moe 1 x 8, where the one space holding it launches ``dep8`` (recipe
+    ``ctx1_gen2_dep8_batch768_eplb0_mtp2_1600.yaml``: eight attention-DP ranks, the experts
+    over EP 8), and the GB200 8k/1k row ``..._c12_tp4_0_ep4_0_380`` moe 2 x 4 where its spaces
+    launch ``tep8`` (EP 8). A TensorRT-LLM recipe's file name also names its
+    decode workers' layout (`recipe_decode`), and where it does it wins: it is what ran. The two
+    agree in all but 102 of the 36,496 (version, search space) pairs of the file's history
+    that name one: the DeepSeek-R1 FP4 GB200 8k/1k ``ctx1_gen4_tep8_batch{1,16}`` spaces say
+    ``dp-attn: true``."""
+    gpus = (_int(row.get(f"{stage}_tp_size")) or 1) * (_int(row.get(f"{stage}_attention_dp_size")) or 1)
+    found = set()
+    for s in held:
+        side = s.entry.get(stage)
+        if not isinstance(side, dict):
+            return None
+        fields = (bool(side.get("dp-attn", False)), int(side.get("ep") or 1), int(side.get("tp") or 0))
+        found.add((recipe_decode(s) if stage == "decode" else None) or fields)
+    if len(found) != 1:
+        return None
+    dp_attn, ep, tp = found.pop()
+    return (dp_attn, ep) if tp == gpus and ep >= 1 and gpus % ep == 0 else None
+
+
+def recipe_decode(space: Space) -> tuple[bool, int, int] | None:
+    """The decode workers' (``dp-attn``, ``ep``, GPUs) a TensorRT-LLM recipe's file name gives
+    (`_RECIPE_GEN`: ``gen5_dep8`` eight attention-DP ranks with EP 8, ``tep8`` tensor-parallel
+    attention with EP 8, ``dp8`` attention DP with the experts tensor-parallel, ``tp8``), or
+    None where no setting names one or two disagree."""
+    found = set()
+    for side in ("prefill", "decode"):
+        settings = (space.entry.get(side) or {}).get("additional-settings") or []
+        for setting in settings if isinstance(settings, list) else []:
+            match = _RECIPE_GEN.search(str(setting))
+            if match:
+                kind, n = match[1], int(match[2])
+                found.add((kind in ("dep", "dp"), n if kind in ("dep", "tep") else 1, n))
+    return found.pop() if len(found) == 1 else None
 
 
 def recipe_drafts(space: Space) -> int | None:

@@ -292,13 +292,14 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 def harness_by_id(path: Path, spec_decoding: Path | None = SPEC_DECODING) -> dict[str, dict[str, str]]:
     """Each row's harness record (silicon_harness.py), with its ``spec_decoding`` class, a
     multi-node MTP row's recipe ``draft_tokens`` and a multi-node row's ``prefill_workers`` /
-    ``decode_workers`` from InferenceX's configuration (inferencex_spec.py) where that file
-    has the row."""
+    ``decode_workers`` and each side's ``*_dp_attn`` / ``*_ep`` from InferenceX's configuration
+    (inferencex_spec.py) where that file has the row."""
     harness = {row["id"]: row for row in read_csv(path)} if path.is_file() else {}
     if spec_decoding is not None and spec_decoding.is_file():
         for line in read_csv(spec_decoding):
             if line["id"] in harness:
-                keys = ("spec_decoding", "draft_tokens", "prefill_workers", "decode_workers")
+                keys = ("spec_decoding", "draft_tokens", "prefill_workers", "decode_workers", "prefill_dp_attn",
+                        "prefill_ep", "decode_dp_attn", "decode_ep")  # fmt: skip
                 extra = {key: line[key] for key in keys if line.get(key)}
                 harness[line["id"]] = {**harness[line["id"]], **extra}
     return harness
@@ -527,6 +528,7 @@ def disagg_scenario_for(
     for stage in STAGES:  # the configuration's count where the row leaves it empty
         if not _int(row.get(f"{stage}_num_workers")) and _int(h.get(f"{stage}_workers")):
             row = {**row, f"{stage}_num_workers": h[f"{stage}_workers"]}
+        row = launched_layout(row, h, stage)
     missing = [f"{s}_num_workers" for s in STAGES if not _int(row.get(f"{s}_num_workers"))]
     if missing:
         raise ValueError(
@@ -569,6 +571,26 @@ def disagg_scenario_for(
         "seed": 0,
     }
     return _apply(scenario, extra)
+
+
+def launched_layout(row: dict[str, str], harness: dict[str, str], stage: str) -> dict[str, str]:
+    """The row with one stage's layout columns as InferenceX launched it, where its
+    configuration says (the harness record's ``{stage}_dp_attn`` and ``{stage}_ep``,
+    inferencex_spec.side_layout): the worker's G = tp x attention DP GPUs become attention DP G
+    (tp 1) or tp G, its experts moe_tp G / ep x moe_ep ep. The srt-slurm rows' columns do not
+    say how a worker's GPUs split (a ``dep8`` decode worker, eight attention-DP ranks, appears
+    as tp 8, attention DP 1); run as tensor-parallel attention, an MLA model's latent KV, which
+    TP does not shard, overflows the worker at the clients the recipe gave it. The row
+    unchanged where the record says nothing."""
+    flag, ep = harness.get(f"{stage}_dp_attn"), _int(harness.get(f"{stage}_ep"))
+    if flag not in ("true", "false") or not ep:
+        return row
+    gpus = worker_gpus(row, stage)
+    if gpus % ep:
+        return row
+    tp, dp = (1, gpus) if flag == "true" else (gpus, 1)
+    return {**row, f"{stage}_tp_size": str(tp), f"{stage}_attention_dp_size": str(dp),
+            f"{stage}_moe_tp_size": str(gpus // ep), f"{stage}_moe_ep_size": str(ep)}  # fmt: skip
 
 
 def disagg_concurrency(row: dict[str, str], harness: dict[str, str]) -> int | None:

@@ -174,6 +174,68 @@ def test_a_multi_node_row_takes_its_worker_counts_and_draft_length_from_the_conf
     )
 
 
+def test_a_multi_node_row_takes_each_sides_layout_from_the_configuration_and_its_recipe() -> None:
+    """The srt-slurm rows' columns do not say how a worker's GPUs split (a ``dep8`` decode
+    worker appears as tp 8, attention DP 1; a ``tep8`` one with moe 2 x 4): every search space holding the row
+    must agree on a side's ``dp-attn`` and ``ep`` and give it the row's GPUs per worker; a
+    recipe whose name gives the decode layout (``gen1_tep8``) wins over the space's fields."""
+
+    def trt(prefill: dict[str, Any], decode: dict[str, Any], recipe: str = "") -> Any:
+        settings = {"additional-settings": [recipe]} if recipe else {}
+        return space({"conc-list": [64], "prefill": {"num-worker": 1, **prefill, **settings},
+                      "decode": {"num-worker": 1, **decode}},
+                     name="dsr1-fp4-gb200-dynamo-trt", isl=1024, osl=1024, engine="trt")  # fmt: skip
+
+    dep4, dep8 = {"tp": 4, "ep": 4, "dp-attn": True}, {"tp": 8, "ep": 8, "dp-attn": True}
+    d = row(mode="disagg", backend="trtllm", isl="1024", osl="1024", batch_size="", tp_size="",
+            prefill_tp_size="4", prefill_attention_dp_size="1", prefill_moe_tp_size="1", prefill_moe_ep_size="4",
+            decode_tp_size="8", decode_attention_dp_size="1", decode_moe_tp_size="2", decode_moe_ep_size="4",
+            silicon_data_source=row()["silicon_data_source"].split("; image=")[0])  # fmt: skip
+    harness = {"harness": "inferencex-multi-node-srt-slurm", "concurrency": "64"}
+
+    def sides(*spaces: Any) -> tuple[str, ...]:
+        line = classify(d, harness, [Snapshot("c" * 40, T0, spaces)])
+        assert line is not None
+        return tuple(line[f"{s}_{k}"] for s in ("prefill", "decode") for k in ("dp_attn", "ep"))
+
+    assert sides(trt(dep4, dep8)) == ("true", "4", "true", "8")
+    assert sides(trt(dep4, {**dep8, "dp-attn": False})) == ("true", "4", "false", "8")
+    # The recipe's name is what ran: ``tep8`` under a space that says dp-attn.
+    tep8 = "CONFIG_FILE=recipes/trtllm/gb200-fp4/8k1k/stp/ctx1_gen4_tep8_batch16_eplb0_mtp0.yaml"
+    assert sides(trt(dep4, dep8, tep8)) == ("true", "4", "false", "8")
+    assert spec_mod.recipe_decode(trt(dep4, dep8, tep8.replace("tep8", "dp8"))) == (True, 1, 8)
+    assert spec_mod.recipe_decode(trt(dep4, dep8)) is None
+    # Two spaces that disagree on the decode side: only the prefill side is known.
+    assert sides(trt(dep4, dep8), trt(dep4, {**dep8, "ep": 1})) == ("true", "4", "", "")
+    # A space that holds the row on its tp alone (tp 8 x attention DP 2 = 16 GPUs per worker):
+    # its layout is not this worker's.
+    wide = {**d, "decode_attention_dp_size": "2"}
+    line = classify(wide, harness, [Snapshot("c" * 40, T0, (trt(dep4, dep8),))])
+    assert line is not None and (line["decode_dp_attn"], line["decode_ep"]) == ("", "")
+
+
+def test_silicon_runs_a_multi_node_side_as_launched() -> None:
+    """`silicon.launched_layout`: a ``dep8`` decode worker, eight attention-DP ranks with the
+    experts over EP 8, whatever split of its 8 GPUs the row's columns give."""
+    d = row(mode="disagg", backend="trtllm", prefill_num_workers="1", decode_num_workers="2",
+            prefill_tp_size="4", prefill_attention_dp_size="1", prefill_moe_tp_size="1", prefill_moe_ep_size="4",
+            decode_tp_size="8", decode_attention_dp_size="1", decode_moe_tp_size="2", decode_moe_ep_size="4")  # fmt: skip
+    h = {"concurrency": "64", "prefill_dp_attn": "true", "prefill_ep": "4", "decode_dp_attn": "true",
+         "decode_ep": "8"}  # fmt: skip
+    decode = silicon.launched_layout(d, h, "decode")
+    assert [decode[f"decode_{k}"] for k in ("tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")] == [
+        "1", "8", "1", "8"]  # fmt: skip
+    tep = silicon.launched_layout(d, {**h, "decode_dp_attn": "false"}, "decode")
+    assert [tep[f"decode_{k}"] for k in ("tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")] == [
+        "8", "1", "1", "8"]  # fmt: skip
+    assert silicon.launched_layout(d, {**h, "decode_ep": "3"}, "decode") == d  # 3 does not divide 8
+    assert silicon.launched_layout(d, {"concurrency": "64"}, "decode") == d  # the record says nothing
+    groups = silicon.disagg_scenario_for(d, h, {})["replicas"]
+    assert [(g["tp"], g.get("attention_dp"), g.get("moe_tp"), g.get("moe_ep")) for g in groups] == [
+        (1, 4, 1, 4), (1, 8, 1, 8)]  # fmt: skip
+    assert groups[1]["engine"]["max_num_seqs"] == 32  # 64 clients over 2 decode workers
+
+
 def test_silicon_drafts_on_mtp_rows_and_runs_the_ambiguous_ones_without(tmp_path: Path) -> None:
     r = row()
     harness_csv = tmp_path / "h.csv"
@@ -228,4 +290,8 @@ def test_the_committed_classification_covers_the_known_mtp_runs() -> None:
         i for i, r in rows.items() if i in harness and silicon.mtp_run(r, {**harness[i], "spec_decoding": ""})
     ]
     assert len(post3) >= 80
+    # A ``dep8`` decode worker (recipe ctx1_gen2_dep8_batch768_eplb0_mtp2_1600.yaml) whose columns
+    # say tp 8: it runs as eight attention-DP ranks.
+    dep8 = harness["2026_03_25_deepseek_r1_b200_sxm_trtllm_fp8_disagg_1024x1024_c1600_tp8_0_ep8_0_355"]
+    assert (dep8["decode_dp_attn"], dep8["decode_ep"], dep8["decode_workers"]) == ("true", "8", "2")
     assert all(harness[i].get("spec_decoding") == "mtp" for i in post3)

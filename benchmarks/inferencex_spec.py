@@ -279,7 +279,9 @@ def side_layout(held: Sequence[Space], row: dict[str, str], stage: str) -> tuple
     agree in all but 102 of the 36,496 (version, search space) pairs of the file's history
     that name one: the DeepSeek-R1 FP4 GB200 8k/1k ``ctx1_gen4_tep8_batch{1,16}`` spaces say
     ``dp-attn: true``."""
-    gpus = (_int(row.get(f"{stage}_tp_size")) or 1) * (_int(row.get(f"{stage}_attention_dp_size")) or 1)
+    import silicon
+
+    gpus = silicon.worker_gpus(row, stage)
     found = set()
     for s in held:
         side = s.entry.get(stage)

@@ -703,30 +703,29 @@ def bench_workload(harness: dict[str, str], concurrency: int, isl: int, osl: int
     }
 
 
-def client_times(result: Any, speculative: bool = False) -> tuple[float, float]:
+def client_times(result: Any) -> tuple[float, float]:
     """Mean TTFT and mean TPOT, seconds, of a disaggregated run as the benchmark client sees
     them. kvsim samples a request's first token at the end of its prefill (its ``ttft_s``);
     the client's stream comes from the decode worker, which shows it at the end of its first
     iteration holding the request (as vLLM's NIXL connector does: the decode worker
-    recomputes the prompt's last token and samples the first). That iteration is found
-    counting back from the finish: the decode worker runs the request in each of its
-    iterations, one token each, so it is output - 2 iterations before the one that ended at
-    ``finish_s`` (a preempted request: the first iteration to start after its KV arrived,
-    ``first_token_s + kv_transfer_s``; so for every request when the decode workers draft,
-    ``speculative``, whose iterations give several tokens each). TTFT ends there; TPOT is
-    (finish - that) / (output - 2), the decode worker's mean time a token over the rest. Requests that never
-    reached a decode worker (one output token) keep kvsim's own times. Warm-ups and
-    unfinished requests are left out, as in the summary."""
+    recomputes the prompt's last token and samples the first): the iteration that started at
+    the request's ``decode_scheduled_s``, after its KV arrived and a slot was free. TTFT
+    ends there; TPOT is (finish - that) / (output - 2), the decode worker's mean time a token
+    over the rest (it samples output - 1 tokens in kvsim, output in the engine). Requests
+    that never reached a decode worker (one output token) keep kvsim's own times. Warm-ups
+    and unfinished requests are left out, as in the summary."""
     import numpy as np
 
     reqs = _measured_requests(result)
     ttft = reqs["ttft_s"].to_numpy(dtype=float).copy()
     tpot = reqs["tpot_s"].to_numpy(dtype=float).copy()
     out = reqs["output_tokens"].to_numpy(dtype=float)
-    moved = ~np.isnan(reqs["kv_transfer_s"].to_numpy(dtype=float)) & (out > 2)
+    moved = ~np.isnan(reqs["decode_scheduled_s"].to_numpy(dtype=float)) & (out > 2)
     for name in set(reqs["replica_id"][moved]):
         mine = moved & (reqs["replica_id"] == name).to_numpy()
-        first = _first_decode_ends(result.iterations, name, reqs[mine], speculative)
+        starts, ends = _replica_steps(result.iterations, name)
+        scheduled = reqs["decode_scheduled_s"].to_numpy(dtype=float)[mine]
+        first = ends[np.searchsorted(starts, scheduled - 1e-12, side="left")]
         ttft[mine] = first - reqs["arrival_s"].to_numpy(dtype=float)[mine]
         tpot[mine] = (reqs["finish_s"].to_numpy(dtype=float)[mine] - first) / (out[mine] - 2)
     return _means(ttft, tpot)
@@ -805,20 +804,6 @@ def _means(ttft: Any, tpot: Any) -> tuple[float, float]:
     return (float(ttft.mean()) if len(ttft) else math.nan, float(tpot.mean()) if len(tpot) else math.nan)
 
 
-def _first_decode_ends(iterations: Any, replica: str, reqs: Any, speculative: bool = False) -> Any:
-    """End of each request's first iteration on its decode ``replica`` (`client_times`)."""
-    import numpy as np
-
-    starts, ends = _replica_steps(iterations, replica)
-    last = np.searchsorted(ends, reqs["finish_s"].to_numpy(dtype=float) - 1e-12, side="left")
-    counted = ends[np.maximum(last - (reqs["output_tokens"].to_numpy() - 2), 0)]
-    arrived = (reqs["first_token_s"] + reqs["kv_transfer_s"]).to_numpy(dtype=float)
-    after = ends[np.searchsorted(starts, arrived - 1e-12, side="left")]
-    if speculative:
-        return after
-    return np.where(reqs["num_preemptions"].to_numpy() > 0, after, counted)
-
-
 def _apply(scenario: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     for key, value in extra.items():
         node: Any = scenario
@@ -848,8 +833,7 @@ def simulate(job: tuple[dict[str, str], dict[str, str] | None, dict[str, Any]]) 
         out["mean_tpot_ms"] = 1e3 * s["tpot_mean_s"]
         if row.get("mode") == "disagg":  # the client's view; kvsim's own TTFT ends at the prefill
             out["prefill_ttft_ms"], out["prefill_tpot_ms"] = out["mean_ttft_ms"], out["mean_tpot_ms"]
-            drafting = any("speculative_config" in g["engine"] for g in scenario["replicas"])
-            ttft, tpot = client_times(result, drafting)
+            ttft, tpot = client_times(result)
             out["mean_ttft_ms"], out["mean_tpot_ms"] = 1e3 * ttft, 1e3 * tpot
         elif (chunk := first_chunk_iterations(row, harness or {})) > 1:  # the client's view
             out["engine_ttft_ms"], out["engine_tpot_ms"] = out["mean_ttft_ms"], out["mean_tpot_ms"]

@@ -42,6 +42,7 @@ def fake_run(scenario: kvsim.Scenario, *, progress: Any = None) -> Result:
             "arrival_s": arrival,
             "first_scheduled_s": arrival,
             "first_token_s": arrival + 0.25,
+            "decode_scheduled_s": np.nan,
             "finish_s": arrival + 1.0,
             "queueing_s": 0.0,
             "ttft_s": np.where(finished, 0.25, np.nan),

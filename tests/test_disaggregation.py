@@ -78,6 +78,9 @@ def test_one_prefill_and_one_decode_worker_take_the_hand_computed_times() -> Non
     assert r.first_token_s.tolist() == pytest.approx([P, 2 * P], rel=1e-12)
     assert r.ttft_s.tolist() == pytest.approx([P, 2 * P - 0.005], rel=1e-12)  # from each arrival
     assert r.finish_s.tolist() == pytest.approx([finish0, finish1], rel=1e-12)
+    # Each request's first iteration on the decode worker: at its KV's arrival, and after
+    # request 0 finished (request 1 waited for the iteration in flight).
+    assert r.decode_scheduled_s.tolist() == pytest.approx([arrive0, finish0], rel=1e-12)
     # TPOT = (finish - first token) / (output - 1): the transfer and the wait on the decode
     # worker fall in the first gap.
     assert r.tpot_s.tolist() == pytest.approx([(finish0 - P) / 3, (finish1 - 2 * P) / 2], rel=1e-12)
@@ -150,7 +153,7 @@ def test_a_decode_worker_takes_a_prompt_longer_than_its_token_budget() -> None:
     assert r.finish_s == pytest.approx(P + KV_100 + 3 * D, rel=1e-12)
 
 
-def test_the_client_view_counts_back_from_the_finish_when_the_decode_worker_is_full() -> None:
+def test_the_client_view_waits_for_a_slot_when_the_decode_worker_is_full() -> None:
     # The decode worker holds one sequence. Request 0 (100 tokens, 6 out) decodes in five
     # iterations from 34.1072 ms: finished at 59.1072 ms. Request 1's KV lands at 47.5536
     # ms but waits for a free slot until 59.1072 ms, then decodes at 59.1072 and 64.1072 ms:
@@ -160,6 +163,7 @@ def test_the_client_view_counts_back_from_the_finish_when_the_decode_worker_is_f
     scenario["replicas"][1]["engine"] = {"max_num_seqs": 1}
     res = kvsim.run(scenario, requests=[spec(0, 100, output=6), spec(1, 50, output=3, arrival=0.005)])
     finish1 = P + KV_100 + 5 * D + 2 * D
+    assert res.requests.decode_scheduled_s[1] == pytest.approx(finish1 - 2 * D, rel=1e-12)  # the slot freed
     assert res.requests.finish_s.tolist() == pytest.approx([P + KV_100 + 5 * D, finish1], rel=1e-12)
     ttft, tpot = _silicon().client_times(res)
     assert ttft == pytest.approx(((P + KV_100 + D) + (finish1 - D - 0.005)) / 2, rel=1e-12)
@@ -169,11 +173,11 @@ def test_the_client_view_counts_back_from_the_finish_when_the_decode_worker_is_f
 def test_the_client_view_of_a_request_the_decode_worker_preempted() -> None:
     # Two 20-token outputs on a decode worker of 11 blocks (64- and 50-token prompts):
     # request 1 is preempted once, sits out and recomputes, so counting back from its
-    # finish would land after its real first token. For it the client's first token is
-    # the end of the first decode iteration after its KV arrived: KV at 40 + 7.5536 =
+    # finish would land after its real first token. The client's first token is still the
+    # end of its first decode iteration (its decode_scheduled_s): KV at 40 + 7.5536 =
     # 47.5536 ms, the next iteration starts at 49.3886 ms (request 0's KV arrived at 20 +
     # 9.3886 ms, then every 5 ms), ends at 54.3886 ms: TTFT 54.3886 - 5 = 49.3886 ms.
-    # Request 0, never preempted: 18 iterations back from its finish at 124.3886 ms.
+    # Request 0, never preempted: 18 iterations before its finish at 124.3886 ms.
     scenario = _pd()
     scenario["replicas"][1]["engine"] = {"num_gpu_blocks_override": 11}
     res = kvsim.run(scenario, requests=[spec(0, 64, output=20), spec(1, 50, output=20, arrival=0.005)])

@@ -48,6 +48,7 @@ def small_result(num_requests: int = 3) -> Result:
             "arrival_s": arrival,
             "first_scheduled_s": arrival,
             "first_token_s": first_token,
+            "decode_scheduled_s": np.full(num_requests, np.nan),
             "finish_s": finish,
             "queueing_s": np.zeros(num_requests),
             "ttft_s": first_token - arrival,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -327,22 +328,24 @@ def test_a_trtllm_stream_interval_holds_the_first_token_for_its_iterations() -> 
     assert tpot == pytest.approx((0.01 + 0.02 + 0.01) / 3)
 
 
-def test_drafting_decode_workers_show_the_first_token_after_the_kv_arrived() -> None:
-    """A decode worker runs 10 ms iterations from 0. The request's prompt ended at 12 ms and
-    its KV arrived 5 ms later: the first iteration to start after 17 ms is the one from 20 to
-    30 ms, where a drafting worker (several tokens an iteration) shows the first token: TTFT
-    30 ms, TPOT (60 - 30) / (10 - 2). Counting one token an iteration back from the finish
-    at 60 ms would put it before the KV arrived (clamped to the first iteration, 10 ms)."""
+def test_the_client_sees_the_first_token_with_the_decode_workers_first_iteration() -> None:
+    """A decode worker runs 10 ms iterations from 0. Request 0's KV arrived at 17 ms and it
+    ran from the iteration starting at 20 ms (its ``decode_scheduled_s``), which ends at 30
+    ms: TTFT 30 ms, TPOT (60 - 30) / (10 - 2), however many tokens its iterations gave.
+    Request 1's KV arrived at 17 ms too but it waited for a slot until 50 ms: TTFT 60 - 5 =
+    55 ms, TPOT (90 - 60) / (4 - 2). A one-token request (no decode worker) keeps kvsim's
+    own times. Neither the KV's arrival nor a count back from the finish says when a request
+    that waited for a slot, or drafted several tokens an iteration, was first served."""
     run = _Run(
-        {"replica_id": ["d"], "finished": [True], "warmup": [False], "arrival_s": [0.0],
-         "first_token_s": [0.012], "kv_transfer_s": [0.005], "finish_s": [0.06], "output_tokens": [10],
-         "num_preemptions": [0], "ttft_s": [0.012], "tpot_s": [0.048 / 9]},
+        {"replica_id": ["d", "d", "p"], "finished": [True] * 3, "warmup": [False] * 3,
+         "arrival_s": [0.0, 0.005, 0.0], "first_token_s": [0.012, 0.012, 0.012],
+         "decode_scheduled_s": [0.02, 0.05, math.nan], "finish_s": [0.06, 0.09, 0.012],
+         "output_tokens": [10, 4, 1], "ttft_s": [0.012, 0.007, 0.012], "tpot_s": [0.048 / 9, 0.078 / 3, math.nan]},
         {"replica_id": ["d"] * 10, "start_s": [0.01 * k for k in range(10)], "duration_s": [0.01] * 10},
     )  # fmt: skip
-    ttft, tpot = silicon.client_times(run, speculative=True)
-    assert (ttft, tpot) == (pytest.approx(0.03), pytest.approx(0.03 / 8))
-    ttft, _ = silicon.client_times(run)
-    assert ttft == pytest.approx(0.01)
+    ttft, tpot = silicon.client_times(run)
+    assert ttft == pytest.approx((0.03 + 0.055 + 0.012) / 3)
+    assert tpot == pytest.approx((0.03 / 8 + 0.03 / 2) / 2)
 
 
 def test_only_trtllm_rows_whose_script_set_a_stream_interval_are_held() -> None:

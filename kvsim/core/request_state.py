@@ -70,6 +70,7 @@ class RequestMetrics:
     prompt tokens it hit)."""
 
     __slots__ = (
+        "decode_scheduled_s",
         "evicted_miss_tokens",
         "finish_s",
         "first_scheduled_s",
@@ -85,6 +86,7 @@ class RequestMetrics:
     def __init__(self) -> None:
         self.first_scheduled_s = math.nan
         self.first_token_s = math.nan
+        self.decode_scheduled_s = math.nan  # disaggregated: first iteration on the decode replica
         self.finish_s = math.nan
         self.max_itl_s = math.nan  # longest time between two of its tokens (NaN: fewer than two)
         self.prefix_cache_hits_tokens = 0

@@ -2,8 +2,8 @@
 
     requests     one row per request of the workload, every column of
                  `kvsim.results.result.REQUEST_COLUMNS`; what a client cannot see is marked missing:
-                 NaN (first_scheduled_s, queueing_s, kv_transfer_*) or <NA> in nullable
-                 integer columns (recompute_hits_tokens, offload_hits_tokens,
+                 NaN (first_scheduled_s, decode_scheduled_s, queueing_s, kv_transfer_*) or
+                 <NA> in nullable integer columns (recompute_hits_tokens, offload_hits_tokens,
                  evicted_miss_tokens, num_preemptions, num_swaps, the tier hits);
                  prefix_cache_hits_tokens is the server's usage.prompt_tokens_details.
                  cached_tokens (<NA> when it reports none). Plus `OBSERVED_REQUEST_COLUMNS`.
@@ -130,6 +130,7 @@ def requests_frame(
                 "arrival_s": arrival,
                 "first_scheduled_s": math.nan,
                 "first_token_s": first,
+                "decode_scheduled_s": math.nan,
                 "finish_s": finish,
                 "queueing_s": math.nan,
                 "ttft_s": first - arrival,

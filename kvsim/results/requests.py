@@ -53,6 +53,7 @@ def requests_frame(
         "arrival_s": arrival,
         "first_scheduled_s": first_sched,
         "first_token_s": first_tok,
+        "decode_scheduled_s": metric("decode_scheduled_s", np.float64),
         "finish_s": finish,
         "queueing_s": first_sched - arrival,
         "ttft_s": first_tok - arrival,

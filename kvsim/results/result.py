@@ -55,6 +55,8 @@ REQUEST_COLUMNS: dict[str, str] = {
     "first_scheduled_s": "Start of the first iteration that computed any of its tokens.",
     "first_token_s": "End of the iteration that produced its first output token (disaggregated: "
     "the prefill replica's, before the KV transfer).",
+    "decode_scheduled_s": "Disaggregated serving: start of the first iteration on the decode replica "
+    "that ran it, after its KV arrived (NaN otherwise).",
     "finish_s": "End of the iteration that produced its last output token.",
     "queueing_s": "first_scheduled_s - arrival_s.",
     "ttft_s": "first_token_s - arrival_s (time to first token).",

@@ -51,6 +51,7 @@ class AdmissionPhase(SchedulerBase):
                 return False
             self.queue.pop()
             req.kv_transferred = False
+            req.metrics.decode_scheduled_s = now
             self._start(req, num_new, step)
             return True
         hits = kv.get_computed_blocks(req)

@@ -46,7 +46,10 @@ then matched on each side's ``tp`` and the clients alone); empty otherwise.
 Columns ``prefill_dp_attn`` / ``prefill_ep`` and ``decode_dp_attn`` / ``decode_ep``: a
 multi-node row's side as launched, attention data parallelism (``true`` / ``false``) and the
 expert-parallel degree, when every search space holding the row agrees and gives the side as
-many GPUs per worker as the row counts (`side_layout`); empty otherwise.
+many GPUs per worker as the row counts (`side_layout`); empty otherwise. Column
+``decode_batch``: the decode workers' ``max_batch_size`` (per attention-DP rank) a TensorRT-LLM
+recipe's file name gives (`recipe_batch`), when every search space holding the row names the
+same one.
 
 Column ``draft_tokens``: for an ``mtp`` row of a multi-node search space, the draft length
 its recipe names (TensorRT-LLM's srt-slurm recipes, ``CONFIG_FILE=.../ctx1_gen5_dep8_
@@ -87,11 +90,11 @@ CONFIG = ".github/configs/nvidia-master.yaml"
 SINCE, UNTIL = "2025-11-01", "2026-04-29"
 OUT = ROOT / "benchmarks" / "results" / "silicon_spec_decoding.csv.gz"
 FIELDS = ("id", "spec_decoding", "configs", "commit", "draft_tokens", "prefill_workers", "decode_workers",
-          "prefill_dp_attn", "prefill_ep", "decode_dp_attn", "decode_ep")  # fmt: skip
+          "prefill_dp_attn", "prefill_ep", "decode_dp_attn", "decode_ep", "decode_batch")  # fmt: skip
 #: A recipe file whose name gives its MTP draft length (``..._mtp3.yaml``, ``..._mtp1_1229.yaml``).
 _RECIPE_MTP = re.compile(r"CONFIG_FILE=\S*_mtp(\d+)(?:_\d+)?\.yaml$")
-#: A recipe file whose name gives its decode workers' layout (``ctx1_gen4_dep8_batch16_...``).
-_RECIPE_GEN = re.compile(r"CONFIG_FILE=\S*_gen\d+_(dep|tep|dp|tp)(\d+)_")
+#: A recipe file whose name gives its decode workers' layout and batch (``ctx1_gen4_dep8_batch16_...``).
+_RECIPE_GEN = re.compile(r"CONFIG_FILE=\S*_gen\d+_(dep|tep|dp|tp)(\d+)_(?:batch(\d+)_)?")
 ENGINE = {"sglang": "sglang", "trtllm": "trt", "vllm": "vllm"}
 _LAUNCH = re.compile(r"_tp(\d+)(?:_\d)?_ep(\d+)")
 
@@ -261,6 +264,8 @@ def classify(
         layout = side_layout(held, row, stage)
         line[f"{stage}_dp_attn"] = "" if layout is None else str(layout[0]).lower()
         line[f"{stage}_ep"] = "" if layout is None else str(layout[1])
+    batches = {recipe_batch(s) for s in held}
+    line["decode_batch"] = str(batches.pop()) if len(batches) == 1 and None not in batches else ""
     return line
 
 
@@ -300,15 +305,31 @@ def recipe_decode(space: Space) -> tuple[bool, int, int] | None:
     (`_RECIPE_GEN`: ``gen5_dep8`` eight attention-DP ranks with EP 8, ``tep8`` tensor-parallel
     attention with EP 8, ``dp8`` attention DP with the experts tensor-parallel, ``tp8``), or
     None where no setting names one or two disagree."""
-    found = set()
+    found = {
+        (m[1] in ("dep", "dp"), int(m[2]) if m[1] in ("dep", "tep") else 1, int(m[2]))
+        for m in _gen_names(space)
+    }
+    return found.pop() if len(found) == 1 else None
+
+
+def recipe_batch(space: Space) -> int | None:
+    """The decode workers' batch a TensorRT-LLM recipe's file name gives (``gen5_tep8_batch1``:
+    ``max_batch_size`` 1, per attention-DP rank where the workers run attention DP), or None
+    where no setting names one or two disagree."""
+    found = {int(m[3]) for m in _gen_names(space) if m[3]}
+    return found.pop() if len(found) == 1 else None
+
+
+def _gen_names(space: Space) -> list[re.Match[str]]:
+    """The `_RECIPE_GEN` matches of a search space's settings, both sides."""
+    out = []
     for side in ("prefill", "decode"):
         settings = (space.entry.get(side) or {}).get("additional-settings") or []
         for setting in settings if isinstance(settings, list) else []:
             match = _RECIPE_GEN.search(str(setting))
             if match:
-                kind, n = match[1], int(match[2])
-                found.add((kind in ("dep", "dp"), n if kind in ("dep", "tep") else 1, n))
-    return found.pop() if len(found) == 1 else None
+                out.append(match)
+    return out
 
 
 def recipe_drafts(space: Space) -> int | None:

@@ -292,14 +292,14 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 def harness_by_id(path: Path, spec_decoding: Path | None = SPEC_DECODING) -> dict[str, dict[str, str]]:
     """Each row's harness record (silicon_harness.py), with its ``spec_decoding`` class, a
     multi-node MTP row's recipe ``draft_tokens`` and a multi-node row's ``prefill_workers`` /
-    ``decode_workers`` and each side's ``*_dp_attn`` / ``*_ep`` from InferenceX's configuration
-    (inferencex_spec.py) where that file has the row."""
+    ``decode_workers``, each side's ``*_dp_attn`` / ``*_ep`` and the recipe's ``decode_batch``
+    from InferenceX's configuration (inferencex_spec.py) where that file has the row."""
     harness = {row["id"]: row for row in read_csv(path)} if path.is_file() else {}
     if spec_decoding is not None and spec_decoding.is_file():
         for line in read_csv(spec_decoding):
             if line["id"] in harness:
                 keys = ("spec_decoding", "draft_tokens", "prefill_workers", "decode_workers", "prefill_dp_attn",
-                        "prefill_ep", "decode_dp_attn", "decode_ep")  # fmt: skip
+                        "prefill_ep", "decode_dp_attn", "decode_ep", "decode_batch")  # fmt: skip
                 extra = {key: line[key] for key in keys if line.get(key)}
                 harness[line["id"]] = {**harness[line["id"]], **extra}
     return harness
@@ -512,7 +512,10 @@ def disagg_scenario_for(
     prefill and ``decode_num_workers`` of role decode, each stage with its own parallel
     layout (`stage_group`), the KV link between them (`kv_link`), and the benchmark client
     as for an aggregated row. Worker counts the row leaves empty come from InferenceX's
-    configuration (the harness record's ``prefill_workers`` / ``decode_workers``); an MTP run
+    configuration (the harness record's ``prefill_workers`` / ``decode_workers``), each side's
+    layout as launched (`launched_layout`) and the decode workers' batch as the TensorRT-LLM
+    recipe caps it (``decode_batch``, the recipe's ``max_batch_size`` per rank: with fewer
+    slots than clients a request waits at the decode worker for another to finish); an MTP run
     (`mtp_run`) drafts on its decode workers with its recipe's ``draft_tokens``.
     ValueError("unsupported: ...") when kvsim cannot represent it."""
     from kvsim.model.presets import resolve_gpu, resolve_model
@@ -555,6 +558,8 @@ def disagg_scenario_for(
     if not concurrency or not isl or not osl:
         raise ValueError("unsupported: the row has no concurrency, ISL or OSL")
     groups = [stage_group(row, s, model.is_moe, gpu.name, engine, concurrency, isl) for s in STAGES]
+    if _int(h.get("decode_batch")):  # the recipe's max_batch_size, per rank
+        groups[1]["engine"]["max_num_seqs"] = _int(h["decode_batch"])
     if drafts is not None:  # the decode workers draft; a prefill worker samples one token
         groups[1]["engine"]["speculative_config"] = {
             "method": "mtp",

@@ -205,6 +205,15 @@ def test_a_multi_node_row_takes_each_sides_layout_from_the_configuration_and_its
     assert sides(trt(dep4, dep8, tep8)) == ("true", "4", "false", "8")
     assert spec_mod.recipe_decode(trt(dep4, dep8, tep8.replace("tep8", "dp8"))) == (True, 1, 8)
     assert spec_mod.recipe_decode(trt(dep4, dep8)) is None
+    # The recipe's decode batch (max_batch_size per rank), when every space names the same one.
+    assert spec_mod.recipe_batch(trt(dep4, dep8, tep8)) == 16
+    assert spec_mod.recipe_batch(trt(dep4, dep8, tep8.replace("_batch16", ""))) is None
+    assert spec_mod.recipe_batch(trt(dep4, dep8)) is None
+    line = classify(d, harness, [Snapshot("c" * 40, T0, (trt(dep4, dep8, tep8),))])
+    assert line is not None and line["decode_batch"] == "16"
+    batch1 = trt(dep4, dep8, tep8.replace("batch16", "batch1"))
+    line = classify(d, harness, [Snapshot("c" * 40, T0, (trt(dep4, dep8, tep8), batch1))])
+    assert line is not None and line["decode_batch"] == ""
     # Two spaces that disagree on the decode side: only the prefill side is known.
     assert sides(trt(dep4, dep8), trt(dep4, {**dep8, "ep": 1})) == ("true", "4", "", "")
     # A space that holds the row on its tp alone (tp 8 x attention DP 2 = 16 GPUs per worker):
@@ -234,6 +243,9 @@ def test_silicon_runs_a_multi_node_side_as_launched() -> None:
     assert [(g["tp"], g.get("attention_dp"), g.get("moe_tp"), g.get("moe_ep")) for g in groups] == [
         (1, 4, 1, 4), (1, 8, 1, 8)]  # fmt: skip
     assert groups[1]["engine"]["max_num_seqs"] == 32  # 64 clients over 2 decode workers
+    # The recipe's batch caps each decode rank (``ctx1_gen2_dep8_batch4``: 2 x 8 x 4 = 64 slots).
+    groups = silicon.disagg_scenario_for(d, {**h, "decode_batch": "4"}, {})["replicas"]
+    assert groups[1]["engine"]["max_num_seqs"] == 4 and "max_num_seqs" not in groups[0]["engine"]
 
 
 def test_silicon_drafts_on_mtp_rows_and_runs_the_ambiguous_ones_without(tmp_path: Path) -> None:

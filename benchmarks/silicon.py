@@ -35,7 +35,8 @@ function documents).
 A disaggregated row (``mode`` disagg, `disagg_scenario_for`) becomes two replica groups:
 ``prefill_num_workers`` replicas of role prefill and ``decode_num_workers`` of role decode,
 each with its stage's tp (and attention_dp / moe_tp / moe_ep where the layout is not plain
-tensor parallelism), decode workers holding ceil(C / decode workers) sequences; the KV link
+tensor parallelism), decode workers holding ceil(C / decode workers) sequences (each rank at most the
+TensorRT-LLM recipe's ``batchN``, its ``decode_batch``); the KV link
 between them from the system file of aiconfigurator-core (NVLink inside one node or NVL72
 rack, else the network; `kv_link`); the same benchmark client. Its per-row JSON gives the
 TTFT and TPOT the client sees (`client_times`: the first token comes from the decode
@@ -558,6 +559,9 @@ def disagg_scenario_for(
     if not concurrency or not isl or not osl:
         raise ValueError("unsupported: the row has no concurrency, ISL or OSL")
     groups = [stage_group(row, s, model.is_moe, gpu.name, engine, concurrency, isl) for s in STAGES]
+    for group in groups:
+        if wide_ep_balanced(group, model, gpu):
+            group["cost_model"]["expert_load"] = SGLANG_WIDE_EP_EXPERT_LOAD
     if _int(h.get("decode_batch")):  # the recipe's max_batch_size, per rank
         groups[1]["engine"]["max_num_seqs"] = _int(h["decode_batch"])
     if drafts is not None:  # the decode workers draft; a prefill worker samples one token
@@ -628,6 +632,37 @@ def engine_version(row: dict[str, str]) -> str | None:
 def worker_gpus(row: dict[str, str], stage: str) -> int:
     """GPUs of one worker of a stage: its tensor-parallel x attention-data-parallel ranks."""
     return (_int(row.get(f"{stage}_tp_size")) or 1) * (_int(row.get(f"{stage}_attention_dp_size")) or 1)
+
+
+#: SGLang's wide-EP workers balance their experts: every srt-slurm recipe that runs DeepEP
+#: (``moe-a2a-backend: deepep``) also runs expert-parallel load balancing with redundant
+#: experts (``eplb-algorithm: deepseek``, ``ep-num-redundant-experts: 32``), and the ones
+#: that do not (the low-latency recipes) run tensor parallelism (NVIDIA/srt-slurm at c88ef731,
+#: recipes/{gb200,gb300}-fp{4,8}/{1k1k,1k8k,8k1k}/*.yaml). So those workers' experts are
+#: priced at the wide-EP tables' balanced routing, not aiconfigurator's power-law default
+#: (`wide_ep_balanced`).
+SGLANG_WIDE_EP_EXPERT_LOAD = "balanced"
+
+
+def wide_ep_balanced(group: dict[str, Any], model: Any, gpu: Any) -> bool:
+    """Whether a stage's experts are priced at `SGLANG_WIDE_EP_EXPERT_LOAD`: an SGLang side
+    with attention DP and whole experts (moe_tp 1: DeepEP) whose layout SGLang's wide-EP
+    tables hold (`kvsim.cost.kernels.wide_ep_moe_curves`). Where they do not, kvsim prices
+    the experts from ``moe_perf``, whose SGLang rows time one GPU's fused MoE over all the
+    instance's tokens (its balanced rows the slower, unlike a rank's load), so the default
+    stands there."""
+    from kvsim.cost.config import KernelCostConfig
+    from kvsim.cost.kernels import resolve_source, wide_ep_moe_curves
+
+    dp, ep = group.get("attention_dp", 1), group.get("moe_ep", 1)
+    if group["engine"]["backend"] != "sglang" or dp == 1 or ep != group["tp"] * dp or not model.is_moe:
+        return False
+    source = resolve_source(KernelCostConfig(), gpu, "sglang")
+    curves = wide_ep_moe_curves(
+        source, hidden=model.hidden_size, inter=model.intermediate_size, topk=model.num_experts_per_token,
+        num_experts=model.num_experts, moe_ep=ep, expert_dtype="fp8_block", distribution="uniform", warn=[],
+    )  # fmt: skip
+    return curves is not None
 
 
 def stage_group(row: dict[str, str], stage: str, is_moe: bool, gpu: str, engine: dict[str, Any],

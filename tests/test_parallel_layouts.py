@@ -21,7 +21,7 @@ from test_kernels import TINY_MOE, _cfg, decode_ms, gemm_ms, moe_ms, write_moe_m
 import kvsim
 from kvsim.backends.launch import launch_commands
 from kvsim.cost.base import Batch
-from kvsim.cost.kernels import KernelCostModel
+from kvsim.cost.kernels import KernelCostModel, graph_padded
 from kvsim.cost.roofline import RooflineCostModel
 from kvsim.model.kv_sizing import GIB, kv_capacity, weight_bytes, weight_bytes_per_gpu
 from kvsim.model.moe import (
@@ -68,9 +68,9 @@ def ht_us(tokens: float, phase: str) -> float:  # DeepEP high throughput: dear s
     return (60.0 if phase == "dispatch" else 70.0) + 0.1 * tokens
 
 
-def write_layout_tables(root: Path) -> Path:
-    write_moe_mla_tables(root)
-    moe_path = root / "toy_sxm" / "moe" / "vllm" / "1.0.0" / "moe_perf.parquet"
+def write_layout_tables(root: Path, backend: str = "vllm") -> Path:
+    write_moe_mla_tables(root, backend=backend)
+    moe_path = root / "toy_sxm" / "moe" / backend / "1.0.0" / "moe_perf.parquet"
     base = {
         "kernel_source": "triton",
         "moe_dtype": "bfloat16",
@@ -108,7 +108,8 @@ def write_layout_tables(root: Path) -> Path:
         for phase in ("dispatch", "combine")
         for t in tokens
     ]  # fmt: skip
-    pd.DataFrame(a2a).to_parquet(root / "toy_sxm" / "comm" / "vllm" / "1.0.0" / "moe_a2a_perf.parquet")
+    (root / "toy_sxm" / "comm" / backend / "1.0.0").mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(a2a).to_parquet(root / "toy_sxm" / "comm" / backend / "1.0.0" / "moe_a2a_perf.parquet")
     return root
 
 
@@ -401,3 +402,87 @@ def test_an_instance_is_priced_for_all_its_gpus() -> None:
     assert g.busy_prefill_gpu_s + g.busy_decode_gpu_s == pytest.approx((2 + 3) * 0.1 * 2)
     prices = PriceTable.model_validate({"label": "t", "gpus": {"h100-sxm": {"usd_per_gpu_hour": 3.6}}})
     assert price_usage(usage_of(result), prices).usd_per_hour == pytest.approx(4 * 3.6)
+
+
+# -- SGLang's wide expert parallelism: DeepEP's expert kernels ---------------------------------
+
+
+def wide_gen_ms(tokens: float) -> float:  # DeepEP low latency + grouped GEMM: cheap, flat
+    return 0.004 + 2e-6 * tokens
+
+
+def wide_ctx_ms(tokens: float) -> float:  # DeepEP normal + grouped GEMM: dearer start
+    return 0.03 + 3e-6 * tokens
+
+
+def write_wide_ep_tables(root: Path, dtype: str = "bfloat16") -> Path:
+    """SGLang's toy tables (`write_layout_tables`) plus its wide-EP expert tables at moe_ep 2,
+    uniform routing and the power law (SKEW's 1.25 x)."""
+    write_layout_tables(root, backend="sglang")
+    folder = root / "toy_sxm" / "moe" / "sglang" / "1.0.0"
+    skew = {"uniform": 1.0, "power_law_1.01": SKEW["power_law_1.01"]}
+    shape = {"kernel_source": "deepepmoe", "moe_dtype": dtype, "hidden_size": 64, "inter_size": 64, "topk": 2,
+             "num_experts": 4, "moe_tp_size": 1, "moe_ep_size": 2}  # fmt: skip
+    for kind, f, grid in (
+        ("generation", wide_gen_ms, [2, 4, 8, 16, 64]),
+        ("context", wide_ctx_ms, [16, 64, 256]),
+    ):
+        rows = [
+            {**shape, "num_tokens": t, "distribution": d, "latency": f(t) * k}
+            for d, k in skew.items()
+            for t in grid
+        ]
+        pd.DataFrame(rows).to_parquet(folder / f"wideep_{kind}_moe_perf.parquet")
+    return root
+
+
+def _sglang(
+    tables: Path, tp: int = 1, attention_dp: int = 2, moe_ep: int = 2, **kw: object
+) -> KernelCostModel:
+    cfg = _cfg(tables, per_iteration_overhead_s=1e-4, eager_moe_layer_host_s=0.0, **kw)
+    spec = TINY_MOE.model_copy(update={"num_kv_heads": tp})
+    return KernelCostModel(
+        spec, H100, cfg, tp=tp, max_num_seqs=8, backend="sglang", attention_dp=attention_dp, moe_ep=moe_ep
+    )
+
+
+def test_sglang_wide_ep_experts_come_from_its_deepep_tables(tmp_path: Path) -> None:
+    """SGLang with attention DP 2 and whole experts (moe_ep 2) runs DeepEP: one MoE layer's
+    experts are timed on the instance's tokens by its wide-EP tables, the low-latency kernel
+    for a decode step and the normal one for a step with a prompt, in place of ``moe_perf``'s
+    rows at the same layout; everything else in the step is the same."""
+    wide = _sglang(write_wide_ep_tables(tmp_path / "wide"))
+    plain = _sglang(write_layout_tables(tmp_path / "plain", backend="sglang"))
+    skew = SKEW["power_law_1.01"]  # the default load
+    m = 4  # 4 decodes, both ranks' 8 tokens
+    got = wide.step_time_s(_decode(m)) - plain.step_time_s(_decode(m))
+    assert got == pytest.approx((wide_gen_ms(2 * m) - ep_ms(2 * m, 64, 2)) * skew * 1e-3, rel=1e-9)
+    assert not any("wide-EP" in w for w in wide.warnings)
+    assert any(
+        "wide-EP tables lack" in w for w in _sglang(write_layout_tables(tmp_path / "p2", "sglang")).warnings
+    )
+    prompt = Batch(prefill_chunks=[(40, 0)])
+    t = graph_padded(40, wide.max_graph_tokens, wide._graph_sizes) * 2
+    got = wide.step_time_s(prompt) - plain.step_time_s(prompt)
+    assert got == pytest.approx((wide_ctx_ms(t) - ep_ms(t, 64, 2)) * skew * 1e-3, rel=1e-9)
+
+
+def test_sglang_wide_ep_reads_the_load_and_says_what_it_could_not_read(tmp_path: Path) -> None:
+    """The expert_load knob picks the wide-EP rows' routing (balanced = their ``uniform``);
+    experts of a dtype the tables lack are priced at the one they hold, with a warning; a
+    layout they lack (moe_ep 4) keeps ``moe_perf``'s rows, with a warning."""
+    root = write_wide_ep_tables(tmp_path / "wide")
+    power, balanced = _sglang(root), _sglang(root, expert_load="balanced")
+    got = power.step_time_s(_decode(4)) - balanced.step_time_s(_decode(4))
+    assert got == pytest.approx(wide_gen_ms(8) * (SKEW["power_law_1.01"] - 1) * 1e-3, rel=1e-9)
+    fp8 = _sglang(write_wide_ep_tables(tmp_path / "fp8", dtype="fp8_block"))
+    assert fp8.step_time_s(_decode(4)) == pytest.approx(power.step_time_s(_decode(4)), rel=1e-12)
+    assert any("measured fp8_block experts, not bfloat16" in w for w in fp8.warnings)
+    four = _sglang(root, attention_dp=4, moe_ep=4)
+    assert any("lack moe_ep 4" in w for w in four.warnings)
+    # SGLang without attention DP (tp 2, moe_ep 2) does not run DeepEP: it never reads them.
+    plain = write_layout_tables(tmp_path / "plain", backend="sglang")
+    tp2 = _sglang(root, tp=2, attention_dp=1, moe_ep=2)
+    assert tp2.step_time_s(_decode(4)) == _sglang(plain, tp=2, attention_dp=1, moe_ep=2).step_time_s(
+        _decode(4)
+    )

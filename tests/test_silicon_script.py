@@ -465,6 +465,31 @@ def test_a_disaggregated_rows_parallel_layout_is_named_field_by_field() -> None:
     assert decode["attention_dp"] == 2 and not {"moe_tp", "moe_ep"} & set(decode)
 
 
+@needs_tables
+def test_sglang_wide_ep_sides_balance_their_experts() -> None:
+    """An SGLang side with attention DP and whole experts runs DeepEP with EPLB in the
+    srt-slurm recipes: its experts are priced at the wide-EP tables' balanced routing (H200:
+    moe_ep 8 measured). A TensorRT-LLM side of the same layout, an SGLang side with
+    tensor-parallel attention, and one whose layout the wide-EP tables lack (B200, moe_ep 8),
+    keep the default."""
+    fields = dict(model_path="deepseek-ai/DeepSeek-V3", silicon_data_source="c; silicon_concurrency=64",
+                  prefill_tp_size="1", prefill_attention_dp_size="8", prefill_moe_tp_size="1",
+                  prefill_moe_ep_size="8", decode_num_workers="1", decode_tp_size="8",
+                  decode_attention_dp_size="1", decode_moe_tp_size="1", decode_moe_ep_size="8")  # fmt: skip
+    prefill, decode = silicon.scenario_for(
+        _disagg("s", backend="sglang", backend_version="0.5.8", **fields), None, {}
+    )["replicas"]
+    assert prefill["cost_model"]["expert_load"] == silicon.SGLANG_WIDE_EP_EXPERT_LOAD == "balanced"
+    assert "expert_load" not in decode["cost_model"]  # tp 8 attention: no DeepEP
+    prefill, _ = silicon.scenario_for(
+        _disagg("t", backend="trtllm", backend_version="1.2.0", **fields), None, {}
+    )["replicas"]
+    assert "expert_load" not in prefill["cost_model"]
+    b200 = _disagg("b", backend="sglang", backend_version="0.5.8", system="b200_sxm", **fields)
+    prefill, _ = silicon.scenario_for(b200, None, {})["replicas"]
+    assert "expert_load" not in prefill["cost_model"]
+
+
 def test_errors_and_the_objective_by_hand() -> None:
     assert silicon._errors([(11.0, 10.0), (5.0, 10.0)]) == pytest.approx([0.1, -0.5])
     rows = [_row("a"), _row("b")]  # measured TTFT 20 ms, TPOT 7 ms

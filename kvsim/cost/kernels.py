@@ -513,6 +513,75 @@ def moe_curve(
     return Curve(m_grid, ys * share)
 
 
+#: SGLang's wide expert parallelism (attention DP, moe_tp 1, moe_ep > 1, DeepEP): its
+#: ``wideep_generation_moe_perf`` / ``wideep_context_moe_perf`` tables (aiconfigurator-core
+#: 0.12.0, SGLang 0.5.10, kernel_source ``deepepmoe``: DeepGEMM's grouped GEMMs behind DeepEP's
+#: low-latency (decode) and normal (prefill) dispatch) time what such deployments run: the
+#: srt-slurm recipes InferenceX launched (NVIDIA/srt-slurm, recipes/gb200-fp8/8k1k/max_tpt.yaml:
+#: ``moe-a2a-backend: deepep``, ``deepep-mode: low_latency`` on the decode workers, ``normal``
+#: on the prefill ones). The ``moe_perf`` rows at the same layout time SGLang's single-GPU fused
+#: MoE instead, whose time grows with every token of the instance (1.26 ms at 6,144 tokens,
+#: moe_ep 32, fp8_block, gb200, power_law_1.01; the deepepmoe kernel 0.16 ms at 4,096).
+WIDE_EP_TABLES = {"generation": "wideep_generation_moe_perf", "context": "wideep_context_moe_perf"}
+#: The wide-EP tables' name of kvsim's ``expert_load`` choices (they say ``uniform``).
+_WIDE_EP_DISTRIBUTION = {"balanced": "uniform"}
+
+
+def wide_ep_moe_curves(
+    source: KernelSource,
+    *,
+    hidden: int,
+    inter: int,
+    topk: int,
+    num_experts: int,
+    moe_ep: int,
+    expert_dtype: str,
+    distribution: str,
+    warn: list[str],
+) -> tuple[Curve, Curve] | None:
+    """(decode, prefill) latency (s) of one MoE layer's routed experts under SGLang's DeepEP,
+    by the instance's tokens (every rank's, as ``moe_perf``'s ``num_tokens``: the rows' token
+    ranges grow with moe_ep), from the newest SGLang version whose wide-EP tables have the
+    model's shape at ``moe_ep`` (`WIDE_EP_TABLES`); None where none has. They hold fp8_block
+    experts only: other expert dtypes are priced at the fp8_block kernel with a warning (an
+    upper bound for nvfp4, whose grouped GEMMs read half the bytes). Between and past the
+    measured token counts: `Curve`'s rule."""
+    versions = source.index.versions(source.system, "moe", "sglang")
+    for version in reversed(versions):
+        folder = source.index.folder(source.system, "moe", "sglang", version)
+        paths = {kind: folder / f"{name}.parquet" for kind, name in WIDE_EP_TABLES.items()}
+        if not all(p.is_file() for p in paths.values()):
+            continue
+        curves: list[Curve] = []
+        for kind in ("generation", "context"):
+            frame = read_table(paths[kind])
+            rows = frame[
+                (frame["hidden_size"] == hidden) & (frame["inter_size"] == inter) & (frame["topk"] == topk)
+                & (frame["num_experts"] == num_experts) & (frame["moe_tp_size"] == 1)
+                & (frame["moe_ep_size"] == moe_ep)
+            ]  # fmt: skip
+            if rows.empty:
+                break
+            wanted = _WIDE_EP_DISTRIBUTION.get(distribution, distribution)
+            for choice in (wanted, "uniform"):
+                if (rows["distribution"] == choice).any():
+                    rows = rows[rows["distribution"] == choice]
+                    break
+            if (rows["moe_dtype"] == expert_dtype).any():
+                rows = rows[rows["moe_dtype"] == expert_dtype]
+            elif kind == "generation":
+                have = ", ".join(sorted(rows["moe_dtype"].astype(str).unique()))
+                warn.append(
+                    f"MoE experts: SGLang's wide-EP tables measured {have} experts, not {expert_dtype}; "
+                    f"priced as {have}"
+                )
+            best = rows.groupby("num_tokens", sort=True)["latency"].min()
+            curves.append(Curve(best.index.to_numpy(float), best.to_numpy(float) * MS))
+        if len(curves) == 2:
+            return curves[0], curves[1]
+    return None
+
+
 def mla_module_grid(
     frame: pd.DataFrame, *, heads: int, kv_dtype: str, gemm_dtype: str | None, length_column: str, what: str
 ) -> Grid:
@@ -609,6 +678,7 @@ class KernelCostModel:
         # priced at the active width, intermediate_size x (top-k + shared): DeepSeek-V3's
         # and Kimi-K2.5's real 18,432 = 9 x 2,048 (ModelSpec has no field for it).
         self._moe: Curve | None = None
+        self._moe_prefill: Curve | None = None  # a step with a prompt, where it differs (wide EP)
         self._moe_comm: Curve | None = None
         self._moe_layer_gemms: list[Curve] = []
         self._num_moe_layers = 0
@@ -737,7 +807,7 @@ class KernelCostModel:
             )
         )
         self._per_step_s = self.overheads.per_iteration_overhead_s
-        self._by_tokens: dict[int | tuple[int, int], float] = {}
+        self._by_tokens: dict[int | tuple[int, int] | tuple[int, int | None, bool], float] = {}
         self._by_seqs: dict[int, float] = {}
         self._pcie_bw = gpu.pcie_bandwidth_bytes_per_s
 
@@ -882,6 +952,9 @@ class KernelCostModel:
                 else ""
             )
             raise ProfileError(f"{src.backend}'s moe tables on {src.system}: {err}{hint}") from err
+        wide = self._wide_ep_curves(src, moe_dtype)
+        if wide is not None:
+            self._moe, self._moe_prefill = wide
         self._moe_comm = self._moe_comm_curve(expert_dtype)
         gemm_dtype = GEMM_DTYPES[model.weight_dtype]
         h, shared = model.hidden_size, model.num_shared_experts * inter
@@ -898,6 +971,26 @@ class KernelCostModel:
             ),
         ]
         self._num_moe_layers = num_moe_layers(model)
+
+    def _wide_ep_curves(self, src: KernelSource, moe_dtype: str) -> tuple[Curve, Curve] | None:
+        """SGLang's experts under DeepEP (`wide_ep_moe_curves`): an SGLang instance with
+        attention DP whose experts are whole on their GPUs (moe_tp 1, moe_ep > 1), where its
+        wide-EP tables have the layout; else None (the ``moe_perf`` curve stands)."""
+        model = self.model
+        if src.backend != "sglang" or self.attention_dp == 1 or self.moe_tp != 1 or self.moe_ep == 1:
+            return None
+        assert model.num_experts is not None and model.num_experts_per_token is not None
+        curves = wide_ep_moe_curves(
+            src, hidden=model.hidden_size, inter=model.intermediate_size, topk=model.num_experts_per_token,
+            num_experts=model.num_experts, moe_ep=self.moe_ep, expert_dtype=moe_dtype,
+            distribution=self.config.expert_load, warn=self.warnings,
+        )  # fmt: skip
+        if curves is None:
+            self.warnings.append(
+                f"MoE experts: SGLang's wide-EP tables lack moe_ep {self.moe_ep} for this MoE; "
+                "priced from moe_perf (SGLang's fused MoE, not DeepEP's kernels)"
+            )
+        return curves
 
     def _init_linear(self, gemm: pd.DataFrame, gemm_dtype: str) -> GdnKernels:
         """The Gated DeltaNet layers' GEMMs (the weights' dtype) and measured kernels."""
@@ -958,12 +1051,16 @@ class KernelCostModel:
 
     # -- the pieces of a step ---------------------------------------------------------------
 
-    def _token_terms_s(self, tokens: int, moe_tokens: int | None = None) -> float:
+    def _token_terms_s(self, tokens: int, moe_tokens: int | None = None, prompt: bool = False) -> float:
         """Everything in a step that depends only on its token count: GEMMs, elementwise
         kernels and all-reduces of every layer, and the per-layer overhead. ``moe_tokens``:
         the tokens the experts run on across the instance's ranks in lockstep (None: this
-        rank's x attention_dp)."""
-        key: int | tuple[int, int] = tokens if moe_tokens is None else (tokens, moe_tokens)
+        rank's x attention_dp); ``prompt``: the step computes a prompt (chunk), whose experts
+        may run another kernel (`_moe_prefill`)."""
+        prompt = prompt and self._moe_prefill is not None
+        key: int | tuple[int, int] | tuple[int, int | None, bool] = (
+            (tokens, moe_tokens, True) if prompt else tokens if moe_tokens is None else (tokens, moe_tokens)
+        )
         cached = self._by_tokens.get(key)
         if cached is not None:
             return cached
@@ -981,7 +1078,8 @@ class KernelCostModel:
         else:
             # The experts run on the tokens of every rank of the instance (ranks in lockstep,
             # as many tokens each); with attention DP their exchange replaces the MLP's all-reduce.
-            experts = self._moe(m * self.attention_dp if moe_tokens is None else max(moe_tokens, m))
+            kernel = self._moe_prefill if prompt and self._moe_prefill is not None else self._moe
+            experts = kernel(m * self.attention_dp if moe_tokens is None else max(moe_tokens, m))
             comm = allreduce if self._moe_comm is None else one_allreduce + self._moe_comm(m)
             moe_layer = self._layer_s(
                 m,
@@ -1124,7 +1222,7 @@ class KernelCostModel:
             attention = self._decode_attention_1(n, batch.decode_context_tokens) + extra
         else:
             attention = self._attention_floor + extra
-        t = self._token_terms_s(tokens, batch.moe_tokens) + self._lm_head_s(seqs)
+        t = self._token_terms_s(tokens, batch.moe_tokens, num_prompts > 0) + self._lm_head_s(seqs)
         if self._gdn is not None:
             t += linear + self._gdn.decode_s(n + verify_tokens)
         t = t + self._attn_layers * attention + self._per_step_s  # (t + a) + b, as before

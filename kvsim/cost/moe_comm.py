@@ -25,8 +25,10 @@ tokens per rank) and ``comm/nccl/<version>/nccl_perf.parquet`` (latency in ms by
 elements: the whole gathered buffer, as its all_gather / all_reduce rows at 8 GPUs show, an
 all-gather costing about half an all-reduce of the same size). A GPU count past the largest
 measured (NCCL: 8; the instance may span nodes) is priced at the largest, with a warning:
-inter-node links are not priced apart. SGLang's DeepEP tables (``wideep_deepep_*``) are not
-read: its expert-parallel all-to-all falls back to NCCL's.
+inter-node links are not priced apart. SGLang's DeepEP communication tables
+(``wideep_deepep_*``: one node, no EP size) are not read: its expert-parallel all-to-all falls
+back to NCCL's (its experts under DeepEP come from its wide-EP tables,
+`kvsim.cost.kernels.wide_ep_moe_curves`).
 """
 
 from __future__ import annotations

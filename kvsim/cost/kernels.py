@@ -1059,7 +1059,7 @@ class KernelCostModel:
         may run another kernel (`_moe_prefill`)."""
         prompt = prompt and self._moe_prefill is not None
         key: int | tuple[int, int] | tuple[int, int | None, bool] = (
-            (tokens, moe_tokens, True) if prompt else tokens if moe_tokens is None else (tokens, moe_tokens)
+            (tokens, moe_tokens, True) if prompt else (tokens if moe_tokens is None else (tokens, moe_tokens))
         )
         cached = self._by_tokens.get(key)
         if cached is not None:

@@ -189,3 +189,37 @@ def test_the_client_view_of_a_request_the_decode_worker_preempted() -> None:
     ttft, tpot = _silicon().client_times(res)
     assert ttft == pytest.approx((first0 + (first1 - 0.005)) / 2, rel=1e-12)
     assert tpot == pytest.approx((D + (r.finish_s[1] - first1) / 18) / 2, rel=1e-12)
+
+
+def test_round_robin_decode_routing_sends_a_request_to_a_busy_worker() -> None:
+    # Two decode replicas of one slot each. Request 0 (20 tokens to decode) takes decode-0
+    # from 34.1072 ms to 134.1072 ms; request 1 (prefilled 20-40 ms) decode-1 from 54.1072 to
+    # 64.1072 ms. Request 2 arrives at 70 ms, is prefilled by 90 ms and its KV lands at
+    # 104.1072 ms. least_loaded sends it to the idle decode-1: it runs at once, finished at
+    # 114.1072 ms. round_robin (decode-0, decode-1, decode-0: Dynamo's frontend default)
+    # sends it to decode-0, where it waits for request 0's slot: 134.1072 to 144.1072 ms.
+    def run(kind: str | None) -> Any:
+        scenario = _pd()
+        scenario["replicas"][1].update(count=2, engine={"max_num_seqs": 1})
+        if kind is not None:
+            scenario["decode_router"] = kind
+        reqs = [
+            spec(0, 100, output=21),
+            spec(1, 100, output=3, arrival=0.005),
+            spec(2, 100, output=3, arrival=0.07),
+        ]
+        return kvsim.run(scenario, requests=reqs).requests.set_index("request_id")
+
+    first0 = P + KV_100
+    least, turns = run("least_loaded"), run("round_robin")
+    assert list(least.replica_id) == ["decode-0", "decode-1", "decode-1"]
+    assert list(turns.replica_id) == ["decode-0", "decode-1", "decode-0"]
+    assert least.finish_s.tolist() == pytest.approx(
+        [first0 + 20 * D, 2 * P + KV_100 + 2 * D, 0.09 + KV_100 + 2 * D]
+    )
+    assert turns.decode_scheduled_s[2] == pytest.approx(first0 + 20 * D, rel=1e-12)  # request 0's slot freed
+    assert turns.finish_s[2] == pytest.approx(first0 + 22 * D, rel=1e-12)
+    # The default is least_loaded; outside disaggregated serving the knob is refused.
+    assert run(None).equals(least)
+    with pytest.raises(kvsim.ScenarioError, match="decode_router"):
+        kvsim.run({"model": "llama-3-8b", "decode_router": "round_robin"}, requests=[spec(0, 10, output=2)])

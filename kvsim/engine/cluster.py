@@ -35,7 +35,7 @@ from kvsim.engine.clock import EarlyTimeout
 from kvsim.engine.fleet import ClusterStats, Fleet
 from kvsim.engine.replica import Replica
 from kvsim.engine.replica_engine import EngineCounters, ReplicaEngine
-from kvsim.engine.routers import LeastLoadedRouter, Router, make_router, reads_prefix_cache
+from kvsim.engine.routers import Router, make_router, reads_prefix_cache
 from kvsim.engine.sources import ConversationSource, Release, RequestSource
 from kvsim.engine.wiring import ClusterWiring, CostModelSource
 from kvsim.errors import KvsimError
@@ -43,6 +43,7 @@ from kvsim.kv.links import DedicatedLink, KvLink
 from kvsim.request import RequestSpec
 from kvsim.results.ledger import RequestLedger
 from kvsim.scenario.resolved import Plan
+from kvsim.scenario.schema import RouterConfig
 
 #: progress(sim_time_s, num_done, num_requests): done = finished or rejected.
 ProgressFn = Callable[[float, int, int], None]
@@ -152,7 +153,8 @@ class Cluster(ClusterWiring):
         self.kv_index = self._entry_index()
         self.entry_view = self._view(self.entry_replicas, self.kv_index, scenario.router.view.load_refresh_s)
         self.decode_view = self._view(self.decode_replicas, None, 0.0)
-        self.decode_router: Router = LeastLoadedRouter()  # used only when disaggregated
+        decode_rng = np.random.default_rng(np.random.SeedSequence(scenario.seed, spawn_key=(2,)))
+        self.decode_router = make_router(RouterConfig(kind=scenario.decode_router), decode_rng)
         self.kv_link: KvLink = DedicatedLink(
             scenario.kv_transfer.bandwidth_bytes_per_s, scenario.kv_transfer.latency_s
         )

@@ -96,6 +96,13 @@ def check_combinations(scenario: Scenario) -> Problems:
         )
     elif roles == {"prefill", "decode"} and any(g.engine.kv_allocation != "paged" for g in scenario.replicas):
         problems.append(("", "disaggregated serving is modelled with paged KV only (kv_allocation: paged)"))
+    if roles == {"both"} and scenario.decode_router != "least_loaded":
+        problems.append(
+            (
+                "decode_router",
+                "picks decode replicas in disaggregated serving: no replica group has role 'decode'",
+            )
+        )
     modes = {g.engine.cache_isolation for g in scenario.replicas}
     if len(modes) > 1:
         problems.append(

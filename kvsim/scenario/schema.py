@@ -918,10 +918,17 @@ class Scenario(FrozenModel):
     router: RouterConfig = Field(
         default_factory=RouterConfig,
         description="Request routing (to prefill replicas when disaggregated; decode replicas are "
-        "then chosen least loaded).",
+        "then chosen by decode_router).",
     )
     kv_transfer: KvTransferConfig = Field(
         default_factory=KvTransferConfig, description="KV link between prefill and decode replicas."
+    )
+    decode_router: Literal["least_loaded", "round_robin", "random"] = Field(
+        default="least_loaded",
+        description="Disaggregated serving: how a prefilled request picks its decode replica. "
+        "least_loaded: the fewest requests running and waiting; round_robin: in turn, in "
+        "declaration order (Dynamo's frontend default, --router-mode round-robin); random: "
+        "uniformly, from the scenario's seed.",
     )
     admission: AdmissionConfig = Field(
         default_factory=AdmissionConfig, description="Which arrivals the cluster refuses (default: none)."

@@ -51,11 +51,17 @@ many GPUs per worker as the row counts (`side_layout`); empty otherwise. Column
 recipe's file name gives (`recipe_batch`), when every search space holding the row names the
 same one.
 
-Column ``draft_tokens``: for an ``mtp`` row of a multi-node search space, the draft length
-its recipe names (TensorRT-LLM's srt-slurm recipes, ``CONFIG_FILE=.../ctx1_gen5_dep8_
-batch16_eplb0_mtp3.yaml``: ``num_nextn_predict_layers`` 3) when every MTP search space
-holding the row names the same one; empty otherwise (single-node rows take theirs from the
-launch scripts: `silicon.mtp_draft_tokens`).
+Column ``twin_run``: for a ``both`` row, which of the point's two runs it is, ``mtp`` or
+``plain``, where the point's other run is in the file too (`twin_runs`: the one with the lower
+TPOT drafted); empty otherwise. The recipe columns of such a row come from the search spaces
+of its own kind only.
+
+Column ``draft_tokens``: for an ``mtp`` row (or the ``mtp`` run of a ``both`` point) of a
+multi-node search space, the draft length of its recipe (`recipe_drafts`: TensorRT-LLM's
+srt-slurm recipes name it, ``CONFIG_FILE=.../ctx1_gen5_dep8_batch16_eplb0_mtp3.yaml``:
+``num_nextn_predict_layers`` 3; SGLang's run EAGLE with two steps but one) when every MTP
+search space holding the row gives the same one; empty otherwise (single-node rows take
+theirs from the launch scripts: `silicon.mtp_draft_tokens`).
 
 Rows of other harnesses (NVIDIA's gap analysis), of models InferenceX does not run, ``wip``
 rows from unmerged branches, and rows measured before the file existed (2025-11-03; no MTP
@@ -89,10 +95,17 @@ CONFIG = ".github/configs/nvidia-master.yaml"
 #: newest measurement is 2026-04-22).
 SINCE, UNTIL = "2025-11-01", "2026-04-29"
 OUT = ROOT / "benchmarks" / "results" / "silicon_spec_decoding.csv.gz"
-FIELDS = ("id", "spec_decoding", "configs", "commit", "draft_tokens", "prefill_workers", "decode_workers",
-          "prefill_dp_attn", "prefill_ep", "decode_dp_attn", "decode_ep", "decode_batch")  # fmt: skip
+FIELDS = ("id", "spec_decoding", "twin_run", "configs", "commit", "draft_tokens", "prefill_workers",
+          "decode_workers", "prefill_dp_attn", "prefill_ep", "decode_dp_attn", "decode_ep", "decode_batch")  # fmt: skip
+#: The columns that are the same on the two runs of one point (`twin_runs`): all but the row's id,
+#: its source and its measurements.
+_POINT_SKIP = ("id", "silicon_data_source", "silicon_ttft_ms", "silicon_tpot_ms")
 #: A recipe file whose name gives its MTP draft length (``..._mtp3.yaml``, ``..._mtp1_1229.yaml``).
 _RECIPE_MTP = re.compile(r"CONFIG_FILE=\S*_mtp(\d+)(?:_\d+)?\.yaml$")
+#: The one SGLang MTP recipe whose decode workers draft one token a step, not two (`recipe_drafts`).
+_SGLANG_ONE_STEP = re.compile(
+    r"recipes/b200-fp8/1k1k(?:/mtp/max-tpt-dep8-1p2d\.yaml|\.yaml:override_mtp_maxtpt_1p2d)$"
+)
 #: A recipe file whose name gives its decode workers' layout and batch (``ctx1_gen4_dep8_batch16_...``).
 _RECIPE_GEN = re.compile(r"CONFIG_FILE=\S*_gen\d+_(dep|tep|dp|tp)(\d+)_(?:batch(\d+)_)?")
 ENGINE = {"sglang": "sglang", "trtllm": "trt", "vllm": "vllm"}
@@ -218,9 +231,11 @@ def holds(space: Space, row: dict[str, str], conc: int) -> bool:
 
 
 def classify(
-    row: dict[str, str], harness: dict[str, str], calendar: Sequence[Snapshot]
+    row: dict[str, str], harness: dict[str, str], calendar: Sequence[Snapshot], run: str = ""
 ) -> dict[str, str] | None:
-    """The row's line (`FIELDS`), or None where the question does not arise (see the module)."""
+    """The row's line (`FIELDS`), or None where the question does not arise (see the module).
+    ``run`` (``mtp`` or ``plain``, a ``both`` row's `twin_runs`) keeps only the search spaces of
+    that kind for the recipe's columns (draft length, workers, layouts, batch)."""
     if not harness.get("harness", "").startswith(("inferencex", "inferencemax")):
         return None
     if "wip=True" in row.get("silicon_data_source", ""):
@@ -252,13 +267,17 @@ def classify(
         kind = "unmatched" if any(s.mtp for s in family) else "none"
     else:
         kind = "both" if kinds == {True, False} else ("mtp" if kinds == {True} else "none")
+    if kind == "both" and run:
+        held = [s for s in held if s.mtp == (run == "mtp")]
     names = ",".join(sorted({s.name for s in held}))
     drafts = {recipe_drafts(s) for s in held if s.mtp}
-    draft = str(drafts.pop()) if kind == "mtp" and len(drafts) == 1 and None not in drafts else ""
+    drafting = kind == "mtp" or run == "mtp"
+    draft = str(drafts.pop()) if drafting and len(drafts) == 1 and None not in drafts else ""
     sides = {tuple(int((s.entry.get(side) or {}).get("num-worker", 1)) for side in ("prefill", "decode"))
              for s in held if "prefill" in s.entry}  # fmt: skip
     workers = [str(n) for n in sides.pop()] if len(sides) == 1 else ["", ""]
-    line = {"id": row["id"], "spec_decoding": kind, "configs": names, "commit": snap.commit[:12],
+    line = {"id": row["id"], "spec_decoding": kind, "twin_run": run if kind == "both" else "",
+            "configs": names, "commit": snap.commit[:12],
             "draft_tokens": draft, "prefill_workers": workers[0], "decode_workers": workers[1]}  # fmt: skip
     for stage in ("prefill", "decode"):
         layout = side_layout(held, row, stage)
@@ -333,14 +352,26 @@ def _gen_names(space: Space) -> list[re.Match[str]]:
 
 
 def recipe_drafts(space: Space) -> int | None:
-    """The MTP draft length a multi-node search space's recipe names (`_RECIPE_MTP`), or None."""
+    """The MTP draft length of a multi-node search space's recipe, or None.
+
+    TensorRT-LLM's recipes name it (`_RECIPE_MTP`). SGLang's do not: they are srt-slurm files
+    (``CONFIG_FILE=recipes/b200-fp8/1k1k/mtp/low-latency-tep8-1p1d.yaml``, later
+    ``recipes/b200-fp8/1k1k.yaml:zip_override_mtp_lowlat[0]``), and every DeepSeek-R1 one
+    InferenceX launched (B200 FP8 and FP4, H200, H100) runs EAGLE over the MTP layer with
+    ``speculative-num-steps: 2`` (``speculative-eagle-topk: 1``, ``speculative-num-draft-tokens:
+    3``) on its decode workers, but for the B200 FP8 1k/1k ``1p2d`` max-throughput recipe with 1
+    (`_SGLANG_ONE_STEP`; NVIDIA/srt-slurm at 37f8ca23^ and c88ef731, whose recipes/b200-fp8/1k1k.yaml
+    says so: "1p2d uses speculative-num-steps=1 and draft-tokens=2 (vs 2/3 for all others)")."""
     found = set()
     for side in ("prefill", "decode"):
         settings = (space.entry.get(side) or {}).get("additional-settings") or []
         for setting in settings if isinstance(settings, list) else []:
-            match = _RECIPE_MTP.search(str(setting).strip())
+            text = str(setting).strip()
+            match = _RECIPE_MTP.search(text)
             if match:
                 found.add(int(match[1]))
+            elif space.engine == "sglang" and text.startswith("CONFIG_FILE="):
+                found.add(1 if _SGLANG_ONE_STEP.search(text) else 2)
     return found.pop() if len(found) == 1 else None
 
 
@@ -373,11 +404,52 @@ def read_calendar(repo: Path) -> list[Snapshot]:
 
 def classify_all(rows: Iterable[dict[str, str]], harness: dict[str, dict[str, str]],
                  calendar: Sequence[Snapshot]) -> list[dict[str, str]]:  # fmt: skip
-    out = []
+    rows = list(rows)
+    lines = {}
     for row in rows:
         line = classify(row, harness.get(row["id"], {}), calendar)
         if line is not None:
-            out.append(line)
+            lines[row["id"]] = line
+    runs = twin_runs(
+        [row for row in rows if lines.get(row["id"], {}).get("spec_decoding") == "both"], harness
+    )
+    for row in rows:
+        if row["id"] in runs:
+            lines[row["id"]] = classify(row, harness.get(row["id"], {}), calendar, runs[row["id"]]) or {}
+    return [lines[row["id"]] for row in rows if row["id"] in lines]
+
+
+def twin_runs(rows: Sequence[dict[str, str]], harness: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Which run of its point each ``both`` row is: ``mtp`` or ``plain`` by id, where it can be told.
+
+    InferenceX ran a ``both`` point twice, with and without MTP, and silicon_sample.csv keeps
+    each run as a row with the same columns, clients and measurement day (some twice, in two
+    source files with the same measurements: ``..._c512_tp8_0_ep8_0_683`` and
+    ``..._c512_tp8_ep8_1438``, 56,626 ms / 19.41 ms). Where a point's rows hold exactly two
+    different measurements, they are the two runs, and the one with the lower mean TPOT is the
+    MTP run: drafting is the only thing InferenceX changed between them, and it is there to
+    produce more than one token per decode step. The two are far apart: the faster run's TPOT
+    is 0.50-0.88x the other's in nine pairs of ten (a median 0.63x over the 96 pairs in one
+    file). Only the order of the two measurements is read, never their values. A point with
+    one measurement (the other run is not in the file) or more than two stays undecided."""
+    points: dict[tuple[str, ...], list[dict[str, str]]] = {}
+    for row in rows:
+        h = harness.get(row["id"], {})
+        conc = str(_int(h.get("concurrency") or row.get("batch_size") or row.get("decode_batch_size"), 0))
+        day = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.get("silicon_data_source", ""))
+        key = (*(v for k, v in sorted(row.items()) if k not in _POINT_SKIP), conc, day[1] if day else "")
+        points.setdefault(key, []).append(row)
+    out = {}
+    for point in points.values():
+        runs: dict[tuple[float, float], list[str]] = {}
+        for row in point:
+            # to four significant digits: one run copied into two source files may be rounded apart
+            measured = tuple(float(f"{float(row[k]):.4g}") for k in ("silicon_tpot_ms", "silicon_ttft_ms"))
+            runs.setdefault(measured, []).append(row["id"])
+        if len(runs) != 2:
+            continue
+        faster, slower = sorted(runs)
+        out.update({i: "mtp" for i in runs[faster]} | {i: "plain" for i in runs[slower]})
     return out
 
 

@@ -197,9 +197,10 @@ def mtp_run(row: dict[str, str], harness: dict[str, str]) -> bool:
     (``spec_decoding`` ``mtp`` in the harness record: benchmarks/inferencex_spec.py), among them
     the DeepSeek-R1 TensorRT-LLM B200 runs on the 1.2.0rc6.post3 image, launched by
     benchmarks/dsr1_fp8_b200_trt_mtp.sh (#632, 2026-02-05) and its nvfp4 twin (#642,
-    2026-02-06), which are also recognised without the classification. Rows InferenceX ran
-    both with and without MTP (``both``) run without: they cannot be told apart."""
-    if harness.get("spec_decoding") == "mtp":
+    2026-02-06), which are also recognised without the classification. Of a point InferenceX
+    ran both with and without MTP (``both``), the run with its twin's lower TPOT (``twin_run``
+    ``mtp``: inferencex_spec.twin_runs); a ``both`` row without its twin runs without."""
+    if harness.get("spec_decoding") == "mtp" or harness.get("twin_run") == "mtp":
         return True
     return (
         harness.get("harness") == "inferencex-single-node"
@@ -291,7 +292,8 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def harness_by_id(path: Path, spec_decoding: Path | None = SPEC_DECODING) -> dict[str, dict[str, str]]:
-    """Each row's harness record (silicon_harness.py), with its ``spec_decoding`` class, a
+    """Each row's harness record (silicon_harness.py), with its ``spec_decoding`` class (and
+    which run a ``both`` row is, ``twin_run``, where its twin tells), a
     multi-node MTP row's recipe ``draft_tokens`` and a multi-node row's ``prefill_workers`` /
     ``decode_workers``, each side's ``*_dp_attn`` / ``*_ep`` and the recipe's ``decode_batch``
     from InferenceX's configuration (inferencex_spec.py) where that file has the row."""
@@ -299,8 +301,8 @@ def harness_by_id(path: Path, spec_decoding: Path | None = SPEC_DECODING) -> dic
     if spec_decoding is not None and spec_decoding.is_file():
         for line in read_csv(spec_decoding):
             if line["id"] in harness:
-                keys = ("spec_decoding", "draft_tokens", "prefill_workers", "decode_workers", "prefill_dp_attn",
-                        "prefill_ep", "decode_dp_attn", "decode_ep", "decode_batch")  # fmt: skip
+                keys = ("spec_decoding", "twin_run", "draft_tokens", "prefill_workers", "decode_workers",
+                        "prefill_dp_attn", "prefill_ep", "decode_dp_attn", "decode_ep", "decode_batch")  # fmt: skip
                 extra = {key: line[key] for key in keys if line.get(key)}
                 harness[line["id"]] = {**harness[line["id"]], **extra}
     return harness
@@ -963,7 +965,10 @@ def report(rows: list[dict[str, str]], ours: dict[str, dict[str, Any]], peer: di
         by_spec: dict[tuple[str, str], list[dict[str, str]]] = {}
         for name in ("fit", "held out"):
             for row in totals.get(name, []):
-                spec = harness.get(row["id"], {}).get("spec_decoding")
+                record = harness.get(row["id"], {})
+                spec = record.get("spec_decoding")
+                if spec and record.get("twin_run"):
+                    spec = f"{spec} ({record['twin_run']} run)"
                 if spec:
                     by_spec.setdefault((name, spec), []).append(row)
         for (name, spec), chosen in sorted(by_spec.items()):

@@ -168,10 +168,90 @@ def test_a_multi_node_row_takes_its_worker_counts_and_draft_length_from_the_conf
     assert spec_mod.recipe_drafts(
         space({"prefill": {"additional-settings": [recipe.replace("mtp3", "mtp1_1229")]}})
     )
-    assert (
-        spec_mod.recipe_drafts(space({"prefill": {"additional-settings": ["CONFIG_FILE=1k1k.yaml:zip[0]"]}}))
-        is None
-    )
+    unnamed = {"prefill": {"additional-settings": ["CONFIG_FILE=1k1k.yaml:zip[0]"]}}
+    assert spec_mod.recipe_drafts(space(unnamed, engine="trt")) is None
+
+
+def test_sglang_recipes_draft_two_steps_but_the_b200_fp8_1k1k_1p2d_one() -> None:
+    """srt-slurm's SGLang MTP recipes run EAGLE with ``speculative-num-steps: 2``, but one."""
+
+    def drafts(setting: str) -> int | None:
+        return spec_mod.recipe_drafts(space({"prefill": {"additional-settings": [setting]}}))
+
+    assert drafts("CONFIG_FILE=recipes/b200-fp8/1k1k/mtp/low-latency-tep8-1p1d.yaml") == 2
+    assert drafts("CONFIG_FILE=recipes/b200-fp4/8k1k.yaml:zip_override_mtp_lowlat[2]") == 2
+    assert drafts("CONFIG_FILE=recipes/h200/8k1k/bs16-1p3d-mtp.yaml") == 2
+    assert drafts("CONFIG_FILE=recipes/b200-fp8/1k1k/mtp/max-tpt-dep8-1p2d.yaml") == 1
+    assert drafts("CONFIG_FILE=recipes/b200-fp8/1k1k.yaml:override_mtp_maxtpt_1p2d") == 1
+    assert drafts("CONFIG_FILE=recipes/b200-fp8/8k1k/mtp/max-tpt-dep8-1p2d.yaml") == 2  # 8k/1k: two
+    assert drafts("--no-config-file") is None
+
+
+def _run(
+    r: dict[str, str], ttft: str, tpot: str, day: str = "2026-03-25T16:34:14Z", n: int = 0
+) -> dict[str, str]:
+    source = r["silicon_data_source"].replace("2026-03-25T16:34:14Z", day)
+    return {
+        **r,
+        "id": f"{r['id']}_{n}",
+        "silicon_data_source": source,
+        "silicon_ttft_ms": ttft,
+        "silicon_tpot_ms": tpot,
+    }
+
+
+def test_the_faster_of_a_points_two_runs_is_its_mtp_run() -> None:
+    """A ``both`` point's rows: the same columns, clients and day; two measurements are its two
+    runs, the lower TPOT drafting; a copy of one run from another source file goes with it."""
+    harness = {}
+    plain, mtp = _run(row(), "183.2", "8.76", n=1), _run(row(), "206.7", "6.70", n=2)
+    copy = _run(row(), "206.70", "6.7000", day="2026-03-25T00:00:00.000Z", n=3)  # another file, same run
+    assert spec_mod.twin_runs([plain, mtp, copy], harness) == {
+        plain["id"]: "plain",
+        mtp["id"]: "mtp",
+        copy["id"]: "mtp",
+    }
+    assert spec_mod.twin_runs([plain], harness) == {}  # the other run is not in the file
+    third = _run(row(), "190.0", "7.50", n=4)
+    assert spec_mod.twin_runs([plain, mtp, third], harness) == {}  # three runs: undecided
+    other_day = _run(row(), "206.7", "6.70", day="2026-03-26T10:00:00Z", n=5)
+    assert spec_mod.twin_runs([plain, other_day], harness) == {}
+    other_clients = _run(row(batch_size="8"), "206.7", "6.70", n=6)
+    assert spec_mod.twin_runs([plain, other_clients], harness) == {}
+    # Where the harness gives the clients, they count too.
+    apart = {plain["id"]: {"concurrency": "4"}, mtp["id"]: {"concurrency": "8"}}
+    assert spec_mod.twin_runs([plain, mtp], apart) == {}
+
+
+def test_a_both_rows_recipe_columns_come_from_the_search_spaces_of_its_run() -> None:
+    side = {"num-worker": 1, "tp": 8, "ep": 8, "dp-attn": False}
+    recipe = "CONFIG_FILE=recipes/trtllm/b200-fp4/1k1k/{}/ctx1_gen{}_tep8_batch{}_eplb0{}.yaml"
+    mtp = space({"spec-decoding": "mtp", "conc-list": [64],
+                 "prefill": {**side, "additional-settings": [recipe.format("mtp", 3, 16, "_mtp3")]},
+                 "decode": {**side, "num-worker": 3}},
+                name="dsr1-fp4-b200-dynamo-trt-mtp", isl=1024, osl=1024, engine="trt")  # fmt: skip
+    plain = space({"conc-list": [64], "prefill": {**side, "additional-settings": [recipe.format("stp", 2, 32, "")]},
+                   "decode": {**side, "num-worker": 2}},
+                  name="dsr1-fp4-b200-dynamo-trt", isl=1024, osl=1024, engine="trt")  # fmt: skip
+    d = row(mode="disagg", backend="trtllm", isl="1024", osl="1024", batch_size="", tp_size="", prefill_tp_size="8",
+            decode_tp_size="8", silicon_data_source=row()["silicon_data_source"].split("; image=")[0])  # fmt: skip
+    harness = {"harness": "inferencex-multi-node-srt-slurm", "concurrency": "64"}
+    calendar = [Snapshot("c" * 40, T0, (mtp, plain))]
+    columns = ("spec_decoding", "twin_run", "draft_tokens", "decode_workers", "decode_batch")
+    line = classify(d, harness, calendar)
+    assert line is not None and tuple(line[k] for k in columns) == ("both", "", "", "", "")
+    line = classify(d, harness, calendar, "mtp")
+    assert line is not None and tuple(line[k] for k in columns) == ("both", "mtp", "3", "3", "16")
+    line = classify(d, harness, calendar, "plain")
+    assert line is not None and tuple(line[k] for k in columns) == ("both", "plain", "", "2", "32")
+    # classify_all pairs the two runs and classifies each with its own spaces.
+    runs = [{**d, "id": "slow", "silicon_ttft_ms": "900", "silicon_tpot_ms": "12.0"},
+            {**d, "id": "fast", "silicon_ttft_ms": "950", "silicon_tpot_ms": "7.5"}]  # fmt: skip
+    lines = spec_mod.classify_all(runs, {"slow": harness, "fast": harness}, calendar)
+    assert [(x["id"], x["twin_run"], x["draft_tokens"]) for x in lines] == [
+        ("slow", "plain", ""),
+        ("fast", "mtp", "3"),
+    ]
 
 
 def test_a_multi_node_row_takes_each_sides_layout_from_the_configuration_and_its_recipe() -> None:
@@ -260,6 +340,8 @@ def test_silicon_drafts_on_mtp_rows_and_runs_the_ambiguous_ones_without(tmp_path
     assert silicon.harness_by_id(harness_csv, None)[r["id"]].get("spec_decoding") is None
     assert silicon.mtp_run(r, merged[r["id"]])
     assert not silicon.mtp_run(r, {**merged[r["id"]], "spec_decoding": "both"})
+    assert silicon.mtp_run(r, {**merged[r["id"]], "spec_decoding": "both", "twin_run": "mtp"})
+    assert not silicon.mtp_run(r, {**merged[r["id"]], "spec_decoding": "both", "twin_run": "plain"})
     assert not silicon.mtp_run(r, {**merged[r["id"]], "spec_decoding": "none"})
     engine = silicon.scenario_for(r, merged[r["id"]], {})["replicas"][0]["engine"]
     assert engine["speculative_config"]["method"] == "mtp"  # dsr1_fp8_b200_mtp.sh: 2 steps
@@ -299,7 +381,9 @@ def test_the_committed_classification_covers_the_known_mtp_runs() -> None:
     assert {line["spec_decoding"] for line in lines} <= {"mtp", "both", "none", "unmatched"}
     assert all(line["id"] in rows for line in lines)
     post3 = [
-        i for i, r in rows.items() if i in harness and silicon.mtp_run(r, {**harness[i], "spec_decoding": ""})
+        i
+        for i, r in rows.items()
+        if i in harness and silicon.mtp_run(r, {**harness[i], "spec_decoding": "", "twin_run": ""})
     ]
     assert len(post3) >= 80
     # A ``dep8`` decode worker (recipe ctx1_gen2_dep8_batch768_eplb0_mtp2_1600.yaml) whose columns
@@ -307,3 +391,9 @@ def test_the_committed_classification_covers_the_known_mtp_runs() -> None:
     dep8 = harness["2026_03_25_deepseek_r1_b200_sxm_trtllm_fp8_disagg_1024x1024_c1600_tp8_0_ep8_0_355"]
     assert (dep8["decode_dp_attn"], dep8["decode_ep"], dep8["decode_workers"]) == ("true", "8", "2")
     assert all(harness[i].get("spec_decoding") == "mtp" for i in post3)
+    # A ``both`` point's two runs (DeepSeek-R1 SGLang B200 1k/1k, 4 clients): TPOT 6.70 ms drafted.
+    pair = "2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_1024x1024_c4_tp8_0_ep1_0_{}"
+    assert (harness[pair.format(265)]["twin_run"], harness[pair.format(284)]["twin_run"]) == ("mtp", "plain")
+    twins = [line["twin_run"] for line in lines if line["twin_run"]]
+    assert all(line["spec_decoding"] == "both" for line in lines if line["twin_run"])
+    assert (twins.count("mtp"), twins.count("plain")) == (131, 143)

@@ -519,8 +519,9 @@ def disagg_scenario_for(
     layout as launched (`launched_layout`) and the decode workers' batch as the TensorRT-LLM
     recipe caps it (``decode_batch``, the recipe's ``max_batch_size`` per rank: with fewer
     slots than clients a request waits at the decode worker for another to finish); an MTP run
-    (`mtp_run`) drafts on its decode workers with its recipe's ``draft_tokens``.
-    ValueError("unsupported: ...") when kvsim cannot represent it."""
+    (`mtp_run`) drafts on its decode workers with its recipe's ``draft_tokens``; an srt-slurm
+    row's requests go to decode workers in turn where each is one replica
+    (`DYNAMO_DECODE_ROUTER`). ValueError("unsupported: ...") when kvsim cannot represent it."""
     from kvsim.model.presets import resolve_gpu, resolve_model
 
     h = harness or {}
@@ -581,6 +582,8 @@ def disagg_scenario_for(
         "workload": bench_workload(h, concurrency, isl, osl),
         "seed": 0,
     }
+    if h.get("harness") == "inferencex-multi-node-srt-slurm" and "attention_dp" not in groups[1]:
+        scenario["decode_router"] = DYNAMO_DECODE_ROUTER
     return _apply(scenario, extra)
 
 
@@ -644,6 +647,14 @@ def worker_gpus(row: dict[str, str], stage: str) -> int:
 #: priced at the wide-EP tables' balanced routing, not aiconfigurator's power-law default
 #: (`wide_ep_balanced`).
 SGLANG_WIDE_EP_EXPERT_LOAD = "balanced"
+
+#: How the multi-node rows' front end picked a decode worker: InferenceX's srt-slurm recipes
+#: serve behind Dynamo's frontend and set no ``--router-mode``, whose default is round-robin
+#: (Dynamo 1.2 Router Guide; NVIDIA/srt-slurm at c88ef731, ``frontend:`` without a router).
+#: kvsim's round-robin turns replica by replica, so it is set only where each decode worker is
+#: one replica (no attention DP): Dynamo hands a worker with attention DP the request, and the
+#: worker picks its rank, which kvsim's least-loaded default stands for.
+DYNAMO_DECODE_ROUTER = "round_robin"
 
 
 def wide_ep_balanced(group: dict[str, Any], model: Any, gpu: Any) -> bool:

@@ -447,6 +447,17 @@ def test_a_disaggregated_row_becomes_prefill_and_decode_groups_and_their_link() 
     assert silicon.scenario_for(racks, None, {})["kv_transfer"]["bandwidth_bytes_per_s"] == 2 * 100e9
 
 
+@needs_tables
+def test_srt_slurm_rows_pick_decode_workers_in_turn_as_dynamos_frontend_does() -> None:
+    """Dynamo's default router is round-robin; kvsim's turns replica by replica, so only where
+    each decode worker is one replica. Rows of other harnesses keep the least-loaded default."""
+    srt = {"harness": "inferencex-multi-node-srt-slurm"}
+    assert silicon.scenario_for(_disagg("x"), srt, {})["decode_router"] == "round_robin"
+    assert "decode_router" not in silicon.scenario_for(_disagg("x"), None, {})
+    dp = _disagg("d", decode_moe_tp_size="1", decode_moe_ep_size="0", decode_attention_dp_size="2")
+    assert "decode_router" not in silicon.scenario_for(dp, srt, {})
+
+
 def test_a_disaggregated_rows_parallel_layout_is_named_field_by_field() -> None:
     """attention_dp, moe_tp, moe_ep (issue 22 item 2's ReplicaGroup fields) where the row's
     stage is not plain tensor parallelism, nothing where it is; a dense model's moe_* columns

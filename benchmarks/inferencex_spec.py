@@ -415,7 +415,9 @@ def classify_all(rows: Iterable[dict[str, str]], harness: dict[str, dict[str, st
     )
     for row in rows:
         if row["id"] in runs:
-            lines[row["id"]] = classify(row, harness.get(row["id"], {}), calendar, runs[row["id"]]) or {}
+            lines[row["id"]] = (
+                classify(row, harness.get(row["id"], {}), calendar, runs[row["id"]]) or lines[row["id"]]
+            )
     return [lines[row["id"]] for row in rows if row["id"] in lines]
 
 

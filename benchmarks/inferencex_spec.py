@@ -51,9 +51,10 @@ many GPUs per worker as the row counts (`side_layout`); empty otherwise. Column
 recipe's file name gives (`recipe_batch`), when every search space holding the row names the
 same one.
 
-Column ``twin_run``: for a ``both`` row, which of the point's two runs it is, ``mtp`` or
-``plain``, where the point's other run is in the file too (`twin_runs`: the one with the lower
-TPOT drafted); empty otherwise. The recipe columns of such a row come from the search spaces
+Column ``twin_run``: for a ``both`` row, which of the point's two runs it is taken for,
+``mtp`` or ``plain`` (`twin_runs`: of two runs the one with the lower TPOT drafted; a row
+whose point has no other run in the file is taken for the MTP run, `LONE_RUN`); empty
+otherwise (three runs or more). The recipe columns of such a row come from the search spaces
 of its own kind only.
 
 Column ``draft_tokens``: for an ``mtp`` row (or the ``mtp`` run of a ``both`` point) of a
@@ -97,6 +98,12 @@ SINCE, UNTIL = "2025-11-01", "2026-04-29"
 OUT = ROOT / "benchmarks" / "results" / "silicon_spec_decoding.csv.gz"
 FIELDS = ("id", "spec_decoding", "twin_run", "configs", "commit", "draft_tokens", "prefill_workers",
           "decode_workers", "prefill_dp_attn", "prefill_ep", "decode_dp_attn", "decode_ep", "decode_batch")  # fmt: skip
+#: What a ``both`` row whose point has no other run in the file is taken for (`twin_runs`).
+#: Fitted on the H200 rows only: of the 47 such rows of the MoE file with at most 64 clients
+#: (32 run, 31 of them TensorRT-LLM aggregated), run without drafts TTFT 35% / p90 62% / bias
+#: -34%, TPOT 27% / 54% / +26%; as MTP runs 27% / 51% / -11%, 16% / 29% / -16%
+#: (docs/validation.md, the thirteenth pass). The file keeps the MTP run of such a point.
+LONE_RUN = "mtp"
 #: The columns that are the same on the two runs of one point (`twin_runs`): all but the row's id,
 #: its source and its measurements.
 _POINT_SKIP = ("id", "silicon_data_source", "silicon_ttft_ms", "silicon_tpot_ms")
@@ -432,8 +439,10 @@ def twin_runs(rows: Sequence[dict[str, str]], harness: dict[str, dict[str, str]]
     MTP run: drafting is the only thing InferenceX changed between them, and it is there to
     produce more than one token per decode step. The two are far apart: the faster run's TPOT
     is 0.50-0.88x the other's in nine pairs of ten (a median 0.63x over the 96 pairs in one
-    file). Only the order of the two measurements is read, never their values. A point with
-    one measurement (the other run is not in the file) or more than two stays undecided."""
+    file). Only the order of the two measurements is read, never their values.
+
+    A point with one measurement (the other run is not in the file) is taken for its MTP run
+    (`LONE_RUN`); one with more than two stays undecided."""
     points: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for row in rows:
         h = harness.get(row["id"], {})
@@ -448,6 +457,8 @@ def twin_runs(rows: Sequence[dict[str, str]], harness: dict[str, dict[str, str]]
             # to four significant digits: one run copied into two source files may be rounded apart
             measured = tuple(float(f"{float(row[k]):.4g}") for k in ("silicon_tpot_ms", "silicon_ttft_ms"))
             runs.setdefault(measured, []).append(row["id"])
+        if len(runs) == 1:
+            out.update({row["id"]: LONE_RUN for row in point})
         if len(runs) != 2:
             continue
         faster, slower = sorted(runs)

@@ -198,8 +198,9 @@ def mtp_run(row: dict[str, str], harness: dict[str, str]) -> bool:
     the DeepSeek-R1 TensorRT-LLM B200 runs on the 1.2.0rc6.post3 image, launched by
     benchmarks/dsr1_fp8_b200_trt_mtp.sh (#632, 2026-02-05) and its nvfp4 twin (#642,
     2026-02-06), which are also recognised without the classification. Of a point InferenceX
-    ran both with and without MTP (``both``), the run with its twin's lower TPOT (``twin_run``
-    ``mtp``: inferencex_spec.twin_runs); a ``both`` row without its twin runs without."""
+    ran both with and without MTP (``both``), the run with its twin's lower TPOT, or a row
+    without a twin in the file (``twin_run`` ``mtp``: inferencex_spec.twin_runs); a ``both``
+    row whose point has three runs or more runs without."""
     if harness.get("spec_decoding") == "mtp" or harness.get("twin_run") == "mtp":
         return True
     return (

@@ -211,16 +211,19 @@ def test_the_faster_of_a_points_two_runs_is_its_mtp_run() -> None:
         mtp["id"]: "mtp",
         copy["id"]: "mtp",
     }
-    assert spec_mod.twin_runs([plain], harness) == {}  # the other run is not in the file
+    # The other run is not in the file: taken for the MTP run (LONE_RUN, fitted on H200).
+    assert spec_mod.twin_runs([plain], harness) == {plain["id"]: "mtp"}
+    assert spec_mod.twin_runs([mtp, copy], harness) == {mtp["id"]: "mtp", copy["id"]: "mtp"}
     third = _run(row(), "190.0", "7.50", n=4)
     assert spec_mod.twin_runs([plain, mtp, third], harness) == {}  # three runs: undecided
+    alone = {plain["id"]: "mtp"}  # each of two points alone
     other_day = _run(row(), "206.7", "6.70", day="2026-03-26T10:00:00Z", n=5)
-    assert spec_mod.twin_runs([plain, other_day], harness) == {}
+    assert spec_mod.twin_runs([plain, other_day], harness) == alone | {other_day["id"]: "mtp"}
     other_clients = _run(row(batch_size="8"), "206.7", "6.70", n=6)
-    assert spec_mod.twin_runs([plain, other_clients], harness) == {}
+    assert spec_mod.twin_runs([plain, other_clients], harness) == alone | {other_clients["id"]: "mtp"}
     # Where the harness gives the clients, they count too.
     apart = {plain["id"]: {"concurrency": "4"}, mtp["id"]: {"concurrency": "8"}}
-    assert spec_mod.twin_runs([plain, mtp], apart) == {}
+    assert spec_mod.twin_runs([plain, mtp], apart) == alone | {mtp["id"]: "mtp"}
 
 
 def test_a_both_rows_recipe_columns_come_from_the_search_spaces_of_its_run() -> None:
@@ -396,4 +399,4 @@ def test_the_committed_classification_covers_the_known_mtp_runs() -> None:
     assert (harness[pair.format(265)]["twin_run"], harness[pair.format(284)]["twin_run"]) == ("mtp", "plain")
     twins = [line["twin_run"] for line in lines if line["twin_run"]]
     assert all(line["spec_decoding"] == "both" for line in lines if line["twin_run"])
-    assert (twins.count("mtp"), twins.count("plain")) == (131, 143)
+    assert (twins.count("mtp"), twins.count("plain")) == (131 + 215, 143)  # 215 without a twin

@@ -294,7 +294,7 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 def harness_by_id(path: Path, spec_decoding: Path | None = SPEC_DECODING) -> dict[str, dict[str, str]]:
     """Each row's harness record (silicon_harness.py), with its ``spec_decoding`` class (and
-    which run a ``both`` row is, ``twin_run``, where its twin tells), a
+    which run a ``both`` row is taken for, ``twin_run``), a
     multi-node MTP row's recipe ``draft_tokens`` and a multi-node row's ``prefill_workers`` /
     ``decode_workers``, each side's ``*_dp_attn`` / ``*_ep`` and the recipe's ``decode_batch``
     from InferenceX's configuration (inferencex_spec.py) where that file has the row."""

@@ -176,6 +176,12 @@ def _norm_image(image: str) -> str:
     return image.strip().replace("nvcr.io#", "nvcr.io/")
 
 
+def row_clients(row: dict[str, str], harness: dict[str, str]) -> int:
+    """A row's benchmark clients: its harness's concurrency, else its batch size (decode batch
+    size on disaggregated rows); 0 when it has none."""
+    return _int(harness.get("concurrency") or row.get("batch_size") or row.get("decode_batch_size"), 0) or 0
+
+
 def clients(entry: dict[str, Any]) -> set[int]:
     """The client counts a search space runs: ``conc-list``, else conc-start doubling to conc-end."""
     if "conc-list" in entry:
@@ -263,7 +269,7 @@ def classify(
         if s.prefix == prefix and s.gpu == gpu and s.engine == engine and s.isl == isl and s.osl == osl
     ]
     image = _norm_image(launch_flags._image(row))
-    conc = _int(harness.get("concurrency") or row.get("batch_size") or row.get("decode_batch_size"), 0) or 0
+    conc = row_clients(row, harness)
     held = [
         s
         for s in family
@@ -446,7 +452,7 @@ def twin_runs(rows: Sequence[dict[str, str]], harness: dict[str, dict[str, str]]
     points: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for row in rows:
         h = harness.get(row["id"], {})
-        conc = str(_int(h.get("concurrency") or row.get("batch_size") or row.get("decode_batch_size"), 0))
+        conc = str(row_clients(row, h))
         day = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.get("silicon_data_source", ""))
         key = (*(v for k, v in sorted(row.items()) if k not in _POINT_SKIP), conc, day[1] if day else "")
         points.setdefault(key, []).append(row)

@@ -34,7 +34,9 @@ Only versions that measured rows use are transcribed; a row in force of another 
 Keys (kvsim's names): max_num_seqs, max_num_batched_tokens, gpu_memory_utilization,
 enable_prefix_caching, scheduler_recv_interval, batch_wait_timeout_iters,
 batch_wait_max_tokens_ratio, attention_dp_balance (TensorRT-LLM's attention_dp_config with
-enable_balance, on rows with attention DP) -- present only where the script sets the flag.
+enable_balance, on rows with attention DP), cuda_graph_max_size (vLLM's largest CUDA-graph
+capture size, a kernels cost-model knob `benchmarks/silicon.py` moves there) -- present only
+where the script sets the flag.
 """
 
 from __future__ import annotations
@@ -187,9 +189,11 @@ def dsr1_fp8_b200_trt_jan(c: Ctx) -> dict[str, Any]:
 
 
 def vllm(max_seqs: int | None = None, *, seqs_conc: bool = False, batched: int | None = None,
-         batched_2isl: bool = False, gmu: float | None = None, prefix_off: bool = False) -> Rule:  # fmt: skip
+         batched_2isl: bool = False, gmu: float | None = None, prefix_off: bool = False,
+         capture: int | None = None) -> Rule:  # fmt: skip
     """vLLM: --max-num-seqs (fixed or $CONC), --max-num-batched-tokens (fixed or $((ISL * 2))),
-    --gpu-memory-utilization, --no-enable-prefix-caching."""
+    --gpu-memory-utilization, --no-enable-prefix-caching, --max-cudagraph-capture-size (or the
+    older --cuda-graph-sizes N: its largest size)."""
 
     def rule(c: Ctx) -> dict[str, Any]:
         f: dict[str, Any] = {}
@@ -205,6 +209,8 @@ def vllm(max_seqs: int | None = None, *, seqs_conc: bool = False, batched: int |
             f["gpu_memory_utilization"] = gmu
         if prefix_off:
             f["enable_prefix_caching"] = False
+        if capture is not None:
+            f["cuda_graph_max_size"] = capture
         return f
 
     return rule
@@ -227,7 +233,7 @@ _SGL_QWEN = ("max-prefill-tokens 32768; cuda-graph-max-bs $CONC; stream-interval
 _TRT_DSR1 = "stream_interval 10; cuda_graph max_batch_size {cg}; fp8 KV; moe backend {moe}"
 _TRT_GPTOSS = ("stream_interval 20; num_postprocess_workers 4; cuda_graph max_batch_size $CONC; "
                "TRTLLM_ENABLE_PDL=1")  # fmt: skip
-_VLLM_GPTOSS = "max-cudagraph-capture-size (cuda-graph-sizes) 2048; fp8 KV (B200)"
+_VLLM_GPTOSS = "fp8 KV (B200)"
 
 VERSIONS: tuple[Version, ...] = (
     # --- DeepSeek-R1 / V3, SGLang ---------------------------------------------------------
@@ -505,7 +511,7 @@ VERSIONS: tuple[Version, ...] = (
         "4b860b78e",
         "2025-10-01T15:18:14-05:00",
         "2025-11-21T15:44:54-06:00",
-        vllm(512, batched=8192, gmu=0.9, prefix_off=True),
+        vllm(512, batched=8192, gmu=0.9, prefix_off=True, capture=2048),
         _VLLM_GPTOSS + "; async-scheduling; VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1; FULL_AND_PIECEWISE graphs",
     ),
     Version(
@@ -514,7 +520,7 @@ VERSIONS: tuple[Version, ...] = (
         "d2c2acb19",
         "2026-02-25T13:02:08-06:00",
         "2026-03-11T16:28:08-04:00",
-        vllm(512, batched=8192, gmu=0.9, prefix_off=True),
+        vllm(512, batched=8192, gmu=0.9, prefix_off=True, capture=2048),
         _VLLM_GPTOSS + "; VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1",
     ),
     Version(
@@ -523,8 +529,8 @@ VERSIONS: tuple[Version, ...] = (
         "af4ccd03f",
         "2025-09-23T15:29:20-04:00",
         "2025-11-04T10:27:55-05:00",
-        vllm(seqs_conc=True, batched=8192, gmu=0.9, prefix_off=True),
-        "async-scheduling; cuda-graph-sizes 2048",
+        vllm(seqs_conc=True, batched=8192, gmu=0.9, prefix_off=True, capture=2048),
+        "async-scheduling",
     ),
     Version(
         "gptoss_fp4_h100",
@@ -550,8 +556,8 @@ VERSIONS: tuple[Version, ...] = (
         "cec542a9a",
         "2026-03-27T04:01:48-04:00",
         "2026-03-27T23:38:24-07:00",
-        vllm(seqs_conc=True, batched=8192, gmu=0.9, prefix_off=True),
-        "VLLM_MXFP4_USE_MARLIN=1; max-cudagraph-capture-size 2048",
+        vllm(seqs_conc=True, batched=8192, gmu=0.9, prefix_off=True, capture=2048),
+        "VLLM_MXFP4_USE_MARLIN=1",
     ),
     Version(
         "gptoss_fp4_h200",
@@ -559,8 +565,8 @@ VERSIONS: tuple[Version, ...] = (
         "9596d23d7",
         "2025-10-29T17:37:58-05:00",
         "2025-11-04T10:27:55-05:00",
-        vllm(seqs_conc=True, batched=8192, gmu=0.9, prefix_off=True),
-        "async-scheduling; cuda-graph-sizes 2048",
+        vllm(seqs_conc=True, batched=8192, gmu=0.9, prefix_off=True, capture=2048),
+        "async-scheduling",
     ),
     Version(
         "gptoss_fp4_h200",
@@ -568,8 +574,8 @@ VERSIONS: tuple[Version, ...] = (
         "cec542a9a",
         "2026-03-27T04:01:48-04:00",
         "2026-03-27T23:38:24-07:00",
-        vllm(seqs_conc=True, batched=8192, gmu=0.9, prefix_off=True),
-        "VLLM_MXFP4_USE_MARLIN=1; max-cudagraph-capture-size 2048",
+        vllm(seqs_conc=True, batched=8192, gmu=0.9, prefix_off=True, capture=2048),
+        "VLLM_MXFP4_USE_MARLIN=1",
     ),
     # --- Kimi-K2.5, vLLM ------------------------------------------------------------------
     Version(
@@ -596,8 +602,8 @@ VERSIONS: tuple[Version, ...] = (
         "6c3acebfa",
         "2026-04-20T09:22:32-05:00",
         "2026-05-12T14:13:22-05:00",
-        vllm(seqs_conc=True, batched_2isl=True, gmu=0.90, prefix_off=True),
-        "stream-interval 20; fp8 KV; max-cudagraph-capture-size 2048; fuse_allreduce_rms",
+        vllm(seqs_conc=True, batched_2isl=True, gmu=0.90, prefix_off=True, capture=2048),
+        "stream-interval 20; fp8 KV; fuse_allreduce_rms",
     ),
     Version(
         "kimik2.5_fp4_b300",
@@ -642,8 +648,8 @@ VERSIONS: tuple[Version, ...] = (
         "79bd988e9",
         "2026-04-08T13:55:08-05:00",
         "2026-04-21T21:01:04-07:00",
-        vllm(batched_2isl=True, gmu=0.90, prefix_off=True),
-        "stream-interval 20; fp8 KV; max-cudagraph-capture-size 2048; DP attention: --data-parallel-size=$TP",
+        vllm(batched_2isl=True, gmu=0.90, prefix_off=True, capture=2048),
+        "stream-interval 20; fp8 KV; DP attention: --data-parallel-size=$TP",
     ),
     Version(
         "minimaxm2.5_fp4_b200",
@@ -651,8 +657,8 @@ VERSIONS: tuple[Version, ...] = (
         "13962fcfa",
         "2026-04-21T21:01:04-07:00",
         "2026-05-12T14:13:22-05:00",
-        vllm(batched_2isl=True, gmu=0.90, prefix_off=True),
-        "stream-interval 20; fp8 KV; max-cudagraph-capture-size 2048; VLLM_FLOAT32_MATMUL_PRECISION=high",
+        vllm(batched_2isl=True, gmu=0.90, prefix_off=True, capture=2048),
+        "stream-interval 20; fp8 KV; VLLM_FLOAT32_MATMUL_PRECISION=high",
     ),
     Version(
         "minimaxm2.5_fp4_b300",
@@ -660,8 +666,8 @@ VERSIONS: tuple[Version, ...] = (
         "22d0f12f7",
         "2026-04-17T08:43:53-04:00",
         "2026-04-21T15:46:19-07:00",
-        vllm(batched_2isl=True, gmu=0.90, prefix_off=True),
-        "stream-interval 20; fp8 KV; max-cudagraph-capture-size 2048",
+        vllm(batched_2isl=True, gmu=0.90, prefix_off=True, capture=2048),
+        "stream-interval 20; fp8 KV",
     ),
     Version(
         "minimaxm2.5_fp4_b300",
@@ -669,8 +675,8 @@ VERSIONS: tuple[Version, ...] = (
         "633fd2377",
         "2026-04-21T15:46:19-07:00",
         "2026-05-12T14:13:22-05:00",
-        vllm(batched_2isl=True, gmu=0.90, prefix_off=True),
-        "stream-interval 20; fp8 KV; max-cudagraph-capture-size 2048; VLLM_FLOAT32_MATMUL_PRECISION=high",
+        vllm(batched_2isl=True, gmu=0.90, prefix_off=True, capture=2048),
+        "stream-interval 20; fp8 KV; VLLM_FLOAT32_MATMUL_PRECISION=high",
     ),
     Version(
         "minimaxm2.5_fp8_b200",
@@ -696,9 +702,8 @@ VERSIONS: tuple[Version, ...] = (
         "bddbf4031",
         "2026-04-03T11:31:35-05:00",
         "2026-04-21T17:00:33-07:00",
-        vllm(batched_2isl=True, gmu=0.90, prefix_off=True),
-        "stream-interval 20; block-size 32; fp8 KV; max-cudagraph-capture-size 2048; "
-        "VLLM_FLASHINFER_ALLREDUCE_BACKEND=mnnvl",
+        vllm(batched_2isl=True, gmu=0.90, prefix_off=True, capture=2048),
+        "stream-interval 20; block-size 32; fp8 KV; VLLM_FLASHINFER_ALLREDUCE_BACKEND=mnnvl",
     ),
     Version(
         "minimaxm2.5_fp8_b200",
@@ -706,9 +711,8 @@ VERSIONS: tuple[Version, ...] = (
         "41ed82dc1",
         "2026-04-21T17:00:33-07:00",
         "2026-05-12T14:13:22-05:00",
-        vllm(batched_2isl=True, gmu=0.90, prefix_off=True),
-        "stream-interval 20; block-size 32; fp8 KV; max-cudagraph-capture-size 2048; "
-        "VLLM_FLOAT32_MATMUL_PRECISION=high",
+        vllm(batched_2isl=True, gmu=0.90, prefix_off=True, capture=2048),
+        "stream-interval 20; block-size 32; fp8 KV; VLLM_FLOAT32_MATMUL_PRECISION=high",
     ),
     Version(
         "minimaxm2.5_fp8_b300",
@@ -716,8 +720,8 @@ VERSIONS: tuple[Version, ...] = (
         "340d7854c",
         "2026-04-17T08:47:21-04:00",
         "2026-04-21T15:41:34-07:00",
-        vllm(batched_2isl=True, gmu=0.90, prefix_off=True),
-        "stream-interval 20; block-size 32; fp8 KV; max-cudagraph-capture-size 2048",
+        vllm(batched_2isl=True, gmu=0.90, prefix_off=True, capture=2048),
+        "stream-interval 20; block-size 32; fp8 KV",
     ),
     Version(
         "minimaxm2.5_fp8_b300",
@@ -725,8 +729,8 @@ VERSIONS: tuple[Version, ...] = (
         "0c2467c15",
         "2026-04-21T15:41:34-07:00",
         "2026-05-12T14:13:22-05:00",
-        vllm(batched_2isl=True, gmu=0.90, prefix_off=True),
-        "stream-interval 20; block-size 32; fp8 KV; max-cudagraph-capture-size 2048",
+        vllm(batched_2isl=True, gmu=0.90, prefix_off=True, capture=2048),
+        "stream-interval 20; block-size 32; fp8 KV",
     ),
     Version(
         "minimaxm2.5_fp8_h100",
@@ -907,8 +911,8 @@ WIP_RUNS: dict[tuple[str, str], Version] = {
         "beb6a6b18",
         "2026-04-02T19:34:46-07:00",
         None,
-        vllm(batched_2isl=True, gmu=0.90, prefix_off=True),
-        "stream-interval 20; block-size 32; fp8 KV; max-cudagraph-capture-size 2048",
+        vllm(batched_2isl=True, gmu=0.90, prefix_off=True, capture=2048),
+        "stream-interval 20; block-size 32; fp8 KV",
     ),
     # PR #996's branch: 08bcde8f1 (2026-04-02) "Use vLLM nightly image ..." -- the row's image.
     ("minimaxm2.5_fp4_b200", "vllm/vllm-openai:nightly-5b8c30d62b754b575e043ce2fc0dcbf8a64f6306"): Version(

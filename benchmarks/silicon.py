@@ -445,7 +445,12 @@ def scenario_for(
     version = row.get("backend_version") or None
     if version is not None:
         engine["backend_version"] = version
-    engine.update(engine_flags(row, h, concurrency))
+    flags = engine_flags(row, h, concurrency)
+    # The script's CUDA-graph ceiling prices the steps (the kernels model's knob), not the scheduler.
+    cost_model: dict[str, Any] = {"kind": "kernels", **cost_model_flags(row, h)}
+    if "cuda_graph_max_size" in flags:
+        cost_model["cuda_graph_max_size"] = flags.pop("cuda_graph_max_size")
+    engine.update(flags)
     engine["async_scheduling"] = async_scheduling(row, h)
     layout = parallel_layout(row, model.is_moe)
     if drafts is not None:
@@ -472,7 +477,7 @@ def scenario_for(
                 "tp": tp,
                 **layout,
                 "engine": engine,
-                "cost_model": {"kind": "kernels", **cost_model_flags(row, h)},
+                "cost_model": cost_model,
             }
         ],
         "router": {"kind": rank_dispatch(row["backend"], layout["attention_dp"])},

@@ -593,7 +593,9 @@ def test_a_moe_decode_step_by_hand(moe_tables: Path) -> None:
 def test_a_step_with_a_prompt_takes_at_least_the_eager_host_time_of_its_moe_layers(moe_tables: Path) -> None:
     # TINY_MOE has one MoE layer (and one dense): a step with a prompt chunk takes at least
     # 1 x 50 ms; a decode step and a prefill longer than that keep their kernels' time.
-    base = KernelCostModel(TINY_MOE, resolve_gpu("h100-sxm"), _cfg(moe_tables), tp=2, max_num_seqs=8)
+    base = KernelCostModel(
+        TINY_MOE, resolve_gpu("h100-sxm"), _cfg(moe_tables, eager_moe_layer_host_s=0.0), tp=2, max_num_seqs=8
+    )
     eager = KernelCostModel(
         TINY_MOE, resolve_gpu("h100-sxm"), _cfg(moe_tables, eager_moe_layer_host_s=0.05), tp=2, max_num_seqs=8
     )
@@ -628,6 +630,33 @@ def test_vllm_pays_the_eager_host_time_only_beyond_its_cuda_graphs(tmp_path: Pat
     assert eager.step_time_s(large) == 0.05
     _, sglang = model("sglang", write_moe_mla_tables(tmp_path / "sglang", backend="sglang"))
     assert sglang.step_time_s(small) == 0.05
+
+
+def test_a_launch_flags_cuda_graph_ceiling_decides_which_vllm_steps_run_eagerly(tmp_path: Path) -> None:
+    # --max-cudagraph-capture-size 24 (on vLLM's grid: 1, 2, 4, 8, 16, 24): 16 prompt + 2
+    # decode tokens now replay a graph (padded to 24) and keep their kernels' time; 24 + 2
+    # tokens are beyond it and pay the floor. A ceiling off the grid truncates to the grid's
+    # last size (vLLM's warning), 30 -> 24.
+    tables = write_moe_mla_tables(tmp_path / "vllm")
+
+    def km(**kw: object) -> KernelCostModel:
+        cfg = _cfg(tables, backend="vllm", **kw)
+        return KernelCostModel(TINY_MOE, resolve_gpu("h100-sxm"), cfg, tp=2, max_num_seqs=8)
+
+    base, eager = km(cuda_graph_max_size=24), km(cuda_graph_max_size=24, eager_moe_layer_host_s=0.05)
+    assert eager.max_graph_tokens == 24 and km(cuda_graph_max_size=30).max_graph_tokens == 24
+    assert base._eager_floor_s == 1.25e-3  # vLLM's fitted host time, x TINY_MOE's one MoE layer
+    within = Batch(prefill_chunks=[(16, 0)], num_decode_seqs=2, decode_context_tokens=60)
+    beyond = Batch(prefill_chunks=[(24, 0)], num_decode_seqs=2, decode_context_tokens=60)
+    assert eager.step_time_s(within) == base.step_time_s(within) < 0.05
+    assert eager.step_time_s(beyond) == 0.05
+    # 18 tokens run at the 24-token graph's size: as 22 tokens do.
+    assert base._token_terms_s(18) == base._token_terms_s(22) == base._token_terms_s(24)
+    h100 = resolve_gpu("h100-sxm")
+    largest, sizes = graph_capture("vllm", "h100_sxm", h100, 2, 48, 2048)
+    assert largest == 2048 and sizes[-3:] == [2016, 2032, 2048]
+    assert graph_capture("sglang", "h100_sxm", h100, 2, 1024, 128)[0] == 128  # --cuda-graph-max-bs
+    assert graph_capture("sglang", "h100_sxm", h100, 2, 48, 128)[0] == 48  # no more than it runs
 
 
 def test_mxfp4_experts_read_their_own_rows(moe_tables: Path) -> None:

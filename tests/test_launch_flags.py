@@ -87,9 +87,10 @@ CASES = {
     # TensorRT-LLM, gptoss_fp4_h200_trt_slurm.sh at d22bf9ca9: --max_batch_size $CONC, 20000 tokens.
     "2026_04_06_gpt_oss_120b_h200_sxm_trtllm_fp4_agg_1024x8192_c64_tp1_ep1_153": {
         "max_num_batched_tokens": 20000, "gpu_memory_utilization": 0.85, **OFF, "max_num_seqs": 64},
-    # vLLM, minimaxm2.5_fp8_b300.sh at 340d7854c: --max-num-batched-tokens $((ISL * 2)).
+    # vLLM, minimaxm2.5_fp8_b300.sh at 340d7854c: --max-num-batched-tokens $((ISL * 2)),
+    # --max-cudagraph-capture-size 2048.
     "minimaxm2_5_b300_vllm_fp8_agg_8192x1024_c128_cfg733": {
-        "max_num_batched_tokens": 16384, "gpu_memory_utilization": 0.9, **OFF},
+        "max_num_batched_tokens": 16384, "gpu_memory_utilization": 0.9, **OFF, "cuda_graph_max_size": 2048},
     # vLLM, minimaxm2.5_fp8_h200.sh before --no-enable-prefix-caching (1d5cae141, 2026-03-27) ...
     "2026_03_25_minimax_m2_5_h200_sxm_vllm_fp8_agg_1024x1024_c32_tp8_0_ep1_0_216": {
         "gpu_memory_utilization": 0.95},
@@ -97,10 +98,11 @@ CASES = {
     "minimaxm2_5_h200_vllm_fp8_agg_8192x1024_c8_cfg637": {"gpu_memory_utilization": 0.95, **OFF},
     # vLLM, kimik2.5_fp4_b200.sh at 6c3acebfa: --max-num-seqs $CONC.
     "kimik2_5_b200_vllm_fp4_agg_1024x1024_c4_cfg636": {
-        "max_num_seqs": 4, "max_num_batched_tokens": 2048, "gpu_memory_utilization": 0.9, **OFF},
+        "max_num_seqs": 4, "max_num_batched_tokens": 2048, "gpu_memory_utilization": 0.9, **OFF,
+        "cuda_graph_max_size": 2048},
     # wip=True run from PR #947's branch (beb6a6b18), the row's image in its config.
     "2026_03_25_minimax_m2_5_b200_sxm_vllm_fp8_agg_1024x1024_c16_tp2_0_ep1_0_61": {
-        "max_num_batched_tokens": 2048, "gpu_memory_utilization": 0.9, **OFF},
+        "max_num_batched_tokens": 2048, "gpu_memory_utilization": 0.9, **OFF, "cuda_graph_max_size": 2048},
 }  # fmt: skip
 
 
@@ -172,3 +174,19 @@ def test_every_moe_single_node_agg_row_is_mapped_or_explained(data) -> None:
     # cap: 18 rows above dsr1_fp8_b200's / qwen3.5_fp8_b200's --max-running-requests 128, which
     # those scripts set "as the maximum concurrency" their configs ran (64 and 128 clients).
     assert reasons == {"GB200": 55, "wip": 60, "cap": 18}
+
+
+def test_a_scripts_cuda_graph_ceiling_prices_the_steps_not_the_scheduler(data) -> None:
+    """kimik2.5_fp4_b200.sh at 6c3acebfa passes --max-cudagraph-capture-size 2048: the row's
+    scenario gives it to the kernels cost model (which vLLM steps replay a graph), not to the
+    engine; minimaxm2.5_fp8_h200.sh sets none and keeps vLLM's default."""
+    import silicon
+
+    rows, harness = data
+    rid = "kimik2_5_b200_vllm_fp4_agg_1024x1024_c4_cfg636"
+    replica = silicon.scenario_for(rows[rid], harness[rid], {})["replicas"][0]
+    assert replica["cost_model"] == {"kind": "kernels", "cuda_graph_max_size": 2048}
+    assert "cuda_graph_max_size" not in replica["engine"] and replica["engine"]["max_num_seqs"] == 4
+    rid = "minimaxm2_5_h200_vllm_fp8_agg_8192x1024_c8_cfg637"
+    cost = silicon.scenario_for(rows[rid], harness[rid], {})["replicas"][0]["cost_model"]
+    assert cost == {"kind": "kernels"}

@@ -21,6 +21,7 @@ from kvsim.frozen import FrozenModel
 from kvsim.limits import (
     MAX_BANDWIDTH_BYTES_PER_S,
     MAX_STEP_TIME_S,
+    MAX_TOKENS,
     MAX_YAML_SCALAR_CHARS,
     MIN_BANDWIDTH_BYTES_PER_S,
 )
@@ -185,6 +186,16 @@ class KernelCostConfig(FrozenModel):
         "beyond its CUDA-graph sizes); such a step takes at least MoE layers x this, seconds. None: "
         "the backend's value fitted on H200 deployments (kvsim.cost.kernels.EAGER_MOE_LAYER_HOST_S; "
         "0 for vLLM and TensorRT-LLM).",
+    )
+    cuda_graph_max_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_TOKENS,
+        description="The largest iteration the engine replays from a CUDA graph: vLLM's "
+        "--max-cudagraph-capture-size (tokens; --cuda-graph-sizes N before 0.11), SGLang's "
+        "--cuda-graph-max-bs (decode requests). Larger iterations run uncaptured (vLLM: they pay "
+        "eager_moe_layer_host_s). None: the engine's default, vLLM's min(2 x max_num_seqs, 512; "
+        "1,024 on data-center Blackwell), SGLang's for the GPU's memory and TP.",
     )
     elementwise_memory_efficiency: float = Field(
         default=0.8,

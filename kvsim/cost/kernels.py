@@ -219,13 +219,14 @@ FITTED: dict[str, Overheads] = {
 #: 4.5, 5, 6, 8 ms), is not adopted: the same launch scripts' rows at 4 clients take 2-3x less
 #: on B200 than on H200 (gpt-oss-120b 1k prompts: 39-41 ms against 81-117 ms), a host that
 #: one constant per layer does not carry; with it the held-out gpt-oss B200 rows went from
-#: -68% to +150% TTFT. vLLM, whose compiled piecewise CUDA graphs launch few kernels: 0.
-#: vLLM runs eagerly only the steps beyond its CUDA-graph sizes, so only those pay a floor a
-#: config sets for it. Its H200 fit (every 3rd of 255 MoE rows; 0, 0.5, 1, 1.25, 1.5, 1.75, 2,
-#: 3 ms) gave 1.75 ms (objective 0.568 -> 0.310), not adopted: held out it moved the median
-#: TTFT 36% -> 33% but the p90 69% -> 84%, turning the mixed steps at 128-512 clients into
-#: ~110 ms ones (MiniMax-M2.5 B200 / B300: -25% -> +109% TTFT) where the engine's are not.
-EAGER_MOE_LAYER_HOST_S: dict[str, float] = {"vllm": 0.0, "sglang": 4e-3, "trtllm": 0.0}
+#: -68% to +150% TTFT. vLLM runs eagerly only the steps beyond its CUDA-graph sizes (a prompt's
+#: step within them replays piecewise graphs), so only those pay its floor: 1.25 ms, fitted on
+#: every 3rd of the 255 H200 vLLM MoE rows (0, 0.5, 1, 1.25, 1.375, 1.5, 1.75, 2 ms): objective
+#: 0.490 at 0 -> 0.337 (1.5 ms: 0.343), TTFT median 37% -> 22%, TPOT 12% / 30% unchanged. A
+#: first fit (1.75 ms) was not adopted: it took every launch script's capture ceiling for vLLM's
+#: default (1,024 tokens on Blackwell), so the MiniMax-M2.5 B200 / B300 mixed steps at 128-512
+#: clients, which those scripts capture up to 2,048 tokens (`cuda_graph_max_size`), paid ~110 ms.
+EAGER_MOE_LAYER_HOST_S: dict[str, float] = {"vllm": 1.25e-3, "sglang": 4e-3, "trtllm": 0.0}
 
 
 #: vLLM's CUDA-graph capture sizes (vllm/config/vllm.py, _set_cudagraph_sizes, 0.32.0):
@@ -248,26 +249,42 @@ def graph_padded(tokens: int, max_graph_tokens: int, sizes: list[int] = _GRAPH_S
 
 
 def graph_capture(
-    backend: str, system: str, gpu: GpuSpec, tp: int, max_num_seqs: int
+    backend: str, system: str, gpu: GpuSpec, tp: int, max_num_seqs: int, largest: int | None = None
 ) -> tuple[int, list[int]]:
     """(largest CUDA-graph-captured token count, capture sizes) of an engine's steps; 0: none.
 
-    vLLM captures every step up to min(2 x max_num_seqs, 512), 1,024 on data-center
-    Blackwell (`_GRAPH_SIZES`). SGLang captures its decode batches up to cuda_graph_max_bs,
-    its default for the GPU's memory and TP (`sglang_memory_defaults`: 256 below 160 GiB at
-    tp < 4, else 512), and no more than it runs at once; a prefill batch of as few tokens
-    is priced as captured too (the step's token count is all this model sees). TensorRT-LLM
-    is priced uncaptured: its all-reduce table has one variant and its fitted constants are
-    zero (`FITTED`)."""
+    vLLM captures every step up to ``largest`` (its --max-cudagraph-capture-size), by default
+    min(2 x max_num_seqs, 512), 1,024 on data-center Blackwell (`_GRAPH_SIZES`; vLLM 0.32.0's
+    vllm/config/vllm.py, _set_cudagraph_sizes). SGLang captures its decode batches up to
+    ``largest`` (its --cuda-graph-max-bs), by default the one for the GPU's memory and TP
+    (`sglang_memory_defaults`: 256 below 160 GiB at tp < 4, else 512), and no more than it
+    runs at once; a prefill batch of as few tokens is priced as captured too (the step's
+    token count is all this model sees). TensorRT-LLM is priced uncaptured: its all-reduce
+    table has one variant and its fitted constants are zero (`FITTED`)."""
     if backend == "vllm":
-        cap = 1024 if system in ("b200_sxm", "b300_sxm", "gb200", "gb300") else 512
-        return min(2 * max_num_seqs, cap), _GRAPH_SIZES
+        if largest is None:
+            return min(2 * max_num_seqs, 1024 if system in _BLACKWELL else 512), _GRAPH_SIZES
+        sizes = _graph_sizes(largest)
+        return sizes[-1], sizes  # vLLM truncates a size off its grid to the grid's last
     if backend == "sglang":
-        # On GPUs above 35 GiB the capture size follows only the GPU's memory and TP; the
-        # 0.5.5 rules stand for the releases the kernel tables were measured on.
-        _, graphs, _ = sglang_memory_defaults("0.5.5", gpu, tp)
-        return min(graphs, max_num_seqs), _SGLANG_GRAPH_SIZES
+        if largest is None:
+            # On GPUs above 35 GiB the capture size follows only the GPU's memory and TP;
+            # the 0.5.5 rules stand for the releases the kernel tables were measured on.
+            _, largest, _ = sglang_memory_defaults("0.5.5", gpu, tp)
+        return min(largest, max_num_seqs), _SGLANG_GRAPH_SIZES
     return 0, _GRAPH_SIZES
+
+
+#: The tables' data-center Blackwell systems, whose vLLM captures up to 1,024 tokens by default.
+_BLACKWELL = ("b200_sxm", "b300_sxm", "gb200", "gb300")
+
+
+def _graph_sizes(largest: int) -> list[int]:
+    """vLLM's capture sizes up to ``largest`` tokens (`_GRAPH_SIZES`' grid)."""
+    return [n for n in (1, 2, 4) if n <= largest] + [
+        *range(8, min(largest + 1, 256), 8),
+        *range(256, largest + 1, 16),
+    ]
 
 
 @dataclass(frozen=True)
@@ -667,7 +684,7 @@ class KernelCostModel:
         kv_heads = max(1, model.num_kv_heads // tp)
         inter = model.intermediate_size // tp
         self.max_graph_tokens, self._graph_sizes = graph_capture(
-            self.source.backend, self.source.system, gpu, tp, max_num_seqs
+            self.source.backend, self.source.system, gpu, tp, max_num_seqs, config.cuda_graph_max_size
         )
 
         gemm = self.source.table("gemm", "gemm_perf")

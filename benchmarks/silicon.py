@@ -54,7 +54,8 @@ launch script, `mtp_draft_tokens`, the multi-node ones with their recipe's, the 
 drafting; both with `MTP_ACCEPTANCE`), and what the kernels cost model
 refuses by name (an MoE shape, precision or moe_tp x moe_ep layout its ``moe`` table lacks,
 MLA outside its tables). A mixture-of-experts row runs at its
-checkpoint's own precision when the row's moe_quant_mode names it (`moe_quantization`).
+checkpoint's own precision when the row's moe_quant_mode names it (`moe_quantization`), an
+nvfp4 row of a model NVIDIA exported at that export's (`served_moe`: 16-bit attention).
 """
 
 from __future__ import annotations
@@ -344,6 +345,40 @@ def moe_quantization(model: Any, row: dict[str, str]) -> str | None:
     return None if same else gemm
 
 
+#: NVIDIA's NVFP4 exports, by the preset of the model they quantize: the checkpoints
+#: InferenceX served its fp4 rows from (.github/configs/nvidia-master.yaml at 843c6254ff69:
+#: nvidia/DeepSeek-R1-0528-FP4-V2 / -NVFP4-v2, nvidia/Kimi-K2.5-NVFP4, nvidia/MiniMax-M2.5-NVFP4,
+#: nvidia/GLM-5-NVFP4, nvidia/Qwen3.5-397B-A17B-NVFP4). silicon_sample.csv names InferenceMAX's
+#: DeepSeek-R1 runs (ids dsr1_...) deepseek-ai/DeepSeek-V3 in its database rows: the same
+#: architecture, served from the same export. The exports quantize the routed experts and keep
+#: part of attention in 16 bits (kvsim.model.presets.MODEL_ALIASES gives each export's split
+#: from its exclusion list: R1-0528-FP4-V2 keeps the q/kv projections, the others the whole
+#: attention block; aiconfigurator-core 0.12.0 prices them per projection too,
+#: sdk/models/deepseek.py). A row at nvfp4 of another model (Qwen3-235B, whose NVIDIA export
+#: quantizes attention too) keeps every weight at nvfp4.
+NVFP4_EXPORTS = {
+    "deepseek-r1": "nvidia/DeepSeek-R1-0528-FP4-V2",
+    "deepseek-v3": "nvidia/DeepSeek-R1-0528-FP4-V2",
+    "kimi-k2.5": "nvidia/Kimi-K2.5-NVFP4",
+    "minimax-m2.5": "nvidia/MiniMax-M2.5-NVFP4",
+    "glm-5": "nvidia/GLM-5-NVFP4",
+    "qwen3.5-397b-a17b": "nvidia/Qwen3.5-397B-A17B-NVFP4",
+}
+
+
+def served_moe(model: Any, row: dict[str, str]) -> tuple[Any, str | None]:
+    """A mixture-of-experts row's model and engine.quantization: the row's precision
+    (`moe_quantization`), except that an nvfp4 row of a model NVIDIA exported (`NVFP4_EXPORTS`)
+    serves that export, its own precisions (16-bit attention, nvfp4 experts), unquantized
+    further."""
+    from kvsim.model.presets import resolve_model
+
+    quantization = moe_quantization(model, row)
+    if quantization == "nvfp4" and model.name in NVFP4_EXPORTS:
+        return resolve_model(NVFP4_EXPORTS[model.name]), None
+    return model, quantization
+
+
 #: A launch the row's id names, ``..._tpX_epY_...`` or ``..._tpX_0_epY_0_...``.
 _LAUNCH = re.compile(r"_tp(\d+)(?:_0)?_ep(\d+)(?:_|$)")
 
@@ -427,7 +462,7 @@ def scenario_for(
         raise ValueError(f"unsupported: weight precision {quant!r}")
     quantization = QUANTIZATION[quant]
     if model.is_moe:
-        quantization = moe_quantization(model, row)
+        model, quantization = served_moe(model, row)
     precision = row.get("precision") or ""
     concurrency = _int((harness or {}).get("concurrency")) or _int(row.get("batch_size"))
     isl, osl, tp = _int(row.get("isl")), _int(row.get("osl")), _int(row.get("tp_size")) or 1
@@ -557,9 +592,12 @@ def disagg_scenario_for(
     quant = row.get("gemm_quant_mode") or ""
     if quant not in QUANTIZATION:
         raise ValueError(f"unsupported: weight precision {quant!r}")
+    quantization = QUANTIZATION[quant]
+    if model.is_moe:
+        model, quantization = served_moe(model, row)
     engine: dict[str, Any] = {
         "backend": row["backend"],
-        "quantization": moe_quantization(model, row) if model.is_moe else QUANTIZATION[quant],
+        "quantization": quantization,
         "kv_cache_dtype": KV_DTYPE.get(row.get("precision") or "", "auto"),
     }
     if engine_version(row) is not None:

@@ -369,6 +369,52 @@ def test_precisions_from_quantization_configs() -> None:
     assert forced.weight_dtype == "nvfp4"
 
 
+@needs_aic
+def test_parts_an_exclusion_list_keeps_in_16_bits_and_the_presets_agree() -> None:
+    """NVIDIA's NVFP4 exports (their hf_quant_config.json / quantization_config exclusion
+    lists, aiconfigurator-core 0.12.0): DeepSeek-V3.1-NVFP4 excludes q_a, q_b, kv_a and kv_b
+    alone, so o_proj, the dense layers and the shared experts are nvfp4 beside its 16-bit
+    q/kv; Kimi-K2.5-NVFP4 and GLM-5-NVFP4 exclude self_attn (GLM-5 projection by projection,
+    o_proj too); MiniMax-M2.5 has nothing else to quantize, Qwen3.5 excludes its shared experts.
+    kvsim's aliases of the same exports say the same."""
+    assert MODEL_CONFIGS is not None
+    attention_only = {"dense_mlp": "nvfp4", "shared_experts": "nvfp4"}
+    expect = {
+        "nvidia--DeepSeek-V3.1-NVFP4_config.json": ("nvidia/DeepSeek-V3.1-NVFP4", {"attention_o": "nvfp4", **attention_only}),
+        "nvidia--Kimi-K2.5-NVFP4_config.json": ("nvidia/Kimi-K2.5-NVFP4", attention_only),
+        "nvidia--GLM-5-NVFP4_config.json": ("nvidia/GLM-5-NVFP4", attention_only),
+        "nvidia--MiniMax-M2.5-NVFP4_config.json": ("nvidia/MiniMax-M2.5-NVFP4", {}),
+        "nvidia--Qwen3.5-397B-A17B-NVFP4_config.json": ("nvidia/Qwen3.5-397B-A17B-NVFP4", {}),
+        "nvidia--Kimi-K2.6-NVFP4_config.json": (None, {}),  # its dense layer and shared experts too
+        "nvidia--Qwen3-235B-A22B-NVFP4_config.json": ("nvidia/Qwen3-235B-A22B-NVFP4", {}),
+    }  # fmt: skip
+    for file, (alias, modules) in expect.items():
+        spec = load_hf_config(MODEL_CONFIGS / file)
+        assert spec.module_weight_dtypes == modules, file
+        if alias is not None:
+            preset = resolve_model(alias)
+            assert (preset.weight_dtype, preset.expert_weight_dtype) == (
+                spec.weight_dtype,
+                spec.expert_weight_dtype,
+            )
+            assert (preset.module_weight_dtypes, preset.q_lora_rank) == (modules, spec.q_lora_rank), alias
+
+
+def test_an_exclusion_list_on_a_dense_model_keeps_those_parts_in_16_bits(tmp_path: Path) -> None:
+    """A dense model whose scheme excludes attention: the weights at the scheme's precision,
+    attention's projections in the config's 16 bits (sized and priced so)."""
+    config = {
+        "model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256, "torch_dtype": "bfloat16",
+        "max_position_embeddings": 4096,
+        "quantization_config": {"quant_method": "fp8", "modules_to_not_convert": ["model.layers.0.self_attn.o_proj", "lm_head"]},
+    }  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    spec = load_hf_config(path)
+    assert (spec.weight_dtype, spec.module_weight_dtypes) == ("fp8", {"attention_o": "bf16"})
+
+
 def test_errors_name_the_file_and_the_field(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     broken = {k: v for k, v in CONFIGS["mistral-7b"].items() if k != "num_key_value_heads"}

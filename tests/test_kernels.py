@@ -759,6 +759,75 @@ def test_a_granular_mla_decode_step_by_hand(tmp_path: Path) -> None:
     assert run[0] == got
 
 
+def _with_fp8_rows(root: Path, backend: str) -> Path:
+    """``root``'s tables plus fp8 GEMMs at half the bf16 latency and, where there are MLA
+    module tables, fp8-projection modules at 0.8 x."""
+    gemm = root / "toy_sxm" / "gemm" / backend / "1.0.0" / "gemm_perf.parquet"
+    frame = pd.read_parquet(gemm)
+    fp8 = frame.assign(gemm_dtype="fp8", latency=frame["latency"] * 0.5)
+    pd.concat([frame, fp8], ignore_index=True).to_parquet(gemm)
+    for name in ("mla_generation_module_perf", "mla_context_module_perf"):
+        path = root / "toy_sxm" / "mla" / backend / "1.0.0" / f"{name}.parquet"
+        if path.is_file():
+            frame = pd.read_parquet(path)
+            pd.concat([frame, frame.assign(gemm_type="fp8", latency=frame["latency"] * 0.8)]).to_parquet(path)
+    return root
+
+
+def test_each_part_is_priced_at_its_own_precision(tmp_path: Path) -> None:
+    """``module_weight_dtypes``: a checkpoint whose MLA projections differ in precision
+    (nvidia/DeepSeek-V3.1-NVFP4: bf16 q/kv, nvfp4 o_proj; here fp8 o_proj) is priced by the
+    granular tables where the engine has them (TensorRT-LLM), its o_proj GEMM at fp8 (half
+    the toy bf16 latency); a uniform one by the module; an engine with module tables only
+    (vLLM) prices the module at o_proj's precision, with a warning. A MoE's shared experts
+    and dense layers take their own precision too."""
+    gpu, b = resolve_gpu("h100-sxm"), 4
+    decode = Batch(num_decode_seqs=b, decode_context_tokens=b * 40)
+    mixed = TINY_MLA.model_copy(update={"module_weight_dtypes": {"attention_o": "fp8"}})
+
+    def km(spec: ModelSpec, tables: Path, backend: str = "trtllm", tp: int = 1) -> KernelCostModel:
+        cfg = _cfg(tables, backend=backend, per_iteration_overhead_s=1e-4, per_layer_overhead_s=2e-6,
+                   elementwise_kernel_s=3e-6)  # fmt: skip
+        return KernelCostModel(spec, gpu, cfg, tp=tp, backend=backend, max_num_seqs=8)
+
+    granular = _with_fp8_rows(
+        write_moe_mla_tables(tmp_path / "granular", backend="trtllm", module=False), "trtllm"
+    )
+    both = _with_fp8_rows(write_moe_mla_tables(tmp_path / "both", backend="trtllm", module=False), "trtllm")
+    module_only = _with_fp8_rows(write_moe_mla_tables(tmp_path / "module", backend="trtllm"), "trtllm")
+    for name in ("mla_generation_module_perf", "mla_context_module_perf"):
+        shutil.copy(module_only / "toy_sxm" / "mla" / "trtllm" / "1.0.0" / f"{name}.parquet",
+                    both / "toy_sxm" / "mla" / "trtllm" / "1.0.0" / f"{name}.parquet")  # fmt: skip
+    by_gemms = km(TINY_MLA, granular).step_time_s(decode)
+    o_proj_saved = 2 * 0.5 * gemm_ms(b, 7168, 4 * 128) * 1e-3  # two layers' o_proj at half
+    got = km(mixed, both)
+    assert got._mla_bmm is not None and got.warnings == []
+    assert got.step_time_s(decode) == pytest.approx(by_gemms - o_proj_saved, rel=1e-12)
+    assert km(TINY_MLA, both).step_time_s(decode) == km(TINY_MLA, module_only).step_time_s(decode)
+    assert km(TINY_MLA, both)._mla_bmm is None  # uniform: the module
+    # Module tables only: the module at o_proj's precision, as if every projection had it.
+    vllm_like = km(mixed, module_only)
+    assert vllm_like.warnings == [
+        "MLA: bfloat16 q/kv and fp8 o projections; trtllm's module tables have one precision for all, "
+        "priced at o_proj's (fp8)"
+    ]
+    all_fp8 = TINY_MLA.model_copy(
+        update={"module_weight_dtypes": {"attention_qkv": "fp8", "attention_o": "fp8"}}
+    )
+    assert vllm_like.step_time_s(decode) == km(all_fp8, module_only).step_time_s(decode)
+    assert vllm_like.step_time_s(decode) < km(TINY_MLA, module_only).step_time_s(decode)
+    # A MoE at tp 2 (widths 32 per GPU): its shared expert's GEMMs (gate/up n 64, down k 32) at
+    # fp8 cost half; its dense layer's (active width 32 x 3: gate/up n 192, down k 96) too.
+    moe = _with_fp8_rows(write_moe_mla_tables(tmp_path / "moe", backend="vllm"), "vllm")
+    plain = km(TINY_MOE, moe, "vllm", tp=2).step_time_s(decode)
+    shared = TINY_MOE.model_copy(update={"module_weight_dtypes": {"shared_experts": "fp8"}})
+    saved = 0.5 * (gemm_ms(b, 64, 64) + gemm_ms(b, 64, 32)) * 1e-3
+    assert km(shared, moe, "vllm", tp=2).step_time_s(decode) == pytest.approx(plain - saved, rel=1e-12)
+    dense = TINY_MOE.model_copy(update={"module_weight_dtypes": {"dense_mlp": "fp8"}})
+    saved = 0.5 * (gemm_ms(b, 192, 64) + gemm_ms(b, 64, 96)) * 1e-3
+    assert km(dense, moe, "vllm", tp=2).step_time_s(decode) == pytest.approx(plain - saved, rel=1e-12)
+
+
 def test_fast_forward_equals_stepping_for_moe_and_mla(moe_tables: Path) -> None:
     for spec in (TINY_MOE, TINY_MLA):
         scenario = tiny_scenario(moe_tables) | {"model": spec.model_dump()}

@@ -9,14 +9,17 @@ from pandas.testing import assert_frame_equal
 import kvsim
 from kvsim.cost.base import Batch
 from kvsim.cost.roofline import RooflineCostModel
+from kvsim.model.kv_sizing import weight_bytes
 from kvsim.model.moe import (
     expected_distinct_experts,
     expert_params_per_layer,
     inclusion_probabilities,
+    module_params,
     routed_expert_params,
     shared_expert_params,
 )
 from kvsim.model.presets import resolve_gpu, resolve_model
+from kvsim.model.specs import WEIGHT_DTYPE_BYTES, ModelSpec
 from kvsim.scenario.loading import load_scenario
 
 MIXTRAL = resolve_model("mixtral-8x7b")
@@ -113,3 +116,73 @@ def test_fast_forward_equals_stepping_for_moe(expert_parallel: bool) -> None:
     assert len(fast.iterations) == len(slow.iterations)
     for attr in ("requests", "iterations", "events"):
         assert_frame_equal(getattr(fast, attr), getattr(slow, attr))
+
+
+def test_the_parts_of_deepseek_v3_by_hand() -> None:
+    """DeepSeek-V3's config (61 layers, hidden 7,168, 128 heads, q_lora_rank 1,536, kv_lora_rank
+    512, rope 64, head 128, 3 dense layers of 18,432, one shared expert of 2,048): q_a 7,168 x
+    1,536 + q_b 1,536 x 128 x 192 + kv_a 7,168 x 576 + kv_b 512 x 128 x 256 per layer; o_proj
+    128 x 128 x 7,168."""
+    v3 = resolve_model("deepseek-v3")
+    qkv = 7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256
+    assert module_params(v3, "attention_qkv") == 61 * qkv == 4_249_550_848
+    assert module_params(v3, "attention_o") == 61 * 128 * 128 * 7168
+    assert module_params(v3, "dense_mlp") == 3 * 3 * 7168 * 18432
+    assert module_params(v3, "shared_experts") == 58 * 3 * 7168 * 2048
+    # A GQA model with an output gate (Qwen3.5's full-attention layers): q twice as wide.
+    gqa = ModelSpec(name="g", num_layers=4, hidden_size=64, num_attention_heads=4, num_kv_heads=2, head_dim=16,
+                    intermediate_size=128, vocab_size=256, num_params=1e6, max_model_len=4096)  # fmt: skip
+    assert module_params(gqa, "attention_qkv") == 4 * 64 * (4 + 2 * 2) * 16
+    assert (
+        module_params(gqa.model_copy(update={"attn_output_gate": True}), "attention_qkv")
+        == 4 * 64 * (8 + 4) * 16
+    )
+    assert module_params(gqa, "dense_mlp") == 4 * 3 * 64 * 128
+
+
+def test_an_nvfp4_export_counts_each_part_at_its_own_precision() -> None:
+    """nvidia/DeepSeek-R1-0528-FP4-V2: 16-bit weights, nvfp4 routed experts, and o_proj, the
+    dense layers and the shared experts nvfp4 too: only the q/kv projections, the router, the
+    norms and the embeddings stay 16-bit."""
+    v2 = resolve_model("nvidia/DeepSeek-R1-0528-FP4-V2")
+    fp4, bf16 = WEIGHT_DTYPE_BYTES["nvfp4"], WEIGHT_DTYPE_BYTES["bf16"]
+    quantized = sum(module_params(v2, m) for m in ("attention_o", "dense_mlp", "shared_experts"))
+    experts = routed_expert_params(v2)
+    expected = (v2.num_params - experts - quantized) * bf16 + (experts + quantized) * fp4
+    assert weight_bytes(v2) == pytest.approx(expected, rel=1e-12)
+    whole_attention = resolve_model("nvidia/DeepSeek-R1-0528-FP4")  # o_proj in 16 bits too
+    gap = module_params(v2, "attention_o") * (bf16 - fp4)
+    assert weight_bytes(whole_attention) - weight_bytes(v2) == pytest.approx(gap, rel=1e-9)
+
+
+def test_parts_at_their_own_precision_are_checked() -> None:
+    v3 = resolve_model("deepseek-v3")
+    with pytest.raises(ValueError, match="shared_experts given, but the model has no shared experts"):
+        ModelSpec.model_validate(
+            v3.model_dump() | {"num_shared_experts": 0, "module_weight_dtypes": {"shared_experts": "bf16"}}
+        )
+    with pytest.raises(ValueError, match="dense_mlp given, but every layer is a mixture of experts"):
+        ModelSpec.model_validate(
+            v3.model_dump() | {"num_dense_layers": 0, "module_weight_dtypes": {"dense_mlp": "bf16"}}
+        )
+    with pytest.raises(ValueError, match="module_weight_dtypes"):
+        ModelSpec.model_validate(v3.model_dump() | {"module_weight_dtypes": {"lm_head": "bf16"}})
+    with pytest.raises(ValueError, match="q_lora_rank describes MLA"):
+        ModelSpec.model_validate(resolve_model("qwen3-235b-a22b").model_dump() | {"q_lora_rank": 64})
+    assert v3.dtype_of("attention_o") == "fp8_block"
+    assert resolve_model("nvidia/DeepSeek-V3.1-NVFP4").dtype_of("attention_qkv") == "bf16"
+
+
+def test_the_roofline_reads_each_part_at_its_own_precision() -> None:
+    """A decode step of one sequence reads the weights once: nvidia/DeepSeek-R1-0528-FP4-V2
+    reads its nvfp4 o_proj, dense layers and shared experts in fewer bytes than the
+    whole-attention export's 16-bit o_proj: the gap is o_proj's bytes saved over the HBM rate."""
+    gpu = resolve_gpu("b200")
+    v2 = RooflineCostModel(resolve_model("nvidia/DeepSeek-R1-0528-FP4-V2"), gpu, tp=8)
+    v1 = RooflineCostModel(resolve_model("nvidia/DeepSeek-R1-0528-FP4"), gpu, tp=8)
+    gap = (
+        module_params(v2.model, "attention_o")
+        * (WEIGHT_DTYPE_BYTES["bf16"] - WEIGHT_DTYPE_BYTES["nvfp4"])
+        / 8
+    )
+    assert v1._weight_bytes - v2._weight_bytes == pytest.approx(gap, rel=1e-9)

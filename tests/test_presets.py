@@ -514,6 +514,7 @@ def test_frontier_hugging_face_ids_resolve_with_their_precision() -> None:
         "deepseek-ai/DeepSeek-V3": ("deepseek-v3", "fp8_block", None),
         "deepseek-ai/DeepSeek-R1": ("deepseek-r1", "fp8_block", None),
         "nvidia/DeepSeek-R1-NVFP4": ("deepseek-r1", "bf16", "nvfp4"),
+        "nvidia/DeepSeek-R1-0528-FP4-V2": ("deepseek-r1", "bf16", "nvfp4"),  # InferenceX's fp4 runs
         "nvidia/DeepSeek-V3.1-NVFP4": ("deepseek-v3", "bf16", "nvfp4"),
         "moonshotai/Kimi-K2.5": ("kimi-k2.5", "bf16", "int4"),
         "nvidia/Kimi-K2.5-NVFP4": ("kimi-k2.5", "bf16", "nvfp4"),

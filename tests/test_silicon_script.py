@@ -204,7 +204,8 @@ def test_moe_rows_run_at_their_checkpoints_precision() -> None:
         ("openai/gpt-oss-120b", "nvfp4", None),
         ("Qwen/Qwen3-235B-A22B-FP8", "fp8", None),
         ("moonshotai/Kimi-K2.5", "int4_wo", None),
-        ("deepseek-ai/DeepSeek-R1", "nvfp4", "nvfp4"),
+        ("deepseek-ai/DeepSeek-R1", "fp8", None),
+        ("Qwen/Qwen3-235B-A22B", "nvfp4", "nvfp4"),  # NVIDIA's export quantizes attention too
     ]
     for model_path, label, expected in cases:
         row = _row("m", model_path=model_path, gemm_quant_mode=label, moe_quant_mode=label, tp_size="8")
@@ -218,6 +219,39 @@ def test_moe_rows_run_at_their_checkpoints_precision() -> None:
     row = _row("q5", model_path="Qwen/Qwen3.5-397B-A17B", gemm_quant_mode="fp8", moe_quant_mode="fp8_block",
                tp_size="4", moe_tp_size="4", backend="sglang", backend_version="0.5.9")  # fmt: skip
     assert silicon.scenario_for(row, None, {})["replicas"][0]["engine"]["quantization"] == "fp8_block"
+
+
+def test_an_nvfp4_row_serves_nvidias_export_with_its_own_precisions() -> None:
+    """InferenceX's fp4 rows served NVIDIA's NVFP4 exports (nvidia/DeepSeek-R1-0528-FP4-V2,
+    nvidia/Kimi-K2.5-NVFP4, ...), which quantize the routed experts and keep part of attention
+    in 16 bits: the scenario's model is that export, unquantized further, aggregated and
+    disaggregated alike. R1-0528-FP4-V2 quantizes o_proj, the dense layers and the shared
+    experts too; Kimi-K2.5-NVFP4 the dense layer and shared experts; MiniMax-M2.5-NVFP4 has
+    neither. InferenceMAX's DeepSeek-R1 rows named DeepSeek-V3 serve R1's export."""
+    qkv_only = {"attention_o": "nvfp4", "dense_mlp": "nvfp4", "shared_experts": "nvfp4"}
+    cases = (
+        ("deepseek-ai/DeepSeek-R1", "deepseek-r1", qkv_only),
+        ("deepseek-ai/DeepSeek-V3", "deepseek-r1", qkv_only),
+        ("moonshotai/Kimi-K2.5", "kimi-k2.5", {"dense_mlp": "nvfp4", "shared_experts": "nvfp4"}),
+        ("MiniMaxAI/MiniMax-M2.5", "minimax-m2.5", {}),
+    )
+    for model_path, preset, modules in cases:
+        row = _row("f", model_path=model_path, gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", tp_size="8",
+                   precision="fp4", system="b200_sxm", backend="trtllm", backend_version="1.2.0rc6")  # fmt: skip
+        for scenario in (
+            silicon.scenario_for(row, None, {}),
+            silicon.scenario_for(_disagg("d", **{k: v for k, v in row.items() if k in (
+                "model_path", "gemm_quant_mode", "moe_quant_mode", "precision", "system", "backend",
+                "backend_version")}, prefill_tp_size="8", decode_tp_size="8"), None, {}),
+        ):  # fmt: skip
+            model = scenario["model"]
+            assert (model["name"], model["weight_dtype"], model["expert_weight_dtype"]) == (
+                preset,
+                "bf16",
+                "nvfp4",
+            )
+            assert model["module_weight_dtypes"] == modules
+            assert all(g["engine"]["quantization"] is None for g in scenario["replicas"])
 
 
 def test_vllm_gpt_oss_on_b200_runs_its_experts_with_mxfp8_activations_as_launched() -> None:

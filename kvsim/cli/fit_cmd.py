@@ -27,7 +27,7 @@ from kvsim.errors import KvsimError
 from kvsim.limits import MAX_GPU_MEMORY_BYTES, MAX_TOKENS
 from kvsim.model.hf_config import load_hf_config, looks_like_hf_config, read_json_capped
 from kvsim.model.kv_sizing import GIB
-from kvsim.model.memory_fit import FitCheck, check_fit, fit_variants
+from kvsim.model.memory_fit import FitCheck, check_fit, fit_variants, with_weight_dtype
 from kvsim.model.presets import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model, tp_problem
 from kvsim.model.specs import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, GpuSpec, ModelSpec
 from kvsim.paths import is_file
@@ -198,7 +198,7 @@ def _checks(args: argparse.Namespace) -> tuple[FitCheck, list[FitCheck]]:
     if args.activation_reserve_gib is not None and args.activation_reserve_gib < 0:
         raise KvsimError("--activation-reserve-gib must be >= 0")
     if args.weight_dtype is not None:
-        model = model.model_copy(update={"weight_dtype": args.weight_dtype, "expert_weight_dtype": None})
+        model = with_weight_dtype(model, args.weight_dtype)
     engine = engine_knobs(args, model, gpu)
     reserve = engine.activation_reserve_gib
     kwargs: dict[str, Any] = {

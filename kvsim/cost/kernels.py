@@ -45,6 +45,7 @@ fast-forwarded engine and the stepped one agree bit for bit.
 from __future__ import annotations
 
 import functools
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +69,7 @@ from kvsim.cost.tables import (
 )
 from kvsim.errors import ProfileError
 from kvsim.model.moe import num_moe_layers
-from kvsim.model.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec
+from kvsim.model.specs import KV_DTYPE_BYTES, GpuSpec, ModelSpec, WeightModule
 
 if TYPE_CHECKING:
     from kvsim.cost.linear_attention import GdnKernels
@@ -675,6 +676,12 @@ class KernelCostModel:
         kv_dtype = KV_DTYPES.get(kv_cache_dtype)
         if gemm_dtype is None:
             raise ProfileError(f"no kernel tables for {model.weight_dtype} weights")
+        # Each part's GEMMs at its own precision (`ModelSpec.module_weight_dtypes`).
+        dtypes = {module: GEMM_DTYPES.get(model.dtype_of(module)) for module in typing.get_args(WeightModule)}
+        for module, dtype in dtypes.items():
+            if dtype is None:
+                raise ProfileError(f"no kernel tables for {model.dtype_of(module)} weights ({module})")
+        qkv_dtype, o_dtype = str(dtypes["attention_qkv"]), str(dtypes["attention_o"])
         if kv_dtype is None:
             raise ProfileError(f"no kernel tables for a {kv_cache_dtype} KV cache")
         if model.num_attention_heads % tp or model.intermediate_size % tp:
@@ -689,7 +696,7 @@ class KernelCostModel:
 
         gemm = self.source.table("gemm", "gemm_perf")
         w = self.warnings
-        if gemm_dtype == "fp8_block":
+        if "fp8_block" in (gemm_dtype, *dtypes.values()):
             gemm = self._fp8_block_rows(gemm)
         # A mixture of experts (`_moe_layer_gemms`, `_moe`): its dense first layers are
         # priced at the active width, intermediate_size x (top-k + shared): DeepSeek-V3's
@@ -707,38 +714,41 @@ class KernelCostModel:
         if model.is_moe:
             assert model.num_experts is not None and model.num_experts_per_token is not None
             mlp_inter = inter * (model.num_experts_per_token + model.num_shared_experts)
-        # MLA: vLLM's module tables price the whole attention block (`mla_module_grid`),
-        # so its layers have no QKV / O GEMMs of their own.
+        # MLA: vLLM's and TensorRT-LLM's module tables price the whole attention block
+        # (`mla_module_grid`), so its layers have no QKV / O GEMMs of their own.
         self._mla = model.is_mla
-        mla_module = self._check_mla(model, tp) if self._mla else False
+        mla_module = self._check_mla(model, tp, qkv_dtype, o_dtype) if self._mla else False
+        module_dtype = qkv_dtype if qkv_dtype == o_dtype else o_dtype  # `_check_mla`
         self._mla_bmm: tuple[Curve, Curve] | None = None
         self._mla_kv_b: Curve | None = None
         if not self._mla:
             q_out = 2 * q_heads if model.attn_output_gate else q_heads  # Qwen3.5: q and its output gate
             attention_gemms = [
-                gemm_curve(gemm, gemm_dtype, (q_out + 2 * kv_heads) * hd, h, "QKV", w),
-                gemm_curve(gemm, gemm_dtype, h, q_heads * hd, "O", w),
+                gemm_curve(gemm, qkv_dtype, (q_out + 2 * kv_heads) * hd, h, "QKV", w),
+                gemm_curve(gemm, o_dtype, h, q_heads * hd, "O", w),
             ]
         elif mla_module:
             attention_gemms = []
         else:
-            # SGLang's granular MLA (aiconfigurator-core 0.12.0's wiring, sdk/models/deepseek.py
-            # generation_mla_granular): q/kv down-projection (n = q_lora 1536 + kv_lora 512 +
-            # rope 64 = 2,112, k = hidden, not split by TP), q_b (n = heads x (128 + 64), k
-            # 1,536), o_proj (k = heads x 128) at every token; kv_b (n = heads x 256, k 512)
+            # Granular MLA (aiconfigurator-core 0.12.0's wiring, sdk/models/deepseek.py
+            # generation_mla_granular; SGLang's only, TensorRT-LLM's for a checkpoint whose
+            # projections differ in precision): q/kv down-projection (n = q_lora 1536 + kv_lora
+            # 512 + rope 64 = 2,112, k = hidden, not split by TP), q_b (n = heads x (128 + 64),
+            # k 1,536), o_proj (k = heads x 128) at every token; kv_b (n = heads x 256, k 512)
             # for prefill tokens and the absorbed BMMs before and after the attention kernel
             # for decode tokens (`_chunk_extra_s`, `_decode_attention_s`).
             attention_gemms = [
-                gemm_curve(gemm, gemm_dtype, 2112, h, "MLA q/kv down", w),
-                gemm_curve(gemm, gemm_dtype, q_heads * 192, 1536, "MLA q_b", w),
-                gemm_curve(gemm, gemm_dtype, h, q_heads * 128, "MLA o", w),
+                gemm_curve(gemm, qkv_dtype, 2112, h, "MLA q/kv down", w),
+                gemm_curve(gemm, qkv_dtype, q_heads * 192, 1536, "MLA q_b", w),
+                gemm_curve(gemm, o_dtype, h, q_heads * 128, "MLA o", w),
             ]
-            self._mla_kv_b = gemm_curve(gemm, gemm_dtype, q_heads * 256, 512, "MLA kv_b", w)
-            self._mla_bmm = self._mla_bmm_curves(q_heads, gemm_dtype)
+            self._mla_kv_b = gemm_curve(gemm, qkv_dtype, q_heads * 256, 512, "MLA kv_b", w)
+            self._mla_bmm = self._mla_bmm_curves(q_heads, qkv_dtype)
+        dense_dtype = str(dtypes["dense_mlp"])
         self._gemms = [
             *attention_gemms,
-            gemm_curve(gemm, gemm_dtype, 2 * mlp_inter, h, "gate/up", w),
-            gemm_curve(gemm, gemm_dtype, h, mlp_inter, "down", w),
+            gemm_curve(gemm, dense_dtype, 2 * mlp_inter, h, "gate/up", w),
+            gemm_curve(gemm, dense_dtype, h, mlp_inter, "down", w),
         ]
         if model.is_moe:
             self._init_moe(gemm, inter, attention_gemms)
@@ -769,7 +779,7 @@ class KernelCostModel:
             self._mla_decode_at = functools.partial(
                 mla_module_grid,
                 self.source.table("mla", "mla_generation_module_perf" if mla_module else "generation_mla_perf"),
-                kv_dtype=kv_dtype, gemm_dtype=gemm_dtype if mla_module else None, length_column="step",
+                kv_dtype=kv_dtype, gemm_dtype=module_dtype if mla_module else None, length_column="step",
                 what="MLA verify",
             )  # fmt: skip
         if self._mla and not mla_module:
@@ -784,11 +794,11 @@ class KernelCostModel:
         elif self._mla:
             self._decode = mla_module_grid(
                 self.source.table("mla", "mla_generation_module_perf"), heads=q_heads, kv_dtype=kv_dtype,
-                gemm_dtype=gemm_dtype, length_column="step", what="MLA decode module",
+                gemm_dtype=module_dtype, length_column="step", what="MLA decode module",
             )  # fmt: skip
             prefill = mla_module_grid(
                 self.source.table("mla", "mla_context_module_perf"), heads=q_heads, kv_dtype=kv_dtype,
-                gemm_dtype=gemm_dtype, length_column="isl", what="MLA prefill module",
+                gemm_dtype=module_dtype, length_column="isl", what="MLA prefill module",
             )  # fmt: skip
         else:
             self._decode = attention("generation_attention_perf", "step", "decode attention")
@@ -850,9 +860,16 @@ class KernelCostModel:
         )
         return pd.concat([gemm[gemm["gemm_dtype"] != "fp8_block"], rows], ignore_index=True)
 
-    def _check_mla(self, model: ModelSpec, tp: int) -> bool:
-        """Refuse, by name, an MLA model the tables do not measure; True when the engine has
-        module tables (vLLM, TensorRT-LLM), False for the granular ones (SGLang)."""
+    def _check_mla(self, model: ModelSpec, tp: int, qkv_dtype: str, o_dtype: str) -> bool:
+        """Refuse, by name, an MLA model the tables do not measure; True when the engine's
+        module tables price it (vLLM, TensorRT-LLM), False for the granular ones (SGLang).
+
+        A module row has one precision for all its projections, so a checkpoint whose q/kv and
+        o projections differ (nvidia/DeepSeek-V3.1-NVFP4: bf16 q/kv, nvfp4 o_proj) is priced
+        granularly where the engine's granular tables exist (TensorRT-LLM's), as
+        aiconfigurator-core 0.12.0 does (sdk/models/deepseek.py, "mixed checkpoints bypass the
+        module row"), else by the module at o_proj's precision, the largest projection, with a
+        warning."""
         shape = {name: getattr(model, name) for name in MLA_MODULE_SHAPE}
         if shape != MLA_MODULE_SHAPE:
             differ = ", ".join(
@@ -866,9 +883,18 @@ class KernelCostModel:
         folder = self.source.index.folder(
             self.source.system, "mla", self.source.backend, self.source.version_for("mla")
         )
-        if (folder / "mla_generation_module_perf.parquet").is_file():
+        module = (folder / "mla_generation_module_perf.parquet").is_file()
+        granular = (folder / "generation_mla_perf.parquet").is_file()
+        if module and qkv_dtype != o_dtype:
+            if granular:
+                return False
+            self.warnings.append(
+                f"MLA: {qkv_dtype} q/kv and {o_dtype} o projections; {self.source.backend}'s module tables "
+                f"have one precision for all, priced at o_proj's ({o_dtype})"
+            )
+        if module:
             return True
-        if not (folder / "generation_mla_perf.parquet").is_file():
+        if not granular:
             raise ProfileError(
                 f"MLA on {self.source.backend}: neither module tables (mla_generation_module_perf) nor granular "
                 f"ones (generation_mla_perf) in {folder}"
@@ -877,8 +903,9 @@ class KernelCostModel:
 
     def _mla_bmm_curves(self, heads: int, gemm_dtype: str) -> tuple[Curve, Curve]:
         """The absorbed k / v BMMs around a decode's MLA kernel (``mla_bmm`` table,
-        mla_gen_pre / mla_gen_post) by decode tokens, at ``heads`` per GPU: fp8 when the
-        weights are and it was measured, else bf16; the fastest kernel at each size."""
+        mla_gen_pre / mla_gen_post) by decode tokens, at ``heads`` per GPU: fp8 when the kv
+        projections are (``gemm_dtype``) and it was measured, else bf16; the fastest kernel at
+        each size."""
         frame = self.source.table("mla_bmm", "mla_bmm_perf")
         want = (
             "fp8"
@@ -973,15 +1000,15 @@ class KernelCostModel:
         if wide is not None:
             self._moe, self._moe_prefill = wide
         self._moe_comm = self._moe_comm_curve(expert_dtype)
-        gemm_dtype = GEMM_DTYPES[model.weight_dtype]
+        shared_dtype = GEMM_DTYPES[model.dtype_of("shared_experts")]
         h, shared = model.hidden_size, model.num_shared_experts * inter
         self._moe_layer_gemms = [
             *attention_gemms,
             gemm_curve(gemm, "bfloat16", model.num_experts, h, "router", w),
             *(
                 [
-                    gemm_curve(gemm, gemm_dtype, 2 * shared, h, "shared gate/up", w),
-                    gemm_curve(gemm, gemm_dtype, h, shared, "shared down", w),
+                    gemm_curve(gemm, shared_dtype, 2 * shared, h, "shared gate/up", w),
+                    gemm_curve(gemm, shared_dtype, h, shared, "shared down", w),
                 ]
                 if shared
                 else []

@@ -66,6 +66,7 @@ from kvsim.model.moe import (
     active_layer_params,
     expected_distinct_experts,
     expert_params_per_layer,
+    module_weight_bytes_delta,
     non_expert_layer_params,
     num_moe_layers,
     shared_expert_params,
@@ -150,7 +151,8 @@ class RooflineCostModel:
             4.0 * model.num_kv_layers * (model.num_attention_heads / tp) * model.head_dim
         )
         self._gdn_flops_per_token, self._gdn_state_bytes_per_seq = linear_roofline_terms(model, tp)
-        self._weight_bytes = (lin_params + lm_params) * wbytes / tp
+        delta = module_weight_bytes_delta(model)  # parts stored at their own precision
+        self._weight_bytes = ((lin_params + lm_params) * wbytes + delta) / tp
         # Mixture of experts: the constant part (non-expert layers, LM head, shared experts)
         # plus the bytes of one distinct routed expert over all MoE layers (per GPU).
         self._expert_bytes = 0.0
@@ -158,7 +160,7 @@ class RooflineCostModel:
         if model.is_moe:
             ebytes = WEIGHT_DTYPE_BYTES[model.expert_weight_dtype or model.weight_dtype]
             dense = non_expert_layer_params(model) + shared_expert_params(model) + lm_params
-            self._weight_bytes = dense * wbytes / tp
+            self._weight_bytes = (dense * wbytes + delta) / tp
             self._expert_bytes = num_moe_layers(model) * expert_params_per_layer(model) * ebytes / gpus
         self._kv_bytes_per_token = kv_bytes_per_token(model, kv_cache_dtype, tp)
         self._flops_rate = gpu.peak_flops(compute_dtype(model.weight_dtype, gpu)) * cfg.compute_efficiency

@@ -43,7 +43,9 @@ convention). The counts agree with the presets' checkpoint counts within 0.5%
 Precision: ``quantization_config`` in config.json (fp8 with ``weight_block_size`` is
 fp8_block; awq/gptq 4-bit is int4; mxfp4; compressed-tensors and ModelOpt schemes) or a
 ModelOpt ``hf_quant_config.json`` beside it; otherwise ``torch_dtype``. A scheme that
-leaves attention unquantized in a mixture of experts sets ``expert_weight_dtype``.
+leaves attention unquantized in a mixture of experts sets ``expert_weight_dtype``; the parts an
+exclusion list names (attention's q/kv or output projections, the dense layers, the shared
+experts) get their own precision (``module_weight_dtypes``).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from typing import Any
 
 from kvsim.errors import KvsimError
 from kvsim.limits import MAX_HF_CONFIG_BYTES
-from kvsim.model.specs import WEIGHT_DTYPE_BYTES, ModelSpec, WeightDtype
+from kvsim.model.specs import WEIGHT_DTYPE_BYTES, ModelSpec, WeightDtype, WeightModule
 
 #: model_type values whose shapes kvsim reads (see the module docstring).
 SUPPORTED_MODEL_TYPES = (
@@ -287,7 +289,7 @@ def model_spec_from_hf_config(
 
     shape = _Shape.read(f, model_type)
     params, active = shape.num_params(vision)
-    dtypes = _precision(top, f, hf_quant_config, shape.is_moe, weight_dtype)
+    dtypes = _precision(top, f, hf_quant_config, shape, weight_dtype)
     window, num_window = _sliding_window(f, model_type, shape.num_layers, layer_types)
     text = (
         f"hf_config {source} (model_type {model_type}); parameter count computed from the shapes "
@@ -307,6 +309,8 @@ def model_spec_from_hf_config(
             num_active_params=float(active) if shape.is_moe else None,
             weight_dtype=dtypes[0],
             expert_weight_dtype=dtypes[1] if shape.is_moe else None,
+            module_weight_dtypes=dtypes[2],
+            q_lora_rank=shape.q_lora_rank,
             max_model_len=f.integer("max_position_embeddings"),
             sliding_window=window,
             num_sliding_window_layers=num_window,
@@ -338,6 +342,7 @@ class _Shape:
     tied: bool
     mla: bool = False
     kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
     num_experts: int | None = None
     top_k: int | None = None
@@ -368,6 +373,7 @@ class _Shape:
         if model_type in _MLA:
             s.mla = True
             s.kv_lora_rank = f.integer("kv_lora_rank")
+            s.q_lora_rank = f.opt_int("q_lora_rank")
             s.qk_rope_head_dim = f.integer("qk_rope_head_dim")
             s.head_dim = f.integer("v_head_dim")
         else:
@@ -641,10 +647,16 @@ def _precision(
     top: _Fields,
     f: _Fields,
     hf_quant: Mapping[str, Any] | None,
-    is_moe: bool,
+    shape: _Shape,
     override: WeightDtype | None,
-) -> tuple[WeightDtype, WeightDtype | None]:
-    """(weight_dtype, expert_weight_dtype) from the quantization config or torch_dtype."""
+) -> tuple[WeightDtype, WeightDtype | None, dict[WeightModule, WeightDtype]]:
+    """(weight_dtype, expert_weight_dtype, module_weight_dtypes) from the quantization config
+    or torch_dtype.
+
+    A scheme whose exclusion list keeps a mixture of experts' attention in 16 bits gives the
+    16-bit weights with the scheme's routed experts, and the parts it does quantize besides
+    (nvidia/DeepSeek-V3.1-NVFP4: o_proj, the dense layers, the shared experts) at the scheme's
+    precision; any other scheme quantizes everything but the parts it excludes."""
     base_name = (
         top.text("torch_dtype") or top.text("dtype") or f.text("torch_dtype") or f.text("dtype") or "bfloat16"
     )
@@ -652,9 +664,9 @@ def _precision(
     if base is None:
         raise top.error("torch_dtype", f"unknown dtype {base_name!r} (expected bfloat16, float16 or float32)")
     if override is not None:
-        return override, None
+        return override, None, {}
     qc = top.data.get("quantization_config") or f.data.get("quantization_config")
-    scheme: tuple[WeightDtype, bool] | None = None
+    scheme: tuple[WeightDtype, Any] | None = None
     if isinstance(qc, Mapping):
         scheme = _quant_method(_Fields(qc, top.source, "quantization_config."))
     elif hf_quant is not None:
@@ -662,11 +674,17 @@ def _precision(
         if isinstance(q, Mapping):
             scheme = _modelopt(_Fields(q, top.source + " (hf_quant_config.json)", "quantization."))
     if scheme is None:
-        return base, None
-    dtype, experts_only = scheme
-    if experts_only and is_moe:
-        return base, dtype
-    return dtype, None
+        return base, None, {}
+    dtype, patterns = scheme
+    kept = _excluded_modules(patterns, shape.num_dense if shape.is_moe else 0)
+    present: list[WeightModule] = ["attention_qkv", "attention_o"]
+    if not shape.is_moe or shape.num_dense:
+        present.append("dense_mlp")
+    if shape.is_moe and shape.num_shared:
+        present.append("shared_experts")
+    if shape.is_moe and kept & {"attention_qkv", "attention_o"}:
+        return base, dtype, {m: dtype for m in present if m not in kept}
+    return dtype, None, {m: base for m in present if m in kept}
 
 
 _MODELOPT: dict[str, WeightDtype] = {
@@ -682,22 +700,43 @@ _MODELOPT: dict[str, WeightDtype] = {
 }
 
 
-#: An exclusion entry that leaves a layer's attention projections unquantized (not merely a
-#: norm or the DSA indexer inside self_attn).
-_ATTENTION_EXCLUDED = re.compile(
-    r"self_attn(\*|\.\*|$|\.(q_proj|k_proj|v_proj|qkv_proj|o_proj|q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj)\b)"
-    r"|re:\.\*self_attn\.\*"
+#: Exclusion-list entries (ModelOpt's exclude_modules, compressed-tensors' ignore, HF's
+#: modules_to_not_convert) that keep a part of every layer in 16 bits: the whole attention
+#: block, its q/k/v (MLA: q_a, q_b, kv_a, kv_b) projections, its output projection (not merely
+#: a norm or the DSA indexer inside self_attn), the shared experts.
+_EXCLUDED: tuple[tuple[re.Pattern[str], tuple[WeightModule, ...]], ...] = (
+    (re.compile(r"self_attn(\*|\.\*|$)|re:\.\*self_attn\.\*"), ("attention_qkv", "attention_o")),
+    (
+        re.compile(
+            r"self_attn\.(q_proj|k_proj|v_proj|qkv_proj|q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj)\b"
+        ),
+        ("attention_qkv",),
+    ),
+    (re.compile(r"self_attn\.o_proj\b"), ("attention_o",)),
+    (re.compile(r"shared_expert"), ("shared_experts",)),
 )
+#: An entry that keeps one layer whole, or its MLP, in 16 bits (``model.layers.0*``,
+#: ``model.layers.2.mlp``): the dense layers' MLP when it names every dense layer.
+_LAYER_EXCLUDED = re.compile(r"layers\.(\d+)(\*|\.\*|$|\.mlp(\*|\.\*|$|\.(gate_proj|up_proj|down_proj)\b))")
 
 
-def _excludes_attention(patterns: Any) -> bool:
-    """Whether a quantization scheme's exclusion list keeps attention in 16 bits (then, in a
-    mixture of experts, only the routed experts take the scheme's precision)."""
-    entries = patterns if isinstance(patterns, list) else [patterns] if patterns else []
-    return any(_ATTENTION_EXCLUDED.search(str(e)) for e in entries)
+def _excluded_modules(patterns: Any, num_dense: int) -> set[WeightModule]:
+    """The parts of the model a quantization scheme's exclusion list keeps in 16 bits."""
+    entries = [str(e) for e in (patterns if isinstance(patterns, list) else [patterns] if patterns else [])]
+    kept: set[WeightModule] = set()
+    layers: set[int] = set()
+    for entry in entries:
+        for pattern, modules in _EXCLUDED:
+            if pattern.search(entry):
+                kept.update(modules)
+        if match := _LAYER_EXCLUDED.search(entry):
+            layers.add(int(match.group(1)))
+    if num_dense and set(range(num_dense)) <= layers:
+        kept.add("dense_mlp")
+    return kept
 
 
-def _modelopt(q: _Fields) -> tuple[WeightDtype, bool] | None:
+def _modelopt(q: _Fields) -> tuple[WeightDtype, Any] | None:
     algo = q.text("quant_algo")
     if not algo:
         return None
@@ -714,22 +753,21 @@ def _modelopt(q: _Fields) -> tuple[WeightDtype, bool] | None:
     if algo not in _MODELOPT:
         raise q.error("quant_algo", f"{algo!r} is not a known scheme ({', '.join(_MODELOPT)})")
     excluded = q.data.get("exclude_modules") or q.data.get("ignore")
-    return _MODELOPT[algo], _excludes_attention(excluded)
+    return _MODELOPT[algo], excluded
 
 
-def _quant_method(q: _Fields) -> tuple[WeightDtype, bool] | None:
+def _quant_method(q: _Fields) -> tuple[WeightDtype, Any] | None:
+    """(precision, exclusion list) of a quantization_config."""
     method = q.text("quant_method")
     if method == "fp8":
-        return ("fp8_block" if q.has("weight_block_size") else "fp8"), _excludes_attention(
-            q.data.get("modules_to_not_convert")
-        )
+        return ("fp8_block" if q.has("weight_block_size") else "fp8"), q.data.get("modules_to_not_convert")
     if method in ("awq", "gptq", "awq_marlin", "gptq_marlin", "auto-round"):
         bits = q.integer("bits", 4)
         if bits not in (4, 8):
             raise q.error("bits", f"{bits}-bit weights are not modelled (4 or 8)")
-        return ("int4" if bits == 4 else "int8"), False
+        return ("int4" if bits == 4 else "int8"), None
     if method == "mxfp4":
-        return "mxfp4", _excludes_attention(q.data.get("modules_to_not_convert"))
+        return "mxfp4", q.data.get("modules_to_not_convert")
     if method == "modelopt":
         return _modelopt(q)
     if not method and q.has("quant_algo"):  # a ModelOpt export's quantization_config
@@ -756,7 +794,7 @@ def _quant_method(q: _Fields) -> tuple[WeightDtype, bool] | None:
             dtype = "int8"
         else:
             raise q.error("config_groups", f"weights of {num_bits} bits, type {kind!r}, are not modelled")
-        return dtype, _excludes_attention(q.data.get("ignore"))
+        return dtype, q.data.get("ignore")
     if not method:
         return None
     raise q.error(

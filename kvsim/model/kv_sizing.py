@@ -41,7 +41,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from kvsim.model.moe import routed_expert_params
+from kvsim.model.moe import module_weight_bytes_delta, routed_expert_params
 from kvsim.model.specs import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, GpuSpec, ModelSpec
 
 if TYPE_CHECKING:
@@ -274,15 +274,18 @@ def weight_bytes(model: ModelSpec) -> float:
     (`kvsim.model.specs.WEIGHT_DTYPE_BYTES`).
 
     A mixture of experts whose routed experts have their own dtype (``expert_weight_dtype``,
-    gpt-oss's MXFP4) counts them at that dtype and the rest at ``weight_dtype``.
+    gpt-oss's MXFP4) counts them at that dtype and the rest at ``weight_dtype``; the parts a
+    checkpoint stores at their own precision (``module_weight_dtypes``) at theirs.
     """
+    delta = module_weight_bytes_delta(model)
     if model.expert_weight_dtype is None:
-        return model.num_params * WEIGHT_DTYPE_BYTES[model.weight_dtype]
+        return model.num_params * WEIGHT_DTYPE_BYTES[model.weight_dtype] + delta
     experts = routed_expert_params(model)
     rest = model.num_params - experts
     return (
         rest * WEIGHT_DTYPE_BYTES[model.weight_dtype]
         + experts * WEIGHT_DTYPE_BYTES[model.expert_weight_dtype]
+        + delta
     )
 
 

@@ -186,14 +186,17 @@ def check_fit(
 
 def with_weight_dtype(model: ModelSpec, weight_dtype: WeightDtype) -> ModelSpec:
     """``model`` with every weight (experts included) quantized to ``weight_dtype``."""
-    return model.model_copy(update={"weight_dtype": weight_dtype, "expert_weight_dtype": None})
+    return model.model_copy(
+        update={"weight_dtype": weight_dtype, "expert_weight_dtype": None, "module_weight_dtypes": {}}
+    )
 
 
 def served_model(model: ModelSpec, quantization: WeightDtype | None) -> ModelSpec:
     """The model as a deployment serves it: ``engine.quantization`` (vLLM's --quantization) sets
     every weight's precision; None keeps the model's own. The plan, the scenario checks and the
     backend defaults all take the model of a replica group from here."""
-    if quantization is None or (quantization == model.weight_dtype and model.expert_weight_dtype is None):
+    uniform = model.expert_weight_dtype is None and not model.module_weight_dtypes
+    if quantization is None or (quantization == model.weight_dtype and uniform):
         return model
     return with_weight_dtype(model, quantization)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvsim.model.specs import ModelSpec
+from kvsim.model.specs import WEIGHT_DTYPE_BYTES, ModelSpec, WeightModule
 
 
 def expert_params_per_layer(model: ModelSpec) -> float:
@@ -60,6 +60,55 @@ def non_expert_layer_params(model: ModelSpec) -> float:
     the dense layers' MLPs (``num_params`` less experts and embeddings; never negative)."""
     rest = model.num_params - routed_expert_params(model) - shared_expert_params(model)
     return max(rest - embedding_params(model), 0.0)
+
+
+def dense_mlp_width(model: ModelSpec) -> int:
+    """The intermediate width of a dense MLP: a dense model's ``intermediate_size``; a mixture
+    of experts' dense first layers at the active width, ``intermediate_size`` x (top-k +
+    shared): DeepSeek-V3's and Kimi-K2.5's real 18,432 = 2,048 x 9 (the spec has no field for
+    it; GLM-5's 12,288 is taken as 18,432)."""
+    if not model.is_moe:
+        return model.intermediate_size
+    assert model.num_experts_per_token is not None
+    return model.intermediate_size * (model.num_experts_per_token + model.num_shared_experts)
+
+
+def module_params(model: ModelSpec, module: WeightModule) -> float:
+    """Parameters of one part of the model over all its layers (`WeightModule`).
+
+    Attention (the softmax-attention layers): q/k/v = hidden x (query heads + 2 x KV heads) x
+    head_dim (queries twice as wide with an output gate); MLA's q_a (hidden x q_lora_rank) and
+    q_b (q_lora_rank x heads x (head_dim + rope)), or one hidden x heads x (head_dim + rope)
+    projection without q_lora_rank, kv_a (hidden x (kv_lora_rank + rope)) and kv_b (kv_lora_rank
+    x heads x 2 head_dim); the output projection heads x head_dim x hidden. The MLPs are gated
+    (3 x hidden x width; `dense_mlp_width`)."""
+    h, hd, heads = model.hidden_size, model.head_dim, model.num_attention_heads
+    layers = model.num_kv_layers
+    if module == "attention_o":
+        return float(layers * heads * hd * h)
+    if module == "attention_qkv":
+        if model.is_mla:
+            assert model.kv_lora_rank is not None and model.qk_rope_head_dim is not None
+            rope, q_rank = model.qk_rope_head_dim, model.q_lora_rank
+            q = h * q_rank + q_rank * heads * (hd + rope) if q_rank else h * heads * (hd + rope)
+            kv = h * (model.kv_lora_rank + rope) + model.kv_lora_rank * heads * 2 * hd
+            return float(layers * (q + kv))
+        q_out = 2 * heads if model.attn_output_gate else heads
+        return float(layers * h * (q_out + 2 * model.num_kv_heads) * hd)
+    if module == "shared_experts":
+        return shared_expert_params(model)
+    dense_layers = model.num_dense_layers if model.is_moe else model.num_layers
+    return 3.0 * h * dense_mlp_width(model) * dense_layers
+
+
+def module_weight_bytes_delta(model: ModelSpec) -> float:
+    """Bytes the parts stored at their own precision (``module_weight_dtypes``) add to (or take
+    from) the model's weights counted at ``weight_dtype``."""
+    base = WEIGHT_DTYPE_BYTES[model.weight_dtype]
+    return sum(
+        module_params(model, module) * (WEIGHT_DTYPE_BYTES[dtype] - base)
+        for module, dtype in model.module_weight_dtypes.items()
+    )
 
 
 def active_layer_params(model: ModelSpec) -> float:

@@ -24,7 +24,7 @@ from typing import Any
 
 from kvsim.errors import KvsimError
 from kvsim.model.kv_sizing import GIB
-from kvsim.model.specs import GpuSpec, ModelSpec, WeightDtype
+from kvsim.model.specs import GpuSpec, ModelSpec, WeightDtype, WeightModule
 
 _HF = "https://huggingface.co"
 
@@ -650,6 +650,7 @@ _DEEPSEEK_V3 = ModelSpec(
     weight_dtype="fp8_block",
     max_model_len=163840,
     kv_lora_rank=512,
+    q_lora_rank=1536,
     qk_rope_head_dim=64,
     num_experts=256,
     num_experts_per_token=8,
@@ -691,6 +692,7 @@ MODEL_PRESETS.update(
             expert_weight_dtype="int4",
             max_model_len=262144,
             kv_lora_rank=512,
+            q_lora_rank=1536,
             qk_rope_head_dim=64,
             num_experts=384,
             num_experts_per_token=8,
@@ -815,6 +817,7 @@ MODEL_PRESETS.update(
             weight_dtype="bf16",
             max_model_len=202752,
             kv_lora_rank=512,
+            q_lora_rank=2048,
             qk_rope_head_dim=64,
             num_experts=256,
             num_experts_per_token=8,
@@ -1385,11 +1388,27 @@ GPU_ALIASES: dict[str, str] = {
     "intel-arc-pro-b60": "arc-pro-b60",
 }
 
+#: NVIDIA's NVFP4 exports of DeepSeek-style models beside their 16-bit weights and nvfp4
+#: routed experts (`MODEL_ALIASES`): the parts quantized when the exclusions keep the q/kv
+#: projections alone, or the whole attention block.
+_NVFP4_QKV: dict[WeightModule, WeightDtype] = {
+    "attention_o": "nvfp4",
+    "dense_mlp": "nvfp4",
+    "shared_experts": "nvfp4",
+}
+_NVFP4_ATTN: dict[WeightModule, WeightDtype] = {"dense_mlp": "nvfp4", "shared_experts": "nvfp4"}
+
 #: Hugging Face ids (lower case) of the model presets; an id may also name the precision its
 #: checkpoint is served in (the ``-FP8`` / ``-FP4`` / ``-AWQ`` repositories), and for a mixture
 #: of experts whose routed experts alone are quantized, their precision as a third entry:
-#: (preset, weight_dtype, expert_weight_dtype).
-MODEL_ALIASES: dict[str, tuple[str, WeightDtype | None] | tuple[str, WeightDtype, WeightDtype]] = {
+#: (preset, weight_dtype, expert_weight_dtype), and the parts quantized besides them as a
+#: fourth (``module_weight_dtypes``).
+MODEL_ALIASES: dict[
+    str,
+    tuple[str, WeightDtype | None]
+    | tuple[str, WeightDtype, WeightDtype]
+    | tuple[str, WeightDtype, WeightDtype, dict[WeightModule, WeightDtype]],
+] = {
     "meta-llama/llama-2-7b-hf": ("llama-2-7b", None),
     "meta-llama/llama-2-13b-hf": ("llama-2-13b", None),
     "meta-llama/llama-2-70b-hf": ("llama-2-70b", None),
@@ -1444,25 +1463,33 @@ MODEL_ALIASES: dict[str, tuple[str, WeightDtype | None] | tuple[str, WeightDtype
     **{f"nvidia/qwen3-{size}-fp4": (f"qwen3-{size}", "nvfp4") for size in _QWEN3_SIZES},
     **{f"nvidia/qwen3-{size}-nvfp4": (f"qwen3-{size}", "nvfp4") for size in _QWEN3_SIZES},
     **{f"nvidia/qwen3-{size}-fp8": (f"qwen3-{size}", "fp8") for size in _QWEN3_SIZES},
-    # Frontier mixture-of-experts (issue 22). NVIDIA's ModelOpt NVFP4 exports of DeepSeek,
-    # Kimi, GLM-5 and MiniMax leave attention (and the dense layers, shared experts, router)
-    # in 16 bits: their hf_quant_config.json exclude_modules (aiconfigurator-core 0.12.0
-    # model_configs/nvidia--DeepSeek-V3.1-NVFP4_hf_quant_config.json, ...--GLM-5-NVFP4...,
-    # ...--MiniMax-M2.5-NVFP4..., nvidia--Kimi-K2.5-NVFP4_config.json's ignore list);
-    # nvidia/Qwen3-235B-A22B-NVFP4 quantizes attention too (only the router gates excluded).
-    # DeepSeek-V3-0324 and V3.1 keep V3's config shapes; R1-0528 keeps R1's.
+    # Frontier mixture-of-experts (issue 22). NVIDIA's ModelOpt NVFP4 exports quantize the
+    # routed experts and leave (part of) attention in 16 bits, by their hf_quant_config.json
+    # exclude_modules (aiconfigurator-core 0.12.0 model_configs/): DeepSeek-V3.1-NVFP4 keeps
+    # only the q/kv projections (q_a, q_b, kv_a, kv_b) and quantizes o_proj, the dense layers
+    # and the shared experts (`_NVFP4_QKV`); DeepSeek-R1-0528-FP4-v2 is R1-0528-FP4 that
+    # "additionally quantizes the wo module" (its model card), the same split; R1-FP4,
+    # R1-0528-FP4 and V3-0324-FP4 keep the whole self_attn block (aiconfigurator-core's
+    # sdk/models/helpers.py on R1-0528-FP4), as GLM-5-NVFP4 (q/kv, o_proj and the indexer) and
+    # Kimi-K2.5-NVFP4 (its config.json's ignore list: self_attn only) do, quantizing the dense
+    # layers and shared experts (`_NVFP4_ATTN`); MiniMax-M2.5-NVFP4 (no dense layers or shared
+    # experts) keeps attention and the router. nvidia/Qwen3-235B-A22B-NVFP4 quantizes attention
+    # too (only the router gates excluded). DeepSeek-V3-0324 and V3.1 keep V3's config shapes;
+    # R1-0528 keeps R1's.
     "deepseek-ai/deepseek-v3": ("deepseek-v3", None),
     "deepseek-ai/deepseek-v3-0324": ("deepseek-v3", None),
     "deepseek-ai/deepseek-v3.1": ("deepseek-v3", None),
-    "nvidia/deepseek-v3-0324-fp4": ("deepseek-v3", "bf16", "nvfp4"),
-    "nvidia/deepseek-v3.1-nvfp4": ("deepseek-v3", "bf16", "nvfp4"),
+    "nvidia/deepseek-v3-0324-fp4": ("deepseek-v3", "bf16", "nvfp4", _NVFP4_ATTN),
+    "nvidia/deepseek-v3.1-nvfp4": ("deepseek-v3", "bf16", "nvfp4", _NVFP4_QKV),
     "deepseek-ai/deepseek-r1": ("deepseek-r1", None),
     "deepseek-ai/deepseek-r1-0528": ("deepseek-r1", None),
-    "nvidia/deepseek-r1-fp4": ("deepseek-r1", "bf16", "nvfp4"),
-    "nvidia/deepseek-r1-nvfp4": ("deepseek-r1", "bf16", "nvfp4"),
-    "nvidia/deepseek-r1-0528-fp4": ("deepseek-r1", "bf16", "nvfp4"),
+    "nvidia/deepseek-r1-fp4": ("deepseek-r1", "bf16", "nvfp4", _NVFP4_ATTN),
+    "nvidia/deepseek-r1-nvfp4": ("deepseek-r1", "bf16", "nvfp4", _NVFP4_ATTN),
+    "nvidia/deepseek-r1-0528-fp4": ("deepseek-r1", "bf16", "nvfp4", _NVFP4_ATTN),
+    "nvidia/deepseek-r1-0528-fp4-v2": ("deepseek-r1", "bf16", "nvfp4", _NVFP4_QKV),
+    "nvidia/deepseek-r1-0528-nvfp4-v2": ("deepseek-r1", "bf16", "nvfp4", _NVFP4_QKV),
     "moonshotai/kimi-k2.5": ("kimi-k2.5", None),
-    "nvidia/kimi-k2.5-nvfp4": ("kimi-k2.5", "bf16", "nvfp4"),
+    "nvidia/kimi-k2.5-nvfp4": ("kimi-k2.5", "bf16", "nvfp4", _NVFP4_ATTN),
     **{
         f"qwen/qwen3-{size}{variant}": (f"qwen3-{size}", None)
         for size in ("30b-a3b", "235b-a22b")
@@ -1484,7 +1511,7 @@ MODEL_ALIASES: dict[str, tuple[str, WeightDtype | None] | tuple[str, WeightDtype
     "zai-org/glm-5": ("glm-5", None),
     "zhipuai/glm-5": ("glm-5", None),  # silicon_sample.csv's name for it
     "zai-org/glm-5-fp8": ("glm-5", "fp8_block"),
-    "nvidia/glm-5-nvfp4": ("glm-5", "bf16", "nvfp4"),
+    "nvidia/glm-5-nvfp4": ("glm-5", "bf16", "nvfp4", _NVFP4_ATTN),
     # Qwen3.5: Qwen's -FP8 repositories are block-scaled (weight_block_size [128, 128], as
     # Qwen3's); NVIDIA's NVFP4 exports leave linear_attn, self_attn, the shared experts and the
     # vision tower in 16 bits (aiconfigurator-core 0.12.0 model_configs/
@@ -1505,13 +1532,27 @@ def normal_gpu_name(name: str) -> str:
     return text.removeprefix("nvidia-")
 
 
-def _quantized(name: str, dtype: WeightDtype | None, experts: WeightDtype | None = None) -> ModelSpec:
+def _quantized(
+    name: str,
+    dtype: WeightDtype | None,
+    experts: WeightDtype | None = None,
+    modules: dict[WeightModule, WeightDtype] | None = None,
+) -> ModelSpec:
     """The preset ``name`` with its weights in ``dtype`` (all of them, unless ``experts``
-    gives the routed experts' own precision); itself when that changes nothing."""
+    gives the routed experts' own precision and ``modules`` other parts'); itself when that
+    changes nothing."""
     spec = MODEL_PRESETS[name]
-    if dtype is None or (dtype, experts) == (spec.weight_dtype, spec.expert_weight_dtype):
+    modules = modules or {}
+    if dtype is None or (dtype, experts, modules) == (
+        spec.weight_dtype,
+        spec.expert_weight_dtype,
+        spec.module_weight_dtypes,
+    ):
         return spec
-    return spec.model_copy(update={"weight_dtype": dtype, "expert_weight_dtype": experts})
+    return ModelSpec.model_validate(
+        spec.model_dump()
+        | {"weight_dtype": dtype, "expert_weight_dtype": experts, "module_weight_dtypes": modules}
+    )
 
 
 _ALIASED_MODELS: dict[str, ModelSpec] = {k: _quantized(*v) for k, v in MODEL_ALIASES.items()}

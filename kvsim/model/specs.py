@@ -38,6 +38,11 @@ KvDtype = Literal["auto", "fp32", "fp16", "bf16", "fp8", "int8", "int4"]
 #: (AWQ / GPTQ, groups of 128, 16-bit activations); nvfp4: e2m1 with an fp8 scale per 16
 #: elements; mxfp4: e2m1 with an e8m0 scale per 32 (OCP MX; gpt-oss's experts).
 WeightDtype = Literal["fp32", "fp16", "bf16", "fp8", "fp8_block", "int8", "int4", "nvfp4", "mxfp4"]
+#: The parts of a model whose weights a checkpoint may keep at another precision than its
+#: ``weight_dtype`` (`ModelSpec.module_weight_dtypes`): the attention's query/key/value
+#: projections (MLA's down- and up-projections: q_a, q_b, kv_a, kv_b), its output projection,
+#: the MLP of a dense model or of a mixture of experts' dense first layers, the shared experts.
+WeightModule = Literal["attention_qkv", "attention_o", "dense_mlp", "shared_experts"]
 #: What a weight precision computes in (`compute_dtype`): the key of `GpuSpec.peak_flops`.
 ComputeDtype = Literal["fp32", "fp16", "bf16", "fp8", "int8", "fp4"]
 
@@ -173,6 +178,14 @@ class ModelSpec(FrozenModel):
         le=MAX_HEADS,
         description="MLA: decoupled RoPE key dimension stored beside the latent.",
     )
+    q_lora_rank: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_WIDTH,
+        description="MLA: rank of the compressed query (DeepSeek-V3's 1536); None: queries are "
+        "projected from the hidden state directly (DeepSeek-V2-Lite). Counts the attention's weights "
+        "(module_weight_dtypes).",
+    )
     num_experts: int | None = Field(default=None, gt=0, le=MAX_EXPERTS, description="MoE: experts per layer.")
     num_experts_per_token: int | None = Field(
         default=None, gt=0, le=MAX_EXPERTS, description="MoE: experts routed per token."
@@ -200,6 +213,17 @@ class ModelSpec(FrozenModel):
         default=None,
         description="MoE: dtype of the routed experts' weights when it differs from weight_dtype "
         "(gpt-oss ships them in mxfp4); None: weight_dtype.",
+    )
+    module_weight_dtypes: dict[WeightModule, WeightDtype] = Field(
+        default_factory=dict,
+        max_length=4,
+        description="Parts of the model stored at another precision than weight_dtype, as a "
+        "checkpoint's quantization exclusions leave them (nvidia/DeepSeek-V3.1-NVFP4: bf16 weights "
+        "with attention_o, dense_mlp and shared_experts in nvfp4, the q/kv projections in bf16): "
+        "attention_qkv, attention_o (softmax-attention layers; linear-attention layers keep "
+        "weight_dtype), dense_mlp (every MLP of a dense model, the dense first layers of a mixture "
+        "of experts), shared_experts. Weights and GEMMs are sized and priced at these; the routed "
+        "experts have expert_weight_dtype.",
     )
     tie_word_embeddings: bool = Field(
         default=False,
@@ -288,6 +312,18 @@ class ModelSpec(FrozenModel):
                 "num_shared_experts, num_dense_layers and expert_weight_dtype describe a mixture of "
                 "experts: set num_experts and num_experts_per_token"
             )
+        if "shared_experts" in self.module_weight_dtypes and not self.num_shared_experts:
+            raise ValueError(
+                "module_weight_dtypes: shared_experts given, but the model has no shared experts"
+            )
+        if (
+            "dense_mlp" in self.module_weight_dtypes
+            and self.num_experts is not None
+            and not self.num_dense_layers
+        ):
+            raise ValueError("module_weight_dtypes: dense_mlp given, but every layer is a mixture of experts")
+        if self.q_lora_rank is not None and not self.is_mla:
+            raise ValueError("q_lora_rank describes MLA: set kv_lora_rank")
         if self.num_experts is not None and self.num_dense_layers >= self.num_layers:
             raise ValueError(f"num_dense_layers ({self.num_dense_layers}) must be < num_layers")
         self._check_linear_attention()
@@ -328,6 +364,11 @@ class ModelSpec(FrozenModel):
             raise ValueError(
                 f"linear_num_value_heads ({nv}) must be a multiple of linear_num_key_heads ({nk})"
             )
+
+    def dtype_of(self, module: WeightModule) -> WeightDtype:
+        """The precision of one part of the model's weights (`module_weight_dtypes`, else
+        ``weight_dtype``)."""
+        return self.module_weight_dtypes.get(module, self.weight_dtype)
 
     @property
     def is_mla(self) -> bool:

@@ -257,6 +257,59 @@ def test_an_unmeasured_all_to_all_falls_back_to_nccl(tables: Path) -> None:
     assert "NCCL alltoall: 8 GPUs not measured on toy_sxm; priced as 4" in eight.warnings
 
 
+def one_sided_ms(tokens: float, op: str) -> float:  # NVLinkOneSided: flat and cheap
+    return (0.015 if op == "alltoall_dispatch" else 0.017) + 1e-5 * tokens
+
+
+def test_tensorrt_llm_attention_dp_exchanges_by_its_nvlink_one_sided_all_to_all(tmp_path: Path) -> None:
+    """TensorRT-LLM picks NVLinkOneSided before DeepEP or NCCL where every NVLink is up: its
+    dispatch + combine (trtllm_alltoall_perf, measured on GB200) price the exchange, at the
+    experts' payload (nvfp4 experts move nvfp4); an HGX B200 reads GB200's table within its 8
+    NVLink-connected GPUs, with a warning; Hopper, a layout across HGX nodes, another engine
+    or a layout the table lacks keep DeepEP's table or NCCL's."""
+    from kvsim.cost.kernels import KernelSource
+    from kvsim.cost.moe_comm import all_to_all_curve
+    from kvsim.cost.tables import TableIndex
+
+    rows = [
+        {"kernel_source": kernel, "op_name": op, "moe_dtype": dtype, "num_tokens": t, "hidden_size": 64,
+         "topk": 2, "num_experts": 4, "moe_ep_size": ep, "distribution": "balanced",
+         "latency": one_sided_ms(t, op) * (1.0 if kernel == "NVLinkOneSided" else 3.0) * (0.5 if dtype == "nvfp4" else 1.0)}
+        for kernel in ("NVLinkOneSided", "NVLinkTwoSided")
+        for op in ("alltoall_dispatch", "alltoall_combine")
+        for dtype in ("bfloat16", "nvfp4")
+        for ep in (2, 4, 16)
+        for t in (1, 16, 256, 4096)
+    ]  # fmt: skip
+    folder = tmp_path / "gb200" / "comm" / "trtllm" / "1.0.0"
+    folder.mkdir(parents=True)
+    pd.DataFrame(rows).to_parquet(folder / "trtllm_alltoall_perf.parquet")
+    index = TableIndex.scan(tmp_path)
+
+    def curve(
+        system: str, ep: int, dtype: str = "bfloat16", backend: str = "trtllm"
+    ) -> tuple[float, list[str]]:
+        warn: list[str] = []
+        try:
+            got = all_to_all_curve(KernelSource(index, system, backend, None), ep=ep, tp=1, hidden=64, topk=2,
+                                   num_experts=4, expert_dtype=dtype, warn=warn)  # fmt: skip
+        except Exception as err:  # no NCCL table here: the fallback was taken
+            return float("nan"), [type(err).__name__]
+        return got(256), warn
+
+    expected = (one_sided_ms(256, "alltoall_dispatch") + one_sided_ms(256, "alltoall_combine")) * 1e-3
+    assert curve("gb200", 4) == (pytest.approx(expected, rel=1e-12), [])
+    assert curve("gb200", 4, "nvfp4")[0] == pytest.approx(expected / 2, rel=1e-12)
+    assert curve("gb200", 16)[0] == pytest.approx(expected, rel=1e-12)  # one NVL72 domain
+    value, warn = curve("b200_sxm", 4)
+    assert value == pytest.approx(expected, rel=1e-12)
+    assert warn == ["MoE all-to-all: TensorRT-LLM's NVLinkOneSided measured on gb200 only; b200_sxm reads it "
+                    "(the same NVLink 5 switches)"]  # fmt: skip
+    for system, ep, backend in (("b200_sxm", 16, "trtllm"), ("h200_sxm", 4, "trtllm"), ("gb200", 8, "trtllm"),
+                                ("gb200", 4, "vllm")):  # fmt: skip
+        assert curve(system, ep, backend=backend)[1] == ["ProfileError"], (system, ep, backend)
+
+
 def test_layouts_are_checked_with_the_field_named() -> None:
     base = {"model": "mixtral-8x7b"}
     load_scenario({**base, "replicas": [{"tp": 2, "attention_dp": 2, "moe_ep": 4}]})

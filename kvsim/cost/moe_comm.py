@@ -9,7 +9,8 @@ come back as follows (the ``kernels`` cost model, `kvsim.cost.kernels`):
                            one all-reduce sums the results, as after a dense MLP (vLLM, SGLang
                            and TensorRT-LLM without attention DP). Nothing new is exchanged.
     D > 1, moe_tp = 1      expert parallelism over the instance: dispatch and combine all-to-alls
-                           (`all_to_all_curve`). The engine's measured ``moe_a2a`` table
+                           (`all_to_all_curve`). TensorRT-LLM's NVLinkOneSided kernels on
+                           NVLink 5 systems (`nvlink_one_sided_curve`), else the engine's measured ``moe_a2a`` table
                            (DeepEP high-throughput and low-latency kernels; the faster at each
                            token count) where it has the layout (ep_size = N, hidden size, top-k,
                            experts), else NCCL's ``alltoall`` on N GPUs, each sending its tokens'
@@ -137,6 +138,18 @@ def all_to_all_curve(
     warn: list[str],
 ) -> Curve:
     """Dispatch + combine all-to-all latency (s) of one MoE layer by the rank's tokens."""
+    if source.backend == "trtllm":
+        one_sided = nvlink_one_sided_curve(
+            source,
+            ep=ep,
+            hidden=hidden,
+            topk=topk,
+            num_experts=num_experts,
+            expert_dtype=expert_dtype,
+            warn=warn,
+        )
+        if one_sided is not None:
+            return one_sided
     measured = _a2a_table_curve(
         source, ep=ep, hidden=hidden, topk=topk, num_experts=num_experts, expert_dtype=expert_dtype
     )
@@ -146,6 +159,77 @@ def all_to_all_curve(
     # Each GPU sends its share of the rank's tokens (1/tp), top-k copies of each, twice.
     elements_per_token = topk * hidden / tp
     return Curve(nccl.sizes / elements_per_token, 2 * nccl.at(nccl.sizes))
+
+
+#: GPUs of one NVLink domain on the systems whose GPUs hang off NVLink 5 switches (1.8 TB/s
+#: per GPU): an HGX B200 / B300 node's 8, a GB200 / GB300 NVL72 rack's 72 (NVIDIA's datasheets).
+NVLINK5_DOMAIN_GPUS = {"b200_sxm": 8, "b300_sxm": 8, "gb200": 72, "gb300": 72}
+#: The system whose TensorRT-LLM NVLinkOneSided all-to-all aiconfigurator-core 0.12.0 measured
+#: (gb200/comm/trtllm/1.3.0rc10/trtllm_alltoall_perf.parquet, TensorRT-LLM 1.2.0rc6).
+ONE_SIDED_TABLE_SYSTEM = "gb200"
+
+
+def nvlink_one_sided_curve(
+    source: KernelSource,
+    *,
+    ep: int,
+    hidden: int,
+    topk: int,
+    num_experts: int,
+    expert_dtype: str,
+    warn: list[str],
+) -> Curve | None:
+    """TensorRT-LLM's attention-DP all-to-all (s) by the rank's tokens: its NVLinkOneSided
+    dispatch + combine, where the layout was measured; else None.
+
+    TensorRT-LLM's MoE picks its communication in this order (tensorrt_llm/_torch/modules/
+    fused_moe/communication/communication_factory.py, CommunicationFactory.create_strategy,
+    1.2-1.3): NVLinkOneSided, which needs every NVLink up (MnnvlMemory.supports_mnnvl), then
+    NVLinkTwoSided, NCCL-EP, DeepEP, all-gather + reduce-scatter. Its one-sided kernels put
+    the (post-quantization: nvfp4 / fp8 experts take nvfp4 / fp8 payloads) tokens straight into
+    the peers' memory over NVLink: at 8,192 tokens per rank on 4 GB200s, 0.71 ms against DeepEP's
+    4.1 ms. The table was measured on GB200 only; the other NVLink 5 systems
+    (`NVLINK5_DOMAIN_GPUS`), whose GPUs reach each other through the same switches at the same
+    1.8 TB/s, read it within one NVLink domain, with a warning. Hopper and a layout across
+    domains keep DeepEP's tables (`_a2a_table_curve`) or NCCL's."""
+    domain = NVLINK5_DOMAIN_GPUS.get(source.system)
+    if domain is None or ep > domain:
+        return None
+    index = source.index
+    found = next(
+        (
+            (name, path)
+            for name in dict.fromkeys((source.system, ONE_SIDED_TABLE_SYSTEM))
+            for v in reversed(index.versions(name, "comm", "trtllm"))
+            if (path := index.folder(name, "comm", "trtllm", v) / "trtllm_alltoall_perf.parquet").is_file()
+        ),
+        None,
+    )
+    if found is None:
+        return None
+    measured_on, path = found
+    frame = read_table(path)
+    rows = frame[
+        (frame["kernel_source"] == "NVLinkOneSided")
+        & (frame["moe_ep_size"] == ep)
+        & (frame["hidden_size"] == hidden)
+        & (frame["topk"] == topk)
+        & (frame["num_experts"] == num_experts)
+        & (frame["moe_dtype"] == _A2A_DTYPE.get(expert_dtype, "bfloat16"))
+    ]
+    by_op = rows.groupby(["op_name", "num_tokens"])["latency"].median()
+    if "alltoall_dispatch" not in by_op.index or "alltoall_combine" not in by_op.index:
+        return None
+    both = by_op["alltoall_dispatch"] + by_op["alltoall_combine"]
+    both = both.dropna()
+    if both.empty:
+        return None
+    if measured_on != source.system:
+        warn.append(
+            f"MoE all-to-all: TensorRT-LLM's NVLinkOneSided measured on {measured_on} only; "
+            f"{source.system} reads it (the same NVLink 5 switches)"
+        )
+    return Curve(both.index.to_numpy(float), both.to_numpy(float) * MS)
 
 
 def gather_scatter_curve(source: KernelSource, *, ranks: int, hidden: int, warn: list[str]) -> Curve:

@@ -436,7 +436,7 @@ class _Shape:
         if self.mla:
             assert self.kv_lora_rank is not None and self.qk_rope_head_dim is not None
             nope, rope, v = f.integer("qk_nope_head_dim"), self.qk_rope_head_dim, self.head_dim
-            q_lora = f.opt_int("q_lora_rank")
+            q_lora = self.q_lora_rank
             q = h * H * (nope + rope) if q_lora is None else h * q_lora + q_lora + q_lora * H * (nope + rope)
             kv = h * (self.kv_lora_rank + rope) + self.kv_lora_rank + self.kv_lora_rank * H * (nope + v)
             out = q + kv + H * v * h

@@ -242,6 +242,27 @@ def test_sglang_decode_batches_run_in_its_cuda_graphs(tmp_path: Path) -> None:
     assert km._token_terms_s(9) == pytest.approx(gemms(9) + elementwise(9) + allreduces(9, 2.0), rel=1e-12)
 
 
+def test_vllm_default_capture_follows_its_release_gpu_and_model() -> None:
+    """vLLM's capture ceiling left unset: min(2 x max_num_seqs, 512) on every GPU up to 0.27
+    (and kvsim's legacy vLLM, no backend_version); 1,024 on data-center Blackwell from 0.28.0
+    (vllm-project/vllm#49390); gpt-oss 1,024 whatever its batch limit or GPU (its
+    GptOssForCausalLMConfig); a launch's own ceiling always wins."""
+    h100, b200 = resolve_gpu("h100-sxm"), resolve_gpu("b200")
+    capture = lambda system, gpu, seqs, version, name="m", largest=None: graph_capture(  # noqa: E731
+        "vllm", system, gpu, 1, seqs, largest, version=version, model_name=name
+    )[0]
+    assert capture("b200_sxm", b200, 1024, None) == 512  # legacy: vLLM 0.8.5-0.19
+    assert capture("b200_sxm", b200, 1024, "0.19.0") == 512
+    assert capture("b200_sxm", b200, 1024, "0.27.0") == 512
+    assert capture("b200_sxm", b200, 1024, "0.28.0") == 1024
+    assert capture("gb300", b200, 1024, "0.32.0") == 1024
+    assert capture("h100_sxm", h100, 1024, "0.32.0") == 512  # Hopper keeps 512
+    assert capture("b200_sxm", b200, 128, "0.32.0") == 256  # 2 x max_num_seqs below the ceiling
+    assert capture("h100_sxm", h100, 8, "0.19.0", "gpt-oss-120b") == 1024
+    assert capture("h100_sxm", h100, 8, None, "openai/gpt-oss-20b") == 1024
+    assert capture("b200_sxm", b200, 1024, "0.19.0", "gpt-oss-120b", largest=2048) == 2048
+
+
 def test_large_steps_run_eager_and_are_not_padded(tables: Path) -> None:
     km = model_on(tables)  # max_num_seqs 8: graphs up to 16 tokens
     assert km.max_graph_tokens == 16

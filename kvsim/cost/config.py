@@ -194,8 +194,9 @@ class KernelCostConfig(FrozenModel):
         description="The largest iteration the engine replays from a CUDA graph: vLLM's "
         "--max-cudagraph-capture-size (tokens; --cuda-graph-sizes N before 0.11), SGLang's "
         "--cuda-graph-max-bs (decode requests). Larger iterations run uncaptured (vLLM: they pay "
-        "eager_moe_layer_host_s). None: the engine's default, vLLM's min(2 x max_num_seqs, 512; "
-        "1,024 on data-center Blackwell), SGLang's for the GPU's memory and TP.",
+        "eager_moe_layer_host_s). None: the engine's default, vLLM's min(2 x max_num_seqs, 512), "
+        "1,024 on data-center Blackwell from vLLM 0.28.0 and for gpt-oss, SGLang's for the GPU's "
+        "memory and TP.",
     )
     elementwise_memory_efficiency: float = Field(
         default=0.8,

@@ -92,6 +92,8 @@ class Replica:
     attention_dp: int = 1
     moe_tp: int | None = None
     moe_ep: int = 1
+    #: The engine's release (engine.backend_version; its default CUDA-graph sizes).
+    backend_version: str | None = None
 
 
 Builder = Callable[[Any, Replica], CostModel]
@@ -155,6 +157,7 @@ def _kernel_model(config: KernelCostConfig, r: Replica) -> CostModel:
         attention_dp=r.attention_dp,
         moe_tp=r.moe_tp,
         moe_ep=r.moe_ep,
+        backend_version=r.backend_version,
     )
 
 
@@ -174,6 +177,7 @@ def build_cost_model(
     attention_dp: int = 1,
     moe_tp: int | None = None,
     moe_ep: int | None = None,
+    backend_version: str | None = None,
 ) -> CostModel:
     """The cost model of one replica; ``base_dir`` resolves relative profile paths (the scenario's folder).
 
@@ -188,7 +192,7 @@ def build_cost_model(
         moe_ep = gpus if expert_parallel else (gpus // moe_tp if moe_tp else 1)
     replica = Replica(
         model, gpu, tp, kv_cache_dtype, expert_parallel or moe_ep > 1, backend, max_num_seqs, base_dir,
-        attention_dp=attention_dp, moe_tp=moe_tp, moe_ep=moe_ep,
+        attention_dp=attention_dp, moe_tp=moe_tp, moe_ep=moe_ep, backend_version=backend_version,
     )  # fmt: skip
     if config.kind not in COST_MODELS:
         raise ProfileError(COST_MODELS.unknown(config.kind))
@@ -244,4 +248,5 @@ def group_cost_model(
         attention_dp=group.config.attention_dp,
         moe_tp=group.config.moe_layout[0],
         moe_ep=group.config.moe_layout[1],
+        backend_version=group.engine.backend_version,
     )

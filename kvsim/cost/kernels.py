@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from kvsim.backends.defaults import sglang_memory_defaults
+from kvsim.backends.defaults import parse_version, sglang_memory_defaults
 from kvsim.cost.base import Batch
 from kvsim.cost.config import KernelCostConfig
 from kvsim.cost.moe_comm import all_to_all_curve, gather_scatter_curve
@@ -231,8 +231,8 @@ EAGER_MOE_LAYER_HOST_S: dict[str, float] = {"vllm": 1.25e-3, "sglang": 4e-3, "tr
 
 
 #: vLLM's CUDA-graph capture sizes (vllm/config/vllm.py, _set_cudagraph_sizes, 0.32.0):
-#: 1, 2, 4, multiples of 8 below 256, then multiples of 16 up to the largest size, which
-#: is min(2 x max_num_seqs, 512), or 1,024 on data-center Blackwell.
+#: 1, 2, 4, multiples of 8 below 256, then multiples of 16 up to the largest size
+#: (`vllm_default_capture` when the launch sets none).
 _GRAPH_SIZES = [1, 2, 4, *range(8, 256, 8), *range(256, 1024 + 1, 16)]
 
 #: SGLang's decode CUDA-graph batch sizes (python/sglang/srt/model_executor/cuda_graph_runner.py,
@@ -250,21 +250,28 @@ def graph_padded(tokens: int, max_graph_tokens: int, sizes: list[int] = _GRAPH_S
 
 
 def graph_capture(
-    backend: str, system: str, gpu: GpuSpec, tp: int, max_num_seqs: int, largest: int | None = None
+    backend: str,
+    system: str,
+    gpu: GpuSpec,
+    tp: int,
+    max_num_seqs: int,
+    largest: int | None = None,
+    *,
+    version: str | None = None,
+    model_name: str = "",
 ) -> tuple[int, list[int]]:
     """(largest CUDA-graph-captured token count, capture sizes) of an engine's steps; 0: none.
 
-    vLLM captures every step up to ``largest`` (its --max-cudagraph-capture-size), by default
-    min(2 x max_num_seqs, 512), 1,024 on data-center Blackwell (`_GRAPH_SIZES`; vLLM 0.32.0's
-    vllm/config/vllm.py, _set_cudagraph_sizes). SGLang captures its decode batches up to
-    ``largest`` (its --cuda-graph-max-bs), by default the one for the GPU's memory and TP
-    (`sglang_memory_defaults`: 256 below 160 GiB at tp < 4, else 512), and no more than it
-    runs at once; a prefill batch of as few tokens is priced as captured too (the step's
-    token count is all this model sees). TensorRT-LLM is priced uncaptured: its all-reduce
-    table has one variant and its fitted constants are zero (`FITTED`)."""
+    vLLM captures every step up to ``largest`` (its --max-cudagraph-capture-size); left
+    unset, `vllm_default_capture` (by release, GPU and model). SGLang captures its decode
+    batches up to ``largest`` (its --cuda-graph-max-bs), by default the one for the GPU's
+    memory and TP (`sglang_memory_defaults`: 256 below 160 GiB at tp < 4, else 512), and no
+    more than it runs at once; a prefill batch of as few tokens is priced as captured too
+    (the step's token count is all this model sees). TensorRT-LLM is priced uncaptured: its
+    all-reduce table has one variant and its fitted constants are zero (`FITTED`)."""
     if backend == "vllm":
         if largest is None:
-            return min(2 * max_num_seqs, 1024 if system in _BLACKWELL else 512), _GRAPH_SIZES
+            largest = vllm_default_capture(system, max_num_seqs, version, model_name)
         sizes = _graph_sizes(largest)
         return sizes[-1], sizes  # vLLM truncates a size off its grid to the grid's last
     if backend == "sglang":
@@ -274,6 +281,33 @@ def graph_capture(
             _, largest, _ = sglang_memory_defaults("0.5.5", gpu, tp)
         return min(largest, max_num_seqs), _SGLANG_GRAPH_SIZES
     return 0, _GRAPH_SIZES
+
+
+#: The first vLLM release whose default capture ceiling is 1,024 tokens on data-center
+#: Blackwell (vllm-project/vllm#49390, merged 2026-07-22; vllm/config/vllm.py
+#: _set_cudagraph_sizes: ``1024 if current_platform.is_device_capability_family(100) else
+#: 512`` in the 0.28.0 sdist, plain ``512`` in 0.27.0's and every earlier one checked: 0.11.2,
+#: 0.19.0, 0.26.0).
+VLLM_BLACKWELL_1024_SINCE = "0.28.0"
+
+
+def vllm_default_capture(system: str, max_num_seqs: int, version: str | None, model_name: str = "") -> int:
+    """vLLM's largest CUDA-graph capture size when the launch sets none.
+
+    - gpt-oss (``GptOssForCausalLMConfig.verify_and_update_config``,
+      vllm/model_executor/models/config.py, 0.11.2 to 0.32.0): 1,024 whatever the batch limit
+      ("for performance"); kvsim knows the model by its name (``gpt-oss`` / ``gpt_oss``).
+    - Otherwise min(2 x max_num_seqs, 512), and from `VLLM_BLACKWELL_1024_SINCE` min(2 x
+      max_num_seqs, 1,024) on data-center Blackwell (`_BLACKWELL`). ``version`` None is kvsim's
+      legacy vLLM (`kvsim.backends.defaults.LEGACY_VLLM`, vLLM 0.8.5-0.19): 512.
+    """
+    name = model_name.lower()
+    if "gpt-oss" in name or "gpt_oss" in name:
+        return 1024
+    blackwell = False
+    if system in _BLACKWELL and version is not None:
+        blackwell = parse_version(version) >= parse_version(VLLM_BLACKWELL_1024_SINCE)
+    return min(2 * max_num_seqs, 1024 if blackwell else 512)
 
 
 #: The tables' data-center Blackwell systems, whose vLLM captures up to 1,024 tokens by default.
@@ -656,6 +690,7 @@ class KernelCostModel:
         attention_dp: int = 1,
         moe_tp: int | None = None,
         moe_ep: int = 1,
+        backend_version: str | None = None,
     ) -> None:
         if tp < 1 or attention_dp < 1 or moe_ep < 1:
             raise ValueError('"tp", "attention_dp" and "moe_ep" must be >= 1')
@@ -691,8 +726,9 @@ class KernelCostModel:
         kv_heads = max(1, model.num_kv_heads // tp)
         inter = model.intermediate_size // tp
         self.max_graph_tokens, self._graph_sizes = graph_capture(
-            self.source.backend, self.source.system, gpu, tp, max_num_seqs, config.cuda_graph_max_size
-        )
+            self.source.backend, self.source.system, gpu, tp, max_num_seqs, config.cuda_graph_max_size,
+            version=backend_version, model_name=model.name,
+        )  # fmt: skip
 
         gemm = self.source.table("gemm", "gemm_perf")
         w = self.warnings

@@ -154,9 +154,8 @@ class FrontendConfig(FrozenModel):
     prompt tokens`` after it was sent; its TTFT and end-to-end latency count that time, the
     GPU does not (the front end runs on the host, beside the engine). Zero by default: an
     engine fed token ids in-process (vLLM's ``LLM`` / ``LLMEngine``, kvsim's recorded traces)
-    has no front end in the way. ``benchmarks/silicon.py`` sets the values fitted for a
-    benchmark client sending text prompts to each backend's OpenAI-compatible server
-    (`kvsim.backends.frontend.SERVER_FRONTEND`, docs/validation.md).
+    has no front end in the way. ``benchmarks/silicon.py`` sets none: a fit on H200 rows was
+    tried and not adopted (docs/validation.md, "A server's front end, tried and not adopted").
     """
 
     request_s: float = Field(

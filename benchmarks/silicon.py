@@ -225,6 +225,22 @@ def mtp_run(row: dict[str, str], harness: dict[str, str]) -> bool:
 MTP_ACCEPTANCE = 0.7
 
 
+#: Time vLLM's OpenAI-compatible server spends on a request before its scheduler sees it, as
+#: the benchmark client measures TTFT (`kvsim.scenario.schema.FrontendConfig`, request_s):
+#: set on every aggregated vLLM row (the client sends text to ``vllm serve``); kvsim's own
+#: default stays 0 (an engine fed token ids in-process has none). Fitted on the h200_sxm vLLM
+#: rows only (`--set replicas.0.engine.frontend.request_s=X` on the 81 dense ones and every
+#: 3rd of the 255 MoE ones; objective median |TTFT error| + median |TPOT error|): 0 ms 0.256,
+#: 5 ms 0.254, 10 ms 0.239, 15 ms 0.218, 20 ms 0.195, 25 ms 0.224, 30 ms 0.216
+#: (docs/validation.md, sixteenth pass). For scale: vLLM's own serving benchmark sees the
+#: client's TTFT 8-12 ms above the server's ``vllm:time_to_first_token_seconds`` with
+#: 512-token prompts (vllm-project/vllm#54628, a small model on one laptop GPU); the rest of
+#: the fitted 20 ms (HTTP, tokenizing up to 8k-token prompts, the hand-off to the engine and
+#: its TP workers on these nodes) is not measured apart. Dynamo-served (disaggregated) rows
+#: take none: their front end is another server.
+VLLM_FRONTEND_REQUEST_S = 0.020
+
+
 def mtp_draft_tokens(row: dict[str, str]) -> int | None:
     """Draft tokens per step of an aggregated MTP row, as its launch script set them (every
     version measured rows use, SemiAnalysisAI/InferenceX): TensorRT-LLM
@@ -487,6 +503,8 @@ def scenario_for(
         cost_model["cuda_graph_max_size"] = flags.pop("cuda_graph_max_size")
     engine.update(flags)
     engine["async_scheduling"] = async_scheduling(row, h)
+    if row["backend"] == "vllm":
+        engine["frontend"] = {"request_s": VLLM_FRONTEND_REQUEST_S}
     layout = parallel_layout(row, model.is_moe)
     if drafts is not None:
         engine["speculative_config"] = {

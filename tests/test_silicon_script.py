@@ -452,6 +452,23 @@ def test_the_per_row_json_and_the_tables(tmp_path: Path, capsys: pytest.CaptureF
 
 
 @needs_tables
+def test_aggregated_vllm_rows_pass_through_vllms_front_end() -> None:
+    """A request to ``vllm serve`` reaches its scheduler VLLM_FRONTEND_REQUEST_S (fitted on H200)
+    after the client sent it; SGLang, TensorRT-LLM and Dynamo-served (disaggregated) rows take
+    none (their front ends are not fitted; tests/test_frontend.py has the mechanics)."""
+    engine = silicon.scenario_for(_row("v"), None, {})["replicas"][0]["engine"]
+    assert (
+        engine["frontend"] == {"request_s": silicon.VLLM_FRONTEND_REQUEST_S}
+        and silicon.VLLM_FRONTEND_REQUEST_S == 0.02
+    )
+    for backend, version in (("sglang", "0.5.5"), ("trtllm", "1.0.0")):
+        other = silicon.scenario_for(_row("o", backend=backend, backend_version=version), None, {})
+        assert "frontend" not in other["replicas"][0]["engine"]
+    for group in silicon.scenario_for(_disagg("d"), None, {})["replicas"]:
+        assert "frontend" not in group["engine"]
+
+
+@needs_tables
 def test_a_disaggregated_row_becomes_prefill_and_decode_groups_and_their_link() -> None:
     scenario = silicon.scenario_for(_disagg("x"), None, {})
     prefill, decode = scenario["replicas"]

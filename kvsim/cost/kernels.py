@@ -310,7 +310,8 @@ def vllm_default_capture(system: str, max_num_seqs: int, version: str | None, mo
     return min(2 * max_num_seqs, 1024 if blackwell else 512)
 
 
-#: The tables' data-center Blackwell systems, whose vLLM captures up to 1,024 tokens by default.
+#: The tables' data-center Blackwell systems, whose vLLM captures up to 1,024 tokens by default
+#: from 0.28.0 (`vllm_default_capture`).
 _BLACKWELL = ("b200_sxm", "b300_sxm", "gb200", "gb300")
 
 

@@ -551,15 +551,20 @@ def test_moe_expert_widths_interpolate_and_scale_with_a_warning(moe_tables: Path
 
 def test_an_unmeasured_moe_tp_is_priced_as_each_gpus_share_of_the_width(moe_tables: Path) -> None:
     """inter_size is the width before the moe_tp split, so moe_tp 4 (measured: 1 and 2) is
-    priced as a quarter of moe_tp 1's time at the full width (each GPU's share)."""
+    priced as a quarter of moe_tp 1's time at the full width (each GPU's share) plus three
+    quarters of the kernel's fixed time: the least the table measured for this MoE (one
+    token, width 64, moe_tp 2, the power-law rows' faster kernel: 0.01 + 1e-6 x 64 / 2 ms)."""
     frame = pd.read_parquet(moe_tables / "toy_sxm" / "moe" / "vllm" / "1.0.0" / "moe_perf.parquet")
     warn: list[str] = []
     curve = moe_curve(frame, "bfloat16", hidden=64, inter=128, topk=2, num_experts=4, moe_tp=4, moe_ep=1,
                       what="MoE experts", warn=warn)  # fmt: skip
-    assert curve(16) == pytest.approx(moe_ms(16, 128, 1) * 1e-3 / 4, rel=1e-12)
+    floor_ms = 0.01 + 1e-6 * 64 / 2
+    for m in (1, 16, 40, 256):
+        expected = moe_ms(m, 128, 1) / 4 + 0.75 * floor_ms  # linear in m: exact between grid points
+        assert curve(m) == pytest.approx(expected * 1e-3, rel=1e-12)
     assert warn == [
         "MoE experts: moe_tp 4 x moe_ep 1 not measured; priced as 1/4 of moe_tp 1 x moe_ep 1 "
-        "(each GPU's share of the expert width)"
+        "(each GPU's share of the expert width) plus 0.75 x the kernel's fixed 10.0 us"
     ]
     measured = moe_curve(frame, "bfloat16", hidden=64, inter=128, topk=2, num_experts=4, moe_tp=2, moe_ep=1,
                          what="MoE experts", warn=warn)  # fmt: skip

@@ -512,8 +512,9 @@ def moe_curve(
     power_law_1.2; default `MOE_DISTRIBUTION`) where measured, else the balanced rows.
     With expert parallelism (moe_ep > 1) ``num_tokens`` counts the tokens of every rank that
     shares the experts, and a row times the expert-parallel rank the routing loads most: the
-    slowest rank sets the layer's time. A moe_tp > 1 layout the table lacks is priced as
-    1/moe_tp of its moe_tp 1 rows (each GPU's share of the width), with a warning.
+    slowest rank sets the layer's time. A moe_tp > 1 layout the table lacks is priced from
+    its moe_tp 1 rows, with a warning: each GPU's share of the width (1/moe_tp of their time)
+    plus the rest of the kernel's fixed time, which no split shrinks (`_split_floor_ms`).
     """
     rows = frame[frame["moe_dtype"] == dtype]
     if rows.empty:
@@ -530,16 +531,18 @@ def moe_curve(
     rows = rows[key]
     layout = (rows["moe_tp_size"] == moe_tp) & (rows["moe_ep_size"] == moe_ep)
     unsplit = (rows["moe_tp_size"] == 1) & (rows["moe_ep_size"] == moe_ep)
-    share = 1.0
+    share, floor_ms = 1.0, 0.0
     if not layout.any() and moe_tp > 1 and unsplit.any():
         # Each GPU of a moe_tp x moe_ep layout runs moe_tp 1's kernel on 1/moe_tp of every
         # expert's width (the table's inter_size is the width before the split): its weights
-        # read and its FLOPs, priced in proportion (the routing's fixed part shrinks with it).
+        # read and its FLOPs in proportion, its fixed time not (`_split_floor_ms`).
+        share, floor_ms = 1.0 / moe_tp, _split_floor_ms(rows, distribution)
         warn.append(
             f"{what}: moe_tp {moe_tp} x moe_ep {moe_ep} not measured; priced as 1/{moe_tp} of "
-            f"moe_tp 1 x moe_ep {moe_ep} (each GPU's share of the expert width)"
+            f"moe_tp 1 x moe_ep {moe_ep} (each GPU's share of the expert width) plus "
+            f"{1 - share:.3g} x the kernel's fixed {floor_ms * 1e3:.1f} us"
         )
-        layout, share = unsplit, 1.0 / moe_tp
+        layout = unsplit
     if not layout.any():
         pairs = sorted(
             {(int(t), int(e)) for t, e in zip(rows["moe_tp_size"], rows["moe_ep_size"], strict=True)}
@@ -563,7 +566,24 @@ def moe_curve(
     ys = np.zeros(len(m_grid))
     for measured, w in parts:
         ys += Curve(measured.index.to_numpy(float), measured.to_numpy(float) * MS).at(m_grid) * w
-    return Curve(m_grid, ys * share)
+    return Curve(m_grid, (ys * share + (1.0 - share) * floor_ms * MS) if share < 1.0 else ys)
+
+
+def _split_floor_ms(rows: pd.DataFrame, distribution: str) -> float:
+    """The fixed time of one MoE kernel (ms): the least the table measured for this MoE at any
+    layout (one token at the widest expert parallelism, about no work at all).
+
+    A moe_tp split divides a kernel's weights and FLOPs, not its launches, routing and
+    synchronisation: priced as the unsplit time x share + this x (1 - share). Checked where
+    the tables measure both layouts (aiconfigurator-core 0.12.0, gpt-oss-120b's mxfp4 MoE,
+    power_law_1.01, moe_tp 2-8 x moe_ep 1 against moe_tp 1 x moe_ep 1): vLLM 0.24.0 on h200_sxm
+    and b200_sxm, SGLang 0.5.14 on both: the share alone misses by -4% to -82% (by 2-5x at one
+    token, -13% to -62% at 16-64 decode tokens), the share plus this floor by -37% to +77%
+    (-27% to +30% at 16-64 tokens; its largest misses at one token, over, and at 8k tokens).
+    """
+    if "distribution" in rows.columns and (rows["distribution"] == distribution).any():
+        rows = rows[rows["distribution"] == distribution]
+    return float(rows["latency"].min())
 
 
 #: SGLang's wide expert parallelism (attention DP, moe_tp 1, moe_ep > 1, DeepEP): its

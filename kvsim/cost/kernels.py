@@ -566,7 +566,7 @@ def moe_curve(
     ys = np.zeros(len(m_grid))
     for measured, w in parts:
         ys += Curve(measured.index.to_numpy(float), measured.to_numpy(float) * MS).at(m_grid) * w
-    return Curve(m_grid, (ys * share + (1.0 - share) * floor_ms * MS) if share < 1.0 else ys)
+    return Curve(m_grid, ys * share + (1.0 - share) * floor_ms * MS)  # share 1, floor 0: as measured
 
 
 def _split_floor_ms(rows: pd.DataFrame, distribution: str) -> float:

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import gzip
 import json
 import math
@@ -929,8 +930,26 @@ def _apply(scenario: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return scenario
 
 
-def simulate(job: tuple[dict[str, str], dict[str, str] | None, dict[str, Any]]) -> dict[str, Any]:
-    """One row: {"id", "status", "mean_ttft_ms", "mean_tpot_ms"} (and the run's wall time)."""
+#: The most output tokens a row's measured prompts may ask for (``--max-output-tokens``) before
+#: the row is counted as refused, not run: the six largest rows of the every-eighth MoE sample
+#: (1k/8k at 2,048-8,192 clients, 168-671 million measured output tokens) would take hours of
+#: a core each, and docs/validation.md's figures count them as refused; the next largest ask
+#: for 88 million and run.
+MAX_OUTPUT_TOKENS = 110_000_000
+
+
+def measured_output_tokens(scenario: dict[str, Any]) -> int:
+    """Output tokens the row's measured prompts ask for: prompts x the output length."""
+    workload = scenario.get("workload") or {}
+    return int(workload.get("num_prompts") or 0) * int(workload.get("random_output_len") or 0)
+
+
+def simulate(
+    job: tuple[dict[str, str], dict[str, str] | None, dict[str, Any]],
+    max_output_tokens: int = MAX_OUTPUT_TOKENS,
+) -> dict[str, Any]:
+    """One row: {"id", "status", "mean_ttft_ms", "mean_tpot_ms"} (and the run's wall time).
+    A row whose measured prompts ask for more than ``max_output_tokens`` is not run."""
     import warnings
 
     import kvsim
@@ -940,6 +959,10 @@ def simulate(job: tuple[dict[str, str], dict[str, str] | None, dict[str, Any]]) 
     start = time.perf_counter()
     try:
         scenario = scenario_for(row, harness, extra)
+        if (tokens := measured_output_tokens(scenario)) > max_output_tokens:
+            out["status"] = f"unsupported: not run: {tokens:,} output tokens, over --max-output-tokens"
+            out["wall_s"] = round(time.perf_counter() - start, 3)
+            return out
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = kvsim.run(scenario)
@@ -1176,6 +1199,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"{ASSUMED_HARNESS} rows: N x C warm-ups (assumption: 2)")  # fmt: skip
     parser.add_argument("--assume-range-ratio", type=float, metavar="R",
                         help=f"{ASSUMED_HARNESS} rows: lengths U[floor(R L), L] (assumption: 1, exact)")  # fmt: skip
+    parser.add_argument("--max-output-tokens", type=int, default=MAX_OUTPUT_TOKENS, metavar="N",
+                        help="count a row whose measured prompts ask for more output tokens as refused, "
+                        f"not run (default {MAX_OUTPUT_TOKENS:,}: hours of a core above it)")  # fmt: skip
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a scenario override for every row, JSON value (e.g. workload.num_prompts=640)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -1189,6 +1215,8 @@ def main(argv: list[str] | None = None) -> int:
     harness = harness_by_id(args.harness)
     if not 1 <= args.every <= 10_000:
         parser.error("--every must be in 1..10000")
+    if args.max_output_tokens < 1:
+        parser.error("--max-output-tokens must be at least 1")
     harness = {
         rid: assume(
             h, args.assume_prompts_per_client, args.assume_range_ratio, args.assume_warmups_per_client
@@ -1217,7 +1245,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(chosen)} of {len(rows)} rows, {args.jobs} workers", file=sys.stderr)
         jobs = [(r, harness.get(r["id"]), extra) for r in chosen]
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            for i, res in enumerate(pool.map(simulate, jobs, chunksize=1), 1):
+            run_one = functools.partial(simulate, max_output_tokens=args.max_output_tokens)
+            for i, res in enumerate(pool.map(run_one, jobs, chunksize=1), 1):
                 results.append(res)
                 if i % 25 == 0 or i == len(jobs):
                     print(f"  {i}/{len(jobs)} rows, {time.perf_counter() - start:.0f} s", file=sys.stderr)

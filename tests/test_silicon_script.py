@@ -179,6 +179,30 @@ def test_a_rows_parallel_layout_becomes_the_groups() -> None:
     assert status.startswith("unsupported: ") and "moe_tp x moe_ep = 2 x 4 = 8 must equal" in status, status
 
 
+def test_rows_over_the_output_token_cap_are_refused_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row whose measured prompts ask for more output tokens than the cap is counted as
+    refused and never simulated; at the cap it runs. The default refuses exactly the six rows
+    of the every-eighth MoE sample that docs/validation.md counts as not run (168-671 million
+    tokens; the next, 88 million, runs)."""
+    import kvsim
+
+    row = _row("small")
+    asked = silicon.measured_output_tokens(silicon.scenario_for(row, None, {}))
+    assert asked == silicon.scenario_for(row, None, {})["workload"]["num_prompts"] * 8
+    assert silicon.simulate((row, None, {}), max_output_tokens=asked)["status"] == "ok"
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a refused row was simulated")
+
+    monkeypatch.setattr(kvsim, "run", never)
+    out = silicon.simulate((row, None, {}), max_output_tokens=asked - 1)
+    assert out["status"] == f"unsupported: not run: {asked:,} output tokens, over --max-output-tokens"
+    assert out["mean_ttft_ms"] is None and out["mean_tpot_ms"] is None
+    assert 88_156_160 < silicon.MAX_OUTPUT_TOKENS < 167_772_160
+    with pytest.raises(SystemExit):
+        silicon.main(["--max-output-tokens", "0", "--results", "x.json"])
+
+
 def test_requests_reach_attention_dp_ranks_as_each_engine_dispatches_them() -> None:
     """vLLM's and TensorRT-LLM's front ends give a new request to the least-loaded rank;
     SGLang's data-parallel controller deals them round robin, as to replicas without DP."""

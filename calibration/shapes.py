@@ -32,6 +32,10 @@ class ModelShape:
     intermediate_size: int
     vocab_size: int
     dtype: str = "bf16"
+    #: Routed experts and how many each token uses (0 and 0: a dense model); with experts,
+    #: ``intermediate_size`` is one expert's width.
+    num_experts: int = 0
+    experts_per_token: int = 0
 
     def __post_init__(self) -> None:
         for field_name in (
@@ -47,6 +51,10 @@ class ModelShape:
                 raise ValueError(f'"{field_name}" must be > 0')
         if self.num_attention_heads % self.num_kv_heads:
             raise ValueError('"num_attention_heads" must be a multiple of "num_kv_heads"')
+        if self.num_experts < 0 or not 0 <= self.experts_per_token <= self.num_experts:
+            raise ValueError('"experts_per_token" must be between 0 and "num_experts"')
+        if bool(self.num_experts) != bool(self.experts_per_token):
+            raise ValueError('"num_experts" and "experts_per_token" are both 0 (dense) or both > 0')
         if self.dtype not in ("fp16", "bf16"):
             raise ValueError(f'"dtype" must be fp16 or bf16 for calibration, got {self.dtype!r}')
 

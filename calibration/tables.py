@@ -23,7 +23,13 @@
   eager on a CPU, where it computes dense scores: a correctness path only);
 - ``custom_allreduce_perf``: ``torch.distributed.all_reduce`` of ``message_size`` bf16
   elements over NCCL between 2, 4, 8 GPUs of this machine (`calibration.allreduce`); on
-  a CPU, one gloo process (``num_gpus`` 1): the code path, not a measurement of anything.
+  a CPU, one gloo process (``num_gpus`` 1): the code path, not a measurement of anything;
+- ``moe_perf``: one MoE layer's routed experts in bf16 (`calibration.moe`: sort by expert,
+  grouped gate/up GEMM, SiLU-and-multiply, grouped down GEMM, weighted sum) for
+  ``num_tokens`` tokens under a synthetic routing (``distribution``), on the GPU the
+  routing loads most when ``moe_ep`` > 1. Each shape's kernel must first reproduce
+  `calibration.moe.reference_moe`; fp8 and 4-bit experts are not measured (torch has no
+  public quantised grouped GEMM): the packaged tables price them.
 
 What cannot run here (fp8 on a GPU without fp8, a shape the kernel refuses, an all-reduce
 with one GPU) is recorded with the reason (`Table.skip`) and lands in collection_meta.yaml.
@@ -47,13 +53,20 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from calibration.harness import _num_copies, device_info
+from calibration.moe import MOE_TOLERANCE, TorchMoE, reference_moe, routing
 from calibration.table_grids import TableGrids
 from calibration.timing import time_median_s
 
 Progress = Callable[[str], None]
 
 #: The tables `measure_tables` can write, in the order it measures them.
-ALL_TABLES = ("gemm_perf", "context_attention_perf", "generation_attention_perf", "custom_allreduce_perf")
+ALL_TABLES = (
+    "gemm_perf",
+    "context_attention_perf",
+    "generation_attention_perf",
+    "custom_allreduce_perf",
+    "moe_perf",
+)
 #: Table dtype names (aiconfigurator's) of the harness's dtypes.
 DTYPE_NAMES = {"bf16": "bfloat16", "fp8": "fp8"}
 FP8 = getattr(torch, "float8_e4m3fn", None)
@@ -344,6 +357,7 @@ class _Tables:
             "context_attention_perf": "context_attention",
             "generation_attention_perf": "generation_attention",
             "custom_allreduce_perf": "all_reduce",
+            "moe_perf": "moe",
         }[table]
         return {
             "framework": "torch",
@@ -721,6 +735,100 @@ class _Tables:
             table.notes.append("CPU run: one gloo process, no communication; not a measurement of any GPU")
         return table
 
+    # ------------------------------------------------------------------ MoE
+
+    def moe(self) -> Table:
+        table, g = Table(), self.grids
+        for (hidden, inter, topk, experts), tp, ep in g.moe_cases():
+            self._moe_case(table, hidden, inter, topk, experts, tp, ep)
+            self.progress(
+                f"moe hidden={hidden} inter={inter} top-{topk} of {experts} tp={tp} ep={ep}: "
+                f"{len(g.moe_tokens)} token counts x {len(g.moe_distributions)} routings"
+            )
+        if self.device.type == "cuda" and torch.cuda.get_device_capability(self.device) < (9, 0):
+            table.notes.append("torch._grouped_mm needs compute capability 9.0+: one GEMM pair per expert")
+        return table
+
+    def _moe_weights(self, experts: int, width: int, hidden: int) -> tuple[torch.Tensor, torch.Tensor]:
+        def randn(*size: int, std: float) -> torch.Tensor:
+            return torch.empty(*size, device=self.device, dtype=torch.bfloat16).normal_(
+                std=std, generator=self.gen
+            )
+
+        return randn(experts, 2 * width, hidden, std=hidden**-0.5), randn(
+            experts, hidden, width, std=width**-0.5
+        )
+
+    def _checked_moe(self, w13: torch.Tensor, w2: torch.Tensor, experts: int, topk: int, ep: int) -> TorchMoE:
+        """The grouped kernel if it runs and reproduces `reference_moe` on a small routing, else
+        the per-expert loop if that does; ValueError if neither."""
+        ids, weights, first = routing(8, experts, topk, "power_law_1.01", moe_ep=ep, seed=1)
+        x = self._randn(8, w13.shape[2])
+        want = reference_moe(x, w13, w2, ids, weights, first)
+        why = []
+        for grouped in (True, False):
+            moe = TorchMoE(w13, w2, grouped)
+            try:
+                got = moe.prepare(ids, weights, first, self.device)(x).float()
+            except (RuntimeError, ValueError, NotImplementedError) as exc:
+                why.append(f"{moe.kernel_source}: {_first_line(exc)}")
+                continue
+            err = float((got - want).norm() / want.norm().clamp_min(1e-30))
+            if err <= MOE_TOLERANCE:
+                return moe
+            why.append(f"{moe.kernel_source}: differs from the reference by {err:.3g}")
+        raise ValueError("; ".join(why))
+
+    def _moe_case(
+        self, table: Table, hidden: int, inter: int, topk: int, experts: int, tp: int, ep: int
+    ) -> None:
+        g = self.grids
+        case = f"moe hidden={hidden} inter={inter} topk={topk} experts={experts} moe_tp={tp} moe_ep={ep}"
+        points = len(g.moe_tokens) * len(g.moe_distributions)
+        local, width = experts // ep, inter // tp
+        copies = _num_copies(local * 3 * width * hidden * 2, g.l2_flush_bytes)
+        try:
+            weights = [self._moe_weights(local, width, hidden) for _ in range(copies)]
+            checked = self._checked_moe(*weights[0], experts, topk, ep)
+        except (RuntimeError, ValueError) as exc:
+            table.skip(case, _first_line(exc), count=points)
+            self._free()
+            return
+        moes = [TorchMoE(w13, w2, checked.grouped) for w13, w2 in weights]
+        for distribution in g.moe_distributions:
+            for tokens in g.moe_tokens:
+                try:
+                    ids, mix, first = routing(tokens, experts, topk, distribution, moe_ep=ep)
+                    x = self._randn(tokens, hidden)
+                    calls = [m.prepare(ids, mix, first, self.device) for m in moes]
+
+                    def fn(i: int, x: torch.Tensor = x, calls: list = calls) -> torch.Tensor:  # type: ignore[type-arg]
+                        return calls[i % len(calls)](x)
+
+                    latency = self._time_ms(fn, len(calls))
+                except (RuntimeError, ValueError) as exc:
+                    table.skip(f"{case} num_tokens={tokens} {distribution}", _first_line(exc))
+                    self._free()
+                    continue
+                table.add(
+                    self._row(
+                        "moe_perf",
+                        checked.kernel_source,
+                        moe_dtype="bfloat16",
+                        num_tokens=tokens,
+                        hidden_size=hidden,
+                        inter_size=inter,
+                        topk=topk,
+                        num_experts=experts,
+                        moe_tp_size=tp,
+                        moe_ep_size=ep,
+                        distribution=distribution,
+                        latency=latency,
+                    )
+                )
+        del moes, weights
+        self._free()
+
 
 def measure_tables(
     grids: TableGrids,
@@ -751,6 +859,7 @@ def measure_tables(
                 "context_attention_perf": run.context_attention,
                 "generation_attention_perf": run.generation_attention,
                 "custom_allreduce_perf": run.allreduce,
+                "moe_perf": run.moe,
             }[name]()
             say(
                 f"{name}: {len(out[name].rows)} rows, {sum(n for n, _ in out[name].skipped.values())} skipped"

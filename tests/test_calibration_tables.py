@@ -12,7 +12,16 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from calibration.table_grids import CPU, FULL, FULL_GEMM_M, SMALL, TableGrids, for_model
+from calibration.table_grids import (
+    CPU,
+    FULL,
+    FULL_GEMM_M,
+    FULL_MOE_SHAPES,
+    FULL_MOE_TOKENS,
+    SMALL,
+    TableGrids,
+    for_model,
+)
 from kvsim.cli import main
 from kvsim.cost.profile import model_shape
 from kvsim.cost.table_layout import META_FILE, TABLE_SCHEMAS, version_dir
@@ -36,6 +45,7 @@ PACKAGED = {
     "context_attention_perf": "attention/vllm/0.24.0/context_attention_perf.parquet",
     "generation_attention_perf": "attention/vllm/0.24.0/generation_attention_perf.parquet",
     "custom_allreduce_perf": "comm/vllm/0.24.0/custom_allreduce_perf.parquet",
+    "moe_perf": "moe/vllm/0.24.0/moe_perf.parquet",
 }
 
 
@@ -89,6 +99,16 @@ def test_cpu_tables_cover_the_grid(cpu_run: tuple[Path, str]) -> None:
         (1, 4, 2, 16)
     }
     assert {r["kernel_source"] for r in gen} == {"torch_flex_attention_paged_eager_page16"}
+    moe = pq.read_table(version_dir(root, "cpu", "moe", version) / "moe_perf.parquet").to_pylist()
+    assert sorted(
+        (r["moe_tp_size"], r["moe_ep_size"], r["distribution"], r["num_tokens"]) for r in moe
+    ) == sorted(
+        (tp, ep, d, t) for tp, ep in CPU.moe_layouts for d in CPU.moe_distributions for t in CPU.moe_tokens
+    )
+    assert {
+        (r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"], r["moe_dtype"]) for r in moe
+    } == {(64, 32, 2, 8, "bfloat16")}
+    assert {r["kernel_source"] for r in moe} == {"torch._grouped_mm"}
 
 
 def test_cpu_meta_names_the_harness_and_the_reasons(cpu_run: tuple[Path, str]) -> None:
@@ -112,7 +132,7 @@ def test_cpu_run_again_replaces_its_own_tables(cpu_run: tuple[Path, str]) -> Non
     assert (
         main(["calibrate", "--tables", str(root), "--device", "cpu", "--only", "custom_allreduce_perf"]) == 0
     )
-    assert sorted(p.name for p in (root / "cpu").iterdir()) == ["attention", "comm", "gemm"]
+    assert sorted(p.name for p in (root / "cpu").iterdir()) == ["attention", "comm", "gemm", "moe"]
     assert not [p for p in root.rglob(".*kvsim-*")]  # no temporary or parked folder left
 
 
@@ -199,6 +219,15 @@ def test_grids_match_the_packaged_tables() -> None:
     ctx = pd.read_parquet(data / PACKAGED["context_attention_perf"], columns=["batch_size", "isl"])
     assert sorted(ctx["isl"].unique()) == FULL.context_isl
     assert sorted(ctx["batch_size"].unique()) == FULL.context_batch_sizes
+    moe = pd.read_parquet(data / PACKAGED["moe_perf"])
+    bf16 = moe[moe["moe_dtype"] == "bfloat16"]
+    assert sorted(bf16["num_tokens"].unique()) == FULL_MOE_TOKENS
+    shapes = bf16.groupby(["hidden_size", "inter_size", "topk", "num_experts"]).size().index
+    assert sorted(shapes) == FULL_MOE_SHAPES
+    assert sorted(bf16["distribution"].unique()) == sorted(FULL.moe_distributions)
+    layouts = set(zip(bf16["moe_tp_size"], bf16["moe_ep_size"], strict=True))
+    assert {(tp, ep) for (_, tp, ep) in FULL.moe_cases()} == layouts
+    assert set(SMALL.moe_shapes) <= set(FULL_MOE_SHAPES) and set(SMALL.moe_tokens) <= set(FULL_MOE_TOKENS)
 
 
 def test_for_model_measures_that_models_shapes() -> None:
@@ -251,7 +280,7 @@ def test_cli_tables_refuses_profile_options(tmp_path: Path, capsys: pytest.Captu
 
 def test_measure_tables_refuses_unknown_tables() -> None:
     with pytest.raises(ValueError, match="unknown tables"):
-        measure_tables(CPU, device="cpu", tables=("moe_perf",))
+        measure_tables(CPU, device="cpu", tables=("mla_context_module_perf",))
     assert set(TABLE_SCHEMAS) == set(ALL_TABLES)
     assert isinstance(CPU, TableGrids)
 

@@ -31,6 +31,7 @@ PACKAGED = {
     "context_attention_perf": "attention/vllm/0.24.0/context_attention_perf.parquet",
     "generation_attention_perf": "attention/vllm/0.24.0/generation_attention_perf.parquet",
     "custom_allreduce_perf": "comm/vllm/0.24.0/custom_allreduce_perf.parquet",
+    "moe_perf": "moe/vllm/0.24.0/moe_perf.parquet",
 }
 
 
@@ -43,7 +44,7 @@ def packaged_dir() -> Path:
 
 def row(table: str, **values: Any) -> dict[str, Any]:
     """A row of ``table`` with every column filled (strings 'x', integers 1, latency 0.5)."""
-    defaults = {"string": "x", "int64": 1, "double": 0.5}
+    defaults = {"string": "x", "large_string": "x", "int64": 1, "double": 0.5}
     out: dict[str, Any] = {col: defaults[typ] for col, typ in TABLE_SCHEMAS[table]}
     out.update(values)
     return out

@@ -4,8 +4,9 @@
         time the model's kernels with torch (calibration/ harness) and write a profile
     kvsim calibrate --tables DIR [--system NAME] [--device cuda|cpu] [--full-grid]
                     [--model M [--tp N]] [--only TABLE ...]
-        time GEMMs, context and paged decode attention and all-reduces with torch and write
-        them as aiconfigurator-core's kernel tables: DIR/<system>/<op>/torch/<version>/
+        time GEMMs, context and paged decode attention, all-reduces and MoE experts with torch
+        and write them as aiconfigurator-core's kernel tables: DIR/<system>/<op>/torch/<version>/
+        (read back with cost_model: {kind: kernels, backend: torch, tables: DIR})
     kvsim calibrate --fit-roofline PROFILE [--gpu G] [--out FIT]
         fit roofline efficiencies to a kernels profile (carry a GPU's character to other models)
     kvsim calibrate --fit-measurements CSV --model M --gpu G [--combine max|sum] --out FIT
@@ -407,8 +408,11 @@ def _measure_tables(args: argparse.Namespace) -> int:
     if args.system is not None:
         check_name(args.system, "--system")
     model = _model(args.model) if args.model else None
-    if model is not None and (model.is_mla or model.num_experts):
-        raise KvsimError(f"--tables measures dense attention models; {model.name!r} is MLA or MoE")
+    if model is not None and model.is_mla:
+        raise KvsimError(
+            f"--tables measures multi-head and grouped-query attention; {model.name!r} uses MLA "
+            "(its attention is priced from the packaged mla tables)"
+        )
     try:
         from calibration.harness import device_info  # imports torch: only when measuring
         from calibration.shapes import ModelShape
@@ -431,6 +435,8 @@ def _measure_tables(args: argparse.Namespace) -> int:
     if model is not None:
         shape_fields = model_shape(model)
         shape_fields["dtype"] = "bf16"  # the tables are bf16 (and fp8); shapes are what matter
+        shape_fields["num_experts"] = model.num_experts or 0
+        shape_fields["experts_per_token"] = (model.num_experts_per_token or 0) if model.num_experts else 0
         try:
             grids = for_model(grids, ModelShape(**shape_fields), args.tp)
         except ValueError as exc:

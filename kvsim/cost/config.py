@@ -147,9 +147,11 @@ class KernelCostConfig(FrozenModel):
         description="The tables' system (h100_sxm, h200_sxm, b200_sxm, gb200, ...; `kvsim profiles` "
         "lists them); None: the one of the replica's GPU preset.",
     )
-    backend: Literal["vllm", "sglang", "trtllm"] | None = Field(
+    backend: Literal["vllm", "sglang", "trtllm", "torch"] | None = Field(
         default=None,
-        description="Whose kernels: vllm, sglang or trtllm; None: the replica's engine.backend.",
+        description="Whose kernels: vllm, sglang or trtllm; torch: your own, measured by `kvsim calibrate "
+        "--tables` (give `tables`; the engine's overheads and CUDA-graph sizes still follow "
+        "engine.backend); None: the replica's engine.backend.",
     )
     version: str | None = Field(
         default=None,

@@ -342,10 +342,19 @@ class KernelSource:
         return self.version if self.version in versions else None
 
 
+#: The backend folder of the tables kvsim's own harness writes (`kvsim.cost.table_layout.BACKEND`).
+TORCH_TABLES = "torch"
+
+
 def resolve_source(
     config: KernelCostConfig, gpu: GpuSpec, backend: str, base_dir: Path | None = None
 ) -> KernelSource:
     """The tables a config names, or those of the GPU preset and the engine's backend."""
+    if config.backend == TORCH_TABLES and config.tables is None:
+        raise ProfileError(
+            "cost_model.backend torch reads the tables `kvsim calibrate --tables DIR` measured: give "
+            "cost_model.tables: DIR"
+        )
     if config.tables is not None:
         root = Path(config.tables).expanduser()
         if not root.is_absolute() and base_dir is not None:
@@ -727,6 +736,9 @@ class KernelCostModel:
         if moe_ep > 1 and not model.is_moe:
             raise ValueError(f"moe_ep {moe_ep}: {model.name} is not a mixture of experts")
         self.source = resolve_source(config, gpu, backend, base_dir)
+        # What the engine does around the kernels (overheads, CUDA graphs, eager MoE steps) is the
+        # tables' engine's, or with the harness's own tables (backend torch) the replica's engine's.
+        self.engine = backend if self.source.backend == TORCH_TABLES else self.source.backend
         self.warnings: list[str] = []
         gemm_dtype = GEMM_DTYPES.get(model.weight_dtype)
         kv_dtype = KV_DTYPES.get(kv_cache_dtype)
@@ -747,7 +759,7 @@ class KernelCostModel:
         kv_heads = max(1, model.num_kv_heads // tp)
         inter = model.intermediate_size // tp
         self.max_graph_tokens, self._graph_sizes = graph_capture(
-            self.source.backend, self.source.system, gpu, tp, max_num_seqs, config.cuda_graph_max_size,
+            self.engine, self.source.system, gpu, tp, max_num_seqs, config.cuda_graph_max_size,
             version=backend_version, model_name=model.name,
         )  # fmt: skip
 
@@ -766,7 +778,7 @@ class KernelCostModel:
         self._eager_floor_s = 0.0  # a step with a prompt takes at least this (`EAGER_MOE_LAYER_HOST_S`)
         # ... when it runs more tokens than this: vLLM runs a step within its CUDA-graph sizes
         # from a graph (piecewise for a prompt), SGLang and TensorRT-LLM none with a prompt.
-        self._eager_above_tokens = self.max_graph_tokens if self.source.backend == "vllm" else 0
+        self._eager_above_tokens = self.max_graph_tokens if self.engine == "vllm" else 0
         mlp_inter = inter
         if model.is_moe:
             assert model.num_experts is not None and model.num_experts_per_token is not None
@@ -811,7 +823,7 @@ class KernelCostModel:
             self._init_moe(gemm, inter, attention_gemms)
             per_layer = config.eager_moe_layer_host_s
             if per_layer is None:
-                per_layer = EAGER_MOE_LAYER_HOST_S.get(self.source.backend, 0.0)
+                per_layer = EAGER_MOE_LAYER_HOST_S.get(self.engine, 0.0)
             self._eager_floor_s = self._num_moe_layers * per_layer
         # Linear-attention layers (Qwen3.5): their projections replace the QKV / O GEMMs, their
         # conv and delta-rule kernels the attention (`kvsim.cost.linear_attention`).
@@ -879,7 +891,7 @@ class KernelCostModel:
         self._moe_elementwise_bytes = 3 * inter * model.num_shared_experts * 2.0 - 3 * mlp_inter * 2.0
         self._moe_elementwise_kernels = 0 if model.num_shared_experts else -1
         self._hbm_rate = gpu.hbm_bandwidth_bytes_per_s * config.elementwise_memory_efficiency
-        fitted = FITTED[self.source.backend] if self.source.backend in FITTED else Overheads(0.0, 0.0, 3e-6)
+        fitted = FITTED[self.engine] if self.engine in FITTED else Overheads(0.0, 0.0, 3e-6)
         self.overheads = Overheads(
             *(
                 fitted_value if given is None else given

@@ -8,12 +8,13 @@ kernels cost model reads a user's own measurements exactly as it reads the packa
     DIR/<system>/attention/torch/<torch version>/context_attention_perf.parquet
     DIR/<system>/attention/torch/<torch version>/generation_attention_perf.parquet
     DIR/<system>/comm/torch/<torch version>/custom_allreduce_perf.parquet
+    DIR/<system>/moe/torch/<torch version>/moe_perf.parquet
     ... each version folder also holds collection_meta.yaml and kvsim's marker .kvsim
 
 ``<system>`` is aiconfigurator's system name (``h200_sxm``; `--system`), the backend is
 ``torch`` and the version torch's public version (``2.11.0``; the local label, such as
 ``+cu130``, is in the meta file). Columns, their order and their Arrow types are those of
-the packaged files (`TABLE_SCHEMAS`); ``latency`` is milliseconds per call of one layer's
+the packaged files (`TABLE_SCHEMAS`; ``moe_perf``'s strings are ``large_string``, as there); ``latency`` is milliseconds per call of one layer's
 kernel, ``message_size`` of an all-reduce counts elements (aiconfigurator's collector
 sends ``message_size`` bf16 elements). A table with no row is not written; its meta entry
 says why.
@@ -51,14 +52,14 @@ META_FILE = "collection_meta.yaml"
 MARKER_FILE = ".kvsim"
 MARKER_KIND = "kernel-tables"
 
-_STRING, _INT, _FLOAT = "string", "int64", "double"
-_COMMON: tuple[tuple[str, str], ...] = (
-    ("framework", _STRING),
-    ("version", _STRING),
-    ("device", _STRING),
-    ("op_name", _STRING),
-    ("kernel_source", _STRING),
-)
+_STRING, _LARGE_STRING, _INT, _FLOAT = "string", "large_string", "int64", "double"
+
+
+def _common(string: str) -> tuple[tuple[str, str], ...]:
+    return tuple((col, string) for col in ("framework", "version", "device", "op_name", "kernel_source"))
+
+
+_COMMON = _common(_STRING)
 _ATTENTION: tuple[tuple[str, str], ...] = (
     *_COMMON,
     ("batch_size", _INT),
@@ -75,7 +76,7 @@ _ATTENTION: tuple[tuple[str, str], ...] = (
 )
 
 #: Table name -> (column, Arrow type) in file order: aiconfigurator-core 0.12.0's
-#: h200_sxm/{gemm,attention,comm}/vllm/0.24.0 files (tests compare them with the package).
+#: h200_sxm/{gemm,attention,comm,moe}/vllm/0.24.0 files (tests compare them with the package).
 TABLE_SCHEMAS: dict[str, tuple[tuple[str, str], ...]] = {
     "gemm_perf": (
         *_COMMON,
@@ -95,6 +96,20 @@ TABLE_SCHEMAS: dict[str, tuple[tuple[str, str], ...]] = {
         ("latency", _FLOAT),
         ("backend", _STRING),
     ),
+    # the packaged moe_perf stores its strings as large_string
+    "moe_perf": (
+        *_common(_LARGE_STRING),
+        ("moe_dtype", _LARGE_STRING),
+        ("num_tokens", _INT),
+        ("hidden_size", _INT),
+        ("inter_size", _INT),
+        ("topk", _INT),
+        ("num_experts", _INT),
+        ("moe_tp_size", _INT),
+        ("moe_ep_size", _INT),
+        ("distribution", _LARGE_STRING),
+        ("latency", _FLOAT),
+    ),
 }
 #: Table name -> the op folder it lives in.
 TABLE_OPS: dict[str, str] = {
@@ -102,6 +117,7 @@ TABLE_OPS: dict[str, str] = {
     "context_attention_perf": "attention",
     "generation_attention_perf": "attention",
     "custom_allreduce_perf": "comm",
+    "moe_perf": "moe",
 }
 #: Table name -> the ``op_name`` its rows carry.
 TABLE_OP_NAMES: dict[str, str] = {
@@ -109,6 +125,7 @@ TABLE_OP_NAMES: dict[str, str] = {
     "context_attention_perf": "context_attention",
     "generation_attention_perf": "generation_attention",
     "custom_allreduce_perf": "all_reduce",
+    "moe_perf": "moe",
 }
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
@@ -189,7 +206,7 @@ def arrow_table(name: str, rows: Sequence[Mapping[str, Any]]) -> Any:
     """``rows`` as a pyarrow Table with exactly ``TABLE_SCHEMAS[name]``'s columns and types."""
     import pyarrow as pa  # a dependency of kvsim; imported where tables are written
 
-    types = {_STRING: pa.string(), _INT: pa.int64(), _FLOAT: pa.float64()}
+    types = {_STRING: pa.string(), _LARGE_STRING: pa.large_string(), _INT: pa.int64(), _FLOAT: pa.float64()}
     schema = pa.schema([(col, types[typ]) for col, typ in TABLE_SCHEMAS[name]])
     columns = [c for c, _ in TABLE_SCHEMAS[name]]
     for i, row in enumerate(rows):

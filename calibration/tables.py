@@ -209,8 +209,15 @@ class VarlenPagedDecode:
     name = "torch_varlen_attn_paged"
 
     def __init__(self, kv: PagedKV) -> None:
+        import inspect
+
         from torch.nn.attention.varlen import varlen_attn
 
+        params = inspect.signature(varlen_attn).parameters
+        if "block_table" not in params:
+            raise TypeError(f"torch {torch.__version__}'s varlen_attn takes no block_table (no paged KV)")
+        # torch 2.11's has no enable_gqa: FlashAttention takes fewer KV heads as they are
+        self._gqa = {"enable_gqa": True} if "enable_gqa" in params else {}
         self.kv, self._attn = kv, varlen_attn
         b = int(kv.seq_lens.shape[0])
         dev = kv.k_pool.device
@@ -228,7 +235,7 @@ class VarlenPagedDecode:
             self.cu_seq_k,
             1,
             self.max_k,
-            enable_gqa=True,
+            **self._gqa,
             seqused_k=self.kv.seq_lens,
             block_table=self.kv.block_table,
         )
@@ -285,12 +292,23 @@ class FlexPagedDecode:
             seq_lengths=(1, p * page),
         )
         self._attn = _compiled_flex() if compiled else flex_attention
+        # The compiled kernel's tiles must divide the mask's blocks (one page): its default
+        # BLOCK_N of 128 for head_dim 128 on an H200 refuses 64-token pages (seen, torch 2.11).
+        tile = min(page, 64)
+        self.kernel_options = {"BLOCK_M": tile, "BLOCK_N": tile} if compiled and page % tile == 0 else None
 
     def __call__(self, q: torch.Tensor) -> torch.Tensor:
         with warnings.catch_warnings():
             # eager on purpose (a CPU's correctness path): torch's advice to compile is known
             warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-            out = self._attn(q.unsqueeze(2), self.k, self.v, block_mask=self.block_mask, enable_gqa=True)
+            out = self._attn(
+                q.unsqueeze(2),
+                self.k,
+                self.v,
+                block_mask=self.block_mask,
+                enable_gqa=True,
+                kernel_options=self.kernel_options,
+            )
         result: torch.Tensor = out[:, :, 0]
         return result
 

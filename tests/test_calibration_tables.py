@@ -33,6 +33,7 @@ pytestmark = pytest.mark.torch
 from calibration.shapes import ModelShape  # noqa: E402
 from calibration.tables import (  # noqa: E402
     ALL_TABLES,
+    ContiguousDecode,
     FlexPagedDecode,
     gather_then_attend,
     make_paged_kv,
@@ -159,6 +160,25 @@ def test_paged_decode_equals_gather_then_attend(kv: str, heads: int, kv_heads: i
     torch.testing.assert_close(
         ref[0], v_pool[paged.block_table[0, 0].long(), 0].float().repeat_interleave(heads // kv_heads, 0)
     )
+
+
+@pytest.mark.parametrize("lens", [[1, 7, 8, 9, 24, 61], [24, 24, 24]])
+@pytest.mark.parametrize(("heads", "kv_heads"), [(4, 4), (8, 2)])
+def test_contiguous_decode_equals_gather_then_attend(lens: list[int], heads: int, kv_heads: int) -> None:
+    """The stand-in for a paged kernel (SDPA over each request's K/V copied out of its pages)
+    computes the reference's answer: unequal lengths padded and masked, equal ones unmasked."""
+    gen = torch.Generator().manual_seed(1)
+    page, hd = 8, 16
+    k_pool = torch.randn(40, page, kv_heads, hd, generator=gen).to(torch.bfloat16)
+    v_pool = torch.randn(40, page, kv_heads, hd, generator=gen).to(torch.bfloat16)
+    paged = make_paged_kv(k_pool, v_pool, lens, gen)
+    q = torch.randn(len(lens), heads, hd, generator=gen).to(torch.bfloat16)
+    kernel = ContiguousDecode(paged)
+    assert (kernel.mask is None) == (len(set(lens)) == 1)
+    assert kernel.k.shape == (len(lens), kv_heads, max(lens), hd)
+    torch.testing.assert_close(kernel(q).float(), gather_then_attend(q, paged), atol=2e-2, rtol=2e-2)
+    with pytest.raises(TypeError, match="SDPA takes no"):
+        ContiguousDecode(make_paged_kv(k_pool.to(torch.float8_e4m3fn), v_pool, lens, gen))
 
 
 def test_small_decode_points_rotate_over_copies_beyond_the_l2_cache() -> None:

@@ -43,7 +43,8 @@ def test_the_quoted_kernel_ratios(script) -> None:  # type: ignore[no-untyped-de
     assert quoted[("gemm_perf", "bfloat16")] == (240, 480, 1.09, 2.02)
     assert quoted[("gemm_perf", "fp8")] == (240, 480, 1.32, 2.43)
     assert quoted[("context_attention_perf", "all")] == (114, 114, 0.85, 1.03)
-    assert quoted[("generation_attention_perf", "bfloat16")] == (87, 218, 5.59, 11.51)
+    assert quoted[("generation_attention_perf", "bfloat16")] == (87, 218, 1.13, 1.66)
+    assert quoted[("generation_attention_perf", "fp8")] == (87, 218, 8.32, 20.52)
     assert quoted[("moe_perf", "all")] == (360, 360, 1.82, 3.63)
     assert quoted[("moe_perf", "4096 14336 2 8 1 1")] == (30, 360, 1.41, 1.73)
 
@@ -54,10 +55,10 @@ def test_the_quoted_steps(script) -> None:  # type: ignore[no-untyped-def]
         for s in script.steps(script.SHIPPED, "h200_sxm", "vllm", "0.24.0", "mixtral-8x7b")
     }
     assert steps == {
-        "decode 1 x 2,048": 2.39,
-        "decode 16 x 2,048": 1.83,
-        "decode 64 x 2,048": 2.0,
-        "decode 256 x 1,024": 2.24,
+        "decode 1 x 2,048": 1.77,
+        "decode 16 x 2,048": 1.62,
+        "decode 64 x 2,048": 1.33,
+        "decode 256 x 1,024": 1.15,
         "prefill 2,048": 1.24,
         "prefill 8,192": 1.19,
     }

@@ -319,9 +319,9 @@ class ContiguousDecode:
     per request over contiguous ``[batch, kv_heads, tokens, head_dim]`` K and V, GQA native.
 
     A stand-in for a paged kernel where torch has none that is fast: on one H200 (torch 2.11)
-    it ran within 0.75-1.26x of vLLM 0.24.0's paged FlashAttention-3 at the same points, and
-    compiled ``flex_attention`` over the pages 4-6x slower (docs/cost-model.md, "The harness
-    on a real H200"). The copy is not timed (a paged kernel reads the pages in place). Requests
+    it ran within 0.76-1.29x of vLLM 0.24.0's paged FlashAttention-3 at the same points, and
+    compiled ``flex_attention`` over the pages 3.7-6.5x slower at 16-256 requests
+    (docs/cost-model.md, "The harness on a real H200"). The copy is not timed (a paged kernel reads the pages in place). Requests
     of unequal length are padded and masked (the correctness check's batch); the tables' points
     are equal-length, unmasked. bf16/fp16 K/V only: SDPA takes no fp8."""
 

@@ -58,6 +58,7 @@ from kvsim.backends.defaults import parse_version, sglang_memory_defaults
 from kvsim.cost.base import Batch
 from kvsim.cost.config import KernelCostConfig
 from kvsim.cost.moe_comm import all_to_all_curve, gather_scatter_curve
+from kvsim.cost.table_layout import BACKEND as TORCH_TABLES  # the folder of the harness's own tables
 from kvsim.cost.tables import (
     MS,
     Curve,
@@ -340,10 +341,6 @@ class KernelSource:
         """The requested version if this op was measured for it, else the newest measured."""
         versions = self.index.versions(self.system, op, self.backend)
         return self.version if self.version in versions else None
-
-
-#: The backend folder of the tables kvsim's own harness writes (`kvsim.cost.table_layout.BACKEND`).
-TORCH_TABLES = "torch"
 
 
 def resolve_source(

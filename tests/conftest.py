@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -27,6 +30,20 @@ REQUIRED_SUMMARY_KEYS = (
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 TRACES = SHARED / "traces"
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` as the module ``name``, loaded once per process: registered in
+    sys.modules under that name, as the scripts' process pools pickle their functions by it."""
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return loaded
+    where = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert where is not None and where.loader is not None
+    module = importlib.util.module_from_spec(where)
+    sys.modules[name] = module
+    where.loader.exec_module(module)
+    return module
 
 
 def spec(

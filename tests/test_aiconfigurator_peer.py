@@ -10,27 +10,17 @@ from __future__ import annotations
 
 import csv
 import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-peer = load("aiconfigurator_peer")
-harness = load("silicon_harness")
+peer = load_benchmark("aiconfigurator_peer")
+harness = load_benchmark("silicon_harness")
 
 AGG_ROW = {
     "id": "r1",

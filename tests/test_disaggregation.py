@@ -12,32 +12,18 @@ token. A 100-token prompt's KV crosses in 1 ms + 13,107,200 B / 1 GB/s = 14.1072
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import spec
+from conftest import load_benchmark, spec
 
 import kvsim
 
 ROOT = Path(__file__).resolve().parent.parent
 P, D = 0.02, 0.005
 KV_100, KV_50 = 1e-3 + 100 * 131072 / 1e9, 1e-3 + 50 * 131072 / 1e9
-
-
-def _silicon() -> Any:
-    loaded = sys.modules.get("silicon")
-    if loaded is not None:
-        return loaded
-    where = importlib.util.spec_from_file_location("silicon", ROOT / "benchmarks" / "silicon.py")
-    assert where and where.loader
-    module = importlib.util.module_from_spec(where)
-    sys.modules["silicon"] = module
-    where.loader.exec_module(module)
-    return module
 
 
 def _pd(workload: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -130,14 +116,14 @@ def test_the_client_sees_the_first_token_from_the_decode_worker() -> None:
     #              the rest (49.1072 - 39.1072 ms) over output - 2 = 2 iterations: TPOT 5 ms.
     #   request 1: KV in at 47.5536 ms, the next iteration starts at 49.1072 and ends at
     #              54.1072 ms: TTFT 54.1072 - 5 = 49.1072 ms; TPOT (59.1072 - 54.1072) / 1 = 5 ms.
-    ttft, tpot = _silicon().client_times(_staggered())
+    ttft, tpot = load_benchmark("silicon").client_times(_staggered())
     first0 = P + KV_100 + D
     first1 = P + KV_100 + 3 * D + D
     assert ttft == pytest.approx((first0 + (first1 - 0.005)) / 2, rel=1e-12)
     assert tpot == pytest.approx(D, rel=1e-12)
     # A one-token request finishes on the prefill worker (no transfer): kvsim's own times.
     alone = kvsim.run(_pd(), requests=[spec(0, 100, output=1)])
-    ttft, tpot = _silicon().client_times(alone)
+    ttft, tpot = load_benchmark("silicon").client_times(alone)
     assert ttft == pytest.approx(P, rel=1e-12) and math.isnan(tpot)
 
 
@@ -165,7 +151,7 @@ def test_the_client_view_waits_for_a_slot_when_the_decode_worker_is_full() -> No
     finish1 = P + KV_100 + 5 * D + 2 * D
     assert res.requests.decode_scheduled_s[1] == pytest.approx(finish1 - 2 * D, rel=1e-12)  # the slot freed
     assert res.requests.finish_s.tolist() == pytest.approx([P + KV_100 + 5 * D, finish1], rel=1e-12)
-    ttft, tpot = _silicon().client_times(res)
+    ttft, tpot = load_benchmark("silicon").client_times(res)
     assert ttft == pytest.approx(((P + KV_100 + D) + (finish1 - D - 0.005)) / 2, rel=1e-12)
     assert tpot == pytest.approx(D, rel=1e-12)
 
@@ -186,7 +172,7 @@ def test_the_client_view_of_a_request_the_decode_worker_preempted() -> None:
     kv_64 = 1e-3 + 64 * 131072 / 1e9
     first0, first1 = P + kv_64 + D, P + kv_64 + 4 * D + D
     assert r.finish_s[0] == pytest.approx(first0 + 18 * D, rel=1e-12)
-    ttft, tpot = _silicon().client_times(res)
+    ttft, tpot = load_benchmark("silicon").client_times(res)
     assert ttft == pytest.approx((first0 + (first1 - 0.005)) / 2, rel=1e-12)
     assert tpot == pytest.approx((D + (r.finish_s[1] - first1) / 18) / 2, rel=1e-12)
 

@@ -3,34 +3,19 @@ configuration file in force when each was measured; and benchmarks/silicon.py re
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import load_benchmark
 
 from kvsim.cost.tables import package_tables_root
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load(name: str) -> Any:
-    """benchmarks/NAME.py as the module NAME, the one already loaded if another test file did
-    (the process pool pickles `silicon.simulate` by the module's name: one module object)."""
-    loaded = sys.modules.get(name)
-    if loaded is not None:
-        return loaded
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-spec_mod = _load("inferencex_spec")
-silicon = _load("silicon")
+spec_mod = load_benchmark("inferencex_spec")
+silicon = load_benchmark("silicon")
 Space, Snapshot, classify = spec_mod.Space, spec_mod.Snapshot, spec_mod.classify
 
 SGLANG_IMAGE = "lmsysorg/sglang:v0.5.9-cu130"

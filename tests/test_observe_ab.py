@@ -8,27 +8,16 @@ predictions of every run, the errors), so that the documented numbers are reprod
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, load_benchmark
 
 RESULTS = ROOT / "benchmarks" / "results" / "observe_ab"
 
 pytestmark = pytest.mark.slow
-
-
-def _benchmark():
-    spec = importlib.util.spec_from_file_location("observe_ab", ROOT / "benchmarks" / "observe_ab.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["observe_ab"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("measurement", ["3", "4"])
@@ -36,7 +25,7 @@ def test_analyze_gives_the_documented_figures_again(tmp_path: Path, measurement:
     recorded = json.loads((RESULTS / measurement / "report.json").read_text())
     folder = tmp_path / measurement
     shutil.copytree(RESULTS / measurement, folder)
-    report = _benchmark().analyze(folder)
+    report = load_benchmark("observe_ab").analyze(folder)
     assert set(report["runs"]) == {"A-0", "A-1", "B-0", "B-1"}
     for name, run in recorded["runs"].items():
         for key, value in run["errors"].items():

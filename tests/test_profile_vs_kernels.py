@@ -3,30 +3,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def load_script():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(
-        "profile_vs_kernels", ROOT / "benchmarks" / "profile_vs_kernels.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["profile_vs_kernels"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_quoted_medians() -> None:
     pytest.importorskip("aiconfigurator_core", reason="aiconfigurator-core (the kernels extra) is absent")
-    script = load_script()
+    script = load_benchmark("profile_vs_kernels")
     tables = script.Tables(script.packaged_tables(), "h200_sxm", "vllm", "0.24.0")
     rows = script.compare(script.Profile(script.PROFILE), tables)
     medians = {

@@ -5,14 +5,13 @@ unsupported, the error tables, and the fitting rule (h200_sxm rows only)."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import load_benchmark
 
 from kvsim.cost.tables import package_tables_root
 
@@ -23,19 +22,7 @@ needs_tables = pytest.mark.skipif(
 )
 
 
-def _load() -> Any:
-    loaded = sys.modules.get("silicon")  # one module object whichever test file loaded it first
-    if loaded is not None:
-        return loaded
-    spec = importlib.util.spec_from_file_location("silicon", ROOT / "benchmarks" / "silicon.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["silicon"] = module  # the process pool pickles `silicon.simulate` by name
-    spec.loader.exec_module(module)
-    return module
-
-
-silicon = _load()
+silicon = load_benchmark("silicon")
 
 COLUMNS = ["id", "silicon_data_source", "backend", "backend_version", "model_path", "system", "precision",
            "mode", "isl", "osl", "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size",

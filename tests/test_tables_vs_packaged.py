@@ -4,30 +4,18 @@ hold, every shipped point meets a packaged one, and kvsim prices a MoE model fro
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def load_script():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(
-        "tables_vs_packaged", ROOT / "benchmarks" / "tables_vs_packaged.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["tables_vs_packaged"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def script():  # type: ignore[no-untyped-def]
     pytest.importorskip("aiconfigurator_core", reason="aiconfigurator-core (the kernels extra) is absent")
-    return load_script()
+    return load_benchmark("tables_vs_packaged")
 
 
 def test_the_quoted_kernel_ratios(script) -> None:  # type: ignore[no-untyped-def]

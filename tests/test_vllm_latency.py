@@ -8,15 +8,13 @@ kvsim's predictions, the errors), so that the documented numbers are reproducibl
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from conftest import load_benchmark
 
 from kvsim.request import Segment
 
@@ -24,16 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-def load_benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("vllm_latency", ROOT / "benchmarks" / "vllm_latency.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["vllm_latency"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = load_benchmark()
+bench = load_benchmark("vllm_latency")
 
 
 def test_a_step_is_classified_as_kvsim_classifies_its_own() -> None:

@@ -332,10 +332,14 @@ def _ray_endpoint(address: str) -> tuple[str, int] | None:
 
 def _one_line(exc: BaseException, limit: int = 300) -> str:
     """An exception as one line: its message's first line, or, when the message carries a
-    traceback (Ray's client relays the server's), the traceback's last line, the error."""
+    traceback (Ray's client relays the server's), the traceback's last line, the error. A
+    first line that only announces what follows ("Initialization failure from server:") keeps
+    the line after it: Ray's client relays the server's reason there."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     if any(line.startswith("Traceback") for line in lines):
         lines = [line for line in lines if re.match(r"[\w.]+(Error|Exception)\b", line)][-1:] or lines
+    if len(lines) > 1 and lines[0].endswith(":"):
+        lines = [f"{lines[0]} {lines[1]}"]
     line = lines[0] if lines else ""
     line = line if len(line) <= limit else line[: limit - 3] + "..."
     return f"{type(exc).__name__}: {line}" if line else type(exc).__name__

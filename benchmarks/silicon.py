@@ -148,6 +148,16 @@ VLLM_MXFP8_MOE = {"mxfp4_moe_activation": "mxfp8", "moe_tables_backend": "sglang
 TRTLLM_GEN_FP8_MOE = {"moe_tables_backend": "sglang"}
 
 
+#: vLLM's Marlin MXFP4 experts: InferenceX's gpt-oss-120b vLLM scripts for H100 and H200 export
+#: VLLM_MXFP4_USE_MARLIN=1 from cec542a9a (2026-03-27, benchmarks/single_node/gptoss_fp4_h100.sh
+#: and gptoss_fp4_h200.sh; the vLLM 0.18.0 rows), where vLLM would otherwise run the OpenAI
+#: Triton kernel its moe table measures at gpt-oss's shape (vLLM 0.24.0 on h100_sxm / h200_sxm:
+#: 540-570 TFLOPS at 4-16k tokens of gpt-oss, against Marlin's 195-230 at the one shape its
+#: table has, hidden 3,584, top-16 of 896 experts). `moe_curve` carries Marlin to gpt-oss's
+#: shape at equal tokens per expert.
+VLLM_MARLIN_MXFP4_MOE = {"moe_kernel": "marlin"}
+
+
 #: The first vLLM release that schedules asynchronously by default (``async_scheduling``):
 #: 0.14.0; InferenceX removed its ``--async-scheduling`` flag when moving to it ("now enabled
 #: by default since v0.14.0": SemiAnalysisAI/InferenceX #789, d2c2acb19, and #496).
@@ -261,10 +271,12 @@ def mtp_draft_tokens(row: dict[str, str]) -> int | None:
 
 def cost_model_flags(row: dict[str, str], harness: dict[str, str]) -> dict[str, Any]:
     """The kernels cost model's knobs a row's launch script implies (`VLLM_MXFP8_MOE`,
-    `TRTLLM_GEN_FP8_MOE`), else none."""
+    `TRTLLM_GEN_FP8_MOE`, `VLLM_MARLIN_MXFP4_MOE`), else none."""
     single_node = harness.get("harness") in ("inferencemax-single-node", "inferencex-single-node")
     if trtllm_gen_fp8_moe(row, harness):
         return dict(TRTLLM_GEN_FP8_MOE)
+    if row["backend"] == "vllm" and "VLLM_MXFP4_USE_MARLIN=1" in describe(row, harness):
+        return dict(VLLM_MARLIN_MXFP4_MOE)
     if (
         single_node
         and row["backend"] == "vllm"

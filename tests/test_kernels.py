@@ -1068,3 +1068,65 @@ def test_verify_steps_replay_cuda_graphs_without_the_eager_floor(tmp_path: Path)
     assert km.step_time_s(verify) < 0.05
     with_prompt = Batch(prefill_chunks=[(8, 0), (3, 37), (3, 57)], num_verify_chunks=2)
     assert km.step_time_s(with_prompt) == 0.05
+
+
+def _two_kernel_moe_frame() -> pd.DataFrame:
+    """A moe table with two w4a16_mxfp4 kernels: "triton" at hidden 64, width 64, top-2 of 8
+    experts and at hidden 128, width 64, top-4 of 32; "marlin", slower, at the second only."""
+    rows = []
+    for tokens in (1, 16, 64, 256):
+        rows.append(("vllm_gptoss_triton", 64, 64, 2, 8, tokens, 0.005 + 1e-5 * tokens))
+        rows.append(("vllm_gptoss_triton", 128, 64, 4, 32, tokens, 0.006 + 2e-5 * tokens))
+        rows.append(("vllm_marlin_marlinexperts", 128, 64, 4, 32, tokens, 0.01 + 1e-4 * tokens))
+    frame = pd.DataFrame(rows, columns=["kernel_source", "hidden_size", "inter_size", "topk", "num_experts",
+                                        "num_tokens", "latency"])  # fmt: skip
+    frame["moe_dtype"], frame["moe_tp_size"], frame["moe_ep_size"] = "w4a16_mxfp4", 1, 1
+    frame["distribution"] = "balanced"
+    return frame
+
+
+def test_a_moe_kernel_measured_at_another_shape_is_carried_at_equal_tokens_per_expert() -> None:
+    """The Marlin rows of the toy table carried to the first shape by hand: 8 tokens of the
+    model (top-2 of 8: 2 per expert) read the Marlin shape at 16 tokens (top-4 of 32: 2 per
+    expert), x (64 x 64 x 8) / (128 x 64 x 32) = 1/8 for the experts' weights; and no faster
+    than the fastest kernel measured at the model's shape, where the table has one."""
+    frame = _two_kernel_moe_frame()
+    warn: list[str] = []
+    args = {"hidden": 64, "inter": 64, "topk": 2, "num_experts": 8, "moe_tp": 1, "moe_ep": 1, "what": "MoE",
+            "warn": warn, "distribution": "balanced"}  # fmt: skip
+    fastest = moe_curve(frame, "w4a16_mxfp4", **args)  # type: ignore[arg-type]
+    assert fastest(16) == pytest.approx((0.005 + 1e-5 * 16) * 1e-3, rel=1e-12)  # its own shape's kernel
+    assert warn == []
+    alone = frame[~((frame["hidden_size"] == 64) & frame["kernel_source"].str.contains("triton"))]
+    carried = moe_curve(alone, "w4a16_mxfp4", kernel="marlin", **args)  # type: ignore[arg-type]
+    for tokens in (0.5, 8, 20, 128):  # the Marlin grid (1..256 tokens) at half the tokens
+        assert carried(tokens) == pytest.approx((0.01 + 1e-4 * 2 * tokens) / 8 * 1e-3, rel=1e-12)
+    assert carried(256) == pytest.approx((0.01 + 1e-4 * 256) / 8 * 2e-3, rel=1e-12)  # proportional past it
+    assert warn == [
+        "MoE: the marlin kernel was measured at hidden 128, width 64, top-4 of 32 experts only; carried "
+        "to hidden 64, width 64, top-2 of 8 at equal tokens per expert, x 0.125 for the experts' weights"
+    ]
+    # With the triton rows at the model's shape: below ~250 tokens the carried Marlin is the
+    # faster, so the triton kernel's time stands; past its grid the carried one, the slower.
+    bounded = moe_curve(frame, "w4a16_mxfp4", kernel="marlin", **args)  # type: ignore[arg-type]
+    for tokens in (1, 16, 64):
+        assert bounded(tokens) == pytest.approx((0.005 + 1e-5 * tokens) * 1e-3, rel=1e-12)
+    assert bounded(512) == pytest.approx(carried(512), rel=1e-12)
+    assert warn[-1].endswith(
+        "the experts' weights, and no faster than the fastest kernel measured at this shape"
+    )
+    # Where it was measured, a named kernel is read as measured, though another is faster there.
+    own = moe_curve(frame, "w4a16_mxfp4", hidden=128, inter=64, topk=4, num_experts=32, moe_tp=1, moe_ep=1,
+                    what="MoE", warn=warn, distribution="balanced", kernel="marlin")  # fmt: skip
+    assert own(16) == pytest.approx((0.01 + 1e-4 * 16) * 1e-3, rel=1e-12)
+    assert len(warn) == 2
+    with pytest.raises(ProfileError, match=r"MoE: no w4a16_mxfp4 MoE kernel 'cutlass' was measured \(measured: "
+                       r"vllm_gptoss_triton, vllm_marlin_marlinexperts\)"):  # fmt: skip
+        moe_curve(frame, "w4a16_mxfp4", kernel="cutlass", **args)  # type: ignore[arg-type]
+
+
+def test_moe_kernel_names_one_word_of_a_kernel_source() -> None:
+    assert KernelCostConfig(moe_kernel="marlin").moe_kernel == "marlin"
+    for bad in ("", "Marlin", "marlin moe", "x" * 65, "../marlin"):
+        with pytest.raises(ValueError, match="moe_kernel"):
+            KernelCostConfig(moe_kernel=bad)

@@ -283,6 +283,22 @@ def test_vllm_gpt_oss_on_b200_runs_its_experts_with_mxfp8_activations_as_launche
         assert cost == {"kind": "kernels"}, other
 
 
+def test_vllm_gpt_oss_on_hopper_runs_marlin_experts_where_its_script_exported_them() -> None:
+    """InferenceX's gpt-oss vLLM scripts for H100 / H200 export VLLM_MXFP4_USE_MARLIN=1 from
+    cec542a9a (2026-03-27T04:01:48-04:00): rows measured after it price their experts by
+    Marlin's rows (`VLLM_MARLIN_MXFP4_MOE`); rows measured before, by the fastest kernel."""
+    single = {"harness": "inferencex-single-node", "concurrency": "8"}
+    row = _row("m", model_path="openai/gpt-oss-120b", system="h100_sxm", precision="fp4", gemm_quant_mode="nvfp4",
+               moe_quant_mode="nvfp4", backend="vllm", backend_version="0.18.0", tp_size="2", isl="1024",
+               osl="1024", silicon_data_source="src; measured=2026-03-27T08:01:51Z; wip=False")  # fmt: skip
+    for system in ("h100_sxm", "h200_sxm"):
+        cost = silicon.scenario_for({**row, "system": system}, single, {})["replicas"][0]["cost_model"]
+        assert cost["moe_kernel"] == "marlin", system
+    before = {**row, "backend_version": "", "silicon_data_source": "src; measured=2025-12-05T00:00:00.000Z"}
+    assert "VLLM_MXFP4_USE_MARLIN" not in silicon.describe(before, single)
+    assert "moe_kernel" not in silicon.scenario_for(before, single, {})["replicas"][0]["cost_model"]
+
+
 def test_trtllm_deepseek_fp8_on_b200_runs_the_trtllm_gen_moe_its_script_chose() -> None:
     """InferenceX's DeepSeek-R1 fp8 TensorRT-LLM B200 script (1.2.0rc6 runs) sets MoE backend
     TRTLLM except at 1k/8k with C >= 256, its MTP script (.post3) except with attention DP

@@ -236,6 +236,18 @@ class KernelCostConfig(FrozenModel):
         "engine's own, except vLLM's, whose fp8_block rows time the host's work too (58-260 us at any "
         "small shape): SGLang's table of the same DeepGEMM kernel (kvsim.cost.kernels.FP8_BLOCK_GEMM_TABLES).",
     )
+    moe_kernel: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[a-z0-9_]+$",
+        description="Mixture of experts: price the routed experts by one kernel of the moe table, named "
+        "by a word of its kernel_source (marlin: vLLM's Marlin experts, which VLLM_MXFP4_USE_MARLIN=1 "
+        "selects for MXFP4 on Hopper), where the engine runs that one rather than the fastest measured. "
+        "Where the kernel was measured at other expert shapes only, its time is carried to the model's "
+        "at equal tokens per expert, in proportion to the experts' weights, with a warning. None: the "
+        "fastest kernel measured at the model's shape.",
+    )
     moe_tables_backend: Literal["vllm", "sglang", "trtllm"] | None = Field(
         default=None,
         description="Whose moe table prices the routed experts (its newest version with the experts' "

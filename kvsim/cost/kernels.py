@@ -44,7 +44,9 @@ fast-forwarded engine and the stepped one agree bit for bit.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -503,6 +505,7 @@ def moe_curve(
     what: str,
     warn: list[str],
     distribution: str = MOE_DISTRIBUTION,
+    kernel: str | None = None,
 ) -> Curve:
     """Latency (s) of one MoE layer's routed experts as a function of the step's tokens.
 
@@ -521,12 +524,36 @@ def moe_curve(
     slowest rank sets the layer's time. A moe_tp > 1 layout the table lacks is priced from
     its moe_tp 1 rows, with a warning: each GPU's share of the width (1/moe_tp of their time)
     plus the rest of the kernel's fixed time, which no split shrinks (`_split_floor_ms`).
+    ``kernel`` keeps the rows of one kernel (a word of their ``kernel_source``) instead of the
+    fastest; where that kernel was measured at other shapes only, it is carried to this one
+    (`_carried_moe_curve`).
     """
     rows = frame[frame["moe_dtype"] == dtype]
     if rows.empty:
         have = ", ".join(sorted(frame["moe_dtype"].astype(str).unique()))
         raise ProfileError(f"no {dtype} MoE was measured on this system (measured: {have})")
+    if kernel is not None:
+        sources = rows["kernel_source"].astype(str) if "kernel_source" in rows.columns else None
+        if sources is None or not sources.str.contains(kernel, regex=False).any():
+            have = ", ".join(sorted(set(sources))) if sources is not None else "no kernel_source column"
+            raise ProfileError(f"{what}: no {dtype} MoE kernel {kernel!r} was measured (measured: {have})")
+        rows = rows[sources.str.contains(kernel, regex=False)]
     key = (rows["hidden_size"] == hidden) & (rows["topk"] == topk) & (rows["num_experts"] == num_experts)
+    if not key.any() and kernel is not None:
+        whole = frame[frame["moe_dtype"] == dtype]
+        own = None
+        if (
+            (whole["hidden_size"] == hidden) & (whole["topk"] == topk) & (whole["num_experts"] == num_experts)
+        ).any():
+            with contextlib.suppress(ProfileError):  # no kernel at this shape and layout: no bound
+                own = moe_curve(
+                    frame, dtype, hidden=hidden, inter=inter, topk=topk, num_experts=num_experts, moe_tp=moe_tp,
+                    moe_ep=moe_ep, what=what, warn=[], distribution=distribution,
+                )  # fmt: skip
+        return _carried_moe_curve(
+            rows, dtype, hidden=hidden, inter=inter, topk=topk, num_experts=num_experts, moe_tp=moe_tp,
+            moe_ep=moe_ep, what=what, warn=warn, distribution=distribution, kernel=kernel, own=own,
+        )  # fmt: skip
     if not key.any():
         shapes = rows.groupby(["hidden_size", "topk", "num_experts"]).size().index
         have = "; ".join(f"hidden {h}, top-{k} of {e}" for h, k, e in shapes)
@@ -573,6 +600,62 @@ def moe_curve(
     for measured, w in parts:
         ys += Curve(measured.index.to_numpy(float), measured.to_numpy(float) * MS).at(m_grid) * w
     return Curve(m_grid, ys * share + (1.0 - share) * floor_ms * MS)  # share 1, floor 0: as measured
+
+
+def _carried_moe_curve(
+    rows: pd.DataFrame,
+    dtype: str,
+    *,
+    hidden: int,
+    inter: int,
+    topk: int,
+    num_experts: int,
+    moe_tp: int,
+    moe_ep: int,
+    what: str,
+    warn: list[str],
+    distribution: str,
+    kernel: str,
+    own: Curve | None,
+) -> Curve:
+    """One kernel's MoE layer at a shape the table did not measure it at, from a shape it did
+    (``rows``: that kernel's only): the measured shape whose experts are nearest in size
+    (hidden x width, by ratio), at the same moe_tp x moe_ep layout, read at the same tokens
+    per expert (tokens x top-k / experts: each expert's GEMMs the same height, so the same
+    efficiency, and the same share of the experts in use) and scaled by the experts' weights
+    (hidden x width x experts: the FLOPs and the bytes at equal tokens per expert). A kernel
+    as fast per weight at every expert shape is the assumption, said in a warning. It holds
+    where the experts' GEMMs dominate; at a few tokens per expert a kernel's launches and
+    routing do not scale with the weights, and the carried time is no evidence there: the
+    layer takes at least what the fastest kernel measured at the model's own shape takes
+    (``own``, when the table has one). The case it serves: vLLM's Marlin MXFP4
+    experts, which InferenceX's Hopper gpt-oss-120b scripts select (VLLM_MXFP4_USE_MARLIN=1)
+    and vLLM 0.24.0's tables measure at one other model's shape only (hidden 3,584, width
+    3,072, top-16 of 896 experts; aiconfigurator-core 0.12.0, h100_sxm and h200_sxm)."""
+    shapes = rows.groupby(["hidden_size", "inter_size", "topk", "num_experts"]).size().index
+    size = hidden * inter
+
+    def distance(shape: tuple[int, int, int, int]) -> float:
+        return abs(math.log(shape[0] * shape[1] / size))
+
+    h, i, k, e = (int(v) for v in min(shapes, key=distance))
+    source = moe_curve(
+        rows, dtype, hidden=h, inter=i, topk=k, num_experts=e, moe_tp=moe_tp, moe_ep=moe_ep, what=what,
+        warn=warn, distribution=distribution, kernel=kernel,
+    )  # fmt: skip
+    stretch = (k / e) / (topk / num_experts)  # this model's tokens at the source's tokens per expert
+    weight = (hidden * inter * num_experts) / (h * i * e)
+    warn.append(
+        f"{what}: the {kernel} kernel was measured at hidden {h}, width {i}, top-{k} of {e} experts "
+        f"only; carried to hidden {hidden}, width {inter}, top-{topk} of {num_experts} at equal tokens "
+        f"per expert, x {weight:.3g} for the experts' weights"
+        + (", and no faster than the fastest kernel measured at this shape" if own is not None else "")
+    )
+    carried = Curve(source.sizes * stretch, source.at(source.sizes) * weight)
+    if own is None:
+        return carried
+    grid = np.union1d(carried.sizes, own.sizes)
+    return Curve(grid, np.maximum(carried.at(grid), own.at(grid)))
 
 
 def _split_floor_ms(rows: pd.DataFrame, distribution: str) -> float:
@@ -1002,10 +1085,19 @@ class KernelCostModel:
         tables) or, no version having been asked for, lacks ``moe_dtype`` at the model's
         hidden size, top-k and expert count (TensorRT-LLM 1.3.0rc23 on h200_sxm re-measured
         only bf16 and fp8 experts; on b200_sxm MXFP4 x MXFP8 experts at two other models'
-        shapes, not gpt-oss's), the newest version whose table has it, with a warning."""
-        model = self.model
+        shapes, not gpt-oss's), the newest version whose table has it, with a warning. With
+        ``cost_model.moe_kernel``, a table has it where that kernel was measured for the dtype
+        at any shape (`moe_curve` carries it to the model's)."""
+        model, kernel = self.model, self.config.moe_kernel
 
         def has(frame: pd.DataFrame) -> bool:
+            if kernel is not None:
+                return "kernel_source" in frame.columns and bool(
+                    (
+                        (frame["moe_dtype"] == moe_dtype)
+                        & frame["kernel_source"].astype(str).str.contains(kernel, regex=False)
+                    ).any()
+                )
             return bool(
                 (
                     (frame["moe_dtype"] == moe_dtype)
@@ -1052,7 +1144,7 @@ class KernelCostModel:
                 self._moe_table(src, moe_dtype), moe_dtype, hidden=model.hidden_size,
                 inter=model.intermediate_size, topk=model.num_experts_per_token, num_experts=model.num_experts,
                 moe_tp=self.moe_tp, moe_ep=self.moe_ep, what="MoE experts", warn=w,
-                distribution=self.config.expert_load,
+                distribution=self.config.expert_load, kernel=self.config.moe_kernel,
             )  # fmt: skip
         except ProfileError as err:
             hint = (

@@ -516,6 +516,11 @@ def test_mtp_layers_are_recorded_not_counted() -> None:
     }
     assert model_spec_from_hf_config(minimax, source="m", name="m").num_mtp_layers == 0  # no use_mtp
     assert model_spec_from_hf_config({**minimax, "use_mtp": True}, source="m", name="m").num_mtp_layers == 3
+    # Its q/k norms span all heads (use_qk_norm): two all-reduces more per layer under TP.
+    assert not model_spec_from_hf_config(minimax, source="m", name="m").qk_norm_across_heads
+    assert model_spec_from_hf_config(
+        {**minimax, "use_qk_norm": True}, source="m", name="m"
+    ).qk_norm_across_heads
 
 
 @needs_aic

@@ -87,6 +87,16 @@ def test_tensor_parallel_halves_work_and_adds_two_allreduces_per_layer() -> None
     assert two.step_time_s(batch) == pytest.approx(2.02048e-4 + 3.2768e-5 + comm + 1.2e-4, rel=1e-12)
 
 
+def test_q_and_k_norms_over_all_heads_add_two_all_reduces_per_layer_under_tp() -> None:
+    normed = MODEL.model_copy(update={"qk_norm_across_heads": True})
+    batch = Batch(num_decode_seqs=4, decode_context_tokens=4000)
+    plain, more = (RooflineCostModel(m, GPU, CFG, tp=2).terms(batch) for m in (MODEL, normed))
+    assert more.num_allreduces == plain.num_allreduces + 4  # 2 layers x (q, k)
+    # ring: 2 (tp-1)/tp x 4 tokens x one float32, 4 times
+    assert more.allreduce_bus_bytes - plain.allreduce_bus_bytes == 4 * 1.0 * 4 * 4
+    assert RooflineCostModel(normed, GPU, CFG, tp=1).terms(batch).num_allreduces == 0
+
+
 def test_tp_lowers_compute_bound_prefill_but_pays_communication() -> None:
     model, gpu = MODEL_PRESETS["llama-3-8b"], GPU_PRESETS["h100-sxm"]
     batch = Batch(prefill_chunks=[(8192, 0)])

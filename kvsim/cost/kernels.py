@@ -1267,13 +1267,15 @@ class KernelCostModel:
         if cached is not None:
             return cached
         m = graph_padded(tokens, self.max_graph_tokens, self._graph_sizes)
-        one_allreduce = 0.0
+        one_allreduce = norms = 0.0
         if self._allreduce is not None:
             curve = self._allreduce[0] if m <= self.max_graph_tokens else self._allreduce[1]
             # The tables' message_size counts elements (aiconfigurator's collector,
             # collector/network/collect_all_reduce.py, allocates [tokens, 4096] tensors of it).
             one_allreduce = curve(float(m * self.model.hidden_size))
-        allreduce = 2 * one_allreduce  # after attention and after the MLP
+            if self.model.qk_norm_across_heads:  # q's and k's sums of squares, one value a token
+                norms = 2 * curve(float(m))
+        allreduce = 2 * one_allreduce + norms  # after attention and after the MLP (+ the norms')
         layer = self._layer_s(m, self._gemms, 0.0, 0, allreduce)
         if self._moe is None:
             t = self.model.num_layers * layer
@@ -1282,7 +1284,7 @@ class KernelCostModel:
             # as many tokens each); with attention DP their exchange replaces the MLP's all-reduce.
             kernel = self._moe_prefill if prompt and self._moe_prefill is not None else self._moe
             experts = kernel(m * self.attention_dp if moe_tokens is None else max(moe_tokens, m))
-            comm = allreduce if self._moe_comm is None else one_allreduce + self._moe_comm(m)
+            comm = allreduce if self._moe_comm is None else one_allreduce + norms + self._moe_comm(m)
             moe_layer = self._layer_s(
                 m,
                 self._moe_layer_gemms,

@@ -322,6 +322,7 @@ def model_spec_from_hf_config(
             num_dense_layers=shape.num_dense if shape.is_moe else 0,
             tie_word_embeddings=shape.tied,
             num_mtp_layers=shape.num_mtp,
+            qk_norm_across_heads=model_type == "minimax_m2" and f.flag("use_qk_norm", False),
             **shape.linear.fields(),
             source=text,
         )

@@ -793,6 +793,7 @@ MODEL_PRESETS.update(
             num_experts=256,
             num_experts_per_token=8,
             num_mtp_layers=3,
+            qk_norm_across_heads=True,
             source=f"{_HF}/MiniMaxAI/MiniMax-M2.5/blob/main/config.json (model_type minimax_m2: 62 "
             "layers, hidden 3072, 48 heads, 8 KV heads, head_dim 128, full attention in every layer "
             "(no sliding_window, no layer_types), per-layer q/k norms, num_local_experts 256 of "

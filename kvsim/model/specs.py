@@ -281,6 +281,13 @@ class ModelSpec(FrozenModel):
         description="Full-attention layers gate their output by a sigmoid of a second query-wide "
         "projection (Qwen3.5's attn_output_gate): q_proj is twice as wide.",
     )
+    qk_norm_across_heads: bool = Field(
+        default=False,
+        description="Attention normalizes q and k with RMSNorms over all the layer's heads "
+        "(MiniMax-M2's per-layer q/k norms), not one head at a time: under tensor parallelism "
+        "each needs the sum of squares over every GPU's heads, one all-reduce of a value per "
+        "token (vLLM's and SGLang's MiniMaxText01RMSNormTP), two more all-reduces per layer.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:

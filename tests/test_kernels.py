@@ -209,17 +209,18 @@ def test_a_decode_step_by_hand(tables: Path) -> None:
     assert got == pytest.approx(expected, rel=1e-12)
 
 
-def test_q_and_k_norms_over_all_heads_add_two_tiny_all_reduces_per_layer(tables: Path) -> None:
+def test_q_and_k_norms_over_all_heads_add_a_tiny_all_reduce_per_layer(tables: Path) -> None:
     """MiniMax-M2's per-layer q/k RMSNorms span every GPU's heads: at tp 2 each layer all-reduces
-    one value a token for each (the table at m elements, held at its smallest message, 128),
-    on top of its two all-reduces of the hidden state; at tp 1 nothing."""
+    their sums of squares, two values a token in one all-reduce (the table at 2 m elements,
+    held at its smallest message, 128), on top of its two all-reduces of the hidden state; at
+    tp 1 nothing."""
     gpu, cfg = resolve_gpu("h100-sxm"), KernelCostConfig(tables=str(tables), system="toy_sxm")
     plain = TINY.model_copy(update={"num_kv_heads": 2})
     normed = plain.model_copy(update={"qk_norm_across_heads": True})
     for m in (4, 8):
         base = KernelCostModel(plain, gpu, cfg, tp=2, max_num_seqs=8)._token_terms_s(m)
         more = KernelCostModel(normed, gpu, cfg, tp=2, max_num_seqs=8)._token_terms_s(m)
-        assert more - base == pytest.approx(2 * 2 * allreduce_ms(128) * 1e-3, rel=1e-9)  # 2 layers x q, k
+        assert more - base == pytest.approx(2 * allreduce_ms(128) * 1e-3, rel=1e-9)  # 2 layers x one
     one_gpu = [spec.model_copy(update={"num_kv_heads": 1}) for spec in (plain, normed)]  # one KV head a GPU
     single = [KernelCostModel(spec, gpu, cfg, tp=1, max_num_seqs=8)._token_terms_s(8) for spec in one_gpu]
     assert single[0] == single[1]

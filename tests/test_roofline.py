@@ -87,13 +87,13 @@ def test_tensor_parallel_halves_work_and_adds_two_allreduces_per_layer() -> None
     assert two.step_time_s(batch) == pytest.approx(2.02048e-4 + 3.2768e-5 + comm + 1.2e-4, rel=1e-12)
 
 
-def test_q_and_k_norms_over_all_heads_add_two_all_reduces_per_layer_under_tp() -> None:
+def test_q_and_k_norms_over_all_heads_add_an_all_reduce_per_layer_under_tp() -> None:
     normed = MODEL.model_copy(update={"qk_norm_across_heads": True})
     batch = Batch(num_decode_seqs=4, decode_context_tokens=4000)
     plain, more = (RooflineCostModel(m, GPU, CFG, tp=2).terms(batch) for m in (MODEL, normed))
-    assert more.num_allreduces == plain.num_allreduces + 4  # 2 layers x (q, k)
-    # ring: 2 (tp-1)/tp x 4 tokens x one float32, 4 times
-    assert more.allreduce_bus_bytes - plain.allreduce_bus_bytes == 4 * 1.0 * 4 * 4
+    assert more.num_allreduces == plain.num_allreduces + 2  # 2 layers, q's and k's sums in one
+    # ring: 2 (tp-1)/tp x 4 tokens x two float32, twice
+    assert more.allreduce_bus_bytes - plain.allreduce_bus_bytes == 2 * 1.0 * 4 * 2 * 4
     assert RooflineCostModel(normed, GPU, CFG, tp=1).terms(batch).num_allreduces == 0
 
 

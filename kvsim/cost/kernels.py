@@ -1273,8 +1273,8 @@ class KernelCostModel:
             # The tables' message_size counts elements (aiconfigurator's collector,
             # collector/network/collect_all_reduce.py, allocates [tokens, 4096] tensors of it).
             one_allreduce = curve(float(m * self.model.hidden_size))
-            if self.model.qk_norm_across_heads:  # q's and k's sums of squares, one value a token
-                norms = 2 * curve(float(m))
+            if self.model.qk_norm_across_heads:  # q's and k's sums of squares, fused: 2 values a token
+                norms = curve(float(2 * m))
         allreduce = 2 * one_allreduce + norms  # after attention and after the MLP (+ the norms')
         layer = self._layer_s(m, self._gemms, 0.0, 0, allreduce)
         if self._moe is None:

@@ -9,8 +9,8 @@ is the sum of two roofline terms, the all-reduces and fixed overheads:
                    kv_bytes_per_token_shard * kv_tokens / (hbm_bw * kv_memory_eff))
     comm     = 2 * layers * (allreduce_latency + 2 (tp-1)/tp * tokens * h * act_bytes / allreduce_bw)
                (tp > 1: one all-reduce after attention, one after the MLP, ring algorithm;
-               a model whose q/k norms span all heads, ``qk_norm_across_heads``, two more of
-               one float32 a token)
+               a model whose q/k norms span all heads, ``qk_norm_across_heads``, one more of
+               two float32 a token)
     time     = linear + attention + comm + layers * per_layer_overhead + per_iteration_overhead
 
 With ``combine: sum`` each max(...) above becomes a sum: compute and memory traffic do
@@ -189,9 +189,9 @@ class RooflineCostModel:
             self._ar_bus_bytes_per_token = (
                 n_allreduce * 2.0 * (tp - 1) / tp * model.hidden_size * act_bytes + moe_bytes
             )
-        if model.qk_norm_across_heads and tp > 1:  # q's and k's sums of squares: a float32 a token each
-            self._num_allreduces += 2 * model.num_layers
-            self._ar_bus_bytes_per_token += 2 * model.num_layers * 2.0 * (tp - 1) / tp * 4
+        if model.qk_norm_across_heads and tp > 1:  # q's and k's sums of squares: two float32 a token
+            self._num_allreduces += model.num_layers
+            self._ar_bus_bytes_per_token += model.num_layers * 2.0 * (tp - 1) / tp * 2 * 4
         self.allreduce_latency_s = (
             cfg.allreduce_latency_s if cfg.allreduce_latency_s is not None else gpu.interconnect_latency_s
         )

@@ -285,8 +285,9 @@ class ModelSpec(FrozenModel):
         default=False,
         description="Attention normalizes q and k with RMSNorms over all the layer's heads "
         "(MiniMax-M2's per-layer q/k norms), not one head at a time: under tensor parallelism "
-        "each needs the sum of squares over every GPU's heads, one all-reduce of a value per "
-        "token (vLLM's and SGLang's MiniMaxText01RMSNormTP), two more all-reduces per layer.",
+        "they need the sums of squares over every GPU's heads, one more all-reduce per layer of "
+        "two values a token (vLLM and SGLang fuse q's and k's since vLLM #31493 and SGLang #14416, "
+        "December 2025; before, one all-reduce each).",
     )
 
     @model_validator(mode="after")

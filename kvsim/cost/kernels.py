@@ -534,26 +534,36 @@ def moe_curve(
         raise ProfileError(f"no {dtype} MoE was measured on this system (measured: {have})")
     if kernel is not None:
         sources = rows["kernel_source"].astype(str) if "kernel_source" in rows.columns else None
-        if sources is None or not sources.str.contains(kernel, regex=False).any():
+        named = sources.str.contains(kernel, regex=False) if sources is not None else None
+        if named is None or not named.any():
             have = ", ".join(sorted(set(sources))) if sources is not None else "no kernel_source column"
             raise ProfileError(f"{what}: no {dtype} MoE kernel {kernel!r} was measured (measured: {have})")
-        rows = rows[sources.str.contains(kernel, regex=False)]
+        own_shape = (
+            (rows["hidden_size"] == hidden) & (rows["topk"] == topk) & (rows["num_experts"] == num_experts)
+        )
+        rows = rows[named]
     key = (rows["hidden_size"] == hidden) & (rows["topk"] == topk) & (rows["num_experts"] == num_experts)
     if not key.any() and kernel is not None:
-        whole = frame[frame["moe_dtype"] == dtype]
+
+        def read(
+            shape: tuple[int, int, int, int], table: pd.DataFrame, name: str | None, into: list[str]
+        ) -> Curve:
+            h, i, k, e = shape
+            return moe_curve(
+                table, dtype, hidden=h, inter=i, topk=k, num_experts=e, moe_tp=moe_tp, moe_ep=moe_ep, what=what,
+                warn=into, distribution=distribution, kernel=name,
+            )  # fmt: skip
+
         own = None
-        if (
-            (whole["hidden_size"] == hidden) & (whole["topk"] == topk) & (whole["num_experts"] == num_experts)
-        ).any():
+        if own_shape.any():
             with contextlib.suppress(ProfileError):  # no kernel at this shape and layout: no bound
-                own = moe_curve(
-                    frame, dtype, hidden=hidden, inter=inter, topk=topk, num_experts=num_experts, moe_tp=moe_tp,
-                    moe_ep=moe_ep, what=what, warn=[], distribution=distribution,
-                )  # fmt: skip
-        return _carried_moe_curve(
-            rows, dtype, hidden=hidden, inter=inter, topk=topk, num_experts=num_experts, moe_tp=moe_tp,
-            moe_ep=moe_ep, what=what, warn=warn, distribution=distribution, kernel=kernel, own=own,
-        )  # fmt: skip
+                own = read((hidden, inter, topk, num_experts), frame, None, [])
+        shapes = rows.groupby(["hidden_size", "inter_size", "topk", "num_experts"]).size().index
+        nearest = min(shapes, key=lambda sh: abs(math.log(sh[0] * sh[1] / (hidden * inter))))
+        h, i, k, e = (int(v) for v in nearest)
+        carried = read((h, i, k, e), rows, kernel, warn)
+        shape = (hidden, inter, topk, num_experts)
+        return _carried_moe_curve(carried, (h, i, k, e), shape, own, f"{what}: the {kernel} kernel", warn)
     if not key.any():
         shapes = rows.groupby(["hidden_size", "topk", "num_experts"]).size().index
         have = "; ".join(f"hidden {h}, top-{k} of {e}" for h, k, e in shapes)
@@ -603,52 +613,36 @@ def moe_curve(
 
 
 def _carried_moe_curve(
-    rows: pd.DataFrame,
-    dtype: str,
-    *,
-    hidden: int,
-    inter: int,
-    topk: int,
-    num_experts: int,
-    moe_tp: int,
-    moe_ep: int,
+    source: Curve,
+    measured: tuple[int, int, int, int],
+    shape: tuple[int, int, int, int],
+    own: Curve | None,
     what: str,
     warn: list[str],
-    distribution: str,
-    kernel: str,
-    own: Curve | None,
 ) -> Curve:
-    """One kernel's MoE layer at a shape the table did not measure it at, from a shape it did
-    (``rows``: that kernel's only): the measured shape whose experts are nearest in size
-    (hidden x width, by ratio), at the same moe_tp x moe_ep layout, read at the same tokens
-    per expert (tokens x top-k / experts: each expert's GEMMs the same height, so the same
-    efficiency, and the same share of the experts in use) and scaled by the experts' weights
-    (hidden x width x experts: the FLOPs and the bytes at equal tokens per expert). A kernel
-    as fast per weight at every expert shape is the assumption, said in a warning. It holds
-    where the experts' GEMMs dominate; at a few tokens per expert a kernel's launches and
-    routing do not scale with the weights, and the carried time is no evidence there: the
-    layer takes at least what the fastest kernel measured at the model's own shape takes
-    (``own``, when the table has one). The case it serves: vLLM's Marlin MXFP4
-    experts, which InferenceX's Hopper gpt-oss-120b scripts select (VLLM_MXFP4_USE_MARLIN=1)
-    and vLLM 0.24.0's tables measure at one other model's shape only (hidden 3,584, width
-    3,072, top-16 of 896 experts; aiconfigurator-core 0.12.0, h100_sxm and h200_sxm)."""
-    shapes = rows.groupby(["hidden_size", "inter_size", "topk", "num_experts"]).size().index
-    size = hidden * inter
-
-    def distance(shape: tuple[int, int, int, int]) -> float:
-        return abs(math.log(shape[0] * shape[1] / size))
-
-    h, i, k, e = (int(v) for v in min(shapes, key=distance))
-    source = moe_curve(
-        rows, dtype, hidden=h, inter=i, topk=k, num_experts=e, moe_tp=moe_tp, moe_ep=moe_ep, what=what,
-        warn=warn, distribution=distribution, kernel=kernel,
-    )  # fmt: skip
+    """One kernel's MoE layer at a shape (hidden, width, top-k, experts) the table did not
+    measure it at, from ``source``, its curve at the ``measured`` shape whose experts are
+    nearest in size (hidden x width, by ratio; `moe_curve` picks it, at the same moe_tp x
+    moe_ep layout): read at the same tokens per expert (tokens x top-k / experts: each
+    expert's GEMMs the same height, so the same efficiency, and the same share of the experts
+    in use) and scaled by the experts' weights (hidden x width x experts: the FLOPs and the
+    bytes at equal tokens per expert). A kernel as fast per weight at every expert shape is
+    the assumption, said in a warning. It holds where the experts' GEMMs dominate; at a few
+    tokens per expert a kernel's launches and routing do not scale with the weights, and the
+    carried time is no evidence there: the layer takes at least what the fastest kernel
+    measured at the model's own shape takes (``own``, when the table has one). The case it
+    serves: vLLM's Marlin MXFP4 experts, which InferenceX's Hopper gpt-oss-120b scripts select
+    (VLLM_MXFP4_USE_MARLIN=1) and vLLM 0.24.0's tables measure at one other model's shape only
+    (hidden 3,584, width 3,072, top-16 of 896 experts; aiconfigurator-core 0.12.0, h100_sxm and
+    h200_sxm)."""
+    h, i, k, e = measured
+    hidden, inter, topk, num_experts = shape
     stretch = (k / e) / (topk / num_experts)  # this model's tokens at the source's tokens per expert
     weight = (hidden * inter * num_experts) / (h * i * e)
     warn.append(
-        f"{what}: the {kernel} kernel was measured at hidden {h}, width {i}, top-{k} of {e} experts "
-        f"only; carried to hidden {hidden}, width {inter}, top-{topk} of {num_experts} at equal tokens "
-        f"per expert, x {weight:.3g} for the experts' weights"
+        f"{what} was measured at hidden {h}, width {i}, top-{k} of {e} experts only; carried to "
+        f"hidden {hidden}, width {inter}, top-{topk} of {num_experts} at equal tokens per expert, "
+        f"x {weight:.3g} for the experts' weights"
         + (", and no faster than the fastest kernel measured at this shape" if own is not None else "")
     )
     carried = Curve(source.sizes * stretch, source.at(source.sizes) * weight)

@@ -506,7 +506,7 @@ def scenario_for(
         "quantization": quantization,
         "kv_cache_dtype": KV_DTYPE.get(precision, "auto"),
     }
-    version = row.get("backend_version") or None
+    version = build_release(row)
     if version is not None:
         engine["backend_version"] = version
     flags = engine_flags(row, h, concurrency)
@@ -698,15 +698,86 @@ def disagg_concurrency(row: dict[str, str], harness: dict[str, str]) -> int | No
     return None
 
 
+#: Each engine's releases by the day PyPI received their first file (``upload_time`` in
+#: https://pypi.org/pypi/{vllm,sglang,tensorrt-llm}/json, read 2026-12-04), over the months the
+#: rows were measured: `release_in_force` runs a row of a build that is not a release at the
+#: newest of these on or before its build day.
+RELEASES: dict[str, str] = {
+    "vllm": "2025-08-19 0.10.1, 2025-08-20 0.10.1.1, 2025-09-13 0.10.2, 2025-10-04 0.11.0, "
+    "2025-11-19 0.11.1, 2025-11-20 0.11.2, 2025-12-03 0.12.0, 2025-12-19 0.13.0, 2026-01-20 0.14.0, "
+    "2026-01-24 0.14.1, 2026-01-29 0.15.0, 2026-02-05 0.15.1, 2026-02-26 0.16.0, 2026-03-07 0.17.0, "
+    "2026-03-11 0.17.1, 2026-03-20 0.18.0, 2026-03-31 0.18.1, 2026-04-03 0.19.0, 2026-04-18 0.19.1, "
+    "2026-04-27 0.20.0, 2026-05-03 0.20.1, 2026-05-10 0.20.2, 2026-05-15 0.21.0, 2026-05-29 0.22.0",
+    "sglang": "2025-08-23 0.5.1, 2025-08-24 0.5.1.post1, 2025-08-25 0.5.1.post2, 2025-08-27 0.5.1.post3, "
+    "2025-09-01 0.5.2rc0, 2025-09-02 0.5.2rc1, 2025-09-05 0.5.2rc2, 2025-09-11 0.5.2, 2025-09-15 0.5.3rc0, "
+    "2025-10-06 0.5.3rc2, 2025-10-06 0.5.3, 2025-10-09 0.5.3.post1, 2025-10-15 0.5.3.post2, "
+    "2025-10-16 0.5.3.post3, 2025-10-24 0.5.4, 2025-10-27 0.5.4.post1, 2025-11-01 0.5.4.post2, "
+    "2025-11-05 0.5.4.post3, 2025-11-06 0.5.5, 2025-11-10 0.5.5.post1, 2025-11-12 0.5.5.post2, "
+    "2025-11-17 0.5.5.post3, 2025-12-03 0.5.6, 2025-12-08 0.5.6.post1, 2025-12-11 0.5.6.post2, "
+    "2026-01-01 0.5.7, 2026-01-23 0.5.8, 2026-02-05 0.5.8.post1, 2026-02-23 0.5.9, 2026-03-27 0.5.10rc0, "
+    "2026-04-05 0.5.10, 2026-04-08 0.5.10.post1, 2026-05-05 0.5.11, 2026-05-16 0.5.12, 2026-05-23 0.5.12.post1",
+    "trtllm": "2025-08-04 1.0.0rc5, 2025-08-07 1.0.0rc6, 2025-08-15 1.1.0rc0, 2025-08-22 1.1.0rc1, "
+    "2025-08-30 1.1.0rc2, 2025-09-04 1.1.0rc3, 2025-09-10 1.1.0rc4, 2025-09-17 1.1.0rc5, 2025-09-24 1.0.0, "
+    "2025-09-30 1.2.0rc0, 2025-10-22 1.2.0rc1, 2025-11-07 1.2.0rc2, 2025-11-21 1.2.0rc3, 2025-11-25 1.2.0rc4, "
+    "2025-12-10 1.2.0rc5, 2025-12-19 1.1.0, 2025-12-23 1.2.0rc6, 2026-01-08 1.2.0rc7, "
+    "2026-01-11 1.2.0rc6.post1, 2026-01-15 1.2.0rc8, 2026-01-22 1.2.0rc6.post2, 2026-01-22 1.3.0rc0, "
+    "2026-01-27 1.3.0rc1, 2026-02-03 1.3.0rc2, 2026-02-05 1.2.0rc2.post2, 2026-02-05 1.2.0rc6.post3, "
+    "2026-02-12 1.3.0rc3, 2026-02-17 1.3.0rc4, 2026-02-24 1.3.0rc5, 2026-03-03 1.3.0rc6, "
+    "2026-03-06 1.3.0rc5.post1, 2026-03-10 1.3.0rc7, 2026-03-12 1.2.0, 2026-03-17 1.3.0rc8, "
+    "2026-03-24 1.3.0rc9, 2026-03-31 1.3.0rc10, 2026-04-09 1.3.0rc11, 2026-04-17 1.3.0rc12, "
+    "2026-04-20 1.2.1, 2026-04-21 1.3.0rc5.post2, 2026-04-29 1.3.0rc13, 2026-05-07 1.3.0rc14, "
+    "2026-05-16 1.3.0rc12.post1, 2026-05-21 1.3.0rc15",
+}
+
+
+def _version_key(version: str) -> tuple[int, int, int, int, int]:
+    """Order of releases: 1.3.0rc2 < 1.3.0 < 1.3.0.post1 (rc n, final, post n)."""
+    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(?:\.(\d+))?(?:rc(\d+))?(?:\.post(\d+))?", version)
+    if not m:
+        raise ValueError(f"not a release: {version!r}")
+    major, minor, patch, fourth, rc, post = m.groups()
+    stage = (0, int(rc)) if rc is not None else (1, int(post or 0) + int(fourth or 0))
+    return int(major), int(minor), int(patch), *stage
+
+
+def release_in_force(backend: str, day: str) -> str | None:
+    """The newest release (by version, not upload order: a backport uploaded later is older)
+    of ``backend`` PyPI had received by ``day`` (YYYY-MM-DD; `RELEASES`), or None before them."""
+    released = [tuple(item.split()) for item in RELEASES.get(backend, "").split(", ") if item]
+    known = [version for when, version in released if when <= day]
+    return max(known, key=_version_key) if known else None
+
+
 def engine_version(row: dict[str, str]) -> str | None:
     """The row's engine version, or None where ``backend_version`` is the Dynamo runtime's
     (``nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1.post2`` gives 0.8.1.post2, Dynamo's
-    release, not TensorRT-LLM's): the engine then runs at kvsim's default version."""
+    release, not TensorRT-LLM's): the engine then runs at kvsim's default version. A build that
+    is not a release (``nightly-dev``, ``nightly-dev-20260216-d3bae71e``, ``nightly-<commit>``,
+    ``gpt-oss-dev``, ``glm5-hopper``) runs at the release in force on its build day: the date
+    its name gives, else the day it was measured (`release_in_force`)."""
     version = row.get("backend_version") or None
     source = row.get("silicon_data_source") or ""
     if version and re.search(rf"ai-dynamo/[\w-]+-runtime:{re.escape(version)}(\s|;|$)", source):
         return None
-    return version
+    return build_release(row)
+
+
+def build_release(row: dict[str, str]) -> str | None:
+    """``backend_version`` as kvsim takes it: a release number as it is; a build that is not
+    one, the release in force on its build day (`engine_version`). Raises ValueError
+    ("unsupported: ...") for a build without a day or older than `RELEASES`."""
+    version = row.get("backend_version") or None
+    if not version or re.match(r"v?\d+\.\d+", version):
+        return version
+    named = re.search(r"(20\d\d)(\d\d)(\d\d)", version)
+    measured = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.get("silicon_data_source") or "")
+    day = "-".join(named.groups()) if named else measured.group(1) if measured else None
+    if day is None:
+        raise ValueError(f"unsupported: engine build {version!r} is not a release and the row has no date")
+    found = release_in_force(row.get("backend", ""), day)
+    if found is None:
+        raise ValueError(f"unsupported: engine build {version!r}: no {row.get('backend')} release by {day}")
+    return found
 
 
 def worker_gpus(row: dict[str, str], stage: str) -> int:

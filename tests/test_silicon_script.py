@@ -409,6 +409,38 @@ def test_the_client_sees_the_first_token_with_the_decode_workers_first_iteration
     assert tpot == pytest.approx((0.03 / 8 + 0.03 / 2) / 2)
 
 
+def test_a_build_that_is_not_a_release_runs_at_the_release_in_force_on_its_build_day() -> None:
+    """PyPI's upload days (`silicon.RELEASES`): SGLang 0.5.8.post1 on 2026-02-05, 0.5.9 on
+    02-23; TensorRT-LLM 1.3.0rc2 on 02-03 and the 1.2.0rc6.post3 backport on 02-05 (newer by
+    upload, older by version). A nightly's own date wins over the day it was measured; a
+    build with neither, or older than the table, is refused by name."""
+
+    def row(version: str, backend: str = "sglang", measured: str = "2026-02-20") -> dict[str, str]:
+        source = f"db-dump/2026-04-27; measured={measured}T00:00:00.000Z" if measured else "x.csv"
+        return {"backend": backend, "backend_version": version, "silicon_data_source": source}
+
+    assert silicon.release_in_force("sglang", "2026-02-22") == "0.5.8.post1"
+    assert silicon.release_in_force("sglang", "2026-02-23") == "0.5.9"
+    assert silicon.release_in_force("trtllm", "2026-02-05") == "1.3.0rc2"
+    assert silicon.release_in_force("vllm", "2025-01-01") is None
+    assert silicon.build_release(row("nightly-dev")) == "0.5.8.post1"
+    assert silicon.build_release(row("nightly-dev", measured="2026-03-29")) == "0.5.10rc0"
+    assert silicon.build_release(row("nightly-dev-20260216-d3bae71e", measured="2026-02-23")) == "0.5.8.post1"
+    assert silicon.build_release(row("nightly-5b8c30d62b754b57", "vllm", "2026-04-03")) == "0.19.0"
+    assert silicon.build_release(row("gpt-oss-dev", "trtllm", "2025-12-15")) == "1.2.0rc5"
+    assert silicon.build_release(row("0.5.9")) == "0.5.9"  # a release as it is
+    with pytest.raises(ValueError, match="unsupported: engine build 'nightly-dev' is not a release"):
+        silicon.build_release(row("nightly-dev", measured=""))
+    with pytest.raises(ValueError, match="no vllm release by 2024-05-01"):
+        silicon.build_release(row("nightly-abc", "vllm", "2024-05-01"))
+    # A Dynamo runtime's own release number still names no engine version.
+    dynamo = {
+        **row("0.8.1.post1", "trtllm"),
+        "silicon_data_source": "x; nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1.post1",
+    }
+    assert silicon.engine_version(dynamo) is None
+
+
 def test_only_trtllm_rows_whose_script_set_a_stream_interval_are_held() -> None:
     """InferenceX's dsr1_fp8_h200_trt_slurm.sh sets stream_interval 10; SGLang's and vLLM's
     stream intervals send the first token at once; a row without launch flags gets 1."""

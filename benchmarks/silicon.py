@@ -9,7 +9,8 @@ Apache-2.0: a deployment's engine, version, model, GPU system, precision, tensor
 parallelism, ISL, OSL, concurrency and its measured mean TTFT and mean TPOT) becomes one
 kvsim scenario: the model and GPU presets the row names (aliases of its Hugging Face id and
 aiconfigurator system), the engine (``engine.backend`` and ``backend_version``: that
-release's default knobs), the weight precision (``engine.quantization``) and the KV-cache
+release's default knobs; a nightly or custom build, the release in force on its build day,
+`build_release`), the weight precision (``engine.quantization``) and the KV-cache
 dtype, the ``kernels`` cost model (the measured kernel tables of that GPU and engine), and
 the benchmark client as the row was measured (``workload: {kind: bench_serve}``: C clients
 in a closed loop, the row's prompt count, warm-ups and length ranges;

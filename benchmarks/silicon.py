@@ -44,7 +44,8 @@ TTFT and TPOT the client sees (`client_times`: the first token comes from the de
 worker, after the KV transfer) and kvsim's own, which end at the prefill
 (``prefill_ttft_ms``, ``prefill_tpot_ms``). An aggregated TensorRT-LLM row whose launch
 script set ``stream_interval`` N gives the client's times too (`streamed_times`: the first
-token shown with the request's N-th iteration, `first_chunk_iterations`) and kvsim's own
+token shown with the request's N-th iteration on an instance of 8 GPUs or more, about GPUs / 8
+of the way there on a smaller one, `first_chunk_iterations`) and kvsim's own
 (``engine_ttft_ms``, ``engine_tpot_ms``).
 
 Rows kvsim does not model are "unsupported", with the reason: pipeline parallelism, a
@@ -943,17 +944,41 @@ def client_times(result: Any) -> tuple[float, float]:
 #: SGLang and vLLM exempt the first token from their stream intervals (SGLang's
 #: ``len(req.output_ids) == 1``, vLLM's ``sent_tokens_offset == 0``,
 #: v1/engine/output_processor.py) and get no such hold.
+#: The hold grows with the instance's GPUs (`HOLD_FULL_AT_GPUS`): of the N - 1 iterations past
+#: the first, the 185 h200_sxm TensorRT-LLM aggregated rows saw (median, measured TTFT against
+#: kvsim's with and without the hold) 0.05 on 1 GPU (17 rows), 0.21 on 2 (30), 0.52 on 4 (29),
+#: 1.02 on 8 (95) and 1.24 on 64 (14): about GPUs / 8, all of it from one node up. H200 fit
+#: objective (median |TTFT error| + median |TPOT error|): the whole hold on every row 0.451
+#: (TTFT 36% / 126% / +20%), none 0.574, on 4 GPUs and more 0.340, on 8 and more 0.335,
+#: GPUs / 8 of it 0.239 (TTFT 15% / 50% / -0%).
 _STREAM_INTERVAL = re.compile(r"stream_interval (\d+)")
 
+#: The instance size, in GPUs, from which its client saw the whole stream-interval hold (one
+#: 8-GPU node: `first_chunk_iterations`).
+HOLD_FULL_AT_GPUS = 8
 
-def first_chunk_iterations(row: dict[str, str], harness: dict[str, str]) -> int:
+
+def first_chunk_iterations(
+    row: dict[str, str], harness: dict[str, str], gpus: int = HOLD_FULL_AT_GPUS
+) -> int:
     """How many of its iterations a request of the row ran before the client saw its first
-    token: the launch script's TensorRT-LLM ``stream_interval`` (`describe`), else 1. Only the
-    aggregated rows: the disaggregated recipes' decode workers are not transcribed."""
+    token: 1 + (N - 1) x min(1, gpus / `HOLD_FULL_AT_GPUS`), rounded, for the launch script's
+    TensorRT-LLM ``stream_interval`` N (`describe`) on an instance of ``gpus`` GPUs; else 1.
+    Only the aggregated rows: the disaggregated recipes' decode workers are not transcribed."""
     if row.get("backend") != "trtllm" or row.get("mode") == "disagg":
         return 1
     found = _STREAM_INTERVAL.search(describe(row, harness))
-    return int(found[1]) if found else 1
+    if not found:
+        return 1
+    share = min(1.0, max(gpus, 1) / HOLD_FULL_AT_GPUS)
+    return 1 + math.floor((int(found[1]) - 1) * share + 0.5)
+
+
+def instance_gpus(scenario: dict[str, Any]) -> int:
+    """GPUs of one instance of an aggregated row's scenario: its replica group's tp x
+    attention_dp (the ranks that serve one batch together)."""
+    group = scenario["replicas"][0]
+    return int(group.get("tp") or 1) * int(group.get("attention_dp") or 1)
 
 
 def streamed_times(result: Any, iterations: int) -> tuple[float, float]:
@@ -1057,7 +1082,7 @@ def simulate(
             out["prefill_ttft_ms"], out["prefill_tpot_ms"] = out["mean_ttft_ms"], out["mean_tpot_ms"]
             ttft, tpot = client_times(result)
             out["mean_ttft_ms"], out["mean_tpot_ms"] = 1e3 * ttft, 1e3 * tpot
-        elif (chunk := first_chunk_iterations(row, harness or {})) > 1:  # the client's view
+        elif (chunk := first_chunk_iterations(row, harness or {}, instance_gpus(scenario))) > 1:
             out["engine_ttft_ms"], out["engine_tpot_ms"] = out["mean_ttft_ms"], out["mean_tpot_ms"]
             ttft, tpot = streamed_times(result, chunk)
             out["mean_ttft_ms"], out["mean_tpot_ms"] = 1e3 * ttft, 1e3 * tpot

@@ -452,6 +452,15 @@ def test_only_trtllm_rows_whose_script_set_a_stream_interval_are_held() -> None:
                isl="8192", osl="1024", batch_size="8")  # fmt: skip
     assert "stream_interval 10" in silicon.describe(row, harness)
     assert silicon.first_chunk_iterations(row, harness) == 10
+    # The share of the hold an instance's client saw grows with its GPUs, whole from 8 on:
+    # 1 + 9 x min(1, GPUs / 8), rounded half up.
+    assert silicon.first_chunk_iterations(row, harness, 16) == 10
+    assert silicon.first_chunk_iterations(row, harness, 4) == 6  # 1 + 4.5
+    assert silicon.first_chunk_iterations(row, harness, 2) == 3  # 1 + 2.25
+    assert silicon.first_chunk_iterations(row, harness, 1) == 2  # 1 + 1.125
+    scenario = silicon.scenario_for(row, harness, {})
+    assert silicon.instance_gpus(scenario) == 8
+    assert silicon.instance_gpus({"replicas": [{"tp": 1, "attention_dp": 4}]}) == 4
     assert silicon.first_chunk_iterations({**row, "backend": "sglang"}, harness) == 1
     assert silicon.first_chunk_iterations(row, {"harness": "nvidia-gap-analysis"}) == 1
     assert silicon.first_chunk_iterations({**row, "mode": "disagg"}, harness) == 1

@@ -332,13 +332,27 @@ def harness_by_id(path: Path, spec_decoding: Path | None = SPEC_DECODING) -> dic
     from InferenceX's configuration (inferencex_spec.py) where that file has the row."""
     harness = {row["id"]: row for row in read_csv(path)} if path.is_file() else {}
     if spec_decoding is not None and spec_decoding.is_file():
-        for line in read_csv(spec_decoding):
-            if line["id"] in harness:
-                keys = ("spec_decoding", "twin_run", "draft_tokens", "prefill_workers", "decode_workers",
-                        "prefill_dp_attn", "prefill_ep", "decode_dp_attn", "decode_ep", "decode_batch")  # fmt: skip
-                extra = {key: line[key] for key in keys if line.get(key)}
-                harness[line["id"]] = {**harness[line["id"]], **extra}
+        keys = ("spec_decoding", "twin_run", "draft_tokens", "prefill_workers", "decode_workers",
+                "prefill_dp_attn", "prefill_ep", "decode_dp_attn", "decode_ep", "decode_batch")  # fmt: skip
+        extras = {
+            line["id"]: {key: line[key] for key in keys if line.get(key)} for line in read_csv(spec_decoding)
+        }
+        for rid, record in harness.items():
+            # A copy of an InferenceX row (silicon_harness.copies) has its twin's configuration.
+            extra = extras.get(rid) or extras.get(record.get("copy_of") or "", {})
+            harness[rid] = {**record, **extra}
     return harness
+
+
+def as_run(
+    row: dict[str, str], harness: dict[str, str] | None, rows_by_id: dict[str, dict[str, str]]
+) -> dict[str, str]:
+    """The row kvsim simulates for ``row``: itself, or, for a gap-analysis row that copies an
+    InferenceX measurement (its record's ``copy_of``, `silicon_harness.copies`), the InferenceX
+    row it copies under its own id: that row's layout, build and launch script are the ones
+    measured. The row itself where the twin is not among ``rows_by_id``."""
+    twin = rows_by_id.get((harness or {}).get("copy_of") or "")
+    return {**twin, "id": row["id"]} if twin is not None else row
 
 
 def _num(text: str | None) -> float | None:
@@ -1239,10 +1253,16 @@ def objective(rows: list[dict[str, str]], results: list[dict[str, Any]]) -> floa
 
 
 def fit(
-    rows: list[dict[str, str]], harness: dict[str, dict[str, str]], backend: str, jobs: int
+    rows: list[dict[str, str]],
+    harness: dict[str, dict[str, str]],
+    backend: str,
+    jobs: int,
+    rows_by_id: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, float]:
     """Coordinate descent over `FIT_GRID` on one backend's h200_sxm rows: each constant in turn
-    takes the grid value that minimises `objective`, until a round changes nothing."""
+    takes the grid value that minimises `objective`, until a round changes nothing.
+    ``rows_by_id``: every row of the file, where a copy's twin is found (`as_run`)."""
+    by_id = rows_by_id if rows_by_id is not None else {r["id"]: r for r in rows}
     chosen = [r for r in rows if r["backend"] == backend and r["system"] == FIT_SYSTEM]
     if any(r["system"] != FIT_SYSTEM for r in chosen):  # the fitting rule, kept by construction
         raise AssertionError("constants are fitted on h200_sxm rows only")
@@ -1254,7 +1274,10 @@ def fit(
         if key not in seen:
             extra = {f"replicas.0.cost_model.{k}": v for k, v in params.items()}
             with ProcessPoolExecutor(max_workers=jobs) as pool:
-                results = list(pool.map(simulate, [(r, harness.get(r["id"]), extra) for r in chosen]))
+                jobs_ = [
+                    (as_run(r, harness.get(r["id"]), by_id), harness.get(r["id"]), extra) for r in chosen
+                ]
+                results = list(pool.map(simulate, jobs_))
             seen[key] = objective(chosen, results)
             print(f"  {params} -> {seen[key]:.4f}", file=sys.stderr, flush=True)
         return seen[key]
@@ -1340,7 +1363,7 @@ def main(argv: list[str] | None = None) -> int:
         and (args.harness_kind is None or harness.get(r["id"], {}).get("harness") == args.harness_kind)
     ][:: args.every]
     if args.fit:
-        print(json.dumps(fit(chosen, harness, args.fit, args.jobs)))
+        print(json.dumps(fit(chosen, harness, args.fit, args.jobs, {r["id"]: r for r in rows})))
         return 0
     start = time.perf_counter()
     results: list[dict[str, Any]] = []
@@ -1352,7 +1375,8 @@ def main(argv: list[str] | None = None) -> int:
         results = [loaded[r["id"]] for r in chosen]
     else:
         print(f"{len(chosen)} of {len(rows)} rows, {args.jobs} workers", file=sys.stderr)
-        jobs = [(r, harness.get(r["id"]), extra) for r in chosen]
+        by_id = {r["id"]: r for r in rows}
+        jobs = [(as_run(r, harness.get(r["id"]), by_id), harness.get(r["id"]), extra) for r in chosen]
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
             run_one = functools.partial(simulate, max_output_tokens=args.max_output_tokens)
             for i, res in enumerate(pool.map(run_one, jobs, chunksize=1), 1):

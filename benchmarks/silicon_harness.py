@@ -26,6 +26,13 @@ gives the citations; the rules in ``harness_for_row`` follow it:
   pipelines run a deployment (genai-perf / aiperf, ``--concurrency C``,
   ``--request-count 10 C``, ``--warmup-request-count 2 C``, ISL and OSL with standard
   deviation 0, ignore_eos): fixed lengths, R = 1.
+- A gap-analysis row that is an InferenceX measurement copied (``copies``: the same model,
+  GPU, engine, mode, ISL, OSL and clients, and the same mean TTFT and mean TPOT to the 0.01
+  ms the gap files keep): every row of ``qwen3.5-397b-gap-analysis.csv`` and
+  ``kimi-k2.5-gap-analysis.csv`` (123 of 123 in aiconfigurator-core 0.12.0) has such a twin
+  in InferenceX's exports. It takes its twin's record, ``copy_of`` naming the twin, and
+  `benchmarks/silicon.py` runs it as the twin: InferenceX's layout (23 of the copies lost
+  the twin's attention DP in transcription), launch script and client.
 
 Standard library only.
 """
@@ -70,7 +77,12 @@ FIELDS = (
     "request_rate",
     "measured",
     "basis",
+    "copy_of",
 )
+
+#: The gap-analysis files keep mean TTFT and TPOT to 0.01 ms: a copy agrees with its twin's
+#: full-precision values within half of that (plus float noise).
+COPY_TOLERANCE_MS = 0.006
 
 
 def source_fields(source: str) -> dict[str, str]:
@@ -157,6 +169,63 @@ def harness_for_row(row: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def _copy_key(row: dict[str, str]) -> tuple[str, ...]:
+    src = source_fields(row.get("silicon_data_source", ""))
+    fields = ("model_path", "system", "backend", "mode", "isl", "osl")
+    return (*(row.get(f, "") for f in fields), src.get("silicon_concurrency", ""))
+
+
+def _measured_ms(row: dict[str, str]) -> tuple[float, float] | None:
+    try:
+        ttft, tpot = float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"])
+    except (KeyError, ValueError):
+        return None
+    return (ttft, tpot) if ttft == ttft and tpot == tpot else None  # not NaN
+
+
+def copies(rows: Sequence[dict[str, str]], records: dict[str, dict[str, str]]) -> dict[str, str]:
+    """{gap-analysis row id: the InferenceX row id it copies}. A copy has the same model, GPU,
+    engine, mode, ISL, OSL and clients as its twin and the same mean TTFT and TPOT within
+    `COPY_TOLERANCE_MS`; of several twins (the same run in both InferenceX exports), the
+    first in file order. ``records``: each row's own record (`harness_for_row`)."""
+    twins: dict[tuple[str, ...], list[dict[str, str]]] = {}
+    for row in rows:
+        if records[row["id"]]["harness"].startswith("infer") and _measured_ms(row):
+            twins.setdefault(_copy_key(row), []).append(row)
+    out = {}
+    for row in rows:
+        mine = _measured_ms(row)
+        if records[row["id"]]["harness"] != "nvidia-gap-analysis" or mine is None:
+            continue
+        for twin in twins.get(_copy_key(row), []):
+            theirs = _measured_ms(twin)
+            if theirs and all(abs(a - b) <= COPY_TOLERANCE_MS for a, b in zip(mine, theirs, strict=True)):
+                out[row["id"]] = twin["id"]
+                break
+    return out
+
+
+def harness_records(rows: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """Every row's record, in row order: its own (`harness_for_row`), or for a copy
+    (`copies`) its twin's under its own id, ``copy_of`` the twin's."""
+    records = {row["id"]: harness_for_row(row) for row in rows}
+    copied = copies(rows, records)
+    out = []
+    for row in rows:
+        record = records[row["id"]]
+        if row["id"] in copied:
+            twin = copied[row["id"]]
+            record = {
+                **records[twin],
+                "id": row["id"],
+                "copy_of": twin,
+                "basis": f"copy of InferenceX row {twin} (the same mean TTFT and TPOT); "
+                + records[twin]["basis"],
+            }
+        out.append(record)
+    return out
+
+
 def default_rows_path() -> Path:
     spec = importlib.util.find_spec("aiconfigurator_core")
     if spec is None or spec.origin is None:
@@ -172,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, help="write the per-row settings as CSV here (default: stdout)")
     args = ap.parse_args(argv)
     with (args.rows or default_rows_path()).open(newline="") as f:
-        settings = [harness_for_row(row) for row in csv.DictReader(f)]
+        settings = harness_records(list(csv.DictReader(f)))
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=FIELDS, lineterminator="\n")
     writer.writeheader()
@@ -183,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.out.write_bytes(gzip.compress(text.getvalue().encode(), mtime=0))
     else:
         args.out.write_text(text.getvalue())
-    counts = Counter((s["harness"], s["basis"].split(" ")[0]) for s in settings)
+    counts = Counter((s["harness"], "copy" if s["copy_of"] else s["basis"].split(" ")[0]) for s in settings)
     for (harness, basis), n in sorted(counts.items()):
         print(f"{n:5d}  {harness}  ({basis})", file=sys.stderr)
 

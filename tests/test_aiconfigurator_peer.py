@@ -142,6 +142,30 @@ def test_harness_of_inferencex_and_gap_analysis_rows() -> None:
     assert gap["basis"].startswith("assumed")
 
 
+def test_a_gap_analysis_row_that_copies_an_inferencex_run_takes_its_record() -> None:
+    # An InferenceX run (attention DP 4: batch 4 a rank) and NVIDIA's gap-analysis rows: a copy
+    # with its TTFT and TPOT rounded to 0.01 ms and its attention DP lost, one 0.02 ms off, one
+    # at other clients, one of another model.
+    ix = {**AGG_ROW, "id": "ix", "attention_dp_size": "4", "batch_size": "4",
+          "silicon_data_source": "source_file=2026-03-25.csv; silicon_concurrency=16; "
+          "measured=2026-03-04T18:53:03Z", "silicon_ttft_ms": "290.5145", "silicon_tpot_ms": "22.6287"}  # fmt: skip
+    gap_src = "source_file=qwen3.5-397b-gap-analysis.csv; silicon_concurrency=16; aic_database_mode=SILICON"
+    copy = {**AGG_ROW, "id": "copy", "silicon_data_source": gap_src, "attention_dp_size": "1",
+            "batch_size": "16", "silicon_ttft_ms": "290.51", "silicon_tpot_ms": "22.63"}  # fmt: skip
+    off = {**copy, "id": "off", "silicon_tpot_ms": "22.65"}
+    other_clients = {**copy, "id": "other_clients",
+                     "silicon_data_source": gap_src.replace("concurrency=16", "concurrency=8")}  # fmt: skip
+    other_model = {**copy, "id": "other_model", "model_path": "Qwen/Qwen3.5-397B-A17B"}
+    rows = [ix, copy, off, other_clients, other_model]
+    records = {r["id"]: r for r in harness.harness_records(rows)}
+    assert harness.copies(rows, {r["id"]: harness.harness_for_row(r) for r in rows}) == {"copy": "ix"}
+    assert records["copy"] == {**records["ix"], "id": "copy", "copy_of": "ix",
+                               "basis": "copy of InferenceX row ix (the same mean TTFT and TPOT); documented"}  # fmt: skip
+    assert records["copy"]["harness"] == "inferencex-single-node" and records["ix"]["copy_of"] == ""
+    for rid in ("off", "other_clients", "other_model"):
+        assert (records[rid]["harness"], records[rid]["copy_of"]) == ("nvidia-gap-analysis", "")
+
+
 def silicon_rows() -> list[dict[str, str]]:
     spec = importlib.util.find_spec("aiconfigurator_core")
     if spec is None or spec.origin is None:

@@ -359,6 +359,38 @@ def test_silicon_drafts_on_mtp_rows_and_runs_the_ambiguous_ones_without(tmp_path
     assert (groups[0]["count"], groups[1]["count"]) == (1, 1)
 
 
+def test_a_copy_of_an_inferencex_row_runs_as_that_row(tmp_path: Path) -> None:
+    twin = row()
+    copy = {
+        **twin,
+        "id": "gap_copy",
+        "attention_dp_size": "",
+        "silicon_data_source": "source_file=x-gap-analysis.csv",
+    }
+    harness_csv = tmp_path / "h.csv"
+    harness_csv.write_text(
+        f"id,harness,concurrency,copy_of\n{twin['id']},inferencex-single-node,4,\n"
+        f"gap_copy,inferencex-single-node,4,{twin['id']}\n"
+    )
+    spec_csv = tmp_path / "s.csv"
+    spec_csv.write_text(f"id,spec_decoding,configs,commit\n{twin['id']},mtp,dsr1-fp8-b200-sglang-mtp,abc\n")
+    merged = silicon.harness_by_id(harness_csv, spec_csv)
+    assert merged["gap_copy"]["spec_decoding"] == "mtp"  # the twin's configuration
+    by_id = {twin["id"]: twin, "gap_copy": copy}
+    assert silicon.as_run(copy, merged["gap_copy"], by_id) == {**twin, "id": "gap_copy"}
+    assert silicon.as_run(twin, merged[twin["id"]], by_id) is twin
+    assert silicon.as_run(copy, merged["gap_copy"], {"gap_copy": copy}) is copy  # no twin: itself
+
+
+def test_the_committed_harness_runs_the_gap_files_as_their_inferencex_twins() -> None:
+    harness = silicon.harness_by_id(silicon.HARNESS, None)
+    copied = {rid: h["copy_of"] for rid, h in harness.items() if h.get("copy_of")}
+    assert len(copied) == 123  # every row of qwen3.5-397b- and kimi-k2.5-gap-analysis.csv
+    assert all("gap_analysis" in rid and "gap_analysis" not in twin for rid, twin in copied.items())
+    assert all(harness[rid]["harness"] == harness[twin]["harness"] == "inferencex-single-node"
+               for rid, twin in copied.items())  # fmt: skip
+
+
 @pytest.mark.skipif(package_tables_root() is None, reason="aiconfigurator-core is not installed")
 def test_the_committed_classification_covers_the_known_mtp_runs() -> None:
     """The TensorRT-LLM B200 1.2.0rc6.post3 rows (dsr1_fp8_b200_trt_mtp.sh, InferenceX #632/#642)

@@ -24,7 +24,15 @@ from kvsim.model.kv_sizing import (
 from kvsim.model.presets import MODEL_PRESETS, resolve_gpu
 from kvsim.model.specs import ModelSpec
 from kvsim.scenario.schema import EngineConfig
-from tests.test_kernels import TINY, allreduce_ms, decode_ms, gemm_ms, write_tables
+from tests.test_kernels import (
+    TINY,
+    TINY_MOE,
+    allreduce_ms,
+    decode_ms,
+    gemm_ms,
+    write_moe_mla_tables,
+    write_tables,
+)
 
 LINEAR = {
     "num_linear_attention_layers": 3,
@@ -158,7 +166,9 @@ def chunk_rule_ms(tokens: float) -> float:
     return 0.02 + 1e-4 * tokens
 
 
-def write_gdn(root: Path, version: str = "1.0.0", heads: tuple[int, int] = (1, 4)) -> None:
+def write_gdn(
+    root: Path, version: str = "1.0.0", heads: tuple[int, int] = (1, 4), backend: str = "vllm"
+) -> None:
     """gdn_perf for d_model 64, ``heads`` (key, value) per GPU of 16, conv 4."""
     shape = {"d_model": 64, "num_k_heads": heads[0], "num_v_heads": heads[1], "head_k_dim": 16,
              "head_v_dim": 16, "d_conv": 4}  # fmt: skip
@@ -174,7 +184,7 @@ def write_gdn(root: Path, version: str = "1.0.0", heads: tuple[int, int] = (1, 4
         for b, s in itertools.product((1, 2), (1, 16, 64, 256))
         for k, f in (("causal_conv1d_fn", conv_fn_ms), ("chunk_gated_delta_rule", chunk_rule_ms))
     ]  # fmt: skip
-    folder = root / "toy_sxm" / "linear_attention" / "vllm" / version
+    folder = root / "toy_sxm" / "linear_attention" / backend / version
     folder.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_parquet(folder / "gdn_perf.parquet")
 
@@ -229,6 +239,38 @@ def test_a_prefill_chunk_pays_the_chunked_scan_over_its_tokens(tables: Path) -> 
         + 1 * (km._decode(2, 29) + km._chunk_extra_s(16, 48)) + km.overheads.per_iteration_overhead_s
     )  # fmt: skip
     assert step == pytest.approx(expected, rel=1e-12)
+
+
+def test_sglangs_hybrid_prompt_steps_pay_the_host_floor_and_the_kernels(tmp_path: Path) -> None:
+    # A hybrid mixture of experts (3 Gated DeltaNet layers, 1 full; 3 MoE layers after the
+    # dense first) on SGLang: a step with a prompt runs eagerly and takes the host's floor
+    # (3 MoE layers x 50 ms) plus its kernels; without the linear layers it takes the larger
+    # of the two, as on vLLM beyond its CUDA graphs. Decode steps replay graphs: untouched.
+    hybrid = ModelSpec(**{**TINY_MOE.model_dump(), "num_layers": 4, **LINEAR})
+
+    roots: dict[str, Path] = {}
+
+    def km(backend: str, spec: ModelSpec, host_s: float) -> KernelCostModel:
+        if backend not in roots:
+            roots[backend] = write_moe_mla_tables(tmp_path / backend, backend=backend)
+            write_gdn(roots[backend], backend=backend)
+        root = roots[backend]
+        cfg = KernelCostConfig(
+            tables=str(root), system="toy_sxm", backend=backend, eager_moe_layer_host_s=host_s
+        )
+        return KernelCostModel(spec, resolve_gpu("h100-sxm"), cfg, tp=2, max_num_seqs=8)
+
+    prompt = Batch(prefill_chunks=[(16, 0)], num_decode_seqs=2, decode_context_tokens=60)
+    decode = Batch(num_decode_seqs=2, decode_context_tokens=60)
+    base, eager = km("sglang", hybrid, 0.0), km("sglang", hybrid, 0.05)
+    assert eager._num_moe_layers == 3 and eager._eager_floor_s == pytest.approx(0.15)
+    assert 0 < base.step_time_s(prompt) < 0.15
+    assert eager.step_time_s(prompt) == pytest.approx(base.step_time_s(prompt) + 0.15, rel=1e-12)
+    assert eager.step_time_s(decode) == base.step_time_s(decode)
+    moe = km("sglang", TINY_MOE, 0.05)  # no linear layers: the larger
+    assert moe.step_time_s(prompt) == 0.05 == max(km("sglang", TINY_MOE, 0.0).step_time_s(prompt), 0.05)
+    vllm = km("vllm", hybrid, 0.05)  # vLLM: 16 + 2 tokens beyond its 16-token graphs, the larger
+    assert vllm.max_graph_tokens == 16 and vllm.step_time_s(prompt) == pytest.approx(0.15, rel=1e-12)
 
 
 def test_what_the_gdn_tables_lack_is_refused_by_name(tables: Path, tmp_path: Path) -> None:

@@ -230,6 +230,19 @@ FITTED: dict[str, Overheads] = {
 #: first fit (1.75 ms) was not adopted: it took every launch script's capture ceiling for vLLM's
 #: default (1,024 tokens on Blackwell), so the MiniMax-M2.5 B200 / B300 mixed steps at 128-512
 #: clients, which those scripts capture up to 2,048 tokens (`cuda_graph_max_size`), paid ~110 ms.
+#: The step takes the larger of this floor and its kernels' time, the host launching ahead of
+#: the GPU -- except SGLang's hybrid models (linear-attention layers: Qwen3.5), whose prompt
+#: steps take both: on H200 (Qwen3.5-397B, SGLang 0.5.9, TP 8 / EP 8, 4 clients) the measured
+#: TTFT grows 117 ms from 1k to 8k prompts (308 -> 425 ms) where the kernels' time grows 114
+#: ms and the floor (60 MoE layers x 4 ms = 240 ms) covered both under the larger-of rule;
+#: adding them took its 30 InferenceX rows from TTFT 17% / 37% / -17% (median / p90 / bias;
+#: 8k prompts -36%) to 5% / 31% / +5%, while DeepSeek-R1 on the same GPUs and release, with
+#: no linear layers, fits the larger-of rule (8k prompts at 4 clients: 441 ms, measured 447;
+#: the sum would add ~230 ms). The lead on why: SGLang's Gated DeltaNet prefill runs flash-
+#: linear-attention's varlen kernels, which read chunk indices off the device on the host
+#: (``prepare_chunk_indices``: ``.tolist()``), a wait for the GPU wherever its small cache
+#: misses; how often that is in 0.5.9 was not measured here.
+#: docs/validation.md, nineteenth pass.
 EAGER_MOE_LAYER_HOST_S: dict[str, float] = {"vllm": 1.25e-3, "sglang": 4e-3, "trtllm": 0.0}
 
 
@@ -903,6 +916,7 @@ class KernelCostModel:
         # conv and delta-rule kernels the attention (`kvsim.cost.linear_attention`).
         self._attention_gemms, self._attn_layers = attention_gemms, model.num_kv_layers
         self._gdn = self._init_linear(gemm, gemm_dtype) if model.num_linear_attention_layers else None
+        self._eager_serial = self._gdn is not None and self.engine == "sglang"
         # Engines keep the LM head in 16 bits whatever the weights (aiconfigurator does too).
         self._lm_head = gemm_curve(gemm, "bfloat16", max(1, model.vocab_size // tp), h, "LM head", w)
 
@@ -1427,7 +1441,11 @@ class KernelCostModel:
         # Decode and verify steps replay CUDA graphs; a step with a prompt runs eagerly (vLLM:
         # only beyond its graph sizes).
         eager = tokens > self._eager_above_tokens and (num_prompts > 0 or self._eager_above_tokens > 0)
-        return max(t, self._eager_floor_s) if eager else t
+        if not eager:
+            return t
+        # SGLang's linear-attention layers keep its host from running ahead of the GPU: the
+        # step takes the host's time and the kernels' (`EAGER_MOE_LAYER_HOST_S`), not the larger.
+        return t + self._eager_floor_s if self._eager_serial else max(t, self._eager_floor_s)
 
     def decode_steps_s(
         self, num_seqs: int, context_tokens: np.ndarray, moe_tokens: int | None = None

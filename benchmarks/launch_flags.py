@@ -36,7 +36,8 @@ enable_prefix_caching, scheduler_recv_interval, batch_wait_timeout_iters,
 batch_wait_max_tokens_ratio, attention_dp_balance (TensorRT-LLM's attention_dp_config with
 enable_balance, on rows with attention DP), cuda_graph_max_size (vLLM's largest CUDA-graph
 capture size, a kernels cost-model knob `benchmarks/silicon.py` moves there) -- present only
-where the script sets the flag.
+where the script sets the flag. The KV cache's dtype, which every script fixes one way or the
+other (passed, or left to the checkpoint), is `launch_kv_cache_dtype`'s.
 """
 
 from __future__ import annotations
@@ -1031,6 +1032,48 @@ def launch_flags(row: dict[str, str], harness: dict[str, str]) -> dict[str, Any]
     return v.rule(_ctx(row, harness)) if v is not None else {}
 
 
+#: The transcribed script versions that pass no KV-cache dtype, read with ``git show
+#: <commit>:<path>`` for ``--kv-cache-dtype``, a vLLM config's ``kv-cache-dtype:`` and
+#: TensorRT-LLM's ``kv_cache_config: dtype:`` (gptoss_fp4_h200_trt writes ``dtype: auto``).
+#: Every other version here, the branches' (`WIP_RUNS`) too, passes fp8: SGLang
+#: ``--kv-cache-dtype fp8_e4m3``, vLLM ``fp8``, TensorRT-LLM ``dtype: fp8``.
+NO_KV_DTYPE = frozenset({
+    ("dsr1_fp8_h200", "41aff0afc"),
+    ("gptoss_fp4_b200", "4b860b78e"),
+    *(("gptoss_fp4_h100", c) for c in ("af4ccd03f", "25506e87c", "4e135fd3f", "cec542a9a")),
+    *(("gptoss_fp4_h200", c) for c in ("9596d23d7", "cec542a9a")),
+    *(("gptoss_fp4_h200_trt", c) for c in ("9596d23d7", "d22bf9ca9", "e28c038f8")),
+    *(("kimik2.5_fp4_b200", c) for c in ("a58dedd5a", "79a42e20a")),
+    ("kimik2.5_fp4_b300", "f34a83b25"),
+    ("kimik2.5_int4_b200", "79ea3651a"),
+    *(("kimik2.5_int4_h200", c) for c in ("749096c4c", "79a42e20a")),
+    *(("minimaxm2.5_fp8_b200", c) for c in ("f342df18e", "626932a11")),
+    *(("minimaxm2.5_fp8_h100", c) for c in ("1d5cae141", "626932a11")),
+    *(("minimaxm2.5_fp8_h200", c) for c in ("a36346339", "1d5cae141", "626932a11")),
+    *(("qwen3.5_bf16_b200", c) for c in ("9dc87a68c", "c21776093")),
+    ("qwen3.5_bf16_b300", "32274d6c1"),
+    ("glm5_fp4_b200", "d43805fc3"),
+    ("glm5_fp8_h200", "ebb48d4bc"),
+})  # fmt: skip
+
+
+def launch_kv_cache_dtype(row: dict[str, str], harness: dict[str, str]) -> str | None:
+    """The KV cache the row's launch ran with, as kvsim's ``kv_cache_dtype``; None when the
+    script is unknown. A script that passes none leaves it to the checkpoint: NVIDIA's NVFP4
+    exports declare an fp8 cache (``kv_cache_quant_algo: FP8`` in their hf_quant_config.json,
+    aiconfigurator-core 0.12.0 model_configs), which vLLM from 0.13 (vllm-project/vllm#30785),
+    SGLang and TensorRT-LLM follow; DeepSeek's, MiniMax's and Qwen's own fp8 checkpoints,
+    OpenAI's MXFP4 gpt-oss and Moonshot's int4 Kimi declare none, and the engines then cache in
+    the model's 16 bits ("auto")."""
+    v, _ = resolve(row, harness)
+    if v is None:
+        return None
+    if (v.script, v.commit) not in NO_KV_DTYPE:
+        return "fp8"
+    declared = row.get("precision") == "fp4" and "gpt-oss" not in row.get("model_path", "")
+    return "fp8" if declared else "auto"
+
+
 def describe(row: dict[str, str], harness: dict[str, str]) -> str:
     """Which script and commit a row's flags come from, or why it has none."""
     v, why = resolve(row, harness)
@@ -1041,4 +1084,5 @@ def describe(row: dict[str, str], harness: dict[str, str]) -> str:
         return f"{REPO} {v.path} @ {v.commit}: the script exits for this shape (no run)"
     where = "unmerged branch" if why == "wip branch" else f"main since {v.since}"
     tail = f"; also: {v.other}" if v.other else ""
-    return f"{REPO} {v.path} @ {v.commit} ({where}): {flags}{tail}"
+    kv = f"; KV cache {launch_kv_cache_dtype(row, harness)}"
+    return f"{REPO} {v.path} @ {v.commit} ({where}): {flags}{kv}{tail}"

@@ -11,10 +11,12 @@ kvsim scenario: the model and GPU presets the row names (aliases of its Hugging 
 aiconfigurator system), the engine (``engine.backend`` and ``backend_version``: that
 release's default knobs; a nightly or custom build, the release in force on its build day,
 `build_release`), the weight precision (``engine.quantization``) and the KV-cache
-dtype, the ``kernels`` cost model (the measured kernel tables of that GPU and engine), and
-the benchmark client as the row was measured (``workload: {kind: bench_serve}``: C clients
-in a closed loop, the row's prompt count, warm-ups and length ranges;
-benchmarks/silicon_harness.py and docs/validation.md say where each comes from). kvsim
+dtype (the launch script's where it is transcribed, `launch_kv_cache_dtype`, else by the
+row's precision, `KV_DTYPE`), the ``kernels`` cost model (the measured kernel tables of that
+GPU and engine), and the benchmark client as the row was measured (``workload: {kind:
+bench_serve}``: C clients in a closed loop, the row's prompt count, warm-ups and length
+ranges; benchmarks/silicon_harness.py and docs/validation.md say where each comes from). A
+gap-analysis row that copies an InferenceX run runs as that run's row (`as_run`). kvsim
 runs it and writes, per row,
 
     {"id", "status" ("ok" or "unsupported: why"), "mean_ttft_ms", "mean_tpot_ms"}
@@ -81,7 +83,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from launch_flags import describe, launch_flags  # noqa: E402
+from launch_flags import describe, launch_flags, launch_kv_cache_dtype  # noqa: E402
 
 from kvsim.cost.tables import package_tables_root  # noqa: E402
 
@@ -100,6 +102,8 @@ QUANTIZATION = {"": None, "bfloat16": None, "fp8": "fp8", "fp8_block": "fp8_bloc
 #: The row's precision -> engine.kv_cache_dtype. InferenceMAX's Llama-3.1-70B fp8 runs pass
 #: --kv-cache-dtype fp8 (benchmarks/70b_fp8_h200_slurm.sh at ac1998a50, docs/validation.md);
 #: fp4 deployments keep an fp8 cache (no fp4 KV in these engines); 16-bit ones the model's.
+#: A MoE single-node row whose launch script is transcribed takes the script's instead
+#: (`launch_kv_cache_dtype`: several pass none and cache in 16 bits).
 KV_DTYPE = {"": "auto", "bf16": "auto", "fp16": "auto", "fp8": "fp8", "fp4": "fp8"}
 
 
@@ -120,7 +124,10 @@ def engine_flags(row: dict[str, str], harness: dict[str, str], concurrency: int)
     """The engine knobs a row's harness set on the command line: the Llama-3.1-70B InferenceMAX
     scripts' (`INFERENCEMAX_70B`), the MoE single-node scripts' (`launch_flags`), else none."""
     if harness.get("harness") != "inferencemax-single-node" or "Llama-3.1-70B" not in row["model_path"]:
-        return launch_flags(row, harness)
+        flags = launch_flags(row, harness)
+        if (kv := launch_kv_cache_dtype(row, harness)) is not None:
+            flags["kv_cache_dtype"] = kv
+        return flags
     flags = dict(INFERENCEMAX_70B.get(row["backend"], {}))
     if row["backend"] == "vllm":
         flags["max_num_seqs"] = 512 if row["system"] == "b200_sxm" else concurrency

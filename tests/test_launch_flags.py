@@ -17,7 +17,16 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from launch_flags import MODEL_KEY, Ctx, _trt_tokens, describe, launch_flags, resolve  # noqa: E402
+from launch_flags import (  # noqa: E402
+    MODEL_KEY,
+    NO_KV_DTYPE,
+    Ctx,
+    _trt_tokens,
+    describe,
+    launch_flags,
+    launch_kv_cache_dtype,
+    resolve,
+)
 
 
 def _sample_csv() -> str | None:
@@ -177,6 +186,44 @@ def test_every_moe_single_node_agg_row_is_mapped_or_explained(data) -> None:
     # cap: 18 rows above dsr1_fp8_b200's / qwen3.5_fp8_b200's --max-running-requests 128, which
     # those scripts set "as the maximum concurrency" their configs ran (64 and 128 clients).
     assert reasons == {"GB200": 55, "wip": 60, "cap": 18}
+
+
+def test_the_kv_cache_is_the_one_the_launch_ran_with(data) -> None:
+    # A script that passes an fp8 KV dtype gives fp8; one that passes none leaves it to the
+    # checkpoint: the model's 16 bits for DeepSeek's, MiniMax's and OpenAI's, fp8 for NVIDIA's
+    # NVFP4 exports (Kimi-K2.5 fp4 on B200, whose script passed none until 6c3acebfa).
+    import silicon
+
+    rows, harness = data
+    first: dict[tuple[str, str], tuple[dict[str, str], dict[str, str]]] = {}
+    for r in rows.values():
+        h = harness.get(r["id"], {})
+        version, _ = resolve(r, h) if r["mode"] == "agg" and not h.get("copy_of") else (None, "")
+        if version is not None and launch_flags(r, h):
+            first.setdefault((version.script, version.commit), (r, h))
+    expected = {
+        ("dsr1_fp8_h200", "41aff0afc"): "auto",  # SGLang, no --kv-cache-dtype
+        ("dsr1_fp8_b200", "64c20b6b5"): "fp8",  # --kv-cache-dtype fp8_e4m3
+        ("gptoss_fp4_h200_trt", "e28c038f8"): "auto",  # kv_cache_config: dtype: auto
+        ("gptoss_fp4_b200", "d2c2acb19"): "fp8",  # vLLM config kv-cache-dtype: fp8
+        ("minimaxm2.5_fp8_h200", "626932a11"): "auto",
+        ("kimik2.5_fp4_b200", "79a42e20a"): "fp8",  # none passed; nvidia/Kimi-K2.5-NVFP4's own
+    }
+    for key, kv in expected.items():
+        row, h = first[key]
+        assert launch_kv_cache_dtype(row, h) == kv, key
+        assert silicon.scenario_for(row, h, {})["replicas"][0]["engine"]["kv_cache_dtype"] == kv, key
+        assert f"KV cache {kv}" in describe(row, h)
+    assert set(first) >= NO_KV_DTYPE  # every version listed ran rows
+    assert launch_kv_cache_dtype(AGG_UNKNOWN, {}) is None
+
+
+AGG_UNKNOWN = {
+    "model_path": "meta-llama/Llama-3.1-8B",
+    "backend": "vllm",
+    "system": "h200_sxm",
+    "mode": "agg",
+}
 
 
 def test_a_scripts_cuda_graph_ceiling_prices_the_steps_not_the_scheduler(data) -> None:

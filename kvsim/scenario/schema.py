@@ -154,8 +154,10 @@ class FrontendConfig(FrozenModel):
     prompt tokens`` after it was sent; its TTFT and end-to-end latency count that time, the
     GPU does not (the front end runs on the host, beside the engine). Zero by default: an
     engine fed token ids in-process (vLLM's ``LLM`` / ``LLMEngine``, kvsim's recorded traces)
-    has no front end in the way. ``benchmarks/silicon.py`` sets none: a fit on H200 rows was
-    tried and not adopted (docs/validation.md, "A server's front end, tried and not adopted").
+    has no front end in the way. ``benchmarks/silicon.py`` sets 20 ms a request on vLLM's
+    aggregated rows (``VLLM_FRONTEND_REQUEST_S``, fitted on H200 rows; no per-token term: that
+    fit was tried and not adopted, docs/validation.md, "A server's front end, tried and not
+    adopted").
     """
 
     request_s: float = Field(

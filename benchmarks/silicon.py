@@ -85,6 +85,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from launch_flags import describe, launch_flags, launch_kv_cache_dtype  # noqa: E402
 
+from kvsim.backends.defaults import SGLANG_PIECEWISE_SINCE  # noqa: E402
 from kvsim.cost.tables import package_tables_root  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -294,6 +295,35 @@ def cost_model_flags(row: dict[str, str], harness: dict[str, str]) -> dict[str, 
     ):
         return dict(VLLM_MXFP8_MOE)
     return {}
+
+
+#: Checkpoints SGLang serves as multimodal models: their Hugging Face config has a vision tower
+#: and an architecture in SGLang's ``multimodal_model_archs`` (Qwen3_5MoeForConditionalGeneration,
+#: python/sglang/srt/configs/model_config.py, 0.5.10.post1). For those 0.5.10.post1 runs no
+#: piecewise CUDA graphs (server_args.py ``_handle_piecewise_cuda_graph``: "Multimodal / VLM
+#: models"), which kvsim's model spec does not tell (`sglang_prompt_graphs_off`).
+SGLANG_MULTIMODAL_CHECKPOINTS = ("Qwen/Qwen3.5-397B-A17B",)
+
+
+def sglang_prompt_graphs_off(row: dict[str, str], harness: dict[str, str]) -> str | None:
+    """Why SGLang ran a row's prompt steps without piecewise CUDA graphs where kvsim's default
+    (`KernelCostConfig.piecewise_cuda_graph_max_tokens`, from SGLang 0.5.10) would replay them:
+    a multimodal checkpoint (`SGLANG_MULTIMODAL_CHECKPOINTS`) or a launch script with
+    ``--enable-symm-mem`` (``_handle_piecewise_cuda_graph``, 0.5.10.post1: "Symmetric memory
+    (torch.cuda.use_mem_pool is untraceable by dynamo)"); None otherwise. Attention DP,
+    speculative decoding and disaggregation turn them off in kvsim's own default."""
+    if row.get("backend") != "sglang":
+        return None
+    if not row.get("backend_version"):  # kvsim runs it at its newest SGLang: was that out yet?
+        measured = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.get("silicon_data_source") or "")
+        then = release_in_force("sglang", measured.group(1)) if measured else None
+        if then is not None and _version_key(then) < _version_key(SGLANG_PIECEWISE_SINCE):
+            return f"no release named; measured when SGLang {then} was the newest"
+    if row.get("model_path") in SGLANG_MULTIMODAL_CHECKPOINTS:
+        return "a multimodal checkpoint"
+    if "enable-symm-mem" in describe(row, harness):
+        return "--enable-symm-mem"
+    return None
 
 
 #: The harness whose settings are assumed, not documented (docs/validation.md): the
@@ -537,6 +567,8 @@ def scenario_for(
     cost_model: dict[str, Any] = {"kind": "kernels", **cost_model_flags(row, h)}
     if "cuda_graph_max_size" in flags:
         cost_model["cuda_graph_max_size"] = flags.pop("cuda_graph_max_size")
+    if sglang_prompt_graphs_off(row, h):
+        cost_model["piecewise_cuda_graph_max_tokens"] = 0
     engine.update(flags)
     engine["async_scheduling"] = async_scheduling(row, h)
     if row["backend"] == "vllm":

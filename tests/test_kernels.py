@@ -657,11 +657,15 @@ def test_a_step_with_a_prompt_takes_at_least_the_eager_host_time_of_its_moe_laye
 def test_vllm_pays_the_eager_host_time_only_beyond_its_cuda_graphs(tmp_path: Path) -> None:
     # vLLM captures steps up to min(2 x max_num_seqs, 512) = 16 tokens here (a prompt's
     # step runs piecewise graphs): 12 prompt + 2 decode tokens keep their kernels' time, 16 +
-    # 2 pay the floor. SGLang runs any step with a prompt without graphs: 12 + 2 pays it.
+    # 2 pay the floor. SGLang before 0.5.10 runs any step with a prompt without graphs: 12 + 2
+    # pays it (its piecewise prompt graphs: the next test).
     def model(backend: str, tables: Path) -> tuple[KernelCostModel, KernelCostModel]:
         def km(**kw: object) -> KernelCostModel:
             cfg = _cfg(tables, backend=backend, **kw)
-            return KernelCostModel(TINY_MOE, resolve_gpu("h100-sxm"), cfg, tp=2, max_num_seqs=8)
+            version = "0.5.9" if backend == "sglang" else None
+            return KernelCostModel(
+                TINY_MOE, resolve_gpu("h100-sxm"), cfg, tp=2, max_num_seqs=8, backend_version=version
+            )
 
         return km(), km(eager_moe_layer_host_s=0.05)
 
@@ -673,6 +677,58 @@ def test_vllm_pays_the_eager_host_time_only_beyond_its_cuda_graphs(tmp_path: Pat
     assert eager.step_time_s(large) == 0.05
     _, sglang = model("sglang", write_moe_mla_tables(tmp_path / "sglang", backend="sglang"))
     assert sglang.step_time_s(small) == 0.05
+
+
+def test_sglang_replays_prompt_steps_within_its_piecewise_graphs_from_0_5_10(tmp_path: Path) -> None:
+    # SGLang 0.5.10 replays a step with a prompt of up to its chunk size (MLA: 2,048 tokens)
+    # from piecewise CUDA graphs: no eager floor. Here the chunk is 32 tokens: 12 + 2 and 30 +
+    # 2 tokens keep their kernels' time, 40 + 2 pay the floor. Off before 0.5.10, with
+    # attention DP, speculative decoding, on a disaggregated worker, or when the launch says 0.
+    tables = write_moe_mla_tables(tmp_path / "sglang", backend="sglang")
+    gpu = resolve_gpu("h100-sxm")
+
+    def km(
+        version: str | None = "0.5.10", *, spec: bool = False, pd: bool = False, **kw: object
+    ) -> KernelCostModel:
+        cfg = _cfg(tables, backend="sglang", eager_moe_layer_host_s=0.05, **kw)
+        return KernelCostModel(
+            TINY_MOE, gpu, cfg, tp=2, max_num_seqs=8, backend_version=version, max_num_batched_tokens=32,
+            speculative=spec, disaggregated=pd,
+        )  # fmt: skip
+
+    base = KernelCostModel(
+        TINY_MOE, gpu, _cfg(tables, backend="sglang", eager_moe_layer_host_s=0.0), tp=2, max_num_seqs=8
+    )
+    small = Batch(prefill_chunks=[(12, 0)], num_decode_seqs=2, decode_context_tokens=60)
+    full = Batch(prefill_chunks=[(30, 0)], num_decode_seqs=2, decode_context_tokens=60)
+    large = Batch(prefill_chunks=[(40, 0)], num_decode_seqs=2, decode_context_tokens=60)
+    graphs = km()
+    assert graphs._prompt_graph_tokens == 32
+    assert graphs.step_time_s(small) == base.step_time_s(small) < 0.05
+    assert graphs.step_time_s(full) == base.step_time_s(full) < 0.05
+    assert graphs.step_time_s(large) == 0.05
+    assert km(None)._prompt_graph_tokens == 32  # no release named: the newest tabulated (0.5.10)
+    for off in (km("0.5.9"), km(piecewise_cuda_graph_max_tokens=0), km(spec=True), km(pd=True)):
+        assert off._prompt_graph_tokens == 0 and off.step_time_s(small) == 0.05
+    # A launch's own ceiling (--piecewise-cuda-graph-max-tokens 16): 12 + 2 within it, 30 + 2 not.
+    capped = km(piecewise_cuda_graph_max_tokens=16)
+    assert capped.step_time_s(small) < 0.05 and capped.step_time_s(full) == 0.05
+    # Decode steps are unchanged (SGLang's decode graphs, no floor), and the knob is SGLang's only.
+    decode = Batch(num_decode_seqs=2, decode_context_tokens=60)
+    assert graphs.step_time_s(decode) == base.step_time_s(decode)
+    vllm_tables = write_moe_mla_tables(tmp_path / "vllm")
+    with pytest.raises(ProfileError, match="piecewise_cuda_graph_max_tokens is SGLang's"):
+        KernelCostModel(TINY_MOE, gpu, _cfg(vllm_tables, piecewise_cuda_graph_max_tokens=64), tp=2)
+
+
+def test_sglang_mla_models_replay_prompt_graphs_up_to_2048_tokens() -> None:
+    from kvsim.backends.defaults import sglang_piecewise_max_tokens
+
+    assert sglang_piecewise_max_tokens("0.5.10.post1", mla=True, chunk=32768) == 2048
+    assert sglang_piecewise_max_tokens("0.5.10.post1", mla=False, chunk=32768) == 32768
+    assert sglang_piecewise_max_tokens("0.5.9", mla=False, chunk=32768) == 0
+    assert sglang_piecewise_max_tokens(None, mla=False, chunk=8192) == 8192
+    assert sglang_piecewise_max_tokens("0.5.10", mla=False, chunk=8192, attention_dp=2) == 0
 
 
 def test_a_launch_flags_cuda_graph_ceiling_decides_which_vllm_steps_run_eagerly(tmp_path: Path) -> None:
@@ -1079,7 +1135,7 @@ def test_verify_steps_replay_cuda_graphs_without_the_eager_floor(tmp_path: Path)
     tables = write_moe_mla_tables(tmp_path / "sglang", backend="sglang")
     km = KernelCostModel(
         TINY_MOE, resolve_gpu("h100-sxm"), _cfg(tables, backend="sglang", eager_moe_layer_host_s=0.05), tp=2,
-        max_num_seqs=8,
+        max_num_seqs=8, speculative=True,  # SGLang 0.5.10 runs no piecewise prompt graphs with it
     )  # fmt: skip
     verify = Batch(prefill_chunks=[(3, 37), (3, 57)], num_verify_chunks=2)
     assert km.step_time_s(verify) < 0.05

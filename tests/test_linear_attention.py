@@ -258,7 +258,12 @@ def test_sglangs_hybrid_prompt_steps_pay_the_host_floor_and_the_kernels(tmp_path
         cfg = KernelCostConfig(
             tables=str(root), system="toy_sxm", backend=backend, eager_moe_layer_host_s=host_s
         )
-        return KernelCostModel(spec, resolve_gpu("h100-sxm"), cfg, tp=2, max_num_seqs=8)
+        # SGLang 0.5.9, the release the H200 rows ran (from 0.5.10 TINY_MOE's prompt steps would
+        # replay piecewise CUDA graphs; a hybrid's would not: test_kernels.py).
+        version = "0.5.9" if backend == "sglang" else None
+        return KernelCostModel(
+            spec, resolve_gpu("h100-sxm"), cfg, tp=2, max_num_seqs=8, backend_version=version
+        )
 
     prompt = Batch(prefill_chunks=[(16, 0)], num_decode_seqs=2, decode_context_tokens=60)
     decode = Batch(num_decode_seqs=2, decode_context_tokens=60)
@@ -269,6 +274,9 @@ def test_sglangs_hybrid_prompt_steps_pay_the_host_floor_and_the_kernels(tmp_path
     assert eager.step_time_s(decode) == base.step_time_s(decode)
     moe = km("sglang", TINY_MOE, 0.05)  # no linear layers: the larger
     assert moe.step_time_s(prompt) == 0.05 == max(km("sglang", TINY_MOE, 0.0).step_time_s(prompt), 0.05)
+    # From SGLang 0.5.10 the hybrid still runs its prompts eagerly (no piecewise graphs for it).
+    newer = KernelCostModel(hybrid, resolve_gpu("h100-sxm"), eager.config, tp=2, max_num_seqs=8)
+    assert newer._prompt_graph_tokens == 0 and newer.step_time_s(prompt) == eager.step_time_s(prompt)
     vllm = km("vllm", hybrid, 0.05)  # vLLM: 16 + 2 tokens beyond its 16-token graphs, the larger
     assert vllm.max_graph_tokens == 16 and vllm.step_time_s(prompt) == pytest.approx(0.15, rel=1e-12)
 

@@ -356,6 +356,41 @@ def test_a_moe_row_runs_with_the_engine_flags_its_launch_script_set() -> None:
     assert "scheduler_recv_interval" not in silicon.scenario_for(row, None, {})["replicas"][0]["engine"]
 
 
+def test_sglang_rows_replay_prompt_graphs_only_where_their_launch_did() -> None:
+    """SGLang 0.5.10.post1 replays prompt steps from piecewise CUDA graphs unless the launch
+    turns them off. dsr1_fp8_b300.sh (5b302f147) sets nothing that does: kvsim's default. The
+    fp4 script passes --enable-symm-mem and Qwen3.5 is a multimodal checkpoint: 0. A row without
+    a release measured while 0.5.5.post3 was the newest SGLang: 0 (kvsim would run it at 0.5.10)."""
+    harness = {"harness": "inferencex-single-node", "concurrency": "4"}
+    source = "db-dump/2026-04-27; config_id=719; silicon_concurrency=4; measured=2026-04-18T00:00:00.000Z"
+    row = _row("dsr1_b300_sglang_fp8_agg_1024x1024_c4_cfg719", silicon_data_source=source,
+               model_path="deepseek-ai/DeepSeek-V3", system="b300_sxm", gemm_quant_mode="fp8_block",
+               moe_quant_mode="fp8_block", precision="fp8", backend="sglang", backend_version="0.5.10.post1",
+               tp_size="8", moe_tp_size="8", moe_ep_size="1", attention_dp_size="1", isl="1024", osl="1024",
+               batch_size="4")  # fmt: skip
+
+    def cost(r: dict[str, str]) -> dict[str, Any]:
+        return silicon.scenario_for(r, harness, {})["replicas"][0]["cost_model"]
+
+    assert silicon.sglang_prompt_graphs_off(row, harness) is None
+    assert "piecewise_cuda_graph_max_tokens" not in cost(row)
+    fp4 = {**row, "precision": "fp4", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4",
+           "id": "dsr1_b300_sglang_fp4_agg_1024x1024_c4_cfg718"}  # fmt: skip
+    assert silicon.sglang_prompt_graphs_off(fp4, harness) == "--enable-symm-mem"
+    assert cost(fp4)["piecewise_cuda_graph_max_tokens"] == 0
+    qwen = {
+        **row,
+        "model_path": "Qwen/Qwen3.5-397B-A17B",
+        "id": "qwen3_5_b300_sglang_fp8_agg_1024x1024_c4_cfg716",
+    }
+    assert silicon.sglang_prompt_graphs_off(qwen, harness) == "a multimodal checkpoint"
+    old = {**row, "backend_version": "", "silicon_data_source": "src; measured=2025-11-18T00:00:00.000Z"}
+    assert silicon.sglang_prompt_graphs_off(old, harness) == (
+        "no release named; measured when SGLang 0.5.5.post3 was the newest"
+    )
+    assert silicon.sglang_prompt_graphs_off({**row, "backend": "vllm"}, harness) is None
+
+
 class _Run:
     """A kvsim result's two tables, as `silicon.streamed_times` reads them."""
 

@@ -479,6 +479,40 @@ def _piecewise_sizes(max_tokens: int) -> list[int]:
     return [s for s in sizes if s <= max_tokens]
 
 
+#: The first SGLang release that replays prompt steps from piecewise CUDA graphs by default
+#: (sgl-project/sglang#16331; v0.5.10's release notes: "Piecewise CUDA Graph Enabled by Default").
+SGLANG_PIECEWISE_SINCE = "0.5.10"
+
+
+def sglang_piecewise_max_tokens(
+    version: str | None,
+    *,
+    mla: bool,
+    chunk: int,
+    attention_dp: int = 1,
+    speculative: bool = False,
+    disaggregated: bool = False,
+    linear_attention: bool = False,
+) -> int:
+    """The most tokens a step with a prompt replays from SGLang's piecewise CUDA graphs by
+    default; 0: none (the step runs eagerly, kernel by kernel from Python).
+
+    From `SGLANG_PIECEWISE_SINCE` (``version`` None: the newest tabulated, 0.5.10): 2,048 for an
+    MLA model, else the chunk size (server_args.py ``piecewise_cuda_graph_max_tokens``: "for MLA
+    backend ... we set the max tokens to 2048 by default"). ``_handle_piecewise_cuda_graph``
+    (0.5.10.post1) turns them off with attention DP, speculative decoding (allowed again by
+    sgl-project/sglang#22128, after 0.5.10.post1) and PD disaggregation, among conditions kvsim
+    does not see (KernelCostConfig.piecewise_cuda_graph_max_tokens lists them). The hybrid
+    linear-attention models SGLang serves run none either: Qwen3-Next's architecture is in
+    ``piecewise_cuda_graph_disabled_model_archs`` and Qwen3.5's in ``multimodal_model_archs``
+    (configs/model_config.py, 0.5.10.post1)."""
+    if version is not None and parse_version(version) < parse_version(SGLANG_PIECEWISE_SINCE):
+        return 0
+    if attention_dp > 1 or speculative or disaggregated or linear_attention:
+        return 0
+    return 2048 if mla else chunk
+
+
 def sglang_max_running_requests(pool_tokens: int, context_len: int) -> int:
     """SGLang's default max_running_requests for a KV pool of ``pool_tokens`` tokens."""
     estimated = max(min(int(pool_tokens / context_len * 512), 4096), 2048)

@@ -200,6 +200,19 @@ class KernelCostConfig(FrozenModel):
         "1,024 on data-center Blackwell from vLLM 0.28.0 and for gpt-oss, SGLang's for the GPU's "
         "memory and TP.",
     )
+    piecewise_cuda_graph_max_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_TOKENS,
+        description="SGLang only: the largest step with a prompt in it (tokens) that replays piecewise "
+        "CUDA graphs (--piecewise-cuda-graph-max-tokens) and so pays no eager_moe_layer_host_s; 0: "
+        "none (--disable-piecewise-cuda-graph). None: SGLang's default, from 0.5.10 2,048 tokens for "
+        "MLA models and the chunk size (max_num_batched_tokens) otherwise, none before 0.5.10, for "
+        "hybrid linear-attention models, or with attention DP, speculative decoding or on a "
+        "disaggregated prefill/decode worker. SGLang also turns them off for what kvsim does not "
+        "see (set 0): multimodal checkpoints, --enable-symm-mem, a MoE all-to-all backend (DeepEP), "
+        "LoRA, torch.compile, the hierarchical cache, EPLB.",
+    )
     elementwise_memory_efficiency: float = Field(
         default=0.8,
         gt=0,

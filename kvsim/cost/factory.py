@@ -94,6 +94,12 @@ class Replica:
     moe_ep: int = 1
     #: The engine's release (engine.backend_version; its default CUDA-graph sizes).
     backend_version: str | None = None
+    #: The engine's step token budget (engine.max_num_batched_tokens: SGLang's chunk size, the
+    #: ceiling of its piecewise prompt graphs), whether it decodes speculatively, and whether the
+    #: replica is a disaggregated prefill or decode worker: SGLang runs no prompt graphs then.
+    max_num_batched_tokens: int | None = None
+    speculative: bool = False
+    disaggregated: bool = False
 
 
 Builder = Callable[[Any, Replica], CostModel]
@@ -158,6 +164,9 @@ def _kernel_model(config: KernelCostConfig, r: Replica) -> CostModel:
         moe_tp=r.moe_tp,
         moe_ep=r.moe_ep,
         backend_version=r.backend_version,
+        max_num_batched_tokens=r.max_num_batched_tokens,
+        speculative=r.speculative,
+        disaggregated=r.disaggregated,
     )
 
 
@@ -178,6 +187,8 @@ def build_cost_model(
     moe_tp: int | None = None,
     moe_ep: int | None = None,
     backend_version: str | None = None,
+    max_num_batched_tokens: int | None = None,
+    disaggregated: bool = False,
 ) -> CostModel:
     """The cost model of one replica; ``base_dir`` resolves relative profile paths (the scenario's folder).
 
@@ -185,7 +196,9 @@ def build_cost_model(
     moe_ep = tp x attention_dp; ``attention_dp``, ``moe_tp`` and ``moe_ep`` are the group's
     parallel layout (the replica is one attention-DP rank). With ``speculative`` decoding the
     target's model is wrapped in a `SpeculativeCostModel` whose draft (``draft_model``, or an
-    EAGLE head) is priced by the roofline.
+    EAGLE head) is priced by the roofline. ``max_num_batched_tokens`` (the engine's step budget)
+    and ``disaggregated`` (a prefill or decode worker) decide, with the release, layout and
+    speculative decoding, which of SGLang's prompt steps replay piecewise CUDA graphs.
     """
     gpus = tp * attention_dp
     if moe_ep is None:
@@ -193,6 +206,8 @@ def build_cost_model(
     replica = Replica(
         model, gpu, tp, kv_cache_dtype, expert_parallel or moe_ep > 1, backend, max_num_seqs, base_dir,
         attention_dp=attention_dp, moe_tp=moe_tp, moe_ep=moe_ep, backend_version=backend_version,
+        max_num_batched_tokens=max_num_batched_tokens, speculative=speculative is not None,
+        disaggregated=disaggregated,
     )  # fmt: skip
     if config.kind not in COST_MODELS:
         raise ProfileError(COST_MODELS.unknown(config.kind))
@@ -249,4 +264,6 @@ def group_cost_model(
         moe_tp=group.config.moe_layout[0],
         moe_ep=group.config.moe_layout[1],
         backend_version=group.engine.backend_version,
+        max_num_batched_tokens=group.engine.max_num_batched_tokens,
+        disaggregated=group.config.role != "both",
     )

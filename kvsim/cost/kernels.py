@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from kvsim.backends.defaults import parse_version, sglang_memory_defaults
+from kvsim.backends.defaults import parse_version, sglang_memory_defaults, sglang_piecewise_max_tokens
 from kvsim.cost.base import Batch
 from kvsim.cost.config import KernelCostConfig
 from kvsim.cost.moe_comm import all_to_all_curve, gather_scatter_curve
@@ -808,6 +808,9 @@ class KernelCostModel:
         moe_tp: int | None = None,
         moe_ep: int = 1,
         backend_version: str | None = None,
+        max_num_batched_tokens: int | None = None,
+        speculative: bool = False,
+        disaggregated: bool = False,
     ) -> None:
         if tp < 1 or attention_dp < 1 or moe_ep < 1:
             raise ValueError('"tp", "attention_dp" and "moe_ep" must be >= 1')
@@ -866,6 +869,11 @@ class KernelCostModel:
         # ... when it runs more tokens than this: vLLM runs a step within its CUDA-graph sizes
         # from a graph (piecewise for a prompt), SGLang and TensorRT-LLM none with a prompt.
         self._eager_above_tokens = self.max_graph_tokens if self.engine == "vllm" else 0
+        # ... and a step with a prompt of at most this many tokens replays SGLang's piecewise
+        # CUDA graphs (`sglang_piecewise_max_tokens`): no floor either.
+        self._prompt_graph_tokens = self._piecewise_tokens(
+            config, backend_version, max_num_batched_tokens, attention_dp, speculative, disaggregated
+        )
         mlp_inter = inter
         if model.is_moe:
             assert model.num_experts is not None and model.num_experts_per_token is not None
@@ -1396,6 +1404,37 @@ class KernelCostModel:
             t += pre(n * q) + post(n * q)
         return t
 
+    def _piecewise_tokens(
+        self,
+        config: KernelCostConfig,
+        version: str | None,
+        chunk: int | None,
+        attention_dp: int,
+        speculative: bool,
+        disaggregated: bool,
+    ) -> int:
+        """The most tokens a step with a prompt replays from SGLang's piecewise CUDA graphs
+        (`KernelCostConfig.piecewise_cuda_graph_max_tokens`, else SGLang's default for the
+        release and layout); 0 for the other engines (vLLM's prompt steps follow its capture
+        sizes, `_eager_above_tokens`)."""
+        chosen = config.piecewise_cuda_graph_max_tokens
+        if self.engine != "sglang":
+            if chosen is not None:
+                raise ProfileError(
+                    f"piecewise_cuda_graph_max_tokens is SGLang's; {self.engine} does not have it "
+                    "(vLLM replays prompt steps up to cuda_graph_max_size)"
+                )
+            return 0
+        if chosen is not None:
+            return chosen
+        if chunk is None:  # SGLang's default chunk for the GPU (the rule of 0.5.3 to 0.5.10)
+            chunk = sglang_memory_defaults("0.5.10", self.gpu, self.tp, mla=self.model.is_mla)[0]
+        return sglang_piecewise_max_tokens(
+            version, mla=self.model.is_mla, chunk=chunk, attention_dp=attention_dp,
+            speculative=speculative, disaggregated=disaggregated,
+            linear_attention=self.model.num_linear_attention_layers > 0,
+        )  # fmt: skip
+
     # -- the CostModel protocol -----------------------------------------------------------
 
     def step_time_s(self, batch: Batch) -> float:
@@ -1440,7 +1479,10 @@ class KernelCostModel:
         t = t + self._attn_layers * attention + self._per_step_s  # (t + a) + b, as before
         # Decode and verify steps replay CUDA graphs; a step with a prompt runs eagerly (vLLM:
         # only beyond its graph sizes).
-        eager = tokens > self._eager_above_tokens and (num_prompts > 0 or self._eager_above_tokens > 0)
+        if num_prompts > 0:
+            eager = tokens > max(self._eager_above_tokens, self._prompt_graph_tokens)
+        else:
+            eager = 0 < self._eager_above_tokens < tokens
         if not eager:
             return t
         # SGLang's linear-attention layers keep its host from running ahead of the GPU: the

@@ -205,6 +205,18 @@ def test_capacity_never_negative_and_override_wins() -> None:
     assert kv_capacity(model, gpu, num_gpu_blocks_override=100).num_blocks == 100
 
 
+def test_max_total_tokens_caps_the_pool_below_memory_but_never_raises_it() -> None:
+    """SGLang's --max-total-tokens: the fewer of it and the profiled pool, whole blocks, plus
+    the null block that holds no KV; the override still fixes the pool."""
+    model, gpu = resolve_model("llama-3-8b"), resolve_gpu("h100-sxm")
+    free = kv_capacity(model, gpu).num_blocks
+    assert free > 2000
+    assert kv_capacity(model, gpu, max_total_tokens=8192).num_blocks == 8192 // 16 + 1 == 513
+    assert kv_capacity(model, gpu, max_total_tokens=8200).num_blocks == 513  # floored to blocks
+    assert kv_capacity(model, gpu, max_total_tokens=10**9).num_blocks == free
+    assert kv_capacity(model, gpu, max_total_tokens=64, num_gpu_blocks_override=100).num_blocks == 100
+
+
 def test_fp8_kv_doubles_capacity_blocks_roughly() -> None:
     model, gpu = resolve_model("llama-3-8b"), resolve_gpu("h100-sxm")
     fp16 = kv_capacity(model, gpu, kv_cache_dtype="fp16")

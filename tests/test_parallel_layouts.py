@@ -372,6 +372,22 @@ def test_attention_dp_ranks_are_replicas_with_the_experts_split_over_the_instanc
     assert per_gpu < weight_bytes(model) / 2 - 10 * GIB  # 4-way experts free >10 GiB a GPU
 
 
+def test_max_total_tokens_caps_each_ranks_pool() -> None:
+    """SGLang's --max-total-tokens is per rank (each attention-DP rank its own pool)."""
+    model = resolve_model("mixtral-8x7b")
+    data = {
+        "model": "mixtral-8x7b",
+        "replicas": [{"gpu": "h100-sxm", "tp": 2, "attention_dp": 2, "moe_ep": 4}],
+    }
+    free = resolve_group(model, load_scenario(data).replicas[0]).kv.num_blocks
+    data["replicas"][0]["engine"] = {"backend": "sglang", "block_size": 16, "max_total_tokens": 4096}
+    plan = resolve_group(model, load_scenario(data).replicas[0])
+    assert free > 1000 and plan.kv.num_blocks == 4096 // 16 == 256 and len(plan.replica_names) == 2
+    assert plan.max_model_len == 4096  # SGLang starts and caps the request length at its pool
+    with pytest.raises(Exception, match="at most 4,112 tokens fit"):  # vLLM would refuse to start
+        load_scenario({**data, "replicas": [{**data["replicas"][0], "engine": {"max_total_tokens": 4096}}]})
+
+
 def test_an_instance_of_ranks_runs_and_counts_its_gpus() -> None:
     scenario = {
         "seed": 1,

@@ -415,6 +415,7 @@ def engine_kv_capacity(
         activation_reserve_bytes=None if reserve is None else reserve * GIB,
         num_gpu_blocks_override=engine.num_gpu_blocks_override if use_override else None,
         backend=engine.backend,
+        max_total_tokens=engine.max_total_tokens,
     )
 
 
@@ -433,9 +434,12 @@ def kv_capacity(
     draft_model: ModelSpec | None = None,
     backend: str = "vllm",
     attention_dp: int = 1,
+    max_total_tokens: int | None = None,
 ) -> KvCapacity:
     """KV blocks one TP shard can hold after weights and activations (vLLM's rule; with
     ``backend="trtllm"``, TensorRT-LLM's: gpu_memory_utilization of what is left).
+    ``max_total_tokens`` caps the blocks that hold KV at that many tokens (SGLang's
+    --max-total-tokens, the smaller of it and the profiled pool, floored to whole blocks).
 
     ``activation_reserve_bytes`` None uses `activation_reserve_estimate`;
     ``num_gpu_blocks_override`` fixes the block count regardless of memory (as vLLM's
@@ -473,6 +477,8 @@ def kv_capacity(
         num_blocks = num_gpu_blocks_override
     else:
         num_blocks = max(0, math.floor(kv_bytes / per_block))
+        if max_total_tokens is not None:  # + the null block, which holds no KV (NULL_BLOCKS)
+            num_blocks = min(num_blocks, max_total_tokens // block_size + 1)
     return KvCapacity(
         bytes_per_token=kv_bytes_per_token(model, kv_cache_dtype, 1),
         bytes_per_token_per_shard=per_token_shard,

@@ -305,6 +305,14 @@ class EngineConfig(FrozenModel):
         description="Use exactly this many KV blocks instead of sizing from memory (vLLM's "
         "num_gpu_blocks_override; as there, one of them is the null block, so N - 1 hold KV).",
     )
+    max_total_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_TOKENS,
+        description="Cap on the KV pool, tokens per rank: the pool holds the fewer of this and what "
+        "memory gives (SGLang's --max-total-tokens, TensorRT-LLM's kv_cache_config.max_tokens). "
+        "None: memory alone. num_gpu_blocks_override, which fixes the pool, wins over it.",
+    )
     activation_reserve_gib: float | None = Field(
         default=None,
         ge=0,

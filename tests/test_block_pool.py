@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from kvsim.core.block_pool import PRIVATE, BlockPool
+from kvsim.core.block_pool import PRIVATE, BlockPool, KVBlock
+from kvsim.core.eviction import LruFreeQueue
 
 
 def ids(blocks) -> list[int]:
@@ -198,3 +201,74 @@ def test_retiring_a_duplicated_hash_retires_every_block_holding_it():
     pool.free_blocks([a, b])
     assert pool.num_cached_free == 2
     pool.check_invariants()
+
+
+def test_a_pool_makes_only_the_blocks_it_hands_out():
+    """SGLang's page size 1 on a large GPU gives pools of millions of blocks: the LRU queue
+    makes each block when it first hands it out, in id order, and the pool's counts are
+    those of the whole pool."""
+    pool = BlockPool(50_000_000)
+    assert len(pool.blocks) == 0 and pool.num_free_blocks == 50_000_000
+    first = pool.get_new_blocks(3)
+    assert ids(first) == [0, 1, 2] and ids(pool.blocks) == [0, 1, 2]
+    pool.free_blocks(reversed(first))  # no hash: back at the head (the last freed deepest)
+    assert ids(pool.get_new_blocks(4)) == [2, 1, 0, 3]  # then the first block not made yet
+    assert pool.num_used_blocks == 4 and len(pool.blocks) == 4
+    assert ids([pool.get_one_block()]) == [4]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 12), st.lists(st.tuples(st.sampled_from("ABPQLNR"), st.integers(0, 12)), max_size=40))
+def test_the_lazy_lru_queue_keeps_the_eager_queues_order(size: int, ops: list[tuple[str, int]]) -> None:
+    """`LruFreeQueue.fresh` against the queue built from every block: the same blocks taken,
+    in the same order, under any mix of takes, gives back at either end and removals."""
+    made: list[KVBlock] = []
+
+    def make() -> KVBlock:
+        made.append(KVBlock(len(made)))
+        return made[-1]
+
+    lazy = LruFreeQueue.fresh(size, make)
+    eager = LruFreeQueue(KVBlock(i) for i in range(size))
+    held_lazy: list[KVBlock] = []
+    held_eager: list[KVBlock] = []
+    for op, k in ops:
+        if op in "PN":  # take one / take k
+            n = 1 if op == "P" else min(k, len(eager))
+            if n > len(eager):
+                continue
+            got_lazy = [lazy.popleft()] if op == "P" else lazy.popleft_n(n)
+            got_eager = [eager.popleft()] if op == "P" else eager.popleft_n(n)
+            assert ids(got_lazy) == ids(got_eager)
+            held_lazy += got_lazy
+            held_eager += got_eager
+        elif held_eager and op in "ABQL":  # give back the k-th held block(s) at an end
+            i = k % len(held_eager)
+            back_lazy, back_eager = [held_lazy.pop(i)], [held_eager.pop(i)]
+            if op == "Q" and held_eager:  # a run of two
+                j = k % len(held_eager)
+                back_lazy.append(held_lazy.pop(j))
+                back_eager.append(held_eager.pop(j))
+            {"A": lambda q, b: q.append(b[0]), "B": lambda q, b: q.appendleft(b[0]),
+             "Q": lambda q, b: q.append_n(b), "L": lambda q, b: q.appendleft_n(b)}[op](lazy, back_lazy)  # fmt: skip
+            {"A": lambda q, b: q.append(b[0]), "B": lambda q, b: q.appendleft(b[0]),
+             "Q": lambda q, b: q.append_n(b), "L": lambda q, b: q.appendleft_n(b)}[op](eager, back_eager)  # fmt: skip
+        elif op == "R":  # a prefix hit takes a made free block out of the middle
+            free = [b for b in _linked(lazy)]
+            if free:
+                victim = free[k % len(free)]
+                lazy.remove(victim)
+                eager.remove(next(b for b in _linked(eager) if b.block_id == victim.block_id))
+        assert len(lazy) == len(eager)
+    assert ids(lazy) == ids(eager)  # iterating makes the rest, in place
+    assert len(made) == size
+
+
+def _linked(queue: LruFreeQueue) -> list[KVBlock]:
+    """The queue's made blocks, head first, without making the rest."""
+    out, node = [], queue.head.next
+    while node is not None and node is not queue.tail:
+        if node.block_id >= 0:
+            out.append(node)
+        node = node.next
+    return out

@@ -64,14 +64,20 @@ class BlockPool:
             raise ValueError('"num_blocks" must be >= 1')
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
-        self.blocks = [KVBlock(i) for i in range(num_blocks)]
         if isinstance(eviction_policy, str):
             if eviction_policy not in EVICTION_POLICIES:
                 raise ValueError(f'"eviction_policy": {EVICTION_POLICIES.unknown(eviction_policy)}')
             make_queue: Callable[[Iterable[KVBlock]], FreeQueue] = EVICTION_POLICIES[eviction_policy]
         else:
             make_queue = eviction_policy
-        self.free_queue: FreeQueue = make_queue(self.blocks)
+        # The blocks made so far, by id. The LRU queue makes each block when it first hands it
+        # out (`LruFreeQueue.fresh`): a pool of millions of blocks costs the ones it uses.
+        self.blocks: list[KVBlock] = []
+        if make_queue is LruFreeQueue:
+            self.free_queue: FreeQueue = LruFreeQueue.fresh(num_blocks, self._make_block)
+        else:
+            self.blocks = [KVBlock(i) for i in range(num_blocks)]
+            self.free_queue = make_queue(self.blocks)
         # The queue's own list surgery for runs of blocks (the pool never touches its links).
         self._popleft_n, self._append_n, self._appendleft_n = bulk_ops(self.free_queue)
         self._timed = hasattr(self.free_queue, "set_time")
@@ -90,6 +96,20 @@ class BlockPool:
         # KV event log (None: nobody listens), see the module docstring.
         self.kv_events: list[tuple[bool, int]] | None = None
         self.kv_events_private = False
+
+    def _make_block(self) -> KVBlock:
+        """The next block the LRU queue hands out for the first time (ids in order)."""
+        block = KVBlock(len(self.blocks))
+        self.blocks.append(block)
+        return block
+
+    def all_blocks(self) -> list[KVBlock]:
+        """Every block of the pool, by id (made now where the queue has not made them yet)."""
+        if len(self.blocks) < self.num_blocks:
+            make_all = getattr(self.free_queue, "make_all", None)
+            assert make_all is not None
+            make_all()
+        return self.blocks
 
     # -- the KV event log ---------------------------------------------------------------
     def log_kv_events(self, on: bool, *, private: bool = False) -> None:
@@ -148,11 +168,12 @@ class BlockPool:
         if n > len(self.free_queue):
             return None
         run_start = 0
-        for block in self.blocks:
+        blocks = self.all_blocks()
+        for block in blocks:
             if block.ref_cnt:
                 run_start = -(-(block.block_id + 1) // align) * align
             elif block.block_id >= run_start and block.block_id - run_start + 1 == n:
-                out = self.blocks[run_start : run_start + n]
+                out = blocks[run_start : run_start + n]
                 for b in out:
                     self.free_queue.remove(b)
                 self._evict(out)
@@ -410,12 +431,14 @@ class BlockPool:
     def check_invariants(self) -> None:
         """Assert the pool's bookkeeping is consistent (used by tests)."""
         free = list(self.free_queue)
+        blocks = self.all_blocks()
+        assert [b.block_id for b in blocks] == list(range(self.num_blocks))
         assert len(free) == len(self.free_queue)
         assert all(b.ref_cnt == 0 for b in free)
-        assert all(b.ref_cnt >= 0 for b in self.blocks)
+        assert all(b.ref_cnt >= 0 for b in blocks)
         free_ids = {b.block_id for b in free}
-        assert all((b.ref_cnt == 0) == (b.block_id in free_ids) for b in self.blocks)
+        assert all((b.ref_cnt == 0) == (b.block_id in free_ids) for b in blocks)
         assert self.num_cached_free == sum(1 for b in free if b.block_hash is not None)
         indexed = set(map(id, self.cached.values())) | {id(b) for v in self._dupes.values() for b in v}
-        hashed = {id(b) for b in self.blocks if b.block_hash is not None and b.block_hash != PRIVATE}
+        hashed = {id(b) for b in blocks if b.block_hash is not None and b.block_hash != PRIVATE}
         assert indexed == hashed

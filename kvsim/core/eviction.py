@@ -97,9 +97,17 @@ class LruFreeQueue:
 
         head <-> [b7] <-> [b3] <-> [b9] <-> tail
                   popleft_n(2) = [b7, b3]     append_n splices here ^
+
+    Built with `fresh` (`BlockPool` does), the blocks never used yet are not objects but a
+    count behind a third sentinel, the mark, where they sit in the queue's order: blocks given
+    back with `appendleft` go before it, with `append` after it, and `popleft` reaches it
+    only when the blocks before it are gone, when it makes the next block with ``make()``
+    (ids in order, as the eager queue would hand them out). A pool of millions of blocks
+    (SGLang's page size 1 on a large GPU) then costs only the blocks it touches; every order
+    and count is that of the eager queue.
     """
 
-    __slots__ = ("head", "num_free_blocks", "tail")
+    __slots__ = ("_make", "_mark", "_unmade", "head", "num_free_blocks", "tail")
 
     def __init__(self, blocks: Iterable[KVBlock] = ()) -> None:
         self.head = KVBlock(-1)
@@ -107,8 +115,26 @@ class LruFreeQueue:
         self.head.next = self.tail
         self.tail.prev = self.head
         self.num_free_blocks = 0
+        self._mark: KVBlock | None = None
+        self._unmade = 0
+        self._make: Callable[[], KVBlock] | None = None
         for b in blocks:
             self.append(b)
+
+    @classmethod
+    def fresh(cls, count: int, make: Callable[[], KVBlock]) -> LruFreeQueue:
+        """A queue of ``count`` blocks not made yet: ``make()`` makes the next one when it is
+        taken (it must give ids in order, as the eager queue holds them)."""
+        queue = cls()
+        if count > 0:
+            mark = KVBlock(-2)
+            queue.head.next = mark
+            mark.prev = queue.head
+            mark.next = queue.tail
+            queue.tail.prev = mark
+            queue._mark, queue._unmade, queue._make = mark, count, make
+            queue.num_free_blocks = count
+        return queue
 
     def __len__(self) -> int:
         return self.num_free_blocks
@@ -133,6 +159,8 @@ class LruFreeQueue:
 
     def popleft(self) -> KVBlock:
         block = self.head.next
+        if block is self._mark:
+            return self._take_unmade(1)[0]
         if block is self.tail or block is None:
             raise IndexError("no free blocks")
         nxt = block.next
@@ -142,6 +170,24 @@ class LruFreeQueue:
         block.prev = block.next = None
         self.num_free_blocks -= 1
         return block
+
+    def _take_unmade(self, n: int) -> list[KVBlock]:
+        """Make up to ``n`` of the blocks behind the mark (the mark is first in the queue);
+        the mark leaves the queue with the last of them."""
+        make, mark = self._make, self._mark
+        assert make is not None and mark is not None
+        n = min(n, self._unmade)
+        out = [make() for _ in range(n)]
+        self._unmade -= n
+        self.num_free_blocks -= n
+        if not self._unmade:
+            prev, nxt = mark.prev, mark.next
+            assert prev is not None and nxt is not None
+            prev.next = nxt
+            nxt.prev = prev
+            mark.prev = mark.next = None
+            self._mark = self._make = None
+        return out
 
     def remove(self, block: KVBlock) -> None:
         prev, nxt = block.prev, block.next
@@ -155,6 +201,8 @@ class LruFreeQueue:
     def popleft_n(self, n: int) -> list[KVBlock]:
         """Unlink the first ``n`` blocks at once (the caller has checked that there are ``n``)."""
         assert n <= self.num_free_blocks, "fewer free blocks than asked for"
+        if self._mark is not None:
+            return self._popleft_n_past_mark(n)
         out: list[KVBlock] = []
         head = self.head
         node: KVBlock = head.next  # type: ignore[assignment]  # a sentinel ends the list
@@ -166,6 +214,30 @@ class LruFreeQueue:
         head.next = node
         node.prev = head
         self.num_free_blocks -= n
+        return out
+
+    def _popleft_n_past_mark(self, n: int) -> list[KVBlock]:
+        """`popleft_n` while blocks not made yet remain: the linked blocks before the mark,
+        then made ones, then (the mark gone) the linked blocks after it."""
+        out: list[KVBlock] = []
+        head, tail = self.head, self.tail
+        while len(out) < n:
+            mark = self._mark
+            node: KVBlock = head.next  # type: ignore[assignment]
+            taken = 0
+            need = n - len(out)
+            while taken < need and node is not mark and node is not tail:
+                out.append(node)
+                nxt = node.next
+                node.prev = node.next = None
+                node = nxt  # type: ignore[assignment]
+                taken += 1
+            head.next = node
+            node.prev = head
+            self.num_free_blocks -= taken
+            if taken < need:
+                assert node is mark, "fewer free blocks than asked for"
+                out += self._take_unmade(need - taken)
         return out
 
     def append_n(self, blocks: list[KVBlock]) -> None:
@@ -194,7 +266,27 @@ class LruFreeQueue:
         after.prev = prev
         self.num_free_blocks += len(blocks)
 
+    def make_all(self) -> None:
+        """Make every block behind the mark, in its place (for whoever walks all blocks)."""
+        mark = self._mark
+        if mark is None:
+            return
+        prev = mark.prev
+        assert prev is not None
+        count = self._unmade
+        made = self._take_unmade(count)  # unlinks the mark
+        after = prev.next
+        assert after is not None
+        for block in made:
+            prev.next = block
+            block.prev = prev
+            prev = block
+        prev.next = after
+        after.prev = prev
+        self.num_free_blocks += count
+
     def __iter__(self) -> Iterator[KVBlock]:
+        self.make_all()
         node = self.head.next
         while node is not None and node is not self.tail:
             yield node

@@ -49,7 +49,9 @@ expert-parallel degree, when every search space holding the row agrees and gives
 many GPUs per worker as the row counts (`side_layout`); empty otherwise. Column
 ``decode_batch``: the decode workers' ``max_batch_size`` (per attention-DP rank) a TensorRT-LLM
 recipe's file name gives (`recipe_batch`), when every search space holding the row names the
-same one.
+same one. Column ``recipes``: the srt-slurm recipe files (``CONFIG_FILE=``) of every search
+space holding a multi-node row, space-separated (`recipe_files`); `benchmarks/srt_slurm_recipes.py`
+reads their engine flags.
 
 Column ``twin_run``: for a ``both`` row, which of the point's two runs it is taken for,
 ``mtp`` or ``plain`` (`twin_runs`: of two runs the one with the lower TPOT drafted; a row
@@ -64,7 +66,8 @@ srt-slurm recipes name it, ``CONFIG_FILE=.../ctx1_gen5_dep8_batch16_eplb0_mtp3.y
 search space holding the row gives the same one; empty otherwise (single-node rows take
 theirs from the launch scripts: `silicon.mtp_draft_tokens`).
 
-Rows of other harnesses (NVIDIA's gap analysis), of models InferenceX does not run, ``wip``
+Rows of other harnesses (NVIDIA's gap analysis, and its copies of InferenceX rows, which
+take their twin's line: `silicon_harness.copies`), of models InferenceX does not run, ``wip``
 rows from unmerged branches, and rows measured before the file existed (2025-11-03; no MTP
 search space until 2025-12-05) get no line.
 """
@@ -97,7 +100,8 @@ CONFIG = ".github/configs/nvidia-master.yaml"
 SINCE, UNTIL = "2025-11-01", "2026-04-29"
 OUT = ROOT / "benchmarks" / "results" / "silicon_spec_decoding.csv.gz"
 FIELDS = ("id", "spec_decoding", "twin_run", "configs", "commit", "draft_tokens", "prefill_workers",
-          "decode_workers", "prefill_dp_attn", "prefill_ep", "decode_dp_attn", "decode_ep", "decode_batch")  # fmt: skip
+          "decode_workers", "prefill_dp_attn", "prefill_ep", "decode_dp_attn", "decode_ep", "decode_batch",
+          "recipes")  # fmt: skip
 #: What a ``both`` row whose point has no other run in the file is taken for (`twin_runs`).
 #: Fitted on the H200 rows only: of the 47 such rows of the MoE file with at most 64 clients
 #: (32 run, 31 of them TensorRT-LLM aggregated), run without drafts TTFT 35% / p90 62% / bias
@@ -251,6 +255,8 @@ def classify(
     that kind for the recipe's columns (draft length, workers, layouts, batch)."""
     if not harness.get("harness", "").startswith(("inferencex", "inferencemax")):
         return None
+    if harness.get("copy_of"):  # a gap-analysis copy takes its twin's line (silicon.harness_by_id)
+        return None
     if "wip=True" in row.get("silicon_data_source", ""):
         return None
     prefix = launch_flags.MODEL_KEY.get(row.get("model_path", ""))
@@ -298,7 +304,22 @@ def classify(
         line[f"{stage}_ep"] = "" if layout is None else str(layout[1])
     batches = {recipe_batch(s) for s in held}
     line["decode_batch"] = str(batches.pop()) if len(batches) == 1 and None not in batches else ""
+    line["recipes"] = " ".join(sorted({r for s in held for r in recipe_files(s)}))
     return line
+
+
+def recipe_files(space: Space) -> list[str]:
+    """The srt-slurm recipes a multi-node search space launches: the ``CONFIG_FILE=`` settings of
+    its sides (``recipes/h200/8k1k/bs128-1p1d-dep.yaml``; later ones name an override inside a
+    file, ``recipes/b200-fp8/1k1k.yaml:override_mtp_maxtpt_1p2d``), as written."""
+    out = []
+    for side in ("prefill", "decode"):
+        settings = (space.entry.get(side) or {}).get("additional-settings") or []
+        for setting in settings if isinstance(settings, list) else []:
+            text = str(setting).strip()
+            if text.startswith("CONFIG_FILE=") and len(text) > len("CONFIG_FILE="):
+                out.append(text.removeprefix("CONFIG_FILE="))
+    return out
 
 
 def side_layout(held: Sequence[Space], row: dict[str, str], stage: str) -> tuple[bool, int] | None:

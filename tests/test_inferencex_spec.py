@@ -242,6 +242,31 @@ def test_a_both_rows_recipe_columns_come_from_the_search_spaces_of_its_run() -> 
     ]
 
 
+def test_a_multi_node_row_names_the_recipes_of_the_spaces_of_its_run() -> None:
+    """``recipes``: every CONFIG_FILE of the spaces holding the row (of its own run, for a ``both``
+    row), sorted and space-separated; a gap-analysis copy gets no line of its own."""
+    side = {"num-worker": 1, "tp": 8, "ep": 8, "dp-attn": False}
+    recipe = "CONFIG_FILE=recipes/h200/8k1k/bs{}-1p{}d{}.yaml"
+    plain = [space({"conc-list": [64], "prefill": {**side, "additional-settings": [recipe.format(n, d, "")]},
+                    "decode": {**side, "num-worker": d}}, name="dsr1-fp8-h200-dynamo-sglang", isl=1024, osl=1024)
+             for n, d in ((16, 3), (8, 6))]  # fmt: skip
+    mtp = space({"spec-decoding": "mtp", "conc-list": [64],
+                 "prefill": {**side, "additional-settings": [recipe.format(16, 3, "-mtp")]},
+                 "decode": {**side, "num-worker": 3}}, name="dsr1-fp8-h200-dynamo-sglang-mtp", isl=1024, osl=1024)  # fmt: skip
+    d = row(mode="disagg", isl="1024", osl="1024", batch_size="", tp_size="", prefill_tp_size="8",
+            decode_tp_size="8", silicon_data_source=row()["silicon_data_source"].split("; image=")[0])  # fmt: skip
+    harness = {"harness": "inferencex-multi-node-srt-slurm", "concurrency": "64"}
+    calendar = [Snapshot("c" * 40, T0, (*plain, mtp))]
+    line = classify(d, harness, calendar, "plain")
+    assert line is not None
+    assert line["recipes"] == "recipes/h200/8k1k/bs16-1p3d.yaml recipes/h200/8k1k/bs8-1p6d.yaml"
+    line = classify(d, harness, calendar, "mtp")
+    assert line is not None and line["recipes"] == "recipes/h200/8k1k/bs16-1p3d-mtp.yaml"
+    line = classify(row(), HARNESS, [Snapshot("c" * 40, T0, (PLAIN,))])
+    assert line is not None and line["recipes"] == ""  # single node: no recipe
+    assert classify(d, {**harness, "copy_of": "twin"}, calendar) is None
+
+
 def test_a_multi_node_row_takes_each_sides_layout_from_the_configuration_and_its_recipe() -> None:
     """The srt-slurm rows' columns do not say how a worker's GPUs split (a ``dep8`` decode
     worker appears as tp 8, attention DP 1; a ``tep8`` one with moe 2 x 4): every search space holding the row

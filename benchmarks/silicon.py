@@ -67,6 +67,7 @@ from __future__ import annotations
 import argparse
 import csv
 import functools
+import gc
 import gzip
 import json
 import math
@@ -92,6 +93,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 HARNESS = RESULTS / "silicon_harness.csv.gz"
 #: Which InferenceX rows may have run MTP speculative decoding (benchmarks/inferencex_spec.py).
 SPEC_DECODING = RESULTS / "silicon_spec_decoding.csv.gz"
+#: The SGLang flags of the srt-slurm recipes the multi-node rows ran (benchmarks/srt_slurm_recipes.py).
+SRT_SLURM_SGLANG = RESULTS / "srt_slurm_sglang.csv.gz"
 PEER = RESULTS / "aiconfigurator_silicon.json.gz"
 #: The only GPU constants may be fitted on (issue 20's rule); every other GPU is held out.
 FIT_SYSTEM = "h200_sxm"
@@ -361,16 +364,21 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def harness_by_id(path: Path, spec_decoding: Path | None = SPEC_DECODING) -> dict[str, dict[str, str]]:
+def harness_by_id(
+    path: Path, spec_decoding: Path | None = SPEC_DECODING, *, recipes: bool = False
+) -> dict[str, dict[str, str]]:
     """Each row's harness record (silicon_harness.py), with its ``spec_decoding`` class (and
     which run a ``both`` row is taken for, ``twin_run``), a
     multi-node MTP row's recipe ``draft_tokens`` and a multi-node row's ``prefill_workers`` /
-    ``decode_workers``, each side's ``*_dp_attn`` / ``*_ep`` and the recipe's ``decode_batch``
-    from InferenceX's configuration (inferencex_spec.py) where that file has the row."""
+    ``decode_workers``, each side's ``*_dp_attn`` / ``*_ep``, the recipe's ``decode_batch`` and
+    the srt-slurm ``recipes`` (only with ``recipes``: `recipe_flags` launches an SGLang row's
+    sides with them, ``--srt-slurm-recipes``) from InferenceX's configuration
+    (inferencex_spec.py) where that file has the row."""
     harness = {row["id"]: row for row in read_csv(path)} if path.is_file() else {}
     if spec_decoding is not None and spec_decoding.is_file():
         keys = ("spec_decoding", "twin_run", "draft_tokens", "prefill_workers", "decode_workers",
-                "prefill_dp_attn", "prefill_ep", "decode_dp_attn", "decode_ep", "decode_batch")  # fmt: skip
+                "prefill_dp_attn", "prefill_ep", "decode_dp_attn", "decode_ep", "decode_batch",
+                *(("recipes",) if recipes else ()))  # fmt: skip
         extras = {
             line["id"]: {key: line[key] for key in keys if line.get(key)} for line in read_csv(spec_decoding)
         }
@@ -646,7 +654,9 @@ def disagg_scenario_for(
     layout as launched (`launched_layout`) and the decode workers' batch as the TensorRT-LLM
     recipe caps it (``decode_batch``, the recipe's ``max_batch_size`` per rank: with fewer
     slots than clients a request waits at the decode worker for another to finish); an MTP run
-    (`mtp_run`) drafts on its decode workers with its recipe's ``draft_tokens``; an srt-slurm
+    (`mtp_run`) drafts on its decode workers with its recipe's ``draft_tokens``; with the
+    harness record's ``recipes`` (``--srt-slurm-recipes``) an SGLang row's sides take their
+    recipes' command line (`recipe_flags`); an srt-slurm
     row's requests go to decode workers in turn where each is one replica
     (`DYNAMO_DECODE_ROUTER`). ValueError("unsupported: ...") when kvsim cannot represent it."""
     from kvsim.model.presets import resolve_gpu, resolve_model
@@ -697,6 +707,11 @@ def disagg_scenario_for(
             group["cost_model"]["expert_load"] = SGLANG_WIDE_EP_EXPERT_LOAD
     if _int(h.get("decode_batch")):  # the recipe's max_batch_size, per rank
         groups[1]["engine"]["max_num_seqs"] = _int(h["decode_batch"])
+    if row["backend"] == "sglang":  # the srt-slurm recipe's command line, each side
+        for group, stage in zip(groups, STAGES, strict=True):
+            flags, cost = recipe_flags(h, stage, group.get("attention_dp", 1))
+            group["engine"].update(flags)
+            group["cost_model"].update(cost)
     if drafts is not None:  # the decode workers draft; a prefill worker samples one token
         groups[1]["engine"]["speculative_config"] = {
             "method": "mtp",
@@ -715,6 +730,79 @@ def disagg_scenario_for(
     if h.get("harness") == "inferencex-multi-node-srt-slurm" and "attention_dp" not in groups[1]:
         scenario["decode_router"] = DYNAMO_DECODE_ROUTER
     return _apply(scenario, extra)
+
+
+#: SGLang's --max-prefill-tokens where a recipe leaves it (ServerArgs.max_prefill_tokens, 0.5.x).
+SGLANG_MAX_PREFILL_TOKENS = 16384
+#: SGLang's --kv-cache-dtype -> engine.kv_cache_dtype ("auto", SGLang's default: the checkpoint's
+#: activation dtype, 16 bits for the DeepSeek-R1 fp8 and fp4 checkpoints).
+SGLANG_KV_CACHE_DTYPE = {"": "auto", "auto": "auto", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
+                         "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16"}  # fmt: skip
+
+
+@functools.cache
+def srt_slurm_sglang(path: Path = SRT_SLURM_SGLANG) -> dict[tuple[str, str], dict[str, str]]:
+    """srt_slurm_recipes.py's lines by (recipe, side); empty where the file is missing."""
+    return {(line["recipe"], line["side"]): line for line in read_csv(path)} if path.is_file() else {}
+
+
+def recipe_flags(
+    harness: dict[str, str], stage: str, attention_dp: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The engine knobs (and kernels cost-model knobs) an srt-slurm row's SGLang recipe set on
+    one side, as kvsim's per-rank knobs: ``chunked-prefill-size`` / dp ranks (SGLang divides it
+    under attention DP, ServerArgs._handle_data_parallelism) capped at ``max-prefill-tokens``
+    (16,384 unset; the budget of whole prompts a prefill batch takes) as a prefill worker's
+    ``max_num_batched_tokens``; ``max-running-requests`` / dp ranks as ``max_num_seqs``
+    (ModelRunner.max_running_requests); ``mem-fraction-static`` as ``gpu_memory_utilization``;
+    ``max-total-tokens`` as ``max_total_tokens``; ``kv-cache-dtype`` (unset: the checkpoint's);
+    ``scheduler-recv-interval``; a decode worker's ``cuda-graph-max-bs`` as the cost model's
+    ``cuda_graph_max_size``. A flag is taken where every recipe holding the row (the harness
+    record's ``recipes``) gives it the same value, set or unset; nothing where a recipe is not
+    in `SRT_SLURM_SGLANG` or the recipes' attention-DP ranks are not the side's
+    ``attention_dp`` (its per-rank figures would be another layout's).
+
+    What is approximated: SGLang admits whole prompts while the batch's prompt tokens are
+    under ``max-prefill-tokens`` (the last may overshoot it up to the chunk); kvsim fills the
+    budget exactly. SGLang's admission keeps one token per request in reserve; kvsim's paged
+    pool does not."""
+    names = (harness.get("recipes") or "").split()
+    table = srt_slurm_sglang()
+    sides = [table.get((name, stage)) for name in names]
+    if not sides or any(side is None for side in sides):
+        return {}, {}
+
+    def agreed(flag: str) -> str | None:
+        values = {side[flag] for side in sides if side is not None}
+        return values.pop() if len(values) == 1 else None
+
+    dp_attention, dp_size = agreed("enable_dp_attention"), agreed("dp_size")
+    if dp_attention is None or dp_size is None:
+        return {}, {}
+    ranks = (_int(dp_size) or 1) if dp_attention == "true" else 1
+    if ranks != attention_dp:
+        return {}, {}
+    engine: dict[str, Any] = {}
+    kv = agreed("kv_cache_dtype")
+    if kv is not None and kv in SGLANG_KV_CACHE_DTYPE:
+        engine["kv_cache_dtype"] = SGLANG_KV_CACHE_DTYPE[kv]
+    if mem := _num(agreed("mem_fraction_static")):
+        engine["gpu_memory_utilization"] = mem
+    if running := _int(agreed("max_running_requests")):
+        engine["max_num_seqs"] = max(running // ranks, 1)
+    if total := _int(agreed("max_total_tokens")):
+        engine["max_total_tokens"] = total
+    if interval := _int(agreed("scheduler_recv_interval")):
+        engine["scheduler_recv_interval"] = interval
+    chunk, budget = _int(agreed("chunked_prefill_size")), agreed("max_prefill_tokens")
+    if stage == "prefill" and chunk and chunk > 0 and budget is not None:
+        engine["max_num_batched_tokens"] = max(
+            min(chunk // ranks, _int(budget) or SGLANG_MAX_PREFILL_TOKENS), 1
+        )
+    cost: dict[str, Any] = {}
+    if stage == "decode" and (graphs := _int(agreed("cuda_graph_max_bs"))):
+        cost["cuda_graph_max_size"] = graphs
+    return engine, cost
 
 
 def launched_layout(row: dict[str, str], harness: dict[str, str], stage: str) -> dict[str, str]:
@@ -1148,6 +1236,11 @@ def simulate(
             out["status"] = f"unsupported: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     except kvsim.KvsimError as exc:
         out["status"] = f"unsupported: {str(exc).splitlines()[-1].strip()[:300]}"
+    except MemoryError:  # under a memory limit (ulimit -v): this row is lost, not the others
+        out["status"] = "unsupported: MemoryError: the simulation ran out of memory"
+    # A pool's free queue is a cycle of linked blocks: collect the row's now, or a worker that
+    # runs row after row holds several rows' pools until the cyclic collector's next full pass.
+    gc.collect()
     out["wall_s"] = round(time.perf_counter() - start, 3)
     return out
 
@@ -1363,6 +1456,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, action="append", default=[], metavar="JSON",
                         help="tables from per-row results written before (repeatable; no simulation)")  # fmt: skip
     parser.add_argument("--harness-kind", help="only rows of this harness (e.g. nvidia-gap-analysis)")
+    parser.add_argument("--srt-slurm-recipes", action="store_true",
+                        help="launch each side of a multi-node SGLang row with its srt-slurm recipe's flags "
+                        "(recipe_flags; off by default: docs/validation.md, twenty-first pass)")  # fmt: skip
     parser.add_argument("--every", type=int, default=1, metavar="K", help="every K-th chosen row (a sample)")
     parser.add_argument("--assume-prompts-per-client", type=float, metavar="N",
                         help=f"{ASSUMED_HARNESS} rows: N x C measured prompts (documented assumption: 10)")  # fmt: skip
@@ -1383,7 +1479,7 @@ def main(argv: list[str] | None = None) -> int:
         key, _, value = item.partition("=")
         extra[key] = json.loads(value)
     rows = read_csv(args.rows or default_rows())
-    harness = harness_by_id(args.harness)
+    harness = harness_by_id(args.harness, recipes=args.srt_slurm_recipes)
     if not 1 <= args.every <= 10_000:
         parser.error("--every must be in 1..10000")
     if args.max_output_tokens < 1:

@@ -190,6 +190,19 @@ def test_rows_over_the_output_token_cap_are_refused_not_run(monkeypatch: pytest.
         silicon.main(["--max-output-tokens", "0", "--results", "x.json"])
 
 
+def test_a_row_that_runs_out_of_memory_is_lost_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a memory limit a MemoryError ends the row, not the whole run (and its results)."""
+    import kvsim
+
+    def exhausted(*args: object, **kwargs: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(kvsim, "run", exhausted)
+    out = silicon.simulate((_row("big"), None, {}))
+    assert out["status"] == "unsupported: MemoryError: the simulation ran out of memory"
+    assert out["mean_ttft_ms"] is None
+
+
 def test_requests_reach_attention_dp_ranks_as_each_engine_dispatches_them() -> None:
     """vLLM's and TensorRT-LLM's front ends give a new request to the least-loaded rank;
     SGLang's data-parallel controller deals them round robin, as to replicas without DP."""

@@ -242,20 +242,16 @@ class LruFreeQueue:
 
     def append_n(self, blocks: list[KVBlock]) -> None:
         """Splice ``blocks`` onto the tail, in order."""
-        tail = self.tail
-        last = tail.prev
+        last = self.tail.prev
         assert last is not None
-        for block in blocks:
-            last.next = block
-            block.prev = last
-            last = block
-        last.next = tail
-        tail.prev = last
-        self.num_free_blocks += len(blocks)
+        self._splice_after(last, blocks)
 
     def appendleft_n(self, blocks: list[KVBlock]) -> None:
         """Splice ``blocks`` in right after the head, in order (the first is reused first)."""
-        prev = self.head
+        self._splice_after(self.head, blocks)
+
+    def _splice_after(self, prev: KVBlock, blocks: list[KVBlock]) -> None:
+        """Link ``blocks``, in order, between ``prev`` and the node after it."""
         after = prev.next
         assert after is not None
         for block in blocks:
@@ -273,17 +269,7 @@ class LruFreeQueue:
             return
         prev = mark.prev
         assert prev is not None
-        count = self._unmade
-        made = self._take_unmade(count)  # unlinks the mark
-        after = prev.next
-        assert after is not None
-        for block in made:
-            prev.next = block
-            block.prev = prev
-            prev = block
-        prev.next = after
-        after.prev = prev
-        self.num_free_blocks += count
+        self._splice_after(prev, self._take_unmade(self._unmade))  # the mark leaves with them
 
     def __iter__(self) -> Iterator[KVBlock]:
         self.make_all()

@@ -750,17 +750,23 @@ def recipe_flags(
     harness: dict[str, str], stage: str, attention_dp: int
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The engine knobs (and kernels cost-model knobs) an srt-slurm row's SGLang recipe set on
-    one side, as kvsim's per-rank knobs: ``chunked-prefill-size`` / dp ranks (SGLang divides it
-    under attention DP, ServerArgs._handle_data_parallelism) capped at ``max-prefill-tokens``
-    (16,384 unset; the budget of whole prompts a prefill batch takes) as a prefill worker's
-    ``max_num_batched_tokens``; ``max-running-requests`` / dp ranks as ``max_num_seqs``
-    (ModelRunner.max_running_requests); ``mem-fraction-static`` as ``gpu_memory_utilization``;
-    ``max-total-tokens`` as ``max_total_tokens``; ``kv-cache-dtype`` (unset: the checkpoint's);
-    ``scheduler-recv-interval``; a decode worker's ``cuda-graph-max-bs`` as the cost model's
-    ``cuda_graph_max_size``. A flag is taken where every recipe holding the row (the harness
-    record's ``recipes``) gives it the same value, set or unset; nothing where a recipe is not
-    in `SRT_SLURM_SGLANG` or the recipes' attention-DP ranks are not the side's
-    ``attention_dp`` (its per-rank figures would be another layout's).
+    one side, as kvsim's per-rank knobs. A flag is taken where every recipe holding the row (the
+    harness record's ``recipes``) gives it the same value, set or unset; nothing where a recipe
+    is not in `SRT_SLURM_SGLANG`.
+
+    The worker's own figures, whatever its layout: ``max-running-requests`` as ``max_num_seqs``,
+    divided over the side's ``attention_dp`` ranks as kvsim runs it (SGLang divides it over its
+    DP ranks, ModelRunner.max_running_requests: the worker's total is the recipe's either way);
+    ``mem-fraction-static`` as ``gpu_memory_utilization``; ``kv-cache-dtype`` (unset: the
+    checkpoint's); ``scheduler-recv-interval``. A rank's figures, only where the recipes'
+    attention-DP ranks are the side's ``attention_dp`` (under another layout they would be
+    another batch's): ``chunked-prefill-size`` / dp ranks (SGLang divides it under attention
+    DP, ServerArgs._handle_data_parallelism) capped at ``max-prefill-tokens`` (16,384 unset; the
+    budget of whole prompts a prefill batch takes) as a prefill worker's
+    ``max_num_batched_tokens``; ``max-total-tokens`` as ``max_total_tokens``; a decode worker's
+    ``cuda-graph-max-bs`` as the cost model's ``cuda_graph_max_size``. (InferenceX's search
+    spaces hold some points in two recipes of different layouts, a ``dep`` and a ``tp`` one,
+    and its configuration does not say which ran: their worker figures still agree.)
 
     What is approximated: SGLang admits whole prompts while the batch's prompt tokens are
     under ``max-prefill-tokens`` (the last may overshoot it up to the chunk); kvsim fills the
@@ -776,12 +782,6 @@ def recipe_flags(
         values = {side[flag] for side in sides if side is not None}
         return values.pop() if len(values) == 1 else None
 
-    dp_attention, dp_size = agreed("enable_dp_attention"), agreed("dp_size")
-    if dp_attention is None or dp_size is None:
-        return {}, {}
-    ranks = (_int(dp_size) or 1) if dp_attention == "true" else 1
-    if ranks != attention_dp:
-        return {}, {}
     engine: dict[str, Any] = {}
     kv = agreed("kv_cache_dtype")
     if kv is not None and kv in SGLANG_KV_CACHE_DTYPE:
@@ -789,17 +789,23 @@ def recipe_flags(
     if mem := _num(agreed("mem_fraction_static")):
         engine["gpu_memory_utilization"] = mem
     if running := _int(agreed("max_running_requests")):
-        engine["max_num_seqs"] = max(running // ranks, 1)
-    if total := _int(agreed("max_total_tokens")):
-        engine["max_total_tokens"] = total
+        engine["max_num_seqs"] = max(running // attention_dp, 1)
     if interval := _int(agreed("scheduler_recv_interval")):
         engine["scheduler_recv_interval"] = interval
+    cost: dict[str, Any] = {}
+    dp_attention, dp_size = agreed("enable_dp_attention"), agreed("dp_size")
+    if dp_attention is None or dp_size is None:
+        return engine, cost
+    ranks = (_int(dp_size) or 1) if dp_attention == "true" else 1
+    if ranks != attention_dp:
+        return engine, cost
+    if total := _int(agreed("max_total_tokens")):
+        engine["max_total_tokens"] = total
     chunk, budget = _int(agreed("chunked_prefill_size")), agreed("max_prefill_tokens")
     if stage == "prefill" and chunk and chunk > 0 and budget is not None:
         engine["max_num_batched_tokens"] = max(
             min(chunk // ranks, _int(budget) or SGLANG_MAX_PREFILL_TOKENS), 1
         )
-    cost: dict[str, Any] = {}
     if stage == "decode" and (graphs := _int(agreed("cuda_graph_max_bs"))):
         cost["cuda_graph_max_size"] = graphs
     return engine, cost

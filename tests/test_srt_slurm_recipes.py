@@ -73,8 +73,12 @@ def test_each_side_takes_its_recipes_flags_per_rank(monkeypatch: pytest.MonkeyPa
     # 256 running requests over 8 attention-DP ranks: 32 a rank; CUDA graphs to 256 a rank.
     assert engine == {"kv_cache_dtype": "auto", "gpu_memory_utilization": 0.88, "max_num_seqs": 32}
     assert cost == {"cuda_graph_max_size": 256}
-    # The side as kvsim runs it has another layout: the per-rank figures would be wrong.
-    assert silicon.recipe_flags(harness, "decode", 1) == ({}, {})
+    # The side as kvsim runs it has another layout: the worker's figures carry (its 256
+    # requests on one rank), a rank's (the CUDA-graph ceiling) would be another batch's.
+    assert silicon.recipe_flags(harness, "decode", 1) == (
+        {"kv_cache_dtype": "auto", "gpu_memory_utilization": 0.88, "max_num_seqs": 256},
+        {},
+    )
     assert silicon.recipe_flags({"recipes": "missing.yaml"}, "decode", 8) == ({}, {})
     assert silicon.recipe_flags({}, "prefill", 1) == ({}, {})
 
@@ -106,6 +110,36 @@ def test_recipes_that_disagree_on_a_flag_leave_it_to_kvsims_defaults(monkeypatch
     assert silicon.recipe_flags(harness, "prefill", 1)[0]["max_num_seqs"] == 16
     assert "max_num_seqs" not in silicon.recipe_flags(harness, "decode", 1)[0]
     assert silicon.recipe_flags(harness, "decode", 1)[0]["gpu_memory_utilization"] == 0.82
+
+
+def test_recipes_of_two_layouts_give_the_worker_figures_they_agree_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """InferenceX's search space holds the H200 1k/1k MTP points at 512-2,048 clients in two
+    recipes, recipes/h200/1k1k/bs256-1p6d-dep-mtp.yaml and bs256-1p6d-tp-mtp.yaml (NVIDIA/srt-slurm
+    5063eb43, abridged): which ran is not recorded, but both cap each decode worker at 128
+    running requests, with 75% of memory static."""
+    dep = {"prefill": {"tp-size": 8, "dp-size": 8, "enable-dp-attention": True, "max-running-requests": 64,
+                       "mem-fraction-static": 0.82, "chunked-prefill-size": 65536, "max-prefill-tokens": 65536},
+           "decode": {"tp-size": 8, "dp-size": 8, "enable-dp-attention": True, "max-running-requests": 128,
+                      "mem-fraction-static": 0.75, "cuda-graph-max-bs": 128}}  # fmt: skip
+    tp = {"prefill": {"tp-size": 8, "dp-size": 1, "max-running-requests": 512, "mem-fraction-static": 0.7,
+                      "chunked-prefill-size": 163840, "max-prefill-tokens": 163840},
+          "decode": {"tp-size": 8, "dp-size": 1, "max-running-requests": 128, "mem-fraction-static": 0.75,
+                     "cuda-graph-max-bs": 128}}  # fmt: skip
+    _table(
+        monkeypatch,
+        {"dep.yaml": {"backend": {"sglang_config": dep}}, "tp.yaml": {"backend": {"sglang_config": tp}}},
+    )
+    harness = {"recipes": "dep.yaml tp.yaml"}
+    # The worker's 128 requests, on kvsim's tensor-parallel decode worker or over its 8 ranks.
+    assert silicon.recipe_flags(harness, "decode", 1) == (
+        {"kv_cache_dtype": "auto", "gpu_memory_utilization": 0.75, "max_num_seqs": 128},
+        {},
+    )
+    assert silicon.recipe_flags(harness, "decode", 8)[0]["max_num_seqs"] == 16
+    # The prefill sides agree on nothing but the dtype left unset.
+    assert silicon.recipe_flags(harness, "prefill", 1) == ({"kv_cache_dtype": "auto"}, {})
 
 
 def test_the_committed_table_holds_the_h200_recipe_as_written() -> None:

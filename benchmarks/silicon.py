@@ -248,6 +248,23 @@ def mtp_run(row: dict[str, str], harness: dict[str, str]) -> bool:
 #: evaluation text; InferenceX's prompts are random tokens.
 MTP_ACCEPTANCE = 0.7
 
+#: The same for SGLang's MTP drafts (its EAGLE worker, ``--speculative-algorithm EAGLE`` with
+#: DeepSeek's MTP layer as the draft): fitted on the H200 SGLang MTP rows only, the 26
+#: disaggregated ones below 2,048 clients (22 run; no aggregated SGLang MTP row is on H200),
+#: launched with their srt-slurm recipes (`recipe_flags`), objective as above over them and the
+#: 17 plain rows of the same set that run: 0.45 0.376, 0.5 0.365, 0.55 0.410, 0.7 0.584 (main's
+#: launch at 0.7: 0.446; docs/validation.md, twenty-second pass). SGLang's runs gain less from the same drafts than TensorRT-LLM's (its 1k-prompt MTP
+#: runs at 8-32 clients measure 1.13-1.15x their plain twins' TPOT; at 0.7 kvsim gave them
+#: 1.35-1.9x): the draft step's own cost is not priced apart, so this is an effective rate.
+#: SGLang's aggregated MTP runs take it too (an engine's drafts, whatever the deployment; no
+#: H200 row to fit them on): held out, their TPOT goes 13% / 27% / -8% -> 17% / 33% / +13%.
+SGLANG_MTP_ACCEPTANCE = 0.5
+
+
+def mtp_acceptance(row: dict[str, str]) -> float:
+    """The acceptance an MTP row's drafts run at (`MTP_ACCEPTANCE`, SGLang's its own)."""
+    return SGLANG_MTP_ACCEPTANCE if row.get("backend") == "sglang" else MTP_ACCEPTANCE
+
 
 #: Time vLLM's OpenAI-compatible server spends on a request before its scheduler sees it, as
 #: the benchmark client measures TTFT (`kvsim.scenario.schema.FrontendConfig`, request_s):
@@ -365,7 +382,7 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def harness_by_id(
-    path: Path, spec_decoding: Path | None = SPEC_DECODING, *, recipes: bool = False
+    path: Path, spec_decoding: Path | None = SPEC_DECODING, *, recipes: bool = True
 ) -> dict[str, dict[str, str]]:
     """Each row's harness record (silicon_harness.py), with its ``spec_decoding`` class (and
     which run a ``both`` row is taken for, ``twin_run``), a
@@ -586,7 +603,7 @@ def scenario_for(
         engine["speculative_config"] = {
             "method": "mtp",
             "num_speculative_tokens": drafts,
-            "acceptance_rate": MTP_ACCEPTANCE,
+            "acceptance_rate": mtp_acceptance(row),
         }
         if row["backend"] == "trtllm":
             # The MTP scripts' token budget makes room for every request's drafts
@@ -655,7 +672,7 @@ def disagg_scenario_for(
     recipe caps it (``decode_batch``, the recipe's ``max_batch_size`` per rank: with fewer
     slots than clients a request waits at the decode worker for another to finish); an MTP run
     (`mtp_run`) drafts on its decode workers with its recipe's ``draft_tokens``; with the
-    harness record's ``recipes`` (``--srt-slurm-recipes``) an SGLang row's sides take their
+    harness record's ``recipes`` (on by default; ``--no-srt-slurm-recipes``) an SGLang row's sides take their
     recipes' command line (`recipe_flags`); an srt-slurm
     row's requests go to decode workers in turn where each is one replica
     (`DYNAMO_DECODE_ROUTER`). ValueError("unsupported: ...") when kvsim cannot represent it."""
@@ -716,7 +733,7 @@ def disagg_scenario_for(
         groups[1]["engine"]["speculative_config"] = {
             "method": "mtp",
             "num_speculative_tokens": drafts,
-            "acceptance_rate": MTP_ACCEPTANCE,
+            "acceptance_rate": mtp_acceptance(row),
         }
     total = sum(g["count"] * worker_gpus(row, s) for g, s in zip(groups, STAGES, strict=True))
     scenario: dict[str, Any] = {
@@ -1462,9 +1479,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, action="append", default=[], metavar="JSON",
                         help="tables from per-row results written before (repeatable; no simulation)")  # fmt: skip
     parser.add_argument("--harness-kind", help="only rows of this harness (e.g. nvidia-gap-analysis)")
-    parser.add_argument("--srt-slurm-recipes", action="store_true",
+    parser.add_argument("--srt-slurm-recipes", action=argparse.BooleanOptionalAction, default=True,
                         help="launch each side of a multi-node SGLang row with its srt-slurm recipe's flags "
-                        "(recipe_flags; off by default: docs/validation.md, twenty-first pass)")  # fmt: skip
+                        "(recipe_flags; on by default: docs/validation.md, twenty-second pass)")  # fmt: skip
     parser.add_argument("--every", type=int, default=1, metavar="K", help="every K-th chosen row (a sample)")
     parser.add_argument("--assume-prompts-per-client", type=float, metavar="N",
                         help=f"{ASSUMED_HARNESS} rows: N x C measured prompts (documented assumption: 10)")  # fmt: skip

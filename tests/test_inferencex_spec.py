@@ -359,6 +359,9 @@ def test_silicon_drafts_on_mtp_rows_and_runs_the_ambiguous_ones_without(tmp_path
     engine = silicon.scenario_for(r, merged[r["id"]], {})["replicas"][0]["engine"]
     assert engine["speculative_config"]["method"] == "mtp"  # dsr1_fp8_b200_mtp.sh: 2 steps
     assert engine["speculative_config"]["num_speculative_tokens"] == 2
+    # SGLang's drafts at its own acceptance (fitted on its H200 rows), TensorRT-LLM's at theirs.
+    assert engine["speculative_config"]["acceptance_rate"] == silicon.SGLANG_MTP_ACCEPTANCE == 0.5
+    assert silicon.mtp_acceptance({"backend": "trtllm"}) == silicon.MTP_ACCEPTANCE == 0.7
     both = silicon.scenario_for(r, {**merged[r["id"]], "spec_decoding": "both"}, {})
     assert "speculative_config" not in both["replicas"][0]["engine"]
     d = {**r, "mode": "disagg", "prefill_num_workers": "1", "decode_num_workers": "1", "prefill_tp_size": "8",
@@ -371,7 +374,7 @@ def test_silicon_drafts_on_mtp_rows_and_runs_the_ambiguous_ones_without(tmp_path
     groups = silicon.disagg_scenario_for(d, {**merged[r["id"]], "draft_tokens": "3"}, {})["replicas"]
     assert "speculative_config" not in groups[0]["engine"]
     assert groups[1]["engine"]["speculative_config"] == {
-        "method": "mtp", "num_speculative_tokens": 3, "acceptance_rate": silicon.MTP_ACCEPTANCE}  # fmt: skip
+        "method": "mtp", "num_speculative_tokens": 3, "acceptance_rate": silicon.SGLANG_MTP_ACCEPTANCE}  # fmt: skip
     # Worker counts the row leaves empty come from the configuration; the row's own win.
     empty = {**d, "prefill_num_workers": "", "decode_num_workers": ""}
     plain = {**merged[r["id"]], "spec_decoding": "none"}

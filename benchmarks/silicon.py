@@ -388,8 +388,8 @@ def harness_by_id(
     which run a ``both`` row is taken for, ``twin_run``), a
     multi-node MTP row's recipe ``draft_tokens`` and a multi-node row's ``prefill_workers`` /
     ``decode_workers``, each side's ``*_dp_attn`` / ``*_ep``, the recipe's ``decode_batch`` and
-    the srt-slurm ``recipes`` (only with ``recipes``: `recipe_flags` launches an SGLang row's
-    sides with them, ``--srt-slurm-recipes``) from InferenceX's configuration
+    the srt-slurm ``recipes`` (unless ``recipes`` is false, ``--no-srt-slurm-recipes``:
+    `recipe_flags` launches an SGLang row's sides with them) from InferenceX's configuration
     (inferencex_spec.py) where that file has the row."""
     harness = {row["id"]: row for row in read_csv(path)} if path.is_file() else {}
     if spec_decoding is not None and spec_decoding.is_file():
@@ -672,8 +672,8 @@ def disagg_scenario_for(
     recipe caps it (``decode_batch``, the recipe's ``max_batch_size`` per rank: with fewer
     slots than clients a request waits at the decode worker for another to finish); an MTP run
     (`mtp_run`) drafts on its decode workers with its recipe's ``draft_tokens``; with the
-    harness record's ``recipes`` (on by default; ``--no-srt-slurm-recipes``) an SGLang row's sides take their
-    recipes' command line (`recipe_flags`); an srt-slurm
+    harness record's ``recipes`` an SGLang row's sides take their recipes' command line
+    (`recipe_flags`); an srt-slurm
     row's requests go to decode workers in turn where each is one replica
     (`DYNAMO_DECODE_ROUTER`). ValueError("unsupported: ...") when kvsim cannot represent it."""
     from kvsim.model.presets import resolve_gpu, resolve_model

@@ -209,3 +209,85 @@ def test_round_robin_decode_routing_sends_a_request_to_a_busy_worker() -> None:
     assert run(None).equals(least)
     with pytest.raises(kvsim.ScenarioError, match="decode_router"):
         kvsim.run({"model": "llama-3-8b", "decode_router": "round_robin"}, requests=[spec(0, 10, output=2)])
+
+
+# -- sliding-window models: only the window crosses the link ------------------------------
+
+
+def test_a_sliding_window_model_sends_only_the_window_and_the_decode_worker_holds_only_it() -> None:
+    # Mistral-7B: every layer attends to the last 4,096 tokens; its KV is 32 layers x 8 KV
+    # heads x 128 x (K, V) x 2 bytes = 131,072 bytes a token, as Llama-3-8B's. A 5,000-token
+    # prompt leaves 4,096 tokens in the window: 1 ms + 4,096 x 131,072 B / 1 GB/s crosses the
+    # link (a 100-token prompt all of its tokens). On the decode worker the request holds the
+    # blocks of 16 tokens from the window's first one: tokens 905..5,000 of its 5,001, blocks
+    # 56..312 (floor(905 / 16) = 56 skipped of cdiv(5,001, 16) = 313): 257 blocks.
+    scenario = _pd()
+    scenario["model"] = "mistral-7b"
+    res = kvsim.run(scenario, requests=[spec(0, 5000, output=3), spec(1, 100, output=3, arrival=1.0)])
+    events = res.events[res.events.kind == "kv_transfer"]
+    assert events.num_bytes.tolist() == [4096 * 131072, 100 * 131072]
+    assert events.num_blocks.tolist() == [257, 7]
+    r = res.requests.set_index("request_id")
+    assert r.kv_transfer_s.tolist() == pytest.approx([1e-3 + 4096 * 131072 / 1e9, KV_100], rel=1e-12)
+    dec = res.iterations[res.iterations.replica_id == "decode-0"]
+    assert dec.kv_blocks_used.iloc[0] == 257  # the first decode iteration of request 0
+    assert r.finished.all()
+
+
+def test_a_hybrid_models_window_groups_send_only_their_window() -> None:
+    # Gemma-3-1B: 4 full-attention and 22 sliding-window (512-token) layers of 1 KV head x 256
+    # x (K, V) x 2 bytes = 1,024 bytes a token each, in groups of 4 layers (1 full group, 6
+    # window groups, 2 padding layers: 4,096 bytes a token a group). A 1,000-token prompt's
+    # transfer: (1 x 1,000 + 6 x 512) x 4,096 = 16,678,912 bytes, where all of its groups'
+    # tokens would be 7 x 1,000 x 4,096 = 28,672,000.
+    scenario = _pd()
+    scenario["model"] = "gemma-3-1b"
+    res = kvsim.run(scenario, requests=[spec(0, 1000, output=3)])
+    events = res.events[res.events.kind == "kv_transfer"]
+    assert events.num_bytes.tolist() == [(1000 + 6 * 512) * 4096]
+    # Blocks of 16 tokens: the full group's cdiv(1,000, 16) = 63, each window group's from
+    # block floor((1,000 - 512 + 1) / 16) = 30 on: 33.
+    assert events.num_blocks.tolist() == [63 + 6 * 33]
+    r = res.requests.set_index("request_id")
+    assert r.kv_transfer_s[0] == pytest.approx(1e-3 + (1000 + 6 * 512) * 4096 / 1e9, rel=1e-12)
+    assert r.finished.all()
+
+
+def test_a_transferred_request_takes_no_block_its_window_has_passed() -> None:
+    # One full group and two window groups (window 8) of blocks of 4 tokens. A 16-token prompt
+    # prefilled elsewhere arrives with its first token: 17 tokens, 16 computed. Its next token
+    # (the 17th) attends to tokens 9..16, so every window group skips blocks 0 and 1 (tokens
+    # 0..7): 5 blocks in the full group and 3 in each window group, 11 in all -- the whole of an
+    # 11-block decode pool, where taking every block and dropping the passed ones after would
+    # need 15 and never admit the request.
+    from kvsim.core.block_pool import BlockPool
+    from kvsim.core.hybrid_kv import HybridKvManager
+    from kvsim.core.request_state import Request, Status
+    from kvsim.core.scheduler import Scheduler
+    from kvsim.scenario.schema import EngineConfig
+
+    def worker(role: str, blocks: int) -> tuple[BlockPool, HybridKvManager, Scheduler]:
+        pool = BlockPool(blocks)
+        kv = HybridKvManager(
+            pool, 4, num_full_groups=1, num_window_groups=2, sliding_window=8, layer_counts=(1, 2)
+        )
+        return pool, kv, Scheduler(EngineConfig(block_size=4), pool, kv_manager=kv, role=role)
+
+    _, _, prefill = worker("prefill", 24)
+    pool, kv, decode = worker("decode", 11)
+    req = Request(spec(0, 16, output=3))
+    prefill.add_request(req)
+    out = prefill.schedule(0.0)
+    assert prefill.update(out, 1.0).handoffs == [req]
+    assert (req.num_computed_tokens, req.num_tokens) == (16, 17)
+    req.kv_transferred = True  # what the cluster sets when the KV lands
+    decode.add_request(req)
+    out = decode.schedule(2.0)
+    assert [(r.request_id, n) for r, n in out.scheduled] == [(0, 1)]
+    tables = [[None if b is None else b.block_id for b in view.blocks] for _, view in kv.groups(req)]
+    assert tables == [[0, 1, 2, 3, 4], [None, None, 5, 6, 7], [None, None, 8, 9, 10]]
+    assert kv.num_held_blocks(req) == 11 and pool.num_free_blocks == 0
+    decode.update(out, 3.0)
+    for t in (3.0, 4.0):  # tokens 18 and 19: the window passes block 2 after token 18
+        decode.update(decode.schedule(t), t + 1.0)
+    assert req.status is Status.FINISHED and pool.num_free_blocks == 11

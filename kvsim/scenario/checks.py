@@ -269,7 +269,6 @@ def check_presets(scenario: Scenario, specs: _Specs | None = None) -> Problems:
     specs = specs or _Specs.resolve(scenario)
     problems = [p for p in specs.problems if p[0] == "model"]
     model = specs.model
-    disaggregated = any(g.role != "both" for g in scenario.replicas)
     if model is not None and model.is_hybrid:
         for i, group in enumerate(scenario.replicas):
             eng = group.engine
@@ -277,10 +276,6 @@ def check_presets(scenario: Scenario, specs: _Specs | None = None) -> Problems:
                 problems.append((f"replicas.{i}.engine.cpu_offload_gib", _HYBRID_ONLY % model.name))
             if eng.kv_allocation != "paged":
                 problems.append((f"replicas.{i}.engine.kv_allocation", _HYBRID_ONLY % model.name))
-    if disaggregated and model is not None and model.sliding_window is not None:
-        problems.append(
-            ("replicas", f"disaggregated serving of a sliding-window model ({model.name}) is not modelled")
-        )
     for i, (group, gpu) in enumerate(zip(scenario.replicas, specs.gpus, strict=True)):
         if gpu is None:
             problems += [p for p in specs.problems if p[0] == f"replicas.{i}.gpu"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvsim.model.kv_sizing import GIB, KvCapacity, engine_kv_capacity
+from kvsim.model.kv_sizing import GIB, KvCapacity, engine_kv_capacity, kv_layer_groups
 from kvsim.model.memory_fit import max_context_tokens, served_model
 from kvsim.model.presets import resolve_gpu, resolve_model
 from kvsim.model.specs import GpuSpec, ModelSpec
@@ -40,18 +40,48 @@ class KvGeometry:
     tp: int
     num_swap_blocks: int = 0
     num_offload_blocks: int = 0
+    #: The block tables of a request (`kvsim.model.kv_sizing.kv_layer_groups`): one pool block
+    #: holds a block of tokens of one group. A model of one kind has one group of all its
+    #: layers; sliding-window groups hold only the window (and the sinks) of a sequence.
+    num_full_groups: int = 1
+    num_window_groups: int = 0
+    sliding_window: int | None = None
+    num_sink_tokens: int = 0
 
     @property
     def bytes_per_block(self) -> float:
         """One block's bytes on all shards of the replica together."""
         return self.bytes_per_block_per_shard * self.tp
 
+    def _window_tokens(self, num_tokens: int) -> int:
+        """Tokens a sliding-window group keeps of a sequence of ``num_tokens``: the window and
+        the sinks (`kvsim.model.kv_sizing.kv_tokens_held`)."""
+        if self.sliding_window is None:
+            return num_tokens
+        return min(num_tokens, self.sliding_window + self.num_sink_tokens)
+
     def bytes_for_tokens(self, num_tokens: int) -> float:
-        """Bytes of ``num_tokens`` tokens' KV, all shards together (a transfer's size)."""
-        return num_tokens * self.bytes_per_block_per_shard * self.tp / self.block_size
+        """Bytes of the KV a sequence of ``num_tokens`` tokens keeps, all groups and shards
+        together (a transfer's size): every token in the full-attention groups, the window
+        and the sinks in the sliding-window ones."""
+        held = self.num_full_groups * num_tokens
+        if self.num_window_groups:
+            held += self.num_window_groups * self._window_tokens(num_tokens)
+        return held * self.bytes_per_block_per_shard * self.tp / self.block_size
 
     def blocks_for_tokens(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
+        """Pool blocks a sequence of ``num_tokens`` tokens holds, all groups together: the
+        window groups' blocks from the first one the window reaches, and the sinks'."""
+        bs = self.block_size
+        blocks = -(-num_tokens // bs)
+        held = self.num_full_groups * blocks
+        if self.num_window_groups:
+            window = blocks
+            if self.sliding_window is not None:
+                skipped = max(0, num_tokens - self.sliding_window + 1) // bs
+                window -= skipped - min(-(-self.num_sink_tokens // bs), skipped)
+            held += self.num_window_groups * window
+        return held
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +205,7 @@ def resolve_group(model: ModelSpec, group: ReplicaGroup, index: int = 0) -> Grou
     cap = engine_kv_capacity(model, gpu, group.tp, eng, draft_model=draft, attention_dp=group.attention_dp)
     per_shard = cap.bytes_per_block_per_shard
     tiers = _local_tiers(group, per_shard, int(eng.cpu_offload_gib * GIB // per_shard))
+    layers = kv_layer_groups(model)
     kv = KvGeometry(
         block_size=eng.block_size,
         num_blocks=cap.num_blocks - NULL_BLOCKS,
@@ -182,6 +213,10 @@ def resolve_group(model: ModelSpec, group: ReplicaGroup, index: int = 0) -> Grou
         tp=group.tp,
         num_swap_blocks=int(eng.swap_space_gib * GIB // per_shard),
         num_offload_blocks=sum(t.capacity_blocks for t in tiers if t.kind == "dram"),
+        num_full_groups=layers.num_full_groups,
+        num_window_groups=layers.num_window_groups,
+        sliding_window=model.sliding_window,
+        num_sink_tokens=model.num_sink_tokens,
     )
     # An instance of attention_dp ranks is attention_dp replicas of tp GPUs each (the
     # router spreads requests over the ranks); the cost model prices their shared experts.

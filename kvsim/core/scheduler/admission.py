@@ -11,6 +11,7 @@ from kvsim.core.block import KVBlock
 from kvsim.core.outcome import EventKind, KvEvent
 from kvsim.core.request_state import Request, Status
 from kvsim.core.scheduler.base import SchedulerBase, Step
+from kvsim.core.transferred import allocate_transferred
 
 
 class AdmissionPhase(SchedulerBase):
@@ -47,7 +48,7 @@ class AdmissionPhase(SchedulerBase):
         bs = kv.block_size
         if req.kv_transferred:  # KV computed on a prefill replica: just room for it
             num_new = self._chunk(req.num_tokens - req.num_computed_tokens, step)
-            if not self._whole_sequence_fits(req, ()) or not kv.allocate_slots(req, num_new):
+            if not self._whole_sequence_fits(req, ()) or not allocate_transferred(kv, req, num_new):
                 return False
             self.queue.pop()
             req.kv_transferred = False

@@ -20,7 +20,14 @@ from pandas.testing import assert_frame_equal
 import kvsim
 from kvsim.cost.base import Batch
 from kvsim.cost.config import KernelCostConfig
-from kvsim.cost.kernels import KernelCostModel, graph_capture, graph_padded, moe_curve, mxfp4_moe_activation
+from kvsim.cost.kernels import (
+    KernelCostModel,
+    graph_capture,
+    graph_padded,
+    mla_kernel_scales,
+    moe_curve,
+    mxfp4_moe_activation,
+)
 from kvsim.cost.tables import Curve, Grid, package_tables_root, version_key
 from kvsim.errors import ProfileError
 from kvsim.model.presets import resolve_gpu
@@ -412,6 +419,7 @@ TINY_MLA = TINY.model_copy(
         "intermediate_size": 64,
         "kv_lora_rank": 512,
         "qk_rope_head_dim": 64,
+        "q_lora_rank": 1536,
     }
 )
 
@@ -856,6 +864,55 @@ def test_a_granular_mla_decode_step_by_hand(tmp_path: Path) -> None:
     assert km._chunk_extra_s(16, 48) == pytest.approx(kernel + gemm_ms(16, 4 * 256, 512) * 1e-3, rel=1e-12)
     run = km.decode_steps_s(b, np.array([ctx, 2 * ctx], dtype=np.float64))
     assert run[0] == got
+
+
+def test_an_mla_of_another_shape_is_priced_granularly_by_hand(tmp_path: Path) -> None:
+    """GLM-5's head widths (192-wide nope and 256-wide value heads; DeepSeek-V3's 128 and 128)
+    on SGLang's granular tables: the projections at its own shapes, the attention kernels
+    DeepSeek-V3's scaled by their work per head -- the decode kernel over the same latent x 1,
+    the k BMM (nope -> latent) x 192 / 128, the v BMM (latent -> value) x 256 / 128, a
+    prompt's kernel x (192 + 64 + 256) / (128 + 64 + 128) = 1.6. The module tables, which
+    measure DeepSeek-V3's whole layer, refuse it by name."""
+    other = TINY_MLA.model_copy(update={"qk_nope_head_dim": 192, "head_dim": 256})
+    assert mla_kernel_scales(other) == {"decode": 1.0, "prefill": 1.6, "bmm_pre": 1.5, "bmm_post": 2.0}
+    assert set(mla_kernel_scales(TINY_MLA).values()) == {1.0}
+    tables = write_moe_mla_tables(tmp_path / "granular", backend="sglang", module=False)
+    cfg = _cfg(tables, per_iteration_overhead_s=1e-4, per_layer_overhead_s=2e-6, elementwise_kernel_s=3e-6)
+    km = KernelCostModel(other, resolve_gpu("h100-sxm"), cfg, tp=1, backend="sglang", max_num_seqs=8)
+    b, ctx = 4, 4 * 40
+    layer = (
+        (
+            gemm_ms(b, 2112, 7168)  # q/kv down-projection: q_lora 1536 + kv_lora 512 + rope 64
+            + gemm_ms(b, 4 * (192 + 64), 1536)  # q_b
+            + gemm_ms(b, 7168, 4 * 256)  # o_proj
+            + gemm_ms(b, 128, 7168)  # gate/up
+            + gemm_ms(b, 7168, 64)  # down
+        )
+        * 1e-3
+        + b * (2 * 4 * 7168 * 2 + 3 * 64 * 2) / km._hbm_rate
+        + 3 * 3e-6
+        + 2e-6
+    )
+    attention = (
+        mla_decode_ms(b, 39, 4) + 1.5 * bmm_ms(b, 4, "mla_gen_pre") + 2.0 * bmm_ms(b, 4, "mla_gen_post")
+    ) * 1e-3
+    expected = 2 * layer + gemm_ms(b, 256, 7168) * 1e-3 + 2 * attention + 1e-4
+    got = km.step_time_s(Batch(num_decode_seqs=b, decode_context_tokens=ctx))
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert [w for w in km.warnings if w.startswith("MLA:")] == [
+        "MLA: tiny's layer differs from DeepSeek-V3's (head_dim 256 (measured 128), qk_nope_head_dim 192 "
+        "(measured 128)): its projections from the GEMM tables at its shapes, its attention kernels "
+        "from DeepSeek-V3's scaled by their work per head (kvsim.cost.kernels.mla_kernel_scales)"
+    ]
+    # A prefill chunk: 1.6 x its pair share of the kernel, and kv_b expanding its 16 latents
+    # into 4 heads x (192 + 256).
+    share = (16 * 48 + 16 * 17 / 2) / (64 * 65 / 2)
+    kernel = 1.6 * (mla_prefill_ms(1, 64, 4) - mla_prefill_ms(1, 1, 4)) * 1e-3 * share
+    assert km._chunk_extra_s(16, 48) == pytest.approx(kernel + gemm_ms(16, 4 * 448, 512) * 1e-3, rel=1e-12)
+    with pytest.raises(
+        ProfileError, match=r"vllm has no granular MLA tables; this one differs: head_dim 256"
+    ):
+        KernelCostModel(other, resolve_gpu("h100-sxm"), _cfg(write_moe_mla_tables(tmp_path / "module")), tp=1)
 
 
 def _with_fp8_rows(root: Path, backend: str) -> Path:

@@ -168,6 +168,42 @@ MOE_DISTRIBUTION = "power_law_1.01"
 #: mla_{context,generation}_module_perf.parquet, model deepseek-ai/DeepSeek-V3): hidden
 #: 7168, kv_lora_rank 512, qk_rope_head_dim 64, 128-wide nope/value heads (q_lora_rank 1536).
 MLA_MODULE_SHAPE = {"hidden_size": 7168, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "head_dim": 128}
+#: An MLA layer of another shape (GLM-5: hidden 6144, q_lora 2048, 192-wide nope and 256-wide
+#: value heads; zai-org/GLM-5 config.json) is priced granularly where the engine has the
+#: granular tables: its projections from the GEMM tables at its own shapes, the attention
+#: kernels from DeepSeek-V3's (the only MLA the ``mla`` / ``mla_bmm`` tables measure) scaled
+#: by their work per head (`mla_kernel_scales`).
+MLA_KERNEL_SHAPE = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128}
+
+
+def mla_dims(model: ModelSpec) -> dict[str, int]:
+    """An MLA model's per-head widths, named as in its config (`MLA_KERNEL_SHAPE`)."""
+    assert model.kv_lora_rank is not None and model.qk_rope_head_dim is not None
+    return {
+        "kv_lora_rank": model.kv_lora_rank,
+        "qk_rope_head_dim": model.qk_rope_head_dim,
+        "qk_nope_head_dim": model.qk_nope_head_dim or model.head_dim,
+        "v_head_dim": model.head_dim,
+    }
+
+
+def mla_kernel_scales(model: ModelSpec) -> dict[str, float]:
+    """How much more work a head of ``model``'s MLA does than DeepSeek-V3's, per kernel: the
+    decode kernel over the latent (scores over kv_lora + rope, values over kv_lora), the
+    prefill kernel over the heads' own widths (scores over nope + rope, values over v), the
+    absorbed BMMs before it (nope -> kv_lora) and after it (kv_lora -> v). All 1.0 for
+    DeepSeek-V3/R1 and Kimi-K2.5; GLM-5: decode 1.0, prefill (256 + 256) / (192 + 128) = 1.6,
+    BMMs 1.5 and 2.0. Their times scale so (compute-bound FLOPs, or bytes in proportion)."""
+    d, m = mla_dims(model), MLA_KERNEL_SHAPE
+    return {
+        "decode": (2 * d["kv_lora_rank"] + d["qk_rope_head_dim"])
+        / (2 * m["kv_lora_rank"] + m["qk_rope_head_dim"]),
+        "prefill": (d["qk_nope_head_dim"] + d["qk_rope_head_dim"] + d["v_head_dim"])
+        / (m["qk_nope_head_dim"] + m["qk_rope_head_dim"] + m["v_head_dim"]),
+        "bmm_pre": d["qk_nope_head_dim"] * d["kv_lora_rank"] / (m["qk_nope_head_dim"] * m["kv_lora_rank"]),
+        "bmm_post": d["kv_lora_rank"] * d["v_head_dim"] / (m["kv_lora_rank"] * m["v_head_dim"]),
+    }
+
 
 #: KV-cache dtype -> the tables' kv_cache_dtype ("auto" is the model's 16-bit dtype).
 KV_DTYPES: dict[str, str] = {"auto": "bfloat16", "bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
@@ -752,7 +788,14 @@ def wide_ep_moe_curves(
 
 
 def mla_module_grid(
-    frame: pd.DataFrame, *, heads: int, kv_dtype: str, gemm_dtype: str | None, length_column: str, what: str
+    frame: pd.DataFrame,
+    *,
+    heads: int,
+    kv_dtype: str,
+    gemm_dtype: str | None,
+    length_column: str,
+    what: str,
+    scale: float = 1.0,
 ) -> Grid:
     """An MLA module's latency (s) over (batch size, length) at ``heads`` query heads per GPU.
 
@@ -763,7 +806,8 @@ def mla_module_grid(
     counts are measured at powers of two (DeepSeek's 128 split over tp 1..128): not
     interpolated, a count not measured is refused by name. With ``gemm_dtype`` None it reads
     the granular attention-kernel tables (``generation_mla_perf``, ``context_mla_perf``: the
-    attention alone, keyed the same way without projections).
+    attention alone, keyed the same way without projections), times ``scale`` for an MLA of
+    another shape (`mla_kernel_scales`).
     """
     if gemm_dtype is None:
         rows = frame[frame["kv_cache_dtype"] == kv_dtype]
@@ -787,7 +831,10 @@ def mla_module_grid(
         raise ProfileError(f"{what}: {heads} query heads per GPU not measured (measured: {measured})")
     rows = _pick_kernel(rows[rows["num_heads"] == heads])
     pivot = rows.pivot_table(index="batch_size", columns=length_column, values="latency", aggfunc="median")
-    return Grid(pivot.index.to_numpy(float), pivot.columns.to_numpy(float), pivot.to_numpy(float) * MS)
+    values = pivot.to_numpy(float) * MS
+    return Grid(
+        pivot.index.to_numpy(float), pivot.columns.to_numpy(float), values * scale if scale != 1.0 else values
+    )
 
 
 class KernelCostModel:
@@ -901,13 +948,22 @@ class KernelCostModel:
             # k 1,536), o_proj (k = heads x 128) at every token; kv_b (n = heads x 256, k 512)
             # for prefill tokens and the absorbed BMMs before and after the attention kernel
             # for decode tokens (`_chunk_extra_s`, `_decode_attention_s`).
+            # At another MLA's shape (`MLA_KERNEL_SHAPE`), its own widths: DeepSeek-V2-Lite
+            # (no q_lora) projects q from the hidden state, split by TP.
+            d, q_lora = mla_dims(model), model.q_lora_rank
+            kv_r, rope, nope, v = (
+                d["kv_lora_rank"],
+                d["qk_rope_head_dim"],
+                d["qk_nope_head_dim"],
+                d["v_head_dim"],
+            )
             attention_gemms = [
-                gemm_curve(gemm, qkv_dtype, 2112, h, "MLA q/kv down", w),
-                gemm_curve(gemm, qkv_dtype, q_heads * 192, 1536, "MLA q_b", w),
-                gemm_curve(gemm, o_dtype, h, q_heads * 128, "MLA o", w),
+                gemm_curve(gemm, qkv_dtype, (q_lora or 0) + kv_r + rope, h, "MLA q/kv down", w),
+                gemm_curve(gemm, qkv_dtype, q_heads * (nope + rope), q_lora or h, "MLA q_b", w),
+                gemm_curve(gemm, o_dtype, h, q_heads * v, "MLA o", w),
             ]
-            self._mla_kv_b = gemm_curve(gemm, qkv_dtype, q_heads * 256, 512, "MLA kv_b", w)
-            self._mla_bmm = self._mla_bmm_curves(q_heads, qkv_dtype)
+            self._mla_kv_b = gemm_curve(gemm, qkv_dtype, q_heads * (nope + v), kv_r, "MLA kv_b", w)
+            self._mla_bmm = self._mla_bmm_curves(q_heads, qkv_dtype, mla_kernel_scales(model))
         dense_dtype = str(dtypes["dense_mlp"])
         self._gemms = [
             *attention_gemms,
@@ -940,21 +996,22 @@ class KernelCostModel:
         self._q_heads = q_heads
         self._folded: dict[int, Grid | None] = {}
         self._mla_decode_at: Callable[..., Grid] | None = None
+        scales = mla_kernel_scales(model) if self._mla and not mla_module else {"decode": 1.0, "prefill": 1.0}
         if self._mla:
             self._mla_decode_at = functools.partial(
                 mla_module_grid,
                 self.source.table("mla", "mla_generation_module_perf" if mla_module else "generation_mla_perf"),
                 kv_dtype=kv_dtype, gemm_dtype=module_dtype if mla_module else None, length_column="step",
-                what="MLA verify",
+                what="MLA verify", scale=scales["decode"],
             )  # fmt: skip
         if self._mla and not mla_module:
             self._decode = mla_module_grid(
                 self.source.table("mla", "generation_mla_perf"), heads=q_heads, kv_dtype=kv_dtype,
-                gemm_dtype=None, length_column="step", what="MLA decode kernel",
+                gemm_dtype=None, length_column="step", what="MLA decode kernel", scale=scales["decode"],
             )  # fmt: skip
             prefill = mla_module_grid(
                 self.source.table("mla", "context_mla_perf"), heads=q_heads, kv_dtype=kv_dtype,
-                gemm_dtype=None, length_column="isl", what="MLA prefill kernel",
+                gemm_dtype=None, length_column="isl", what="MLA prefill kernel", scale=scales["prefill"],
             )  # fmt: skip
         elif self._mla:
             self._decode = mla_module_grid(
@@ -1026,8 +1083,10 @@ class KernelCostModel:
         return pd.concat([gemm[gemm["gemm_dtype"] != "fp8_block"], rows], ignore_index=True)
 
     def _check_mla(self, model: ModelSpec, tp: int, qkv_dtype: str, o_dtype: str) -> bool:
-        """Refuse, by name, an MLA model the tables do not measure; True when the engine's
-        module tables price it (vLLM, TensorRT-LLM), False for the granular ones (SGLang).
+        """True when the engine's module tables price the model's MLA (vLLM, TensorRT-LLM),
+        False for the granular ones (SGLang's; any engine's for an MLA of another shape than
+        DeepSeek-V3's, which the module tables measure alone); refused, by name, where neither
+        holds it.
 
         A module row has one precision for all its projections, so a checkpoint whose q/kv and
         o projections differ (nvidia/DeepSeek-V3.1-NVFP4: bf16 q/kv, nvfp4 o_proj) is priced
@@ -1035,21 +1094,31 @@ class KernelCostModel:
         aiconfigurator-core 0.12.0 does (sdk/models/deepseek.py, "mixed checkpoints bypass the
         module row"), else by the module at o_proj's precision, the largest projection, with a
         warning."""
-        shape = {name: getattr(model, name) for name in MLA_MODULE_SHAPE}
-        if shape != MLA_MODULE_SHAPE:
-            differ = ", ".join(
-                f"{k} {v} (measured {MLA_MODULE_SHAPE[k]})"
-                for k, v in shape.items()
-                if v != MLA_MODULE_SHAPE[k]
-            )
-            raise ProfileError(
-                f"{model.name}: the MLA module tables measure DeepSeek-V3's layer only; this one differs: {differ}"
-            )
         folder = self.source.index.folder(
             self.source.system, "mla", self.source.backend, self.source.version_for("mla")
         )
         module = (folder / "mla_generation_module_perf.parquet").is_file()
         granular = (folder / "generation_mla_perf.parquet").is_file()
+        shape = {name: getattr(model, name) for name in MLA_MODULE_SHAPE}
+        if model.qk_nope_head_dim not in (None, model.head_dim):
+            shape["qk_nope_head_dim"] = model.qk_nope_head_dim
+        if shape != MLA_MODULE_SHAPE:
+            differ = ", ".join(
+                f"{k} {v} (measured {MLA_MODULE_SHAPE.get(k, MLA_KERNEL_SHAPE.get(k))})"
+                for k, v in shape.items()
+                if v != MLA_MODULE_SHAPE.get(k, MLA_KERNEL_SHAPE.get(k))
+            )
+            if not granular:
+                raise ProfileError(
+                    f"{model.name}: the MLA module tables measure DeepSeek-V3's layer only and "
+                    f"{self.source.backend} has no granular MLA tables; this one differs: {differ}"
+                )
+            self.warnings.append(
+                f"MLA: {model.name}'s layer differs from DeepSeek-V3's ({differ}): its projections "
+                "from the GEMM tables at its shapes, its attention kernels from DeepSeek-V3's scaled "
+                "by their work per head (kvsim.cost.kernels.mla_kernel_scales)"
+            )
+            return False
         if module and qkv_dtype != o_dtype:
             if granular:
                 return False
@@ -1066,11 +1135,11 @@ class KernelCostModel:
             )
         return False
 
-    def _mla_bmm_curves(self, heads: int, gemm_dtype: str) -> tuple[Curve, Curve]:
+    def _mla_bmm_curves(self, heads: int, gemm_dtype: str, scales: dict[str, float]) -> tuple[Curve, Curve]:
         """The absorbed k / v BMMs around a decode's MLA kernel (``mla_bmm`` table,
         mla_gen_pre / mla_gen_post) by decode tokens, at ``heads`` per GPU: fp8 when the kv
         projections are (``gemm_dtype``) and it was measured, else bf16; the fastest kernel at
-        each size."""
+        each size; times ``scales["bmm_pre"]`` / ``["bmm_post"]`` (`mla_kernel_scales`)."""
         frame = self.source.table("mla_bmm", "mla_bmm_perf")
         want = (
             "fp8"
@@ -1079,12 +1148,13 @@ class KernelCostModel:
         )
         rows = frame[(frame["bmm_dtype"] == want) & (frame["num_heads"] == heads)]
         curves = []
-        for op in ("mla_gen_pre", "mla_gen_post"):
+        for op, scale in (("mla_gen_pre", scales["bmm_pre"]), ("mla_gen_post", scales["bmm_post"])):
             sub = rows[rows["op_name"] == op]
             if sub.empty:
                 raise ProfileError(f"MLA {op} BMM: no {want} measurement at {heads} heads per GPU")
             best = sub.groupby("num_tokens")["latency"].min()
-            curves.append(Curve(best.index.to_numpy(float), best.to_numpy(float) * MS))
+            ms = best.to_numpy(float) * MS
+            curves.append(Curve(best.index.to_numpy(float), ms * scale if scale != 1.0 else ms))
         return curves[0], curves[1]
 
     def _moe_source(self) -> KernelSource:

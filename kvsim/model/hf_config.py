@@ -311,6 +311,7 @@ def model_spec_from_hf_config(
             expert_weight_dtype=dtypes[1] if shape.is_moe else None,
             module_weight_dtypes=dtypes[2],
             q_lora_rank=shape.q_lora_rank,
+            qk_nope_head_dim=shape.qk_nope_head_dim,
             max_model_len=f.integer("max_position_embeddings"),
             sliding_window=window,
             num_sliding_window_layers=num_window,
@@ -344,6 +345,7 @@ class _Shape:
     mla: bool = False
     kv_lora_rank: int | None = None
     q_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None  # MLA, where it is not v_head_dim (GLM-5)
     qk_rope_head_dim: int | None = None
     num_experts: int | None = None
     top_k: int | None = None
@@ -377,6 +379,8 @@ class _Shape:
             s.q_lora_rank = f.opt_int("q_lora_rank")
             s.qk_rope_head_dim = f.integer("qk_rope_head_dim")
             s.head_dim = f.integer("v_head_dim")
+            nope = f.integer("qk_nope_head_dim")
+            s.qk_nope_head_dim = nope if nope != s.head_dim else None
         else:
             s.head_dim = f.integer("head_dim", s.hidden // s.heads)
         if model_type in ("mixtral", "minimax_m2", "gpt_oss"):

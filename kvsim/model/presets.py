@@ -820,6 +820,7 @@ MODEL_PRESETS.update(
             kv_lora_rank=512,
             q_lora_rank=2048,
             qk_rope_head_dim=64,
+            qk_nope_head_dim=192,
             num_experts=256,
             num_experts_per_token=8,
             num_shared_experts=1,

@@ -178,6 +178,14 @@ class ModelSpec(FrozenModel):
         le=MAX_HEADS,
         description="MLA: decoupled RoPE key dimension stored beside the latent.",
     )
+    qk_nope_head_dim: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_HEADS,
+        description="MLA: the non-rotary part of each head's query and key (qk_nope_head_dim; "
+        "None: head_dim, as DeepSeek-V3's 128). head_dim is an MLA model's value head width "
+        "(v_head_dim): GLM-5's 192 and 256.",
+    )
     q_lora_rank: int | None = Field(
         default=None,
         gt=0,
@@ -330,8 +338,9 @@ class ModelSpec(FrozenModel):
             and not self.num_dense_layers
         ):
             raise ValueError("module_weight_dtypes: dense_mlp given, but every layer is a mixture of experts")
-        if self.q_lora_rank is not None and not self.is_mla:
-            raise ValueError("q_lora_rank describes MLA: set kv_lora_rank")
+        for name in ("q_lora_rank", "qk_nope_head_dim"):
+            if getattr(self, name) is not None and not self.is_mla:
+                raise ValueError(f"{name} describes MLA: set kv_lora_rank")
         if self.num_experts is not None and self.num_dense_layers >= self.num_layers:
             raise ValueError(f"num_dense_layers ({self.num_dense_layers}) must be < num_layers")
         self._check_linear_attention()

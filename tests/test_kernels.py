@@ -915,6 +915,92 @@ def test_an_mla_of_another_shape_is_priced_granularly_by_hand(tmp_path: Path) ->
         KernelCostModel(other, resolve_gpu("h100-sxm"), _cfg(write_moe_mla_tables(tmp_path / "module")), tp=1)
 
 
+def dsa_decode_ms(batch: float, step: float, heads: float) -> float:
+    return 0.05 + 1e-6 * batch * step * heads
+
+
+def write_dsa_tables(root: Path, model: str = "org/Tiny-FP8", gemm_type: str = "bfloat16") -> Path:
+    """SGLang's toy granular MLA tables plus DSA module tables for ``model``: decode linear in
+    batch and step (and one length, 128, measured at batch 1 only, 100x too slow); a prompt
+    through dense MHA (0.5 ms, up to 64 tokens) or the indexer and sparse kernel (0.6 ms + 1 us
+    a token), at batch 1."""
+    tables = write_moe_mla_tables(root, backend="sglang", module=False)
+    folder = tables / "toy_sxm" / "sparse_attention" / "sglang" / "1.0.0"
+    folder.mkdir(parents=True)
+    common = {"model": model, "gemm_type": gemm_type, "kv_cache_dtype": "bfloat16", "isl": 1}
+    gen = [
+        {
+            **common,
+            "kernel_source": "indexer",
+            "num_heads": h,
+            "batch_size": b,
+            "step": st,
+            "latency": dsa_decode_ms(b, st, h),
+        }
+        for h, b, st in itertools.product([1, 2, 4], [1, 2, 4, 8], [1, 64, 256])
+    ] + [{**common, "kernel_source": "indexer", "num_heads": 4, "batch_size": 1, "step": 128, "latency": 9.0}]
+    pd.DataFrame(gen).to_parquet(folder / "dsa_generation_module_perf.parquet")
+    ctx = [
+        {
+            **common,
+            "kernel_source": kernel,
+            "num_heads": h,
+            "batch_size": 1,
+            "isl": n,
+            "step": 0,
+            "latency": latency,
+        }
+        for h, n in itertools.product([1, 2, 4], [1, 16, 64, 256])
+        for kernel, latency in (("dense_mha", 0.5 if n <= 64 else None), ("sparse", 0.6 + 1e-3 * n))
+        if latency is not None
+    ]
+    pd.DataFrame(ctx).to_parquet(folder / "dsa_context_module_perf.parquet")
+    return tables
+
+
+def test_a_sparse_attention_layer_is_priced_from_its_dsa_module_by_hand(tmp_path: Path) -> None:
+    """DeepSeek sparse attention (GLM-5) from the engine's DSA module tables where they measure
+    the model (its family name: ``org/Tiny-FP8`` is ``tiny``): the whole attention block, so
+    no projection GEMMs and no BMMs; a decode at the module's (batch, step) -- without the
+    lengths measured at batch 1 only --; a prompt at the fastest kernel measured at its length
+    (dense MHA up to 64 tokens, the sparse kernel beyond). SGLang, tp 1, 4 heads, batch 4."""
+    dsa = TINY_MLA.model_copy(update={"index_topk": 64})
+    tables = write_dsa_tables(tmp_path / "dsa")
+    cfg = _cfg(tables, per_iteration_overhead_s=1e-4, per_layer_overhead_s=2e-6, elementwise_kernel_s=3e-6)
+    km = KernelCostModel(dsa, resolve_gpu("h100-sxm"), cfg, tp=1, backend="sglang", max_num_seqs=8)
+    assert km.warnings == [] and km._mla_bmm is None and km._mla_kv_b is None
+    b, ctx = 4, 4 * 100  # step 99: between 64 and 256 (128 left out)
+    layer = (
+        (gemm_ms(b, 128, 7168) + gemm_ms(b, 7168, 64)) * 1e-3  # gate/up, down
+        + b * (2 * 4 * 7168 * 2 + 3 * 64 * 2) / km._hbm_rate
+        + 3 * 3e-6
+        + 2e-6
+    )
+    expected = 2 * layer + gemm_ms(b, 256, 7168) * 1e-3 + 2 * dsa_decode_ms(b, 99, 4) * 1e-3 + 1e-4
+    got = km.step_time_s(Batch(num_decode_seqs=b, decode_context_tokens=ctx))
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert km._prefill(16) == pytest.approx(0.5e-3, rel=1e-12)  # dense MHA: 0.5 < 0.616
+    assert km._prefill(256) == pytest.approx((0.6 + 0.256) * 1e-3, rel=1e-12)
+    # Tables without the model, or without its projections' precision: said, and handled.
+    other = KernelCostModel(
+        dsa, resolve_gpu("h100-sxm"), _cfg(write_dsa_tables(tmp_path / "other", model="org/Else")),
+        tp=1, backend="sglang",
+    )  # fmt: skip
+    assert other.warnings == [
+        "DSA: the sparse_attention tables do not measure tiny (measured: else); its sparse attention "
+        "priced as dense MLA"
+    ]
+    assert other._mla_bmm is not None  # the granular dense MLA
+    fp8 = KernelCostModel(
+        dsa, resolve_gpu("h100-sxm"), _cfg(write_dsa_tables(tmp_path / "fp8", gemm_type="fp8_block")),
+        tp=1, backend="sglang",
+    )  # fmt: skip
+    assert fp8.warnings == [
+        "DSA: tiny's module measured with fp8_block projections, not bfloat16; priced at fp8_block"
+    ]
+    assert fp8._prefill(256) == km._prefill(256)
+
+
 def _with_fp8_rows(root: Path, backend: str) -> Path:
     """``root``'s tables plus fp8 GEMMs at half the bf16 latency and, where there are MLA
     module tables, fp8-projection modules at 0.8 x."""

@@ -837,6 +837,39 @@ def mla_module_grid(
     )
 
 
+def dsa_name(name: str) -> str:
+    """A DSA checkpoint's family name as the ``sparse_attention`` tables and kvsim's presets
+    spell it: ``zai-org/GLM-5-FP8`` and ``glm-5`` are both ``glm-5``."""
+    return name.rsplit("/", 1)[-1].lower().removesuffix("-fp8")
+
+
+def dsa_module_grid(frame: pd.DataFrame, *, heads: int, kv_dtype: str, length_column: str, what: str) -> Grid:
+    """A DeepSeek-sparse-attention block's latency (s) over (batch size, length) at ``heads``
+    query heads per GPU, from one model's rows of the ``sparse_attention`` module tables
+    (aiconfigurator-core 0.12.0, e.g. h200_sxm/sparse_attention/sglang/0.5.14/
+    dsa_{context,generation}_module_perf.parquet: the q/kv projections, the indexer, the
+    attention kernel and o_proj, measured for zai-org/GLM-5 and DeepSeek-V3.2 themselves).
+    Each shape takes the fastest kernel measured at it: SGLang's prefill runs a prompt within
+    the indexer's top-k through dense MHA (``sglang_dsa_dense_mha_*``, measured up to 2,048
+    tokens) and a longer one through the indexer and the sparse kernel (GLM-5 at 8 heads on
+    h200_sxm: 0.84 ms at 1,024 tokens, 5.44 ms at 8,192)."""
+    rows = frame[frame["kv_cache_dtype"] == kv_dtype]
+    if rows.empty:
+        have = ", ".join(sorted(frame["kv_cache_dtype"].astype(str).unique()))
+        raise ProfileError(f"{what}: no DSA module measured with a {kv_dtype} KV cache (measured: {have})")
+    if not (rows["num_heads"] == heads).any():
+        measured = ", ".join(str(int(h)) for h in sorted(rows["num_heads"].unique()))
+        raise ProfileError(f"{what}: {heads} query heads per GPU not measured (measured: {measured})")
+    best = rows[rows["num_heads"] == heads].groupby(["batch_size", length_column])["latency"].min().unstack()
+    if length_column == "step":
+        # Decode lengths measured at batch 1 only (1,536, 3,072, ...) would fill their column
+        # proportionally to the batch (`Grid`): left out. (A prompt is priced at batch 1,
+        # where the context table measures every length.)
+        measured = best.notna().sum()
+        best = best.loc[:, measured >= measured.max() / 2]
+    return Grid(best.index.to_numpy(float), best.columns.to_numpy(float), best.to_numpy(float) * MS)
+
+
 class KernelCostModel:
     """Iteration time of a dense, MoE or MLA model from measured kernel tables (module docstring)."""
 
@@ -928,8 +961,14 @@ class KernelCostModel:
         # MLA: vLLM's and TensorRT-LLM's module tables price the whole attention block
         # (`mla_module_grid`), so its layers have no QKV / O GEMMs of their own.
         self._mla = model.is_mla
-        mla_module = self._check_mla(model, tp, qkv_dtype, o_dtype) if self._mla else False
         module_dtype = qkv_dtype if qkv_dtype == o_dtype else o_dtype  # `_check_mla`
+        # DeepSeek sparse attention: the engine's DSA module tables, where they hold the model,
+        # price its whole attention block as a module (`dsa_module_grid`).
+        dsa = self._dsa_tables(model, module_dtype) if model.index_topk is not None else None
+        if dsa is not None:
+            mla_module = True
+        else:
+            mla_module = self._check_mla(model, tp, qkv_dtype, o_dtype) if self._mla else False
         self._mla_bmm: tuple[Curve, Curve] | None = None
         self._mla_kv_b: Curve | None = None
         if not self._mla:
@@ -997,14 +1036,25 @@ class KernelCostModel:
         self._folded: dict[int, Grid | None] = {}
         self._mla_decode_at: Callable[..., Grid] | None = None
         scales = mla_kernel_scales(model) if self._mla and not mla_module else {"decode": 1.0, "prefill": 1.0}
-        if self._mla:
+        if dsa is not None:
+            self._mla_decode_at = functools.partial(
+                dsa_module_grid, dsa[0], kv_dtype=kv_dtype, length_column="step", what="DSA verify"
+            )
+        elif self._mla:
             self._mla_decode_at = functools.partial(
                 mla_module_grid,
                 self.source.table("mla", "mla_generation_module_perf" if mla_module else "generation_mla_perf"),
                 kv_dtype=kv_dtype, gemm_dtype=module_dtype if mla_module else None, length_column="step",
                 what="MLA verify", scale=scales["decode"],
             )  # fmt: skip
-        if self._mla and not mla_module:
+        if dsa is not None:
+            self._decode = dsa_module_grid(
+                dsa[0], heads=q_heads, kv_dtype=kv_dtype, length_column="step", what="DSA decode module"
+            )
+            prefill = dsa_module_grid(
+                dsa[1], heads=q_heads, kv_dtype=kv_dtype, length_column="isl", what="DSA prefill module"
+            )
+        elif self._mla and not mla_module:
             self._decode = mla_module_grid(
                 self.source.table("mla", "generation_mla_perf"), heads=q_heads, kv_dtype=kv_dtype,
                 gemm_dtype=None, length_column="step", what="MLA decode kernel", scale=scales["decode"],
@@ -1081,6 +1131,39 @@ class KernelCostModel:
             f"fp8_block GEMMs: priced from {other}'s gemm table (cost_model.fp8_block_gemm_backend)"
         )
         return pd.concat([gemm[gemm["gemm_dtype"] != "fp8_block"], rows], ignore_index=True)
+
+    def _dsa_tables(self, model: ModelSpec, gemm_dtype: str) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+        """The model's rows of the engine's DSA module tables (generation, context), at its
+        projections' precision where measured (else the model's other one, with a warning);
+        None, with a warning, where the tables do not hold the model: its attention is then
+        priced as dense MLA (`_check_mla`)."""
+        try:
+            frames = [
+                self.source.table("sparse_attention", f"dsa_{t}_module_perf")
+                for t in ("generation", "context")
+            ]
+        except ProfileError:
+            self.warnings.append(
+                f"DSA: no sparse_attention tables for {self.source.system} / {self.source.backend}: "
+                f"{model.name}'s sparse attention priced as dense MLA"
+            )
+            return None
+        mine = [f[f["model"].map(dsa_name) == dsa_name(model.name)] for f in frames]
+        if any(f.empty for f in mine):
+            have = ", ".join(sorted({dsa_name(m) for m in frames[0]["model"].astype(str)}))
+            self.warnings.append(
+                f"DSA: the sparse_attention tables do not measure {model.name} (measured: {have}); "
+                "its sparse attention priced as dense MLA"
+            )
+            return None
+        measured = sorted(set(mine[0]["gemm_type"].astype(str)) & set(mine[1]["gemm_type"].astype(str)))
+        pick = gemm_dtype if gemm_dtype in measured else measured[0]
+        if pick != gemm_dtype:
+            self.warnings.append(
+                f"DSA: {model.name}'s module measured with {', '.join(measured)} projections, not "
+                f"{gemm_dtype}; priced at {pick}"
+            )
+        return mine[0][mine[0]["gemm_type"] == pick], mine[1][mine[1]["gemm_type"] == pick]
 
     def _check_mla(self, model: ModelSpec, tp: int, qkv_dtype: str, o_dtype: str) -> bool:
         """True when the engine's module tables price the model's MLA (vLLM, TensorRT-LLM),

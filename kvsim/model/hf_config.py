@@ -312,6 +312,7 @@ def model_spec_from_hf_config(
             module_weight_dtypes=dtypes[2],
             q_lora_rank=shape.q_lora_rank,
             qk_nope_head_dim=shape.qk_nope_head_dim,
+            index_topk=shape.index_topk,
             max_model_len=f.integer("max_position_embeddings"),
             sliding_window=window,
             num_sliding_window_layers=num_window,
@@ -346,6 +347,7 @@ class _Shape:
     kv_lora_rank: int | None = None
     q_lora_rank: int | None = None
     qk_nope_head_dim: int | None = None  # MLA, where it is not v_head_dim (GLM-5)
+    index_topk: int | None = None  # DSA
     qk_rope_head_dim: int | None = None
     num_experts: int | None = None
     top_k: int | None = None
@@ -381,6 +383,8 @@ class _Shape:
             s.head_dim = f.integer("v_head_dim")
             nope = f.integer("qk_nope_head_dim")
             s.qk_nope_head_dim = nope if nope != s.head_dim else None
+            if model_type in _DSA:
+                s.index_topk = f.integer("index_topk")
         else:
             s.head_dim = f.integer("head_dim", s.hidden // s.heads)
         if model_type in ("mixtral", "minimax_m2", "gpt_oss"):

@@ -821,6 +821,7 @@ MODEL_PRESETS.update(
             q_lora_rank=2048,
             qk_rope_head_dim=64,
             qk_nope_head_dim=192,
+            index_topk=2048,
             num_experts=256,
             num_experts_per_token=8,
             num_shared_experts=1,
@@ -836,7 +837,8 @@ MODEL_PRESETS.update(
             f"744B total, 40B active); {_MTP_NOTE}. Approximated: the DSA indexer's cached keys (128 "
             "fp8 values and an fp32 scale, 132 bytes per token per layer in vLLM's "
             "DeepseekV32IndexerCache and SGLang's NSA pool) are not in the KV bytes (+11% on a bf16 "
-            "latent), and attention reads the whole context, not the indexer's top 2048 tokens.",
+            "latent); the roofline prices its attention over the whole context, not the indexer's top "
+            "2048 tokens (the kernels model reads the engines' DSA module tables, which measure GLM-5).",
         ),
     )
 )

@@ -186,6 +186,15 @@ class ModelSpec(FrozenModel):
         "None: head_dim, as DeepSeek-V3's 128). head_dim is an MLA model's value head width "
         "(v_head_dim): GLM-5's 192 and 256.",
     )
+    index_topk: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_TOKENS,
+        description="DeepSeek sparse attention (DSA: DeepSeek-V3.2, GLM-5): the tokens each query "
+        "attends to, chosen by its lightning indexer (config.json index_topk); None: dense. Needs "
+        "MLA. The kernels model prices such a layer from the measured DSA module tables where they "
+        "hold the model.",
+    )
     q_lora_rank: int | None = Field(
         default=None,
         gt=0,
@@ -338,7 +347,7 @@ class ModelSpec(FrozenModel):
             and not self.num_dense_layers
         ):
             raise ValueError("module_weight_dtypes: dense_mlp given, but every layer is a mixture of experts")
-        for name in ("q_lora_rank", "qk_nope_head_dim"):
+        for name in ("q_lora_rank", "qk_nope_head_dim", "index_topk"):
             if getattr(self, name) is not None and not self.is_mla:
                 raise ValueError(f"{name} describes MLA: set kv_lora_rank")
         if self.num_experts is not None and self.num_dense_layers >= self.num_layers:

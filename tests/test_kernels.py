@@ -832,19 +832,25 @@ def test_moe_and_mla_that_cannot_be_priced_are_refused_by_name(
         KernelCostModel(TINY_MLA, gpu, _cfg(granular), tp=2, backend="sglang")
 
 
-def test_a_granular_mla_decode_step_by_hand(tmp_path: Path) -> None:
-    """SGLang has no MLA module tables: the projections are GEMMs, the attention kernel and
-    the absorbed BMMs come from their own tables (tp 1: 4 heads, no all-reduce; a decode
-    batch of 4 is one of SGLang's CUDA-graph sizes, so no padding)."""
-    tables = write_moe_mla_tables(tmp_path / "granular", backend="sglang", module=False)
-    cfg = _cfg(tables, per_iteration_overhead_s=1e-4, per_layer_overhead_s=2e-6, elementwise_kernel_s=3e-6)
-    km = KernelCostModel(TINY_MLA, resolve_gpu("h100-sxm"), cfg, tp=1, backend="sglang", max_num_seqs=8)
-    b, ctx = 4, 4 * 40
+def _granular_mla_decode_s(
+    km: KernelCostModel,
+    b: int,
+    step: int,
+    nope: int = 128,
+    v: int = 128,
+    bmm_pre: float = 1.0,
+    bmm_post: float = 1.0,
+) -> float:
+    """A decode step of TINY_MLA's 2 layers of 4 heads (tp 1, SGLang's toy granular tables,
+    the overheads the granular tests set) by hand: the projections at the heads' widths
+    (q/kv down n q_lora 1536 + kv_lora 512 + rope 64, q_b n 4 x (nope + 64), o_proj k 4 x v),
+    the MLP, the elementwise bytes and kernels, the attention kernel and the absorbed BMMs
+    (times their scales), the LM head and the per-iteration overhead."""
     layer = (
         (
             gemm_ms(b, 2112, 7168)  # q/kv down-projection
-            + gemm_ms(b, 4 * 192, 1536)  # q_b
-            + gemm_ms(b, 7168, 4 * 128)  # o_proj
+            + gemm_ms(b, 4 * (nope + 64), 1536)  # q_b
+            + gemm_ms(b, 7168, 4 * v)  # o_proj
             + gemm_ms(b, 128, 7168)  # gate/up
             + gemm_ms(b, 7168, 64)  # down
         )
@@ -853,10 +859,21 @@ def test_a_granular_mla_decode_step_by_hand(tmp_path: Path) -> None:
         + 3 * 3e-6
         + 2e-6
     )
-    attention = (mla_decode_ms(b, 39, 4) + bmm_ms(b, 4, "mla_gen_pre") + bmm_ms(b, 4, "mla_gen_post")) * 1e-3
-    expected = 2 * layer + gemm_ms(b, 256, 7168) * 1e-3 + 2 * attention + 1e-4
+    pre, post = bmm_ms(b, 4, "mla_gen_pre"), bmm_ms(b, 4, "mla_gen_post")
+    attention = (mla_decode_ms(b, step, 4) + bmm_pre * pre + bmm_post * post) * 1e-3
+    return 2 * layer + gemm_ms(b, 256, 7168) * 1e-3 + 2 * attention + 1e-4
+
+
+def test_a_granular_mla_decode_step_by_hand(tmp_path: Path) -> None:
+    """SGLang has no MLA module tables: the projections are GEMMs, the attention kernel and
+    the absorbed BMMs come from their own tables (tp 1: 4 heads, no all-reduce; a decode
+    batch of 4 is one of SGLang's CUDA-graph sizes, so no padding)."""
+    tables = write_moe_mla_tables(tmp_path / "granular", backend="sglang", module=False)
+    cfg = _cfg(tables, per_iteration_overhead_s=1e-4, per_layer_overhead_s=2e-6, elementwise_kernel_s=3e-6)
+    km = KernelCostModel(TINY_MLA, resolve_gpu("h100-sxm"), cfg, tp=1, backend="sglang", max_num_seqs=8)
+    b, ctx = 4, 4 * 40
     got = km.step_time_s(Batch(num_decode_seqs=b, decode_context_tokens=ctx))
-    assert got == pytest.approx(expected, rel=1e-12)
+    assert got == pytest.approx(_granular_mla_decode_s(km, b, 39), rel=1e-12)
     assert km.warnings == []
     # A prefill chunk: its pair share of the kernel, and kv_b expanding its 16 latents.
     share = (16 * 48 + 16 * 17 / 2) / (64 * 65 / 2)
@@ -880,24 +897,8 @@ def test_an_mla_of_another_shape_is_priced_granularly_by_hand(tmp_path: Path) ->
     cfg = _cfg(tables, per_iteration_overhead_s=1e-4, per_layer_overhead_s=2e-6, elementwise_kernel_s=3e-6)
     km = KernelCostModel(other, resolve_gpu("h100-sxm"), cfg, tp=1, backend="sglang", max_num_seqs=8)
     b, ctx = 4, 4 * 40
-    layer = (
-        (
-            gemm_ms(b, 2112, 7168)  # q/kv down-projection: q_lora 1536 + kv_lora 512 + rope 64
-            + gemm_ms(b, 4 * (192 + 64), 1536)  # q_b
-            + gemm_ms(b, 7168, 4 * 256)  # o_proj
-            + gemm_ms(b, 128, 7168)  # gate/up
-            + gemm_ms(b, 7168, 64)  # down
-        )
-        * 1e-3
-        + b * (2 * 4 * 7168 * 2 + 3 * 64 * 2) / km._hbm_rate
-        + 3 * 3e-6
-        + 2e-6
-    )
-    attention = (
-        mla_decode_ms(b, 39, 4) + 1.5 * bmm_ms(b, 4, "mla_gen_pre") + 2.0 * bmm_ms(b, 4, "mla_gen_post")
-    ) * 1e-3
-    expected = 2 * layer + gemm_ms(b, 256, 7168) * 1e-3 + 2 * attention + 1e-4
     got = km.step_time_s(Batch(num_decode_seqs=b, decode_context_tokens=ctx))
+    expected = _granular_mla_decode_s(km, b, 39, nope=192, v=256, bmm_pre=1.5, bmm_post=2.0)
     assert got == pytest.approx(expected, rel=1e-12)
     assert [w for w in km.warnings if w.startswith("MLA:")] == [
         "MLA: tiny's layer differs from DeepSeek-V3's (head_dim 256 (measured 128), qk_nope_head_dim 192 "
@@ -981,20 +982,19 @@ def test_a_sparse_attention_layer_is_priced_from_its_dsa_module_by_hand(tmp_path
     assert got == pytest.approx(expected, rel=1e-12)
     assert km._prefill(16) == pytest.approx(0.5e-3, rel=1e-12)  # dense MHA: 0.5 < 0.616
     assert km._prefill(256) == pytest.approx((0.6 + 0.256) * 1e-3, rel=1e-12)
+
     # Tables without the model, or without its projections' precision: said, and handled.
-    other = KernelCostModel(
-        dsa, resolve_gpu("h100-sxm"), _cfg(write_dsa_tables(tmp_path / "other", model="org/Else")),
-        tp=1, backend="sglang",
-    )  # fmt: skip
+    def on(name: str, **kw: str) -> KernelCostModel:
+        tables = write_dsa_tables(tmp_path / name, **kw)
+        return KernelCostModel(dsa, resolve_gpu("h100-sxm"), _cfg(tables), tp=1, backend="sglang")
+
+    other = on("other", model="org/Else")
     assert other.warnings == [
         "DSA: the sparse_attention tables do not measure tiny (measured: else); its sparse attention "
         "priced as dense MLA"
     ]
     assert other._mla_bmm is not None  # the granular dense MLA
-    fp8 = KernelCostModel(
-        dsa, resolve_gpu("h100-sxm"), _cfg(write_dsa_tables(tmp_path / "fp8", gemm_type="fp8_block")),
-        tp=1, backend="sglang",
-    )  # fmt: skip
+    fp8 = on("fp8", gemm_type="fp8_block")
     assert fp8.warnings == [
         "DSA: tiny's module measured with fp8_block projections, not bfloat16; priced at fp8_block"
     ]

@@ -101,6 +101,22 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         },
     ),
     (
+        "disaggregated_sliding_window.yaml",
+        {"workload.num_requests": 200},
+        {
+            "num_finished": 200,
+            "total_kv_blocks": 30004,
+            "num_preemptions": 0,
+            "num_swaps": 0,
+            "prefix_cache_hit_rate": 0.0,
+            "ttft_p50_s": 1.3651129936602597,
+            "ttft_p99_s": 5.2223263456084466,
+            "max_itl_p99_s": 0.07496518351003328,
+            "throughput_tokens_per_s": 219.2251200274618,
+            "kv_usage_peak": 0.7921610451939741,
+        },
+    ),
+    (
         "prefix_cache_side_channel.yaml",
         {"workload.num_requests": 300},
         {
@@ -720,6 +736,20 @@ def test_sliding_window_bounds_kv() -> None:
     bound = math.ceil(4096 / block_size) + 1 + budget // block_size
     used = windowed.iterations["kv_blocks_used"] / windowed.iterations["batch_size"].clip(lower=1)
     assert used.max() <= bound
+
+
+def test_a_sliding_window_model_sends_and_holds_only_its_windows_disaggregated() -> None:
+    ov = {"workload.num_requests": 200}
+    windowed = kvsim.run(SCENARIOS / "disaggregated_sliding_window.yaml", overrides=ov)
+    full_model = {
+        **resolve_model("gemma-3-27b").model_dump(), "sliding_window": None, "num_sliding_window_layers": None,
+    }  # fmt: skip
+    full = kvsim.run(SCENARIOS / "disaggregated_sliding_window.yaml", overrides={**ov, "model": full_model})
+    # The window groups send 1,024 of a prompt's ~8k tokens: under 35% of the clone's bytes.
+    assert windowed.requests.kv_transfer_s.mean() < 0.35 * full.requests.kv_transfer_s.mean()
+    # The clone's contexts fill the decode pool; the windows leave room and never preempt.
+    assert windowed.summary["num_preemptions"] == 0 < full.summary["num_preemptions"]
+    assert windowed.requests.tpot_s.median() * 5 < full.requests.tpot_s.median()
 
 
 def test_swap_mode_swaps() -> None:

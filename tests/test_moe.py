@@ -169,6 +169,11 @@ def test_parts_at_their_own_precision_are_checked() -> None:
         ModelSpec.model_validate(v3.model_dump() | {"module_weight_dtypes": {"lm_head": "bf16"}})
     with pytest.raises(ValueError, match="q_lora_rank describes MLA"):
         ModelSpec.model_validate(resolve_model("qwen3-235b-a22b").model_dump() | {"q_lora_rank": 64})
+    for field, value in (("qk_nope_head_dim", 192), ("index_topk", 2048)):
+        with pytest.raises(ValueError, match=f"{field} describes MLA"):
+            ModelSpec.model_validate(resolve_model("qwen3-235b-a22b").model_dump() | {field: value})
+    with pytest.raises(ValueError, match="index_head_dim describes DeepSeek sparse attention"):
+        ModelSpec.model_validate(v3.model_dump() | {"index_head_dim": 128})
     assert v3.dtype_of("attention_o") == "fp8_block"
     assert resolve_model("nvidia/DeepSeek-V3.1-NVFP4").dtype_of("attention_qkv") == "bf16"
 

@@ -421,8 +421,6 @@ def test_frontier_presets_kv_bytes_per_token_by_hand() -> None:
         "deepseek-r1": 61 * (512 + 64),
         # moonshotai--Kimi-K2.5_config.json, text_config: 61 layers, 512 + 64
         "kimi-k2.5": 61 * (512 + 64),
-        # zai-org--GLM-5_config.json: 78 layers, 512 + 64 (the DSA indexer's keys not counted)
-        "glm-5": 78 * (512 + 64),  # 44,928 elements
     }
     for name, elements in mla.items():
         spec = MODEL_PRESETS[name]
@@ -430,7 +428,12 @@ def test_frontier_presets_kv_bytes_per_token_by_hand() -> None:
         assert kv_bytes_per_token(spec) == elements * 2, name  # bf16 latent ("auto" for fp8 weights)
         assert kv_bytes_per_token(spec, "fp8", tp=8) == elements, name
     assert kv_bytes_per_token(MODEL_PRESETS["deepseek-v3"]) == 70_272
-    assert kv_bytes_per_token(MODEL_PRESETS["glm-5"]) == 89_856
+    # zai-org--GLM-5_config.json: 78 layers, latent 512 + 64, and DeepSeek sparse attention's
+    # indexer keys beside it, whatever the cache's dtype: index_head_dim 128 fp8 values and one
+    # fp32 scale, 132 bytes (vLLM's DeepseekV32IndexerCache, SGLang's NSA token pool).
+    glm = MODEL_PRESETS["glm-5"]
+    assert kv_bytes_per_token(glm) == 78 * ((512 + 64) * 2 + 132) == 100_152
+    assert kv_bytes_per_token(glm, "fp8", tp=8) == 78 * (512 + 64 + 132) == 55_224
     gqa = {
         # Qwen--Qwen3-30B-A3B_config.json: 48 layers, 4 KV heads, head_dim 128
         "qwen3-30b-a3b": (48, 4, 128),

@@ -280,7 +280,7 @@ def model_spec_from_hf_config(
             f"{', '.join(SUPPORTED_MODEL_TYPES)})"
         )
     layer_types = f.items("layer_types") or []
-    if model_type in _DSA:  # DSA layers keep an MLA cache (their indexer's keys are not counted)
+    if model_type in _DSA:  # DSA layers keep an MLA cache and their indexer's keys (`dsa_index_bytes`)
         layer_types = ["full_attention" if t == "deepseek_sparse_attention" else t for t in layer_types]
     known = ("full_attention", "sliding_attention", *(("linear_attention",) if model_type in _QWEN35 else ()))
     if any(t not in known for t in layer_types):
@@ -313,6 +313,7 @@ def model_spec_from_hf_config(
             q_lora_rank=shape.q_lora_rank,
             qk_nope_head_dim=shape.qk_nope_head_dim,
             index_topk=shape.index_topk,
+            index_head_dim=shape.index_head_dim,
             max_model_len=f.integer("max_position_embeddings"),
             sliding_window=window,
             num_sliding_window_layers=num_window,
@@ -348,6 +349,7 @@ class _Shape:
     q_lora_rank: int | None = None
     qk_nope_head_dim: int | None = None  # MLA, where it is not v_head_dim (GLM-5)
     index_topk: int | None = None  # DSA
+    index_head_dim: int | None = None  # DSA: its indexer keys, cached beside the latent
     qk_rope_head_dim: int | None = None
     num_experts: int | None = None
     top_k: int | None = None
@@ -385,6 +387,7 @@ class _Shape:
             s.qk_nope_head_dim = nope if nope != s.head_dim else None
             if model_type in _DSA:
                 s.index_topk = f.integer("index_topk")
+                s.index_head_dim = f.integer("index_head_dim")
         else:
             s.head_dim = f.integer("head_dim", s.hidden // s.heads)
         if model_type in ("mixtral", "minimax_m2", "gpt_oss"):

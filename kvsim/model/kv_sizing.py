@@ -98,8 +98,19 @@ def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str = "auto", tp: int =
     if model.kv_lora_rank is not None and model.qk_rope_head_dim is not None:
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
-        return model.num_layers * (model.kv_lora_rank + model.qk_rope_head_dim) * elem
+        latent = (model.kv_lora_rank + model.qk_rope_head_dim) * elem
+        return model.num_layers * (latent + dsa_index_bytes(model))
     return 2 * model.num_kv_layers * kv_heads_per_shard(model, tp) * model.head_dim * elem
+
+
+def dsa_index_bytes(model: ModelSpec) -> float:
+    """Bytes one token's DeepSeek-sparse-attention indexer key takes in one layer's cache,
+    beside the latent and whatever the KV cache's dtype: ``index_head_dim`` fp8 values and an
+    fp32 scale per 128 of them (132 for GLM-5 and DeepSeek-V3.2: vLLM's
+    ``DeepseekV32IndexerCache``, SGLang's NSA token pool ``index_k_with_scale_buffer``); 0 for
+    a model without one."""
+    d = model.index_head_dim
+    return 0.0 if d is None else float(d + 4 * -(-d // 128))
 
 
 def kv_bytes_per_token_per_layer(model: ModelSpec, kv_cache_dtype: str = "auto", tp: int = 1) -> float:

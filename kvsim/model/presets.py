@@ -822,6 +822,7 @@ MODEL_PRESETS.update(
             qk_rope_head_dim=64,
             qk_nope_head_dim=192,
             index_topk=2048,
+            index_head_dim=128,
             num_experts=256,
             num_experts_per_token=8,
             num_shared_experts=1,
@@ -834,11 +835,11 @@ MODEL_PRESETS.update(
             "first_k_dense_replace 3 (dense MLP 12288 wide); num_nextn_predict_layers 1; vocab "
             f"154880; max_position_embeddings 202752; bfloat16); {_AIC_CONFIGS}zai-org--GLM-5_config.json; "
             f"{_PARAMS} with the indexer's projections: 743.9B, 41.8B active (Z.ai's model card: "
-            f"744B total, 40B active); {_MTP_NOTE}. Approximated: the DSA indexer's cached keys (128 "
-            "fp8 values and an fp32 scale, 132 bytes per token per layer in vLLM's "
-            "DeepseekV32IndexerCache and SGLang's NSA pool) are not in the KV bytes (+11% on a bf16 "
-            "latent); the roofline prices its attention over the whole context, not the indexer's top "
-            "2048 tokens (the kernels model reads the engines' DSA module tables, which measure GLM-5).",
+            f"744B total, 40B active); {_MTP_NOTE}. The DSA indexer's cached keys (index_head_dim "
+            "128: 128 fp8 values and an fp32 scale, 132 bytes per token per layer in vLLM's "
+            "DeepseekV32IndexerCache and SGLang's NSA pool) are in the KV bytes. Approximated: the "
+            "roofline prices its attention over the whole context, not the indexer's top 2048 "
+            "tokens (the kernels model reads the engines' DSA module tables, which measure GLM-5).",
         ),
     )
 )

@@ -195,6 +195,14 @@ class ModelSpec(FrozenModel):
         "MLA. The kernels model prices such a layer from the measured DSA module tables where they "
         "hold the model.",
     )
+    index_head_dim: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_HEADS,
+        description="DSA: the width of the lightning indexer's keys (config.json index_head_dim; "
+        "GLM-5 and DeepSeek-V3.2: 128). Each layer caches them beside the latent, fp8 with an "
+        "fp32 scale per 128 (`kv_sizing.dsa_index_bytes`). Needs index_topk.",
+    )
     q_lora_rank: int | None = Field(
         default=None,
         gt=0,
@@ -350,6 +358,8 @@ class ModelSpec(FrozenModel):
         for name in ("q_lora_rank", "qk_nope_head_dim", "index_topk"):
             if getattr(self, name) is not None and not self.is_mla:
                 raise ValueError(f"{name} describes MLA: set kv_lora_rank")
+        if self.index_head_dim is not None and self.index_topk is None:
+            raise ValueError("index_head_dim describes DeepSeek sparse attention: set index_topk")
         if self.num_experts is not None and self.num_dense_layers >= self.num_layers:
             raise ValueError(f"num_dense_layers ({self.num_dense_layers}) must be < num_layers")
         self._check_linear_attention()

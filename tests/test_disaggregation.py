@@ -291,3 +291,19 @@ def test_a_transferred_request_takes_no_block_its_window_has_passed() -> None:
     for t in (3.0, 4.0):  # tokens 18 and 19: the window passes block 2 after token 18
         decode.update(decode.schedule(t), t + 1.0)
     assert req.status is Status.FINISHED and pool.num_free_blocks == 11
+
+
+def test_a_linear_attention_models_state_crosses_the_link_with_its_kv() -> None:
+    # Qwen3.5-35B-A3B: 10 full-attention layers of 2 KV heads x 256 x (K, V) x 2 bytes =
+    # 20,480 bytes a token, and 30 Gated DeltaNet layers whose state a request carries whatever
+    # its length: a conv state of (4 - 1) x (2 x 16 x 128 + 32 x 128) x 2 bytes = 49,152 and an
+    # fp32 SSM state of 32 x 128 x 128 x 4 = 2,097,152, 64,389,120 bytes in all. A 1,000-token
+    # prompt sends 20,480,000 + 64,389,120 bytes: the state is three quarters of it.
+    scenario = _pd()
+    scenario["model"] = "qwen3.5-35b-a3b"
+    for group in scenario["replicas"]:
+        group["gpu"] = "h200"
+    res = kvsim.run(scenario, requests=[spec(0, 1000, output=3)])
+    sent = 1000 * 20480 + 30 * (3 * (2 * 16 * 128 + 32 * 128) * 2 + 32 * 128 * 128 * 4)
+    assert res.events[res.events.kind == "kv_transfer"].num_bytes.tolist() == [sent]
+    assert res.requests.kv_transfer_s[0] == pytest.approx(1e-3 + sent / 1e9, rel=1e-12)

@@ -47,6 +47,10 @@ class KvGeometry:
     num_window_groups: int = 0
     sliding_window: int | None = None
     num_sink_tokens: int = 0
+    #: A linear-attention model's recurrent state of one request on one shard (Qwen3.5's
+    #: Gated DeltaNet conv and SSM states, `kv_sizing.linear_state_bytes_per_seq`): a fixed
+    #: size whatever the length, sent with the KV.
+    state_bytes_per_seq_per_shard: float = 0.0
 
     @property
     def bytes_per_block(self) -> float:
@@ -63,11 +67,12 @@ class KvGeometry:
     def bytes_for_tokens(self, num_tokens: int) -> float:
         """Bytes of the KV a sequence of ``num_tokens`` tokens keeps, all groups and shards
         together (a transfer's size): every token in the full-attention groups, the window
-        and the sinks in the sliding-window ones."""
+        and the sinks in the sliding-window ones, and a linear-attention model's state."""
         held = self.num_full_groups * num_tokens
         if self.num_window_groups:
             held += self.num_window_groups * self._window_tokens(num_tokens)
-        return held * self.bytes_per_block_per_shard * self.tp / self.block_size
+        kv = held * self.bytes_per_block_per_shard * self.tp / self.block_size
+        return kv + self.state_bytes_per_seq_per_shard * self.tp if self.state_bytes_per_seq_per_shard else kv
 
     def blocks_for_tokens(self, num_tokens: int) -> int:
         """Pool blocks a sequence of ``num_tokens`` tokens holds, all groups together: the
@@ -217,6 +222,7 @@ def resolve_group(model: ModelSpec, group: ReplicaGroup, index: int = 0) -> Grou
         num_window_groups=layers.num_window_groups,
         sliding_window=model.sliding_window,
         num_sink_tokens=model.num_sink_tokens,
+        state_bytes_per_seq_per_shard=cap.linear_state_bytes_per_seq_per_shard,
     )
     # An instance of attention_dp ranks is attention_dp replicas of tp GPUs each (the
     # router spreads requests over the ranks); the cost model prices their shared experts.

@@ -30,15 +30,12 @@ def allocate_transferred(kv: FullAttentionManager, req: Request, num_new_tokens:
         return kv.allocate_slots(req, num_new_tokens)
     skip = window._first_attended_block(req.num_computed_tokens)
     sinks = min(window.num_sink_blocks, skip)
-    views = [view for _, view in kv.groups(req)] if isinstance(kv, HybridKvManager) else [req]
-    if skip <= sinks or any(view.blocks for view in views):
+    groups = kv.groups(req) if isinstance(kv, HybridKvManager) else [(window, req)]
+    if skip <= sinks or any(view.blocks for _, view in groups):
         return kv.allocate_slots(req, num_new_tokens)
     required = -(-(req.num_computed_tokens + num_new_tokens) // kv.block_size)
-    if isinstance(kv, HybridKvManager):
-        need = kv.num_full_groups * required + kv.num_window_groups * (required - skip + sinks)
-        windowed = [view for manager, view in kv.groups(req) if manager is window]
-    else:
-        need, windowed = required - skip + sinks, [req]
+    windowed = [view for manager, view in groups if manager is window]
+    need = (len(groups) - len(windowed)) * required + len(windowed) * (required - skip + sinks)
     if need > kv.pool.num_free_blocks:
         return False
     for view in windowed:  # the sinks' blocks, then the skipped ones; the cache starts after

@@ -1,10 +1,11 @@
 """Which InferenceX rows of silicon_sample.csv may have run MTP speculative decoding.
 
-    python benchmarks/inferencex_spec.py --repo PATH/TO/InferenceX \\
+    python benchmarks/inferencex_spec.py --repo PATH/TO/InferenceX --srt-slurm PATH/TO/srt-slurm \\
         [--rows CSV] [--harness benchmarks/results/silicon_harness.csv.gz] \\
         [--out benchmarks/results/silicon_spec_decoding.csv.gz]
 
-(needs a git clone of SemiAnalysisAI/InferenceX with its history, PyYAML and git; the file it
+(needs git clones of SemiAnalysisAI/InferenceX and NVIDIA/srt-slurm with their history, PyYAML
+and git; the file it
 writes is committed, so `benchmarks/silicon.py` needs neither.)
 
 InferenceX decides what to measure in ``.github/configs/nvidia-master.yaml``: one entry per
@@ -24,7 +25,8 @@ last first-parent commit on main that touched it at or before the row's measurem
 word), engine (``dynamo-`` stripped), precision, ISL and OSL, image when the row names one,
 a search space holding the row's clients and GPU count (single node: ``tp`` = the row's
 GPUs, from the ``tpX_epY`` its id names or its columns, and ``dp-attn``; multi node: each
-side's ``tp`` and ``num-worker`` when the row gives them). ``ep`` is not compared: rows
+side's ``tp`` and ``num-worker`` when the row gives them, and the clients of the space's
+``conc-list`` or of its srt-slurm recipe's benchmark, which is what ran: `holds`). ``ep`` is not compared: rows
 report SGLang's expert parallelism as 1 where the configuration asks for it.
 
 The classes (column ``spec_decoding``):
@@ -46,7 +48,8 @@ then matched on each side's ``tp`` and the clients alone); empty otherwise.
 Columns ``prefill_dp_attn`` / ``prefill_ep`` and ``decode_dp_attn`` / ``decode_ep``: a
 multi-node row's side as launched, attention data parallelism (``true`` / ``false``) and the
 expert-parallel degree, when every search space holding the row agrees and gives the side as
-many GPUs per worker as the row counts (`side_layout`); empty otherwise. Column
+many GPUs per worker as the row counts (`side_layout`; a TensorRT-LLM recipe's own
+``trtllm_config`` wins over the space's fields, `Recipe`); empty otherwise. Column
 ``decode_batch``: the decode workers' ``max_batch_size`` (per attention-DP rank) a TensorRT-LLM
 recipe's file name gives (`recipe_batch`), when every search space holding the row names the
 same one. Column ``recipes``: the srt-slurm recipe files (``CONFIG_FILE=``) of every search
@@ -152,6 +155,44 @@ class Snapshot:
     spaces: tuple[Space, ...]
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """What an srt-slurm recipe file says about its run (`read_recipes`): the clients its
+    benchmark section runs (``benchmark.concurrencies``: ``"36"``, ``"10x15x25"``, ``[1600]``)
+    and, for a TensorRT-LLM recipe, each side's worker as (attention DP, expert-parallel
+    degree, GPUs) from ``backend.trtllm_config.<side>`` (``enable_attention_dp``,
+    ``moe_expert_parallel_size``, ``tensor_parallel_size``)."""
+
+    clients: frozenset[int] = frozenset()
+    sides: tuple[tuple[str, tuple[bool, int, int]], ...] = ()
+
+    def side(self, stage: str) -> tuple[bool, int, int] | None:
+        return dict(self.sides).get(stage)
+
+
+#: Recipes by path, as `recipe_files` writes them.
+Recipes = dict[str, Recipe]
+
+
+def recipe_facts(doc: Any) -> Recipe:
+    """A parsed recipe's `Recipe` (empty where it says nothing this module reads)."""
+    doc = doc if isinstance(doc, dict) else {}
+    bench = doc.get("benchmark") if isinstance(doc.get("benchmark"), dict) else {}
+    raw = bench.get("concurrencies")
+    items = raw if isinstance(raw, list) else str(raw if raw is not None else "").split("x")
+    found = {int(str(c).strip()) for c in items if str(c).strip().isdigit()}
+    backend = doc.get("backend") if isinstance(doc.get("backend"), dict) else {}
+    trtllm = backend.get("trtllm_config") if isinstance(backend.get("trtllm_config"), dict) else {}
+    sides = []
+    for stage in ("prefill", "decode"):
+        cfg = trtllm.get(stage)
+        gpus = _int(str(cfg.get("tensor_parallel_size", "")), None) if isinstance(cfg, dict) else None
+        if isinstance(cfg, dict) and gpus:
+            ep = _int(str(cfg.get("moe_expert_parallel_size", "")), 1) or 1
+            sides.append((stage, (cfg.get("enable_attention_dp") is True, ep, gpus)))
+    return Recipe(frozenset(c for c in found if c > 0), tuple(sides))
+
+
 def spaces_of(doc: dict[str, Any]) -> tuple[Space, ...]:
     """Every search space of a parsed nvidia-master.yaml."""
     out = []
@@ -231,10 +272,15 @@ def _side_holds(side: dict[str, Any], row: dict[str, str], stage: str) -> bool:
     return side.get("tp") in {tp * dp, tp, dp}
 
 
-def holds(space: Space, row: dict[str, str], conc: int) -> bool:
-    """Whether a search space holds the row's deployment and client count."""
+def holds(space: Space, row: dict[str, str], conc: int, recipes: Recipes | None = None) -> bool:
+    """Whether a search space holds the row's deployment and client count. A multi-node
+    space's clients are its ``conc-list`` and its recipes' benchmark concurrencies: srt-slurm
+    runs the recipe's (the H200 TensorRT-LLM spaces list 4 for
+    ``c4_ctx1_gen9_tep8_batch256_eplb0_mtp0.yaml``, whose benchmark and rows run 36 = 4 per
+    decode worker)."""
     entry = space.entry
-    if conc not in clients(entry):
+    ran = {c for r in recipe_files(space) for c in (recipes or {}).get(r, Recipe()).clients}
+    if conc not in clients(entry) and conc not in ran:
         return False
     if row.get("mode") == "disagg":
         prefill, decode = entry.get("prefill"), entry.get("decode")
@@ -248,11 +294,16 @@ def holds(space: Space, row: dict[str, str], conc: int) -> bool:
 
 
 def classify(
-    row: dict[str, str], harness: dict[str, str], calendar: Sequence[Snapshot], run: str = ""
+    row: dict[str, str],
+    harness: dict[str, str],
+    calendar: Sequence[Snapshot],
+    run: str = "",
+    recipes: Recipes | None = None,
 ) -> dict[str, str] | None:
     """The row's line (`FIELDS`), or None where the question does not arise (see the module).
     ``run`` (``mtp`` or ``plain``, a ``both`` row's `twin_runs`) keeps only the search spaces of
-    that kind for the recipe's columns (draft length, workers, layouts, batch)."""
+    that kind for the recipe's columns (draft length, workers, layouts, batch); ``recipes``, the
+    srt-slurm recipe files' contents (`read_recipes`), the clients and layouts they ran."""
     if not harness.get("harness", "").startswith(("inferencex", "inferencemax")):
         return None
     if harness.get("copy_of"):  # a gap-analysis copy takes its twin's line (silicon.harness_by_id)
@@ -279,7 +330,9 @@ def classify(
     held = [
         s
         for s in family
-        if s.precision == row.get("precision") and (not image or s.image == image) and holds(s, row, conc)
+        if s.precision == row.get("precision")
+        and (not image or s.image == image)
+        and holds(s, row, conc, recipes)
     ]
     kinds = {s.mtp for s in held}
     if not kinds:
@@ -299,7 +352,7 @@ def classify(
             "configs": names, "commit": snap.commit[:12],
             "draft_tokens": draft, "prefill_workers": workers[0], "decode_workers": workers[1]}  # fmt: skip
     for stage in ("prefill", "decode"):
-        layout = side_layout(held, row, stage)
+        layout = side_layout(held, row, stage, recipes)
         line[f"{stage}_dp_attn"] = "" if layout is None else str(layout[0]).lower()
         line[f"{stage}_ep"] = "" if layout is None else str(layout[1])
     batches = {recipe_batch(s) for s in held}
@@ -322,7 +375,9 @@ def recipe_files(space: Space) -> list[str]:
     return out
 
 
-def side_layout(held: Sequence[Space], row: dict[str, str], stage: str) -> tuple[bool, int] | None:
+def side_layout(
+    held: Sequence[Space], row: dict[str, str], stage: str, recipes: Recipes | None = None
+) -> tuple[bool, int] | None:
     """A multi-node row's stage as launched, (``dp-attn``, ``ep``), when every search space
     holding the row gives that side the same ones and as many GPUs per worker (``tp``) as the
     row's columns count; None otherwise (aggregated rows, spaces that disagree).
@@ -336,7 +391,9 @@ def side_layout(held: Sequence[Space], row: dict[str, str], stage: str) -> tuple
     decode workers' layout (`recipe_decode`), and where it does it wins: it is what ran. The two
     agree in all but 102 of the 36,496 (version, search space) pairs of the file's history
     that name one: the DeepSeek-R1 FP4 GB200 8k/1k ``ctx1_gen4_tep8_batch{1,16}`` spaces say
-    ``dp-attn: true``."""
+    ``dp-attn: true``. A TensorRT-LLM recipe's contents (`recipe_side`), where ``recipes`` has
+    them, win over both: the H200 1k/1k spaces say ``dp-attn: false`` for a prefill worker
+    their recipes launch with ``enable_attention_dp: true``."""
     import silicon
 
     gpus = silicon.worker_gpus(row, stage)
@@ -346,11 +403,19 @@ def side_layout(held: Sequence[Space], row: dict[str, str], stage: str) -> tuple
         if not isinstance(side, dict):
             return None
         fields = (bool(side.get("dp-attn", False)), int(side.get("ep") or 1), int(side.get("tp") or 0))
-        found.add((recipe_decode(s) if stage == "decode" else None) or fields)
+        named = recipe_decode(s) if stage == "decode" else None
+        found.add(recipe_side(s, stage, recipes) or named or fields)
     if len(found) != 1:
         return None
     dp_attn, ep, tp = found.pop()
     return (dp_attn, ep) if tp == gpus and ep >= 1 and gpus % ep == 0 else None
+
+
+def recipe_side(space: Space, stage: str, recipes: Recipes | None) -> tuple[bool, int, int] | None:
+    """A side's worker (attention DP, ep, GPUs) as the space's TensorRT-LLM recipe files say
+    (`Recipe`), or None where none of them is read or two disagree."""
+    found = {f for r in recipe_files(space) if (f := (recipes or {}).get(r, Recipe()).side(stage))}
+    return found.pop() if len(found) == 1 else None
 
 
 def recipe_decode(space: Space) -> tuple[bool, int, int] | None:
@@ -437,11 +502,11 @@ def read_calendar(repo: Path) -> list[Snapshot]:
 
 
 def classify_all(rows: Iterable[dict[str, str]], harness: dict[str, dict[str, str]],
-                 calendar: Sequence[Snapshot]) -> list[dict[str, str]]:  # fmt: skip
+                 calendar: Sequence[Snapshot], recipes: Recipes | None = None) -> list[dict[str, str]]:  # fmt: skip
     rows = list(rows)
     lines = {}
     for row in rows:
-        line = classify(row, harness.get(row["id"], {}), calendar)
+        line = classify(row, harness.get(row["id"], {}), calendar, recipes=recipes)
         if line is not None:
             lines[row["id"]] = line
     runs = twin_runs(
@@ -450,7 +515,8 @@ def classify_all(rows: Iterable[dict[str, str]], harness: dict[str, dict[str, st
     for row in rows:
         if row["id"] in runs:
             lines[row["id"]] = (
-                classify(row, harness.get(row["id"], {}), calendar, runs[row["id"]]) or lines[row["id"]]
+                classify(row, harness.get(row["id"], {}), calendar, runs[row["id"]], recipes)
+                or lines[row["id"]]
             )
     return [lines[row["id"]] for row in rows if row["id"] in lines]
 
@@ -469,28 +535,67 @@ def twin_runs(rows: Sequence[dict[str, str]], harness: dict[str, dict[str, str]]
     file). Only the order of the two measurements is read, never their values.
 
     A point with one measurement (the other run is not in the file) is taken for its MTP run
-    (`LONE_RUN`); one with more than two stays undecided."""
+    (`LONE_RUN`), unless the same run is a decided point's: the database dump's rows fill
+    columns the source files leave empty (``..._c28_cfg297`` has its worker counts, its copy
+    ``..._c28_tp8_0_ep8_0_388`` none), so a run recorded in both is two points, and the dump's
+    alone; a lone row whose model (`launch_flags.MODEL_KEY`: the dump names DeepSeek-R1's runs
+    ``deepseek-ai/DeepSeek-V3``), GPU, engine, precision, lengths, clients, day and
+    measurements are a decided row's is that row's run. A point with more than two
+    measurements stays undecided."""
     points: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for row in rows:
-        h = harness.get(row["id"], {})
-        conc = str(row_clients(row, h))
-        day = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.get("silicon_data_source", ""))
-        key = (*(v for k, v in sorted(row.items()) if k not in _POINT_SKIP), conc, day[1] if day else "")
-        points.setdefault(key, []).append(row)
-    out = {}
+        points.setdefault(_point(row, harness), []).append(row)
+    out, lone, decided = {}, [], {}
     for point in points.values():
         runs: dict[tuple[float, float], list[str]] = {}
         for row in point:
-            # to four significant digits: one run copied into two source files may be rounded apart
-            measured = tuple(float(f"{float(row[k]):.4g}") for k in ("silicon_tpot_ms", "silicon_ttft_ms"))
-            runs.setdefault(measured, []).append(row["id"])
+            runs.setdefault(_measured(row), []).append(row["id"])
         if len(runs) == 1:
-            out.update({row["id"]: LONE_RUN for row in point})
+            lone.extend(point)
         if len(runs) != 2:
             continue
         faster, slower = sorted(runs)
         out.update({i: "mtp" for i in runs[faster]} | {i: "plain" for i in runs[slower]})
+        for row in point:
+            decided[_same_run(row, harness)] = out[row["id"]]
+    for row in lone:
+        out[row["id"]] = decided.get(_same_run(row, harness), LONE_RUN)
     return out
+
+
+def _point(row: dict[str, str], harness: dict[str, dict[str, str]]) -> tuple[str, ...]:
+    """A row's point (`twin_runs`): every column but its id, source and measurements, its clients
+    and its measurement day."""
+    conc = str(row_clients(row, harness.get(row["id"], {})))
+    day = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.get("silicon_data_source", ""))
+    return (*(v for k, v in sorted(row.items()) if k not in _POINT_SKIP), conc, day[1] if day else "")
+
+
+def _measured(row: dict[str, str]) -> tuple[float, float]:
+    """Mean TPOT and TTFT to four significant digits: one run copied into two source files may
+    be rounded apart."""
+    tpot, ttft = (float(f"{float(row[k]):.4g}") for k in ("silicon_tpot_ms", "silicon_ttft_ms"))
+    return tpot, ttft
+
+
+def _same_run(row: dict[str, str], harness: dict[str, dict[str, str]]) -> tuple[Any, ...]:
+    """What one run recorded in two places shares whatever columns each fills (`twin_runs`); the
+    model by InferenceX's name for it (the dump calls DeepSeek-R1's runs DeepSeek-V3)."""
+    day = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.get("silicon_data_source", ""))
+    model = launch_flags.MODEL_KEY.get(row.get("model_path", ""), row.get("model_path", ""))
+    what = tuple(row.get(k, "") for k in ("system", "backend", "precision", "mode", "isl", "osl"))
+    return (model, *what, row_clients(row, harness.get(row["id"], {})), day[1] if day else "", _measured(row))
+
+
+def read_recipes(repo: Path, calendar: Sequence[Snapshot]) -> Recipes:
+    """Every whole recipe file a search space of ``calendar`` names, from a clone of
+    NVIDIA/srt-slurm at the first of its merges of the branch InferenceX ran that has it
+    (`srt_slurm_recipes.read_docs`)."""
+    import srt_slurm_recipes
+
+    names = sorted({r for snap in calendar for s in snap.spaces for r in recipe_files(s)})
+    docs = srt_slurm_recipes.read_docs(repo, [n for n in names if ":" not in n])
+    return {name: recipe_facts(doc) for name, (_, doc) in docs.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -498,13 +603,16 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repo", type=Path, required=True, help="a git clone of SemiAnalysisAI/InferenceX")
+    parser.add_argument("--srt-slurm", type=Path, required=True,
+                        help="a git clone of NVIDIA/srt-slurm (the recipes' clients and layouts)")  # fmt: skip
     parser.add_argument("--rows", type=Path, help="silicon_sample.csv (default: the installed one)")
     parser.add_argument("--harness", type=Path, default=silicon.HARNESS, help="silicon_harness.py's output")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     rows = silicon.read_csv(args.rows or silicon.default_rows())
     calendar = read_calendar(args.repo)
-    lines = classify_all(rows, silicon.harness_by_id(args.harness, None), calendar)
+    recipes = read_recipes(args.srt_slurm, calendar)
+    lines = classify_all(rows, silicon.harness_by_id(args.harness, None), calendar, recipes)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
     writer.writeheader()

@@ -95,22 +95,37 @@ def named_recipes(spec_rows: Iterable[dict[str, str]]) -> list[str]:
     return sorted(name for name in names if ":" not in name and name.endswith((".yaml", ".yml")))
 
 
+def _show(repo: Path, commit: str, path: str) -> dict[str, Any] | None:
+    """A recipe file parsed at one commit, or None where the commit does not have it."""
+    import yaml
+
+    done = subprocess.run(
+        ["git", "-C", str(repo), "show", f"{commit}:{path}"], capture_output=True, text=True
+    )
+    return yaml.safe_load(done.stdout) if done.returncode == 0 else None
+
+
+def read_docs(
+    repo: Path, recipes: Sequence[str], commits: Sequence[str] = SA_SUBMISSION
+) -> dict[str, tuple[str, Any]]:
+    """Each recipe that one of ``commits`` has: (the first such commit, the file parsed there)."""
+    out = {}
+    for recipe in recipes:
+        for commit in commits:
+            if (doc := _show(repo, commit, recipe)) is not None:
+                out[recipe] = (commit, doc)
+                break
+    return out
+
+
 def read_recipes(
     repo: Path, recipes: Sequence[str], commits: Sequence[str] = SA_SUBMISSION
 ) -> tuple[list[dict[str, str]], list[str]]:
     """The lines of every recipe at the first of ``commits`` that has it, and the recipes
     whose flags differ between the commits that have them."""
-    import yaml
-
-    def show(commit: str, path: str) -> dict[str, Any] | None:
-        done = subprocess.run(
-            ["git", "-C", str(repo), "show", f"{commit}:{path}"], capture_output=True, text=True
-        )
-        return yaml.safe_load(done.stdout) if done.returncode == 0 else None
-
     lines, differ = [], []
     for recipe in recipes:
-        found = [(commit, doc) for commit in commits if (doc := show(commit, recipe)) is not None]
+        found = [(commit, doc) for commit in commits if (doc := _show(repo, commit, recipe)) is not None]
         if not found:
             continue
         versions = [recipe_lines(recipe, doc, commit) for commit, doc in found]

@@ -209,6 +209,13 @@ def test_the_faster_of_a_points_two_runs_is_its_mtp_run() -> None:
     # Where the harness gives the clients, they count too.
     apart = {plain["id"]: {"concurrency": "4"}, mtp["id"]: {"concurrency": "8"}}
     assert spec_mod.twin_runs([plain, mtp], apart) == alone | {mtp["id"]: "mtp"}
+    # The same run recorded with more columns filled (the database dump's worker counts) is
+    # a point alone, but the run of a decided point: it takes that run's label.
+    dump = _run(row(prefill_num_workers="1"), "183.20", "8.760", n=7)
+    assert spec_mod.twin_runs([plain, mtp, dump], harness)[dump["id"]] == "plain"
+    assert spec_mod.twin_runs([dump], harness) == {dump["id"]: "mtp"}  # nothing to take it from
+    elsewhere = _run(row(prefill_num_workers="1"), "183.2", "8.76", day="2026-03-26T10:00:00Z", n=8)
+    assert spec_mod.twin_runs([plain, mtp, elsewhere], harness)[elsewhere["id"]] == "mtp"  # another day
 
 
 def test_a_both_rows_recipe_columns_come_from_the_search_spaces_of_its_run() -> None:
@@ -314,6 +321,50 @@ def test_a_multi_node_row_takes_each_sides_layout_from_the_configuration_and_its
     wide = {**d, "decode_attention_dp_size": "2"}
     line = classify(wide, harness, [Snapshot("c" * 40, T0, (trt(dep4, dep8),))])
     assert line is not None and (line["decode_dp_attn"], line["decode_ep"]) == ("", "")
+
+
+def test_a_recipes_benchmark_clients_and_its_workers_as_written_decide() -> None:
+    """InferenceX's H200 TensorRT-LLM spaces list the clients per decode worker (``conc-list:
+    [4]`` for ``c4_ctx1_gen9_tep8_batch256``) where the recipe's benchmark runs 36, the rows'
+    count; and their prefill sides say ``dp-attn: false`` where the recipe launches
+    ``enable_attention_dp: true``. The recipe, read from srt-slurm, is what ran."""
+    name = "recipes/trtllm/h200/1k1k/stp/c4_ctx1_gen9_tep8_batch256_eplb0_mtp0.yaml"
+    tep8 = {"tp": 8, "ep": 8, "dp-attn": False}
+    s = space({"conc-list": [4], "prefill": {"num-worker": 1, **tep8, "additional-settings": [f"CONFIG_FILE={name}"]},
+               "decode": {"num-worker": 9, **tep8}}, name="dsr1-fp8-h200-dynamo-trt", isl=1024, osl=1024,
+              engine="trt", image="")  # fmt: skip
+    doc = {"benchmark": {"concurrencies": "36"},
+           "backend": {"trtllm_config": {
+               "prefill": {"tensor_parallel_size": 8, "moe_expert_parallel_size": 8, "enable_attention_dp": True},
+               "decode": {"tensor_parallel_size": 8, "moe_expert_parallel_size": 8, "enable_attention_dp": False}}}}  # fmt: skip
+    recipes = {name: spec_mod.recipe_facts(doc)}
+    d = row(mode="disagg", backend="trtllm", isl="1024", osl="1024", batch_size="", tp_size="",  # space(): B200
+            prefill_tp_size="8", prefill_attention_dp_size="1", prefill_moe_ep_size="8",
+            decode_tp_size="8", decode_attention_dp_size="1", decode_moe_ep_size="8", decode_batch_size="4",
+            silicon_data_source=row()["silicon_data_source"].split("; image=")[0])  # fmt: skip
+    harness = {"harness": "inferencex-multi-node-srt-slurm", "concurrency": "36"}
+    calendar = [Snapshot("c" * 40, T0, (s,))]
+    assert classify(d, harness, calendar) is None or classify(d, harness, calendar)["configs"] == ""
+    line = classify(d, harness, calendar, recipes=recipes)
+    assert line is not None and line["configs"] == "dsr1-fp8-h200-dynamo-trt"
+    assert (line["prefill_workers"], line["decode_workers"], line["decode_batch"]) == ("1", "9", "256")
+    assert (line["prefill_dp_attn"], line["prefill_ep"], line["decode_dp_attn"], line["decode_ep"]) == (
+        "true", "8", "false", "8")  # fmt: skip
+    # Without the recipe's contents the space's own fields: tensor-parallel prefill.
+    at4 = classify({**d}, {**harness, "concurrency": "4"}, calendar)
+    assert at4 is not None and at4["prefill_dp_attn"] == "false"
+    # A client count neither the space nor its recipe runs is not held.
+    assert classify(d, {**harness, "concurrency": "72"}, calendar, recipes=recipes)["configs"] == ""
+    # The benchmark's clients as srt-slurm writes them; a recipe without TensorRT-LLM sides.
+    facts = spec_mod.recipe_facts
+    assert facts({"benchmark": {"concurrencies": "10x15x25"}}).clients == {10, 15, 25}
+    assert facts({"benchmark": {"concurrencies": [1600]}}).clients == {1600}
+    assert facts({"benchmark": {"concurrencies": 8}}).clients == {8}
+    assert facts({"backend": {"sglang_config": {"prefill": {"tp-size": 8}}}}) == spec_mod.Recipe()
+    assert facts(None) == spec_mod.Recipe() and facts({"benchmark": "x"}).clients == frozenset()
+    # ``moe_expert_parallel_size`` left out: TensorRT-LLM's experts are tensor-parallel (ep 1).
+    assert facts({"backend": {"trtllm_config": {"prefill": {"tensor_parallel_size": 4}}}}).side("prefill") == (
+        False, 1, 4)  # fmt: skip
 
 
 def test_silicon_runs_a_multi_node_side_as_launched() -> None:
@@ -444,4 +495,5 @@ def test_the_committed_classification_covers_the_known_mtp_runs() -> None:
     assert (harness[pair.format(265)]["twin_run"], harness[pair.format(284)]["twin_run"]) == ("mtp", "plain")
     twins = [line["twin_run"] for line in lines if line["twin_run"]]
     assert all(line["spec_decoding"] == "both" for line in lines if line["twin_run"])
-    assert (twins.count("mtp"), twins.count("plain")) == (131 + 215, 143)  # 215 without a twin
+    # 221 rows without a twin: 53 repeat a decided run (taken for it), 168 are taken for MTP runs.
+    assert (twins.count("mtp"), twins.count("plain")) == (146 + 168, 156 + 53)

@@ -227,6 +227,22 @@ def row_clients(row: dict[str, str], harness: dict[str, str]) -> int:
     return _int(harness.get("concurrency") or row.get("batch_size") or row.get("decode_batch_size"), 0) or 0
 
 
+def sweep_clients(space: Space) -> set[int]:
+    """The clients of a multi-node TensorRT-LLM search space that names no srt-slurm recipe:
+    InferenceX's first GB200 scripts (``benchmarks/dsr1_fp4_gb200_dynamo-trt_slurm.sh``, 2025)
+    ran Dynamo's ``components/backends/trtllm/performance_sweeps``, whose ``scripts/bench.sh``
+    benchmarks each listed count times the decode workers (``concurrency=$((concurrency *
+    num_gen_servers))``, read at Dynamo's main branch): ``conc-list`` 36 with four decode workers
+    ran 144 clients. The listed counts stay clients too (`holds`): gpt-oss-120b's GB200 rows,
+    run from Dynamo's 2026-01 release of the same sweeps, record counts their lists name as
+    they are (3,072 with three decode workers). Empty for every other space."""
+    decode = space.entry.get("decode")
+    if space.engine != "trt" or not isinstance(decode, dict) or recipe_files(space):
+        return set()
+    workers = _int(str(decode.get("num-worker", 1)), 1) or 1
+    return {c * workers for c in clients(space.entry)}
+
+
 def clients(entry: dict[str, Any]) -> set[int]:
     """The client counts a search space runs: ``conc-list``, else conc-start doubling to conc-end."""
     if "conc-list" in entry:
@@ -280,7 +296,7 @@ def holds(space: Space, row: dict[str, str], conc: int, recipes: Recipes | None 
     decode worker)."""
     entry = space.entry
     ran = {c for r in recipe_files(space) for c in (recipes or {}).get(r, Recipe()).clients}
-    if conc not in clients(entry) and conc not in ran:
+    if conc not in clients(entry) | ran | sweep_clients(space):
         return False
     if row.get("mode") == "disagg":
         prefill, decode = entry.get("prefill"), entry.get("decode")

@@ -367,6 +367,24 @@ def test_a_recipes_benchmark_clients_and_its_workers_as_written_decide() -> None
         False, 1, 4)  # fmt: skip
 
 
+def test_dynamos_performance_sweeps_ran_each_count_per_decode_worker() -> None:
+    """InferenceX's first GB200 TensorRT-LLM spaces name no recipe: Dynamo's performance
+    sweeps ran them, and their bench.sh multiplies each listed count by the decode workers."""
+    side = {"tp": 4, "ep": 4, "dp-attn": False}
+    sweep = space({"conc-list": [1, 36], "prefill": {"num-worker": 1, **side},
+                   "decode": {"num-worker": 4, "tp": 8, "ep": 8, "dp-attn": False}},
+                  name="dsr1-fp4-gb200-dynamo-trt", engine="trt")  # fmt: skip
+    assert spec_mod.sweep_clients(sweep) == {4, 144}
+    assert spec_mod.holds(sweep, row(mode="disagg", prefill_tp_size="4", decode_tp_size="8"), 144)
+    assert not spec_mod.holds(sweep, row(mode="disagg", prefill_tp_size="4", decode_tp_size="8"), 72)
+    named = {
+        **sweep.entry,
+        "prefill": {**sweep.entry["prefill"], "additional-settings": ["CONFIG_FILE=r.yaml"]},
+    }
+    assert spec_mod.sweep_clients(space(named, engine="trt")) == set()  # srt-slurm's recipe says
+    assert spec_mod.sweep_clients(space(sweep.entry)) == set()  # SGLang's: no such rule
+
+
 def test_silicon_runs_a_multi_node_side_as_launched() -> None:
     """`silicon.launched_layout`: a ``dep8`` decode worker, eight attention-DP ranks with the
     experts over EP 8, whatever split of its 8 GPUs the row's columns give."""
@@ -495,5 +513,5 @@ def test_the_committed_classification_covers_the_known_mtp_runs() -> None:
     assert (harness[pair.format(265)]["twin_run"], harness[pair.format(284)]["twin_run"]) == ("mtp", "plain")
     twins = [line["twin_run"] for line in lines if line["twin_run"]]
     assert all(line["spec_decoding"] == "both" for line in lines if line["twin_run"])
-    # 221 rows without a twin: 53 repeat a decided run (taken for it), 168 are taken for MTP runs.
-    assert (twins.count("mtp"), twins.count("plain")) == (146 + 168, 156 + 53)
+    # 231 rows without a twin: 53 repeat a decided run (taken for it), 178 are taken for MTP runs.
+    assert (twins.count("mtp"), twins.count("plain")) == (146 + 178, 156 + 53)

@@ -448,10 +448,24 @@ def recipe_decode(space: Space) -> tuple[bool, int, int] | None:
 
 def recipe_batch(space: Space) -> int | None:
     """The decode workers' batch a TensorRT-LLM recipe's file name gives (``gen5_tep8_batch1``:
-    ``max_batch_size`` 1, per attention-DP rank where the workers run attention DP), or None
-    where no setting names one or two disagree."""
+    ``max_batch_size`` 1, per attention-DP rank where the workers run attention DP), or a
+    performance-sweep space's ``DECODE_MAX_BATCH_SIZE`` setting (`sweep_clients`: Dynamo's
+    ``gen_batch_size``, the same ``max_batch_size``); None where none names one or two disagree."""
     found = {int(m[3]) for m in _gen_names(space) if m[3]}
+    found |= {int(v) for v in _settings(space, "decode", "DECODE_MAX_BATCH_SIZE") if v.isdigit()}
     return found.pop() if len(found) == 1 else None
+
+
+def _settings(space: Space, side: str, key: str) -> list[str]:
+    """The values of a side's ``KEY=VALUE`` additional settings (Dynamo's performance sweeps
+    take ``DECODE_MAX_BATCH_SIZE``, ``DECODE_MTP_SIZE`` ... this way, not from a recipe)."""
+    settings = (space.entry.get(side) or {}).get("additional-settings") or []
+    out = []
+    for setting in settings if isinstance(settings, list) else []:
+        name, sep, value = str(setting).strip().partition("=")
+        if sep and name == key:
+            out.append(value.strip())
+    return out
 
 
 def _gen_names(space: Space) -> list[re.Match[str]]:
@@ -476,7 +490,9 @@ def recipe_drafts(space: Space) -> int | None:
     ``speculative-num-steps: 2`` (``speculative-eagle-topk: 1``, ``speculative-num-draft-tokens:
     3``) on its decode workers, but for the B200 FP8 1k/1k ``1p2d`` max-throughput recipe with 1
     (`_SGLANG_ONE_STEP`; NVIDIA/srt-slurm at 37f8ca23^ and c88ef731, whose recipes/b200-fp8/1k1k.yaml
-    says so: "1p2d uses speculative-num-steps=1 and draft-tokens=2 (vs 2/3 for all others)")."""
+    says so: "1p2d uses speculative-num-steps=1 and draft-tokens=2 (vs 2/3 for all others)").
+    Dynamo's performance sweeps (`sweep_clients`) take it as the decode side's
+    ``DECODE_MTP_SIZE`` setting (TensorRT-LLM's ``num_nextn_predict_layers``)."""
     found = set()
     for side in ("prefill", "decode"):
         settings = (space.entry.get(side) or {}).get("additional-settings") or []
@@ -487,6 +503,7 @@ def recipe_drafts(space: Space) -> int | None:
                 found.add(int(match[1]))
             elif space.engine == "sglang" and text.startswith("CONFIG_FILE="):
                 found.add(1 if _SGLANG_ONE_STEP.search(text) else 2)
+    found |= {int(v) for v in _settings(space, "decode", "DECODE_MTP_SIZE") if v.isdigit() and int(v) > 0}
     return found.pop() if len(found) == 1 else None
 
 

@@ -383,6 +383,16 @@ def test_dynamos_performance_sweeps_ran_each_count_per_decode_worker() -> None:
     }
     assert spec_mod.sweep_clients(space(named, engine="trt")) == set()  # srt-slurm's recipe says
     assert spec_mod.sweep_clients(space(sweep.entry)) == set()  # SGLang's: no such rule
+    # Their draft length and decode batch are settings, not a recipe's name.
+    mtp = {**sweep.entry, "spec-decoding": "mtp",
+           "decode": {**sweep.entry["decode"], "additional-settings": ["DECODE_MAX_BATCH_SIZE=32", "DECODE_MTP_SIZE=3"]}}  # fmt: skip
+    assert (
+        spec_mod.recipe_drafts(space(mtp, engine="trt")),
+        spec_mod.recipe_batch(space(mtp, engine="trt")),
+    ) == (3, 32)
+    plain = {**mtp, "decode": {**mtp["decode"], "additional-settings": ["DECODE_MTP_SIZE=0"]}}
+    assert (spec_mod.recipe_drafts(space(plain, engine="trt")), spec_mod.recipe_batch(space(plain, engine="trt"))) == (
+        None, None)  # fmt: skip
 
 
 def test_silicon_runs_a_multi_node_side_as_launched() -> None:

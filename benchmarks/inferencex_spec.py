@@ -49,7 +49,9 @@ Columns ``prefill_dp_attn`` / ``prefill_ep`` and ``decode_dp_attn`` / ``decode_e
 multi-node row's side as launched, attention data parallelism (``true`` / ``false``) and the
 expert-parallel degree, when every search space holding the row agrees and gives the side as
 many GPUs per worker as the row counts (`side_layout`; a TensorRT-LLM recipe's own
-``trtllm_config`` wins over the space's fields, `Recipe`); empty otherwise. Column
+``trtllm_config`` wins over the space's fields, `Recipe`); empty otherwise. Columns
+``prefill_gpus`` / ``decode_gpus``: a side's GPUs per worker, for a row whose columns count the
+whole deployment on both sides (`whole_deployment`), from the spaces holding it. Column
 ``decode_batch``: the decode workers' ``max_batch_size`` (per attention-DP rank) a TensorRT-LLM
 recipe's file name gives (`recipe_batch`), when every search space holding the row names the
 same one. Column ``recipes``: the srt-slurm recipe files (``CONFIG_FILE=``) of every search
@@ -104,7 +106,7 @@ SINCE, UNTIL = "2025-11-01", "2026-04-29"
 OUT = ROOT / "benchmarks" / "results" / "silicon_spec_decoding.csv.gz"
 FIELDS = ("id", "spec_decoding", "twin_run", "configs", "commit", "draft_tokens", "prefill_workers",
           "decode_workers", "prefill_dp_attn", "prefill_ep", "decode_dp_attn", "decode_ep", "decode_batch",
-          "recipes")  # fmt: skip
+          "recipes", "prefill_gpus", "decode_gpus")  # fmt: skip
 #: What a ``both`` row whose point has no other run in the file is taken for (`twin_runs`).
 #: Fitted on the H200 rows only: of the 47 such rows of the MoE file with at most 64 clients
 #: (32 run, 31 of them TensorRT-LLM aggregated), run without drafts TTFT 35% / p90 62% / bias
@@ -288,6 +290,30 @@ def _side_holds(side: dict[str, Any], row: dict[str, str], stage: str) -> bool:
     return side.get("tp") in {tp * dp, tp, dp}
 
 
+def whole_deployment(space: Space, row: dict[str, str]) -> bool:
+    """Whether a disaggregated row's columns count the space's whole deployment on both sides:
+    the 2026-04-06 source file's early GB200 TensorRT-LLM rows give each side the GPUs of all
+    workers together and no worker counts (``..._c32_tp36_ep1_1078``: prefill and decode tp 36,
+    where its space runs one 4-GPU prefill worker and four 8-GPU decode workers, 4 + 32)."""
+    if any(_int(row.get(f"{side}_num_workers"), None) for side in ("prefill", "decode")):
+        return False
+    total = 0
+    for side in ("prefill", "decode"):
+        cfg = space.entry.get(side)
+        if not isinstance(cfg, dict):
+            return False
+        total += (_int(str(cfg.get("num-worker", 1)), 1) or 1) * (_int(str(cfg.get("tp", "")), 0) or 0)
+    columns = {silicon_worker_gpus(row, side) for side in ("prefill", "decode")}
+    return total > 0 and columns == {total}
+
+
+def silicon_worker_gpus(row: dict[str, str], stage: str) -> int:
+    """`silicon.worker_gpus`: a stage's tp x attention DP columns."""
+    import silicon
+
+    return int(silicon.worker_gpus(row, stage))
+
+
 def holds(space: Space, row: dict[str, str], conc: int, recipes: Recipes | None = None) -> bool:
     """Whether a search space holds the row's deployment and client count. A multi-node
     space's clients are its ``conc-list`` and its recipes' benchmark concurrencies: srt-slurm
@@ -302,7 +328,8 @@ def holds(space: Space, row: dict[str, str], conc: int, recipes: Recipes | None 
         prefill, decode = entry.get("prefill"), entry.get("decode")
         if not isinstance(prefill, dict) or not isinstance(decode, dict):
             return False
-        return _side_holds(prefill, row, "prefill") and _side_holds(decode, row, "decode")
+        sides = _side_holds(prefill, row, "prefill") and _side_holds(decode, row, "decode")
+        return sides or whole_deployment(space, row)
     if "prefill" in entry:
         return False
     dp_attention = (_int(row.get("attention_dp_size")) or 1) > 1
@@ -367,10 +394,13 @@ def classify(
     line = {"id": row["id"], "spec_decoding": kind, "twin_run": run if kind == "both" else "",
             "configs": names, "commit": snap.commit[:12],
             "draft_tokens": draft, "prefill_workers": workers[0], "decode_workers": workers[1]}  # fmt: skip
+    whole = bool(held) and all(whole_deployment(s, row) for s in held)
     for stage in ("prefill", "decode"):
         layout = side_layout(held, row, stage, recipes)
         line[f"{stage}_dp_attn"] = "" if layout is None else str(layout[0]).lower()
         line[f"{stage}_ep"] = "" if layout is None else str(layout[1])
+        tps = {int((s.entry.get(stage) or {}).get("tp") or 0) for s in held}
+        line[f"{stage}_gpus"] = str(tps.pop()) if whole and layout is not None and len(tps) == 1 else ""
     batches = {recipe_batch(s) for s in held}
     line["decode_batch"] = str(batches.pop()) if len(batches) == 1 and None not in batches else ""
     line["recipes"] = " ".join(sorted({r for s in held for r in recipe_files(s)}))
@@ -410,9 +440,7 @@ def side_layout(
     ``dp-attn: true``. A TensorRT-LLM recipe's contents (`recipe_side`), where ``recipes`` has
     them, win over both: the H200 1k/1k spaces say ``dp-attn: false`` for a prefill worker
     their recipes launch with ``enable_attention_dp: true``."""
-    import silicon
-
-    gpus = silicon.worker_gpus(row, stage)
+    gpus = silicon_worker_gpus(row, stage)
     found = set()
     for s in held:
         side = s.entry.get(stage)
@@ -424,6 +452,8 @@ def side_layout(
     if len(found) != 1:
         return None
     dp_attn, ep, tp = found.pop()
+    if held and all(whole_deployment(s, row) for s in held):
+        gpus = tp  # the columns count every worker: the space's worker is the one
     return (dp_attn, ep) if tp == gpus and ep >= 1 and gpus % ep == 0 else None
 
 

@@ -395,7 +395,7 @@ def harness_by_id(
     if spec_decoding is not None and spec_decoding.is_file():
         keys = ("spec_decoding", "twin_run", "draft_tokens", "prefill_workers", "decode_workers",
                 "prefill_dp_attn", "prefill_ep", "decode_dp_attn", "decode_ep", "decode_batch",
-                *(("recipes",) if recipes else ()))  # fmt: skip
+                "prefill_gpus", "decode_gpus", *(("recipes",) if recipes else ()))  # fmt: skip
         extras = {
             line["id"]: {key: line[key] for key in keys if line.get(key)} for line in read_csv(spec_decoding)
         }
@@ -832,7 +832,8 @@ def launched_layout(row: dict[str, str], harness: dict[str, str], stage: str) ->
     """The row with one stage's layout columns as InferenceX launched it, where its
     configuration says (the harness record's ``{stage}_dp_attn`` and ``{stage}_ep``,
     inferencex_spec.side_layout): the worker's G = tp x attention DP GPUs become attention DP G
-    (tp 1) or tp G, its experts moe_tp G / ep x moe_ep ep. The srt-slurm rows' columns do not
+    (tp 1) or tp G, its experts moe_tp G / ep x moe_ep ep (G: the record's ``{stage}_gpus``
+    where the row's columns count the whole deployment, else the columns'). The srt-slurm rows' columns do not
     say how a worker's GPUs split (a ``dep8`` decode worker, eight attention-DP ranks, appears
     as tp 8, attention DP 1); run as tensor-parallel attention, an MLA model's latent KV, which
     TP does not shard, overflows the worker at the clients the recipe gave it. The row
@@ -840,7 +841,7 @@ def launched_layout(row: dict[str, str], harness: dict[str, str], stage: str) ->
     flag, ep = harness.get(f"{stage}_dp_attn"), _int(harness.get(f"{stage}_ep"))
     if flag not in ("true", "false") or not ep:
         return row
-    gpus = worker_gpus(row, stage)
+    gpus = _int(harness.get(f"{stage}_gpus")) or worker_gpus(row, stage)
     if gpus % ep:
         return row
     tp, dp = (1, gpus) if flag == "true" else (gpus, 1)

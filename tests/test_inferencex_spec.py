@@ -395,6 +395,47 @@ def test_dynamos_performance_sweeps_ran_each_count_per_decode_worker() -> None:
         None, None)  # fmt: skip
 
 
+def test_a_row_whose_columns_count_the_whole_deployment_takes_its_spaces_workers() -> None:
+    """``..._c32_tp36_ep1``: prefill and decode tp 36 and no worker counts, where the space runs
+    one 4-GPU prefill worker and four 8-GPU decode workers (4 + 32); silicon then launches each
+    side on its own worker's GPUs."""
+    sweep = space({"conc-list": [8], "prefill": {"num-worker": 1, "tp": 4, "ep": 4, "dp-attn": False},
+                   "decode": {"num-worker": 4, "tp": 8, "ep": 8, "dp-attn": False}},
+                  name="dsr1-fp4-gb200-dynamo-trt", isl=1024, osl=1024, engine="trt")  # fmt: skip
+    d = row(mode="disagg", backend="trtllm", isl="1024", osl="1024", batch_size="", tp_size="",
+            prefill_tp_size="36", prefill_attention_dp_size="1", decode_tp_size="36", decode_attention_dp_size="1",
+            silicon_data_source=row()["silicon_data_source"].split("; image=")[0])  # fmt: skip
+    assert spec_mod.whole_deployment(sweep, d)
+    assert not spec_mod.whole_deployment(sweep, {**d, "decode_tp_size": "32"})  # not the total
+    assert not spec_mod.whole_deployment(sweep, {**d, "decode_num_workers": "4"})  # counts given
+    harness = {"harness": "inferencex-multi-node-early", "concurrency": "32"}
+    line = classify(d, harness, [Snapshot("c" * 40, T0, (sweep,))])
+    assert line is not None and line["configs"] == "dsr1-fp4-gb200-dynamo-trt"
+    assert [line[k] for k in ("prefill_workers", "decode_workers", "prefill_gpus", "decode_gpus")] == [
+        "1",
+        "4",
+        "4",
+        "8",
+    ]
+    assert [line[k] for k in ("prefill_dp_attn", "prefill_ep", "decode_dp_attn", "decode_ep")] == [
+        "false",
+        "4",
+        "false",
+        "8",
+    ]
+    h = {k: v for k, v in line.items() if v}
+    groups = silicon.disagg_scenario_for(d, {**harness, **h}, {})["replicas"]
+    assert [(g["count"], g["tp"], g.get("attention_dp"), g.get("moe_ep")) for g in groups] == [
+        (1, 4, None, 4),
+        (4, 8, None, 8),
+    ]
+    # A row whose columns give one worker's GPUs keeps the columns' match and no *_gpus.
+    one = classify(
+        {**d, "prefill_tp_size": "4", "decode_tp_size": "8"}, harness, [Snapshot("c" * 40, T0, (sweep,))]
+    )
+    assert one is not None and (one["prefill_gpus"], one["decode_gpus"]) == ("", "")
+
+
 def test_silicon_runs_a_multi_node_side_as_launched() -> None:
     """`silicon.launched_layout`: a ``dep8`` decode worker, eight attention-DP ranks with the
     experts over EP 8, whatever split of its 8 GPUs the row's columns give."""
@@ -523,5 +564,5 @@ def test_the_committed_classification_covers_the_known_mtp_runs() -> None:
     assert (harness[pair.format(265)]["twin_run"], harness[pair.format(284)]["twin_run"]) == ("mtp", "plain")
     twins = [line["twin_run"] for line in lines if line["twin_run"]]
     assert all(line["spec_decoding"] == "both" for line in lines if line["twin_run"])
-    # 231 rows without a twin: 53 repeat a decided run (taken for it), 178 are taken for MTP runs.
-    assert (twins.count("mtp"), twins.count("plain")) == (146 + 178, 156 + 53)
+    # 241 rows without a twin: 53 repeat a decided run (taken for it), 188 are taken for MTP runs.
+    assert (twins.count("mtp"), twins.count("plain")) == (146 + 188, 156 + 53)

@@ -323,7 +323,10 @@ def test_what_cannot_be_priced_is_refused_by_name(tables: Path, tmp_path: Path) 
         KernelCostModel(TINY, gpu, KernelCostConfig(tables=str(tmp_path / "none"), system="toy_sxm"))
     with pytest.raises(ProfileError, match="no kernel tables for system 'h100_sxm'"):
         KernelCostModel(TINY, gpu, KernelCostConfig(tables=str(tables)))
-    with pytest.raises(ProfileError, match="no fp8 GEMM was measured"):
+    with pytest.raises(
+        ProfileError,
+        match=r"no fp8 GEMM was measured on this system \(measured: (.+)\); engine.quantization values priced from this system's tables: bf16",
+    ):
         KernelCostModel(TINY.model_copy(update={"weight_dtype": "fp8"}), gpu, _cfg(tables))
     with pytest.raises(ProfileError, match="fp8 KV cache"):
         KernelCostModel(TINY, gpu, _cfg(tables), kv_cache_dtype="fp8")
@@ -809,7 +812,9 @@ def test_moe_and_mla_that_cannot_be_priced_are_refused_by_name(
     with pytest.raises(ProfileError, match="no moe tables for toy_sxm / vllm"):
         KernelCostModel(TINY_MOE, gpu, _cfg(tables), tp=2)
     with pytest.raises(
-        ProfileError, match=r"no fp8 MoE was measured on this system \(measured: bfloat16, w4a16_mxfp4\)"
+        ProfileError,
+        match=r"no fp8 MoE was measured on this system \(measured: bfloat16, w4a16_mxfp4\); "
+        r"engine.quantization values priced from this system's tables: bf16, mxfp4$",
     ):
         KernelCostModel(TINY_MOE.model_copy(update={"expert_weight_dtype": "fp8"}), gpu, cfg, tp=2)
     with pytest.raises(ProfileError, match="no bfloat16 MoE measured for hidden 64, top-4 of 4 experts"):
@@ -1176,7 +1181,8 @@ def test_mxfp4_x_mxfp8_experts_a_table_lacks_are_refused_by_name(tmp_path: Path)
     with pytest.raises(
         ProfileError,
         match=r"vllm's moe tables on b200_sxm: no w4a8_mxfp4_mxfp8 MoE was measured on this system "
-        r"\(measured: bfloat16, w4a16_mxfp4\) \(MXFP4 experts: cost_model.mxfp4_moe_activation",
+        r"\(measured: bfloat16, w4a16_mxfp4\); engine.quantization values priced from this system's "
+        r"tables: bf16, mxfp4 \(MXFP4 experts: cost_model.mxfp4_moe_activation",
     ):
         mxfp4_moe_ms(root, "vllm", "b200_sxm", mxfp4_moe_activation="mxfp8")
 

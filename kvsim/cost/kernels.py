@@ -447,6 +447,14 @@ def _weights(x: float, keys: list[float]) -> list[tuple[float, float]]:
     return [(k0, 1.0 - w), (k1, w)] if w > 0 else [(k0, 1.0)]
 
 
+def _quantization_hint(have: list[str], names: dict[str, str]) -> str:
+    """The engine.quantization values whose table dtype is among ``have``, for an error."""
+    usable = sorted({q for q, d in names.items() if d in have and q != "fp16"})
+    if not usable:
+        return ""
+    return f"; engine.quantization values priced from this system's tables: {', '.join(usable)}"
+
+
 def gemm_curve(frame: pd.DataFrame, dtype: str, n: int, k: int, what: str, warn: list[str]) -> Curve:
     """Latency (s) of an (m x k) @ (k x n) GEMM of ``dtype`` as a function of m.
 
@@ -455,8 +463,11 @@ def gemm_curve(frame: pd.DataFrame, dtype: str, n: int, k: int, what: str, warn:
     """
     rows = frame[frame["gemm_dtype"] == dtype]
     if rows.empty:
-        have = ", ".join(sorted(frame["gemm_dtype"].astype(str).unique()))
-        raise ProfileError(f"no {dtype} GEMM was measured on this system (measured: {have})")
+        measured = sorted(frame["gemm_dtype"].astype(str).unique())
+        raise ProfileError(
+            f"no {dtype} GEMM was measured on this system (measured: {', '.join(measured)})"
+            + _quantization_hint(measured, GEMM_DTYPES)
+        )
     best = rows.groupby(["n", "k", "m"], sort=True)["latency"].min()
     ns = sorted(float(v) for v in best.index.get_level_values("n").unique())
     ks = sorted(float(v) for v in best.index.get_level_values("k").unique())
@@ -579,8 +590,11 @@ def moe_curve(
     """
     rows = frame[frame["moe_dtype"] == dtype]
     if rows.empty:
-        have = ", ".join(sorted(frame["moe_dtype"].astype(str).unique()))
-        raise ProfileError(f"no {dtype} MoE was measured on this system (measured: {have})")
+        measured = sorted(frame["moe_dtype"].astype(str).unique())
+        raise ProfileError(
+            f"no {dtype} MoE was measured on this system (measured: {', '.join(measured)})"
+            + _quantization_hint(measured, MOE_DTYPES)
+        )
     if kernel is not None:
         sources = rows["kernel_source"].astype(str) if "kernel_source" in rows.columns else None
         named = sources.str.contains(kernel, regex=False) if sources is not None else None
